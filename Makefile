@@ -1,0 +1,46 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+APT_PACKAGES := zookeeper haproxy redis-server
+
+.PHONY: demo test lint bench bench-quick system-deps clean
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip wheel setuptools
+
+$(STAMP): setup.py | $(PY)
+	$(PIP) install --quiet -e '.[all]'
+	touch $(STAMP)
+
+# Debian packages the tests and benchmarks start for real (ZooKeeper, HAProxy, Redis).
+system-deps:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+demo: $(STAMP)
+	$(PY) -m tstreams_embedded.demo
+
+test: $(STAMP) system-deps
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -ra tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP) system-deps
+	$(PY) -m benchmarks
+
+bench-quick: $(STAMP) system-deps
+	$(PY) -m benchmarks --quick
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
