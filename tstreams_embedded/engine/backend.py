@@ -1,0 +1,130 @@
+"""The contract between the user-facing API and a storage backend.
+
+``Producer``, ``Consumer``, ``Subscriber`` and ``CheckpointGroup`` are written only against
+:class:`Backend`. The embedded engine (:class:`tstreams_embedded.engine.core.Core`) implements
+it on LMDB; the network client implements it over ZeroMQ. The same user code therefore
+behaves identically embedded or remote.
+
+Every write goes through :meth:`Backend.submit` as a batch of operation records
+(:mod:`tstreams_embedded.engine.ops`): the batch is atomic, and when ``durable`` is true the
+call returns only after the batch is on disk (in ``durability="sync"`` mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """A stream's metadata. ``ttl`` is in seconds; ``created`` in epoch milliseconds."""
+
+    name: str
+    id: int
+    partitions: int
+    ttl: int
+    description: str = ""
+    created: int = 0
+
+    def to_wire(self) -> list:
+        return [self.name, self.id, self.partitions, self.ttl, self.description, self.created]
+
+    @classmethod
+    def from_wire(cls, v: Sequence) -> StreamInfo:
+        return cls(*v)
+
+
+@dataclass(frozen=True)
+class TxnData:
+    """A checkpointed transaction as stored: raw ``bytes`` items, in send order."""
+
+    stream: str
+    partition: int
+    id: int
+    items: list[bytes] = field(default_factory=list)
+
+    def to_wire(self) -> list:
+        return [self.stream, self.partition, self.id, self.items]
+
+    @classmethod
+    def from_wire(cls, v: Sequence) -> TxnData:
+        return cls(v[0], v[1], v[2], list(v[3]))
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """The result of :meth:`Backend.fetch`.
+
+    ``txns`` are checkpointed transactions in ID order. ``position`` is the ID of the last
+    record examined and passed (checkpointed, cancelled, invalid or TTL-expired); a consumer
+    that has processed all of ``txns`` may store ``position`` as its offset. ``blocked`` is
+    true when the scan stopped at an open, unexpired transaction.
+    """
+
+    txns: list[TxnData]
+    position: int
+    blocked: bool
+
+    def to_wire(self) -> list:
+        return [[t.to_wire() for t in self.txns], self.position, self.blocked]
+
+    @classmethod
+    def from_wire(cls, v: Sequence) -> Fetched:
+        return cls([TxnData.from_wire(t) for t in v[0]], v[1], v[2])
+
+
+class Backend(Protocol):
+    """What the public API needs from storage. Every method raises errors from
+    :mod:`tstreams_embedded.errors` (``EngineClosed`` once closed)."""
+
+    # --- writes ---------------------------------------------------------------------
+    def submit(self, ops: Sequence[tuple], durable: bool = True) -> list[Any]:
+        """Apply ``ops`` atomically (all or nothing) and return one result per op."""
+        ...
+
+    # --- metadata -------------------------------------------------------------------
+    def get_stream(self, name: str) -> StreamInfo: ...
+
+    def list_streams(self, prefix: str = "", limit: int | None = None) -> list[StreamInfo]: ...
+
+    # --- reads ----------------------------------------------------------------------
+    def fetch(self, stream: str, partition: int, after: int, max_txns: int = 256) -> Fetched:
+        """Checkpointed transactions with ID > ``after``, stopping at an open one."""
+        ...
+
+    def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:
+        """The checkpointed transaction ``txn_id``, or None if it is not (or no longer) visible."""
+        ...
+
+    def transactions_range(self, stream: str, partition: int, from_id: int, to_id: int) -> list[TxnData]:
+        """Checkpointed transactions with ``from_id <= id <= to_id``, stopping at an open one."""
+        ...
+
+    def last_transaction(self, stream: str, partition: int) -> TxnData | None:
+        """The checkpointed transaction with the highest ID, or None."""
+        ...
+
+    def last_txn_id(self, stream: str, partition: int) -> int:
+        """The highest transaction ID ever allocated in the partition (0 if none)."""
+        ...
+
+    def get_offsets(self, stream: str, consumer: str) -> dict[int, int]:
+        """The stored offsets of a named consumer: partition -> last processed txn ID."""
+        ...
+
+    def get_marker(self, key: str) -> int | None: ...
+
+    def wait_for_commit(self, seen: int, timeout: float) -> int:
+        """Block until a commit newer than generation ``seen`` (or ``timeout`` seconds);
+        return the current commit generation."""
+        ...
+
+    def now_ms(self) -> int:
+        """The engine's clock, in epoch milliseconds."""
+        ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,106 @@
+"""Every exception the public API raises.
+
+All of them derive from :class:`TStreamsError`; several also derive from the matching
+builtin (``ValueError``, ``KeyError``, ``ConnectionError``) so generic handlers still work.
+The network layer sends the class name and message; :func:`error_from_wire` rebuilds the
+same exception on the client side, so remote and embedded code catch the same classes.
+"""
+
+from __future__ import annotations
+
+
+class TStreamsError(Exception):
+    """Base class of every error raised by tstreams-embedded."""
+
+
+class InvalidArgument(TStreamsError, ValueError):
+    """An argument has the wrong type or an out-of-range value."""
+
+
+class StreamExists(TStreamsError):
+    """``create_stream`` was given a name that already exists."""
+
+
+class StreamNotFound(TStreamsError, KeyError):
+    """The named stream does not exist (or was deleted)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class PartitionOutOfRange(TStreamsError, ValueError):
+    """A partition number is outside ``0 .. partitions-1`` of its stream."""
+
+
+class ItemTooLarge(TStreamsError, ValueError):
+    """An item is larger than the engine's ``max_item_size``."""
+
+
+class EngineClosed(TStreamsError):
+    """The engine (or client) was closed; open a new one."""
+
+
+class TransactionFinished(TStreamsError):
+    """A checkpointed or cancelled transaction was used again."""
+
+
+class TransactionExpired(TStreamsError):
+    """An open transaction outlived its TTL (its producer stopped keeping it alive).
+
+    Its data is discarded and it will never become visible."""
+
+
+class TransactionNotFound(TStreamsError, KeyError):
+    """No transaction with that ID exists in the partition."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class TransactionAlreadyOpened(TStreamsError):
+    """``new_transaction(policy=ErrorIfOpened)`` found an open transaction on the partition."""
+
+
+class MarkerConflict(TStreamsError):
+    """A guarded write found its marker already at or past the given value (a replayed batch)."""
+
+
+class StorageFull(TStreamsError):
+    """The LMDB map could not grow (``max_map_size`` reached or the disk is full). Nothing was written."""
+
+
+class EngineBusy(TStreamsError):
+    """The data directory is already open in a way that forbids this operation."""
+
+
+class RemoteError(TStreamsError, ConnectionError):
+    """The server could not be reached or answered with an unknown error."""
+
+
+class ProtocolError(TStreamsError):
+    """A message on the wire was malformed."""
+
+
+def _all_error_classes() -> dict[str, type[TStreamsError]]:
+    out: dict[str, type[TStreamsError]] = {}
+    stack: list[type[TStreamsError]] = [TStreamsError]
+    while stack:
+        cls = stack.pop()
+        out[cls.__name__] = cls
+        stack.extend(cls.__subclasses__())
+    return out
+
+
+def error_to_wire(exc: BaseException) -> tuple[str, str]:
+    """Return ``(class name, message)`` for an exception to travel in an error reply."""
+    if isinstance(exc, TStreamsError):
+        return type(exc).__name__, str(exc)
+    if isinstance(exc, (TypeError, ValueError)):
+        return "InvalidArgument", str(exc)
+    return "TStreamsError", f"{type(exc).__name__}: {exc}"
+
+
+def error_from_wire(name: str, message: str) -> TStreamsError:
+    """Rebuild the exception named in an error reply (unknown names become ``TStreamsError``)."""
+    cls = _all_error_classes().get(name, TStreamsError)
+    return cls(message)
