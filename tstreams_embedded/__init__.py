@@ -1,0 +1,52 @@
+"""tstreams-embedded: transactional, persistent, partitioned queues for exactly-once batch
+messaging, embedded in your process on LMDB.
+
+>>> import tstreams_embedded as ts
+>>> with ts.open("data/") as engine:
+...     engine.create_stream("clicks", partitions=4)
+...     engine.producer("clicks").instant([b"hello"])
+"""
+
+from __future__ import annotations
+
+from . import errors
+from .engine.backend import StreamInfo
+from .engine.consumer import Consumer, Transaction
+from .engine.engine import Engine
+from .engine.engine import open_engine as open  # noqa: A001 - the public name is ts.open
+from .engine.group import CheckpointGroup
+from .engine.producer import Producer, ProducerTransaction
+from .engine.subscriber import Subscriber
+from .ids import txn_id_at, txn_time
+from .policies import CancelIfOpened, CheckpointIfOpened, EnqueueIfOpened, ErrorIfOpened, Policy
+
+
+def connect(endpoint: str, **options):  # noqa: ANN201 - returns Engine
+    """Connect to a ``tstreams serve`` endpoint; returns an :class:`Engine` with the same API."""
+    from .net import connect as _connect
+
+    return _connect(endpoint, **options)
+
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CancelIfOpened",
+    "CheckpointGroup",
+    "CheckpointIfOpened",
+    "Consumer",
+    "Engine",
+    "EnqueueIfOpened",
+    "ErrorIfOpened",
+    "Policy",
+    "Producer",
+    "ProducerTransaction",
+    "StreamInfo",
+    "Subscriber",
+    "Transaction",
+    "connect",
+    "errors",
+    "open",
+    "txn_id_at",
+    "txn_time",
+]

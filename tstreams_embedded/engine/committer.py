@@ -1,0 +1,172 @@
+"""Group commit: many writers, one LMDB write transaction, one fsync.
+
+Each :meth:`GroupCommitter.submit` call queues a request. The first thread to find no
+commit in progress becomes the *leader*: it takes every queued request, applies each in
+its own nested LMDB transaction (so one bad request cannot spoil the others), appends each
+applied batch to the commit log under the next sequence number, commits once, and (in
+``sync`` mode, when any request asked for durability) calls fsync once. Then it wakes the
+others. A single thread therefore pays no hand-off, and N concurrent threads share commits.
+
+Guarantees:
+
+* a request is applied completely or not at all, and its log entry is written in the same
+  LMDB transaction as its effects;
+* ``submit`` returns only after the commit (and, when durable in ``sync`` mode, the fsync);
+* when the map is full the whole group is retried after growing the map: nothing is lost
+  and nothing is applied twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import lmdb
+
+from .. import errors
+from . import keys
+from . import ops as O
+from .apply import Applier
+from .store import Store
+
+_LOG_SEQ = b"log_seq"
+
+
+class _Request:
+    __slots__ = ("batch", "durable", "done", "results", "error", "seq", "replay_now", "fn")
+
+    def __init__(self, batch: Any, durable: bool, replay_now: int | None = None, fn: Callable | None = None):
+        self.batch = batch
+        self.durable = durable
+        self.replay_now = replay_now
+        self.fn = fn
+        self.done = False
+        self.results: list | None = None
+        self.error: BaseException | None = None
+        self.seq = 0
+
+
+class GroupCommitter:
+    """Serialises and batches every write of one engine (see module docstring)."""
+
+    def __init__(self, store: Store, applier: Applier, clock: Callable[[], int], sync_durable: bool) -> None:
+        self.store = store
+        self.applier = applier
+        self.clock = clock
+        self.sync_durable = sync_durable
+        self._cv = threading.Condition()
+        self._queue: list[_Request] = []
+        self._leading = False
+        self.commits = 0
+        self.fsyncs = 0
+        self.batches = 0
+        self.generation = 0  # bumped after every commit; waited on by subscribers
+        self.on_commit: Callable[[], None] | None = None
+
+    # ------------------------------------------------------------------ public
+    def submit(self, batch: Sequence[tuple], durable: bool = True) -> list[Any]:
+        """Apply ``batch`` atomically; return one result per operation or raise its error."""
+        return self._run(_Request(batch, durable))
+
+    def replay(self, now_ms: int, batch: Sequence[tuple], durable: bool = True) -> list[Any]:
+        """Apply an already-resolved batch (from another engine's log) at its original time."""
+        return self._run(_Request(batch, durable, replay_now=now_ms))
+
+    def run_maintenance(self, fn: Callable[[lmdb.Transaction], Any]) -> Any:
+        """Run ``fn(write_txn)`` in the write path; not written to the commit log."""
+        req = _Request(None, False, fn=fn)
+        return self._run(req)
+
+    # ------------------------------------------------------------------ leader/follower
+    def _run(self, req: _Request) -> Any:
+        with self._cv:
+            self._queue.append(req)
+            while not req.done:
+                if self._leading:
+                    self._cv.wait()
+                    continue
+                self._leading = True
+                group, self._queue = self._queue, []
+                self._cv.release()
+                try:
+                    self._commit_group(group)
+                finally:
+                    self._cv.acquire()
+                    self._leading = False
+                    self._cv.notify_all()
+        if req.error is not None:
+            raise req.error
+        return req.results
+
+    def _commit_group(self, group: list[_Request]) -> None:
+        try:
+            while True:
+                try:
+                    durable = self._write_group(group)
+                    break
+                except lmdb.MapFullError:
+                    self.store.grow()  # raises StorageFull at the limit
+            if durable and self.sync_durable:
+                self.store.sync()
+                self.fsyncs += 1
+        except BaseException as exc:  # noqa: BLE001 - every waiter must learn of the failure
+            err = exc if isinstance(exc, errors.TStreamsError) else errors.TStreamsError(
+                f"commit failed, nothing was written: {type(exc).__name__}: {exc}"
+            )
+            for r in group:
+                if r.error is None:
+                    r.results = None
+                    r.error = err
+        finally:
+            for r in group:
+                r.done = True
+        self.generation += 1
+        if self.on_commit is not None:
+            self.on_commit()
+
+    def _write_group(self, group: list[_Request]) -> bool:
+        """One LMDB write transaction for the whole group. Returns whether any applied request was durable."""
+        for r in group:
+            r.error = None
+            r.results = None
+        txn = self.store.begin_write()
+        try:
+            raw = txn.get(_LOG_SEQ, db=self.store.meta)
+            seq = keys.U64.unpack(raw)[0] if raw else 0
+            now = self.clock()
+            single = len(group) == 1
+            durable = False
+            for r in group:
+                child = txn if single else self.store.env.begin(write=True, parent=txn)
+                try:
+                    if r.fn is not None:
+                        r.results = r.fn(child)
+                    else:
+                        at = now if r.replay_now is None else r.replay_now
+                        results, resolved = self.applier.apply_batch(child, at, r.batch)
+                        seq += 1
+                        child.put(keys.U64.pack(seq), O.pack_batch(at, resolved), db=self.store.log)
+                        r.results, r.seq = results, seq
+                        durable = durable or r.durable
+                except lmdb.MapFullError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the request fails alone
+                    r.error = exc if isinstance(exc, errors.TStreamsError) else errors.TStreamsError(
+                        f"request failed, nothing of it was written: {type(exc).__name__}: {exc}"
+                    )
+                    if single:
+                        txn.abort()
+                        return False
+                    child.abort()
+                    continue
+                if not single:
+                    child.commit()
+            txn.put(_LOG_SEQ, keys.U64.pack(seq), db=self.store.meta)
+            txn.commit()
+        except BaseException:
+            txn.abort()
+            raise
+        self.commits += 1
+        self.batches += len(group)
+        return durable

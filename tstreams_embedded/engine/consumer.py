@@ -1,0 +1,190 @@
+"""Consumers: read checkpointed transactions in order and keep named offsets.
+
+A consumer holds, per partition, the ID of the last transaction it processed (its
+*position*). ``get_transaction`` returns the next checkpointed transaction after that
+position, skipping cancelled, invalid and TTL-expired ones, and returns ``None`` while the
+next transaction is still open: a consumer never reads past an open transaction, so no
+transaction can appear behind it later. ``checkpoint()`` stores every partition's position
+under the consumer's name in one atomic write; a consumer created with the same name resumes
+there (unless ``use_last_offset=False``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import errors, serde
+from ..ids import txn_id_at, txn_time
+from . import ops as O
+from .apply import check_name
+from .backend import TxnData
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+Start = str | int | _dt.datetime
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """A checkpointed transaction as a consumer sees it."""
+
+    stream: str
+    partition: int
+    id: int
+    items: list[Any]
+
+    @property
+    def timestamp(self) -> _dt.datetime:
+        """When the transaction was opened (UTC)."""
+        return txn_time(self.id)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class Consumer:
+    """Reads one stream under a name. Not thread-safe: use one consumer per thread."""
+
+    def __init__(self, engine: Engine, stream: str, name: str, start: Start = "oldest",
+                 partitions: Iterable[int] | None = None, use_last_offset: bool = True,
+                 serializer: Any = None, prefetch: int = 256) -> None:
+        self.engine = engine
+        backend = engine.backend
+        info = backend.get_stream(stream)
+        self.stream = info.name
+        self.name = check_name(name, "consumer name")
+        self._loads = serde.resolve(serializer)[1]
+        self._raw = self._loads is serde.RAW[1]
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise errors.InvalidArgument(f"prefetch must be a positive integer, got {prefetch!r}")
+        self.prefetch = prefetch
+        if partitions is None:
+            self.partitions = list(range(info.partitions))
+        else:
+            self.partitions = sorted(set(partitions))
+            for p in self.partitions:
+                if isinstance(p, bool) or not isinstance(p, int):
+                    raise errors.InvalidArgument(f"partition must be an integer, got {p!r}")
+                if not 0 <= p < info.partitions:
+                    raise errors.PartitionOutOfRange(
+                        f"partition {p} is out of range for stream {stream!r} with {info.partitions} partitions"
+                    )
+            if not self.partitions:
+                raise errors.InvalidArgument("partitions must not be empty")
+        stored = backend.get_offsets(stream, name) if use_last_offset else {}
+        self._position: dict[int, int] = {}
+        for p in self.partitions:
+            self._position[p] = stored[p] if p in stored else self._start_position(p, start)
+        self._scanned = dict(self._position)
+        self._buffers: dict[int, deque[TxnData]] = {p: deque() for p in self.partitions}
+        self._next = 0
+        self.committed: dict[int, int] = dict(self._position)
+
+    def __repr__(self) -> str:
+        return f"Consumer(stream={self.stream!r}, name={self.name!r})"
+
+    def _start_position(self, partition: int, start: Start) -> int:
+        if start == "oldest":
+            return 0
+        if start == "newest":
+            return self.engine.backend.last_txn_id(self.stream, partition)
+        if isinstance(start, _dt.datetime):
+            return max(txn_id_at(start) - 1, 0)
+        if isinstance(start, int) and not isinstance(start, bool) and start >= 0:
+            return max(start - 1, 0)
+        raise errors.InvalidArgument(
+            f"start must be 'oldest', 'newest', a datetime or a transaction id, got {start!r}"
+        )
+
+    def _check_partition(self, partition: Any) -> int:
+        if partition not in self._position:
+            if isinstance(partition, bool) or not isinstance(partition, int):
+                raise errors.InvalidArgument(f"partition must be an integer, got {type(partition).__name__}")
+            raise errors.PartitionOutOfRange(
+                f"partition {partition} is not read by this consumer (partitions {self.partitions})"
+            )
+        return partition
+
+    def _wrap(self, t: TxnData) -> Transaction:
+        items = t.items if self._raw else [self._loads(i) for i in t.items]
+        return Transaction(t.stream, t.partition, t.id, items)
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def offsets(self) -> dict[int, int]:
+        """Current positions: partition -> ID of the last transaction processed (0 = none)."""
+        return dict(self._position)
+
+    def get_transaction(self, partition: int | None = None) -> Transaction | None:
+        """The next checkpointed transaction of ``partition`` (of any partition, fairly, when
+        None), or None if there is none yet or the next one is still open."""
+        self.engine._check()
+        if partition is None:
+            n = len(self.partitions)
+            for i in range(n):
+                p = self.partitions[(self._next + i) % n]
+                t = self._take(p)
+                if t is not None:
+                    self._next = (self._next + i + 1) % n
+                    return t
+            return None
+        return self._take(self._check_partition(partition))
+
+    def _take(self, p: int) -> Transaction | None:
+        buf = self._buffers[p]
+        if not buf:
+            f = self.engine.backend.fetch(self.stream, p, self._position[p], self.prefetch)
+            buf.extend(f.txns)
+            self._scanned[p] = f.position
+            if not buf:
+                self._position[p] = max(self._position[p], f.position)
+                return None
+        t = buf.popleft()
+        self._position[p] = t.id if buf else max(t.id, self._scanned[p])
+        return self._wrap(t)
+
+    def get_transaction_by_id(self, partition: int, txn_id: int) -> Transaction | None:
+        """A checkpointed transaction by ID (does not move the position)."""
+        t = self.engine.backend.get_transaction(self.stream, self._check_partition(partition), txn_id)
+        return self._wrap(t) if t is not None else None
+
+    def get_transactions_from_to(self, partition: int, from_id: int, to_id: int) -> list[Transaction]:
+        """Checkpointed transactions with ``from_id <= id <= to_id``, stopping before the first
+        open one (does not move the position)."""
+        ts = self.engine.backend.transactions_range(self.stream, self._check_partition(partition), from_id, to_id)
+        return [self._wrap(t) for t in ts]
+
+    def get_last_transaction(self, partition: int) -> Transaction | None:
+        """The checkpointed transaction with the highest ID (does not move the position)."""
+        t = self.engine.backend.last_transaction(self.stream, self._check_partition(partition))
+        return self._wrap(t) if t is not None else None
+
+    def set_offset(self, partition: int, txn_id: int) -> None:
+        """Move the position: the next transaction read will have an ID > ``txn_id``."""
+        p = self._check_partition(partition)
+        if isinstance(txn_id, bool) or not isinstance(txn_id, int) or txn_id < 0:
+            raise errors.InvalidArgument(f"offset must be a non-negative integer, got {txn_id!r}")
+        self._position[p] = txn_id
+        self._scanned[p] = txn_id
+        self._buffers[p].clear()
+
+    # ------------------------------------------------------------------ offsets
+    def checkpoint(self) -> None:
+        """Store every partition's position atomically and durably under this consumer's name."""
+        self.engine._check()
+        ops, done = self._group_prepare()
+        self.engine.backend.submit(ops, durable=True)
+        done()
+
+    def _group_prepare(self) -> tuple[list[tuple], Callable[[], None]]:
+        positions = dict(self._position)
+
+        def done() -> None:
+            self.committed = positions
+
+        return [(O.SET_OFFSETS, self.stream, self.name, positions)], done

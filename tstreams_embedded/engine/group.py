@@ -1,0 +1,72 @@
+"""CheckpointGroup: commit several producers' transactions and consumers' offsets at once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from .. import errors
+
+
+class _Agent(Protocol):
+    engine: Any
+
+    def _group_prepare(self) -> tuple[list[tuple], Callable[[], None]]: ...
+
+
+class CheckpointGroup:
+    """A set of producers and consumers that checkpoint together.
+
+    :meth:`checkpoint` turns every open transaction of every producer into a checkpoint and
+    every consumer's positions into stored offsets, and applies all of them in **one** atomic
+    write (one LMDB write transaction, one commit-log entry). Either all of it happens or none
+    of it does: if any transaction expired, :class:`TransactionExpired` is raised and nothing
+    is stored. This is what makes read-process-write exactly-once.
+    """
+
+    def __init__(self, *agents: Any) -> None:
+        self._agents: list[Any] = []
+        for a in agents:
+            self.add(a)
+
+    def add(self, agent: Any) -> CheckpointGroup:
+        if not hasattr(agent, "_group_prepare"):
+            raise errors.InvalidArgument(f"only producers and consumers can join a CheckpointGroup, got {agent!r}")
+        if self._agents and agent.engine.backend is not self._agents[0].engine.backend:
+            raise errors.InvalidArgument("every member of a CheckpointGroup must use the same engine")
+        if agent not in self._agents:
+            self._agents.append(agent)
+        return self
+
+    def remove(self, agent: Any) -> None:
+        if agent in self._agents:
+            self._agents.remove(agent)
+
+    def exists(self, agent: Any) -> bool:
+        return agent in self._agents
+
+    def clear(self) -> None:
+        self._agents.clear()
+
+    def checkpoint(self) -> None:
+        """One atomic, durable write of all members' transactions and offsets."""
+        if not self._agents:
+            return
+        engine = self._agents[0].engine
+        engine._check()
+        ops: list[tuple] = []
+        finishers: list[Callable[[], None]] = []
+        for agent in self._agents:
+            agent_ops, done = agent._group_prepare()
+            ops.extend(agent_ops)
+            finishers.append(done)
+        if ops:
+            engine.backend.submit(ops, durable=True)
+        for done in finishers:
+            done()
+
+    def cancel(self) -> None:
+        """Cancel the open transactions of every producer in the group."""
+        for agent in self._agents:
+            if hasattr(agent, "cancel") and hasattr(agent, "open_transactions"):
+                agent.cancel()

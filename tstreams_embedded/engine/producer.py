@@ -1,0 +1,270 @@
+"""Producers and their transactions.
+
+A :class:`ProducerTransaction` is opened on one partition, receives items, and ends with
+``checkpoint()`` (all items become visible at once, in order) or ``cancel()`` (nothing ever
+becomes visible). Items are buffered and flushed to storage in chunks of ``batch_size``
+items, so a transaction may be larger than memory; the final chunk travels with the
+checkpoint, so a transaction of up to ``batch_size`` items costs one open and one commit.
+
+While a transaction is open, the engine's keep-alive refreshes its deadline every
+``keepalive_interval``; if the producer's process dies, it expires after ``txn_ttl``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from .. import errors, serde
+from ..policies import Policy
+from . import ops as O
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+OPEN, CHECKPOINTED, CANCELLED, FAILED = "open", "checkpointed", "cancelled", "failed"
+FLUSH_BYTES = 1 << 20
+
+
+class ProducerTransaction:
+    """An open transaction of a :class:`Producer`. Not shared between threads."""
+
+    def __init__(self, producer: Producer, partition: int, txn_id: int) -> None:
+        self.producer = producer
+        self.partition = partition
+        self.id = txn_id
+        self.state = OPEN
+        self._buffer: list[bytes] = []
+        self._buffered_bytes = 0
+        self.count = 0
+
+    def __repr__(self) -> str:
+        return f"ProducerTransaction(stream={self.producer.stream!r}, partition={self.partition}, id={self.id}, " \
+               f"state={self.state})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state == OPEN
+
+    def _check_open(self) -> None:
+        if self.state != OPEN:
+            raise errors.TransactionFinished(f"transaction {self.id} is {self.state}; open a new one")
+        self.producer.engine._check()
+
+    def send(self, item: Any) -> None:
+        """Add one item (serialized with the producer's serializer)."""
+        self._check_open()
+        data = self.producer._dumps(item)
+        size = len(data)
+        if size > self.producer.max_item_size:
+            raise errors.ItemTooLarge(f"item of {size} bytes exceeds max_item_size={self.producer.max_item_size}")
+        if len(self._buffer) >= self.producer.batch_size or self._buffered_bytes + size > FLUSH_BYTES:
+            self.flush()
+        self._buffer.append(data)
+        self._buffered_bytes += size
+        self.count += 1
+
+    def send_many(self, items: Iterable[Any]) -> None:
+        """Add several items, in order. All are validated before any is buffered."""
+        self._check_open()
+        dumps, limit = self.producer._dumps, self.producer.max_item_size
+        batch = [dumps(i) for i in items]
+        for data in batch:
+            if len(data) > limit:
+                raise errors.ItemTooLarge(f"item of {len(data)} bytes exceeds max_item_size={limit}")
+        for data in batch:
+            if len(self._buffer) >= self.producer.batch_size or self._buffered_bytes + len(data) > FLUSH_BYTES:
+                self.flush()
+            self._buffer.append(data)
+            self._buffered_bytes += len(data)
+        self.count += len(batch)
+
+    def flush(self) -> None:
+        """Write buffered items to storage (still invisible until checkpoint)."""
+        self._check_open()
+        if not self._buffer:
+            return
+        chunk = O.pack_items(self._buffer)
+        self._run([(O.DATA, self.producer.stream, self.partition, self.id, chunk)], durable=False)
+        self._buffer.clear()
+        self._buffered_bytes = 0
+
+    def _final_op(self) -> tuple:
+        chunk = O.pack_items(self._buffer) if self._buffer else None
+        return (O.CHECKPOINT, self.producer.stream, self.partition, self.id, chunk)
+
+    def checkpoint(self) -> None:
+        """Make every item visible atomically (durably in ``sync`` mode). Checkpointing an
+        empty transaction cancels it. Raises :class:`TransactionExpired` if it expired."""
+        self._check_open()
+        self._run([self._final_op()], durable=True)
+        self._finished(CHECKPOINTED)
+
+    def cancel(self) -> None:
+        """Discard the transaction; none of its items will ever be visible."""
+        self._check_open()
+        self._run([(O.CANCEL_IF_OPEN, self.producer.stream, self.partition, self.id)], durable=False)
+        self._finished(CANCELLED)
+
+    def _run(self, batch: list[tuple], durable: bool) -> list:
+        try:
+            return self.producer.engine.backend.submit(batch, durable=durable)
+        except (errors.TransactionExpired, errors.TransactionFinished, errors.TransactionNotFound,
+                errors.StreamNotFound):
+            self._finished(FAILED)
+            raise
+
+    def _finished(self, state: str) -> None:
+        self.state = state
+        self._buffer = []
+        self._buffered_bytes = 0
+        self.producer._forget(self)
+
+    def __enter__(self) -> ProducerTransaction:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.state != OPEN:
+            return
+        if exc_type is None:
+            self.checkpoint()
+        else:
+            try:
+                self.cancel()
+            except errors.TStreamsError:
+                pass  # the original exception matters more
+
+
+class Producer:
+    """Writes transactions to one stream. Thread-safe for opening transactions; each
+    transaction object belongs to the thread that uses it."""
+
+    def __init__(self, engine: Engine, stream: str, partition: int | None = None, serializer: Any = None,
+                 txn_ttl: float | None = None, batch_size: int = 100) -> None:
+        self.engine = engine
+        info = engine.backend.get_stream(stream)
+        self.stream = info.name
+        self.partitions = info.partitions
+        if partition is not None:
+            self._check_partition(partition)
+        self.default_partition = partition
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise errors.InvalidArgument(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.batch_size = batch_size
+        self.txn_ttl_ms = engine._ttl_ms(txn_ttl)
+        self._dumps, _ = serde.resolve(serializer)
+        self.max_item_size = engine.backend.max_item_size
+        self._rr = itertools.cycle(range(info.partitions))
+        self._lock = threading.Lock()
+        self._open: dict[int, list[ProducerTransaction]] = {}
+
+    def __repr__(self) -> str:
+        return f"Producer(stream={self.stream!r})"
+
+    def _check_partition(self, partition: Any) -> int:
+        if isinstance(partition, bool) or not isinstance(partition, int):
+            raise errors.InvalidArgument(f"partition must be an integer, got {type(partition).__name__}")
+        if not 0 <= partition < self.partitions:
+            raise errors.PartitionOutOfRange(
+                f"partition {partition} is out of range for stream {self.stream!r} with {self.partitions} partitions"
+            )
+        return partition
+
+    def _choose(self, partition: int | None) -> int:
+        if partition is None:
+            partition = self.default_partition
+        if partition is None:
+            with self._lock:
+                return next(self._rr)
+        return self._check_partition(partition)
+
+    def new_transaction(self, partition: int | None = None, policy: Policy = Policy.EnqueueIfOpened
+                        ) -> ProducerTransaction:
+        """Open a transaction on ``partition`` (round-robin when None), applying ``policy``
+        to this producer's transactions already open there, in the same atomic write."""
+        self.engine._check()
+        if not isinstance(policy, Policy):
+            raise errors.InvalidArgument(f"policy must be a tstreams_embedded.Policy, got {policy!r}")
+        p = self._choose(partition)
+        with self._lock:
+            previous = list(self._open.get(p, ()))
+        before: list[tuple] = []
+        if previous and policy is Policy.ErrorIfOpened:
+            raise errors.TransactionAlreadyOpened(
+                f"producer on {self.stream!r} already has transaction {previous[0].id} open on partition {p}"
+            )
+        if previous and policy is Policy.CheckpointIfOpened:
+            before = [t._final_op() for t in previous]
+        elif previous and policy is Policy.CancelIfOpened:
+            before = [(O.CANCEL_IF_OPEN, self.stream, p, t.id) for t in previous]
+        results = self.engine.backend.submit(
+            before + [(O.OPEN, self.stream, p, self.txn_ttl_ms, None, None)],
+            durable=policy is Policy.CheckpointIfOpened and bool(before),
+        )
+        for t in previous if before else ():
+            t._finished(CHECKPOINTED if policy is Policy.CheckpointIfOpened else CANCELLED)
+        txn = ProducerTransaction(self, p, results[-1])
+        with self._lock:
+            self._open.setdefault(p, []).append(txn)
+        self.engine._keepalive.track(self)
+        return txn
+
+    @contextmanager
+    def transaction(self, partition: int | None = None, policy: Policy = Policy.EnqueueIfOpened
+                    ) -> Iterator[ProducerTransaction]:
+        """``with producer.transaction() as txn:`` checkpoints on exit, cancels on exception."""
+        txn = self.new_transaction(partition, policy)
+        with txn:
+            yield txn
+
+    def instant(self, items: Iterable[Any], partition: int | None = None) -> int:
+        """Open, fill and checkpoint a transaction in one atomic, durable step; return its ID."""
+        self.engine._check()
+        dumps, limit = self._dumps, self.max_item_size
+        data = [dumps(i) for i in items]
+        if not data:
+            raise errors.InvalidArgument("an instant transaction needs at least one item")
+        for d in data:
+            if len(d) > limit:
+                raise errors.ItemTooLarge(f"item of {len(d)} bytes exceeds max_item_size={limit}")
+        p = self._choose(partition)
+        return self.engine.backend.submit([(O.INSTANT, self.stream, p, O.pack_items(data), None)], durable=True)[0]
+
+    def open_transactions(self) -> list[ProducerTransaction]:
+        """This producer's transactions that are still open, oldest first."""
+        with self._lock:
+            return sorted((t for ts in self._open.values() for t in ts), key=lambda t: t.id)
+
+    def checkpoint(self) -> None:
+        """Checkpoint every open transaction of this producer (one by one; use a
+        :class:`CheckpointGroup` for one atomic write)."""
+        for t in self.open_transactions():
+            t.checkpoint()
+
+    def cancel(self) -> None:
+        """Cancel every open transaction of this producer."""
+        for t in self.open_transactions():
+            t.cancel()
+
+    def _forget(self, txn: ProducerTransaction) -> None:
+        with self._lock:
+            lst = self._open.get(txn.partition)
+            if lst and txn in lst:
+                lst.remove(txn)
+                if not lst:
+                    del self._open[txn.partition]
+
+    # -- CheckpointGroup hooks -----------------------------------------------------
+    def _group_prepare(self) -> tuple[list[tuple], Callable[[], None]]:
+        txns = self.open_transactions()
+        for t in txns:
+            t._check_open()
+
+        def done() -> None:
+            for t in txns:
+                t._finished(CHECKPOINTED)
+
+        return [t._final_op() for t in txns], done

@@ -1,0 +1,145 @@
+"""Read-side queries over one LMDB snapshot.
+
+The rule every reader follows: transactions of a partition are visited in ID order; a
+checkpointed one is returned unless its stream's TTL has passed; cancelled and invalid ones
+are passed over; an open one *stops* the scan (order is never broken). An open transaction
+whose deadline has passed is reported in ``expired`` so that the caller can invalidate it
+through the write path and scan again; readers never decide expiry on their own, which makes
+"checkpointed just in time" and "expired" mutually exclusive.
+"""
+
+from __future__ import annotations
+
+import lmdb
+import msgpack
+
+from ..ids import ID_MULTIPLIER
+from . import keys
+from . import ops as O
+from .apply import check_partition, lookup_stream
+from .backend import StreamInfo, TxnData
+from .store import Store
+
+
+def ttl_floor(info: StreamInfo, now: int) -> int:
+    """Transactions with an ID below this are past the stream's TTL and never returned."""
+    return (now - info.ttl * 1000) * ID_MULTIPLIER
+
+
+def load_items(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: int, txn_id: int,
+               chunks: int) -> list[bytes]:
+    if chunks == 1:
+        raw = txn.get(keys.chunk_key(info.id, partition, txn_id, 0), db=store.data)
+        return msgpack.unpackb(raw) if raw is not None else []
+    items: list[bytes] = []
+    for c in range(chunks):
+        raw = txn.get(keys.chunk_key(info.id, partition, txn_id, c), db=store.data)
+        if raw is not None:
+            items.extend(msgpack.unpackb(raw))
+    return items
+
+
+class Scan:
+    """Result of :func:`scan`: returned txns, the position passed, whether it stopped at an
+    open transaction, and the ID of an expired open transaction that needs invalidating."""
+
+    __slots__ = ("txns", "position", "blocked", "expired")
+
+    def __init__(self) -> None:
+        self.txns: list[TxnData] = []
+        self.position = 0
+        self.blocked = False
+        self.expired: int | None = None
+
+
+def scan(txn: lmdb.Transaction, store: Store, stream: str, partition: int, after: int, upto: int,
+         max_txns: int, now: int) -> Scan:
+    """Visit transactions ``after < id <= upto`` of a partition (see module docstring)."""
+    info = lookup_stream(txn, store, stream)
+    check_partition(info, partition)
+    out = Scan()
+    out.position = after
+    floor = ttl_floor(info, now)
+    prefix = keys.part_key(info.id, partition)
+    cur = txn.cursor(db=store.txns)
+    if after >= 2**63 - 1 or not cur.set_range(keys.txn_key(info.id, partition, after + 1)):
+        return out
+    unpack_state = keys.STATE.unpack
+    for k, v in cur.iternext():
+        if k[: keys.PART_LEN] != prefix:
+            break
+        tid = keys.txn_id_of(k)
+        if tid > upto:
+            break
+        state, deadline, chunks, _ = unpack_state(v)
+        if state == O.CHECKPOINTED:
+            out.position = tid
+            if tid >= floor:
+                out.txns.append(TxnData(stream, partition, tid, load_items(txn, store, info, partition, tid, chunks)))
+                if len(out.txns) >= max_txns:
+                    break
+        elif state == O.OPENED:
+            if deadline <= now:
+                out.expired = tid
+            out.blocked = True
+            break
+        else:
+            out.position = tid
+    return out
+
+
+def get_one(txn: lmdb.Transaction, store: Store, stream: str, partition: int, txn_id: int,
+            now: int) -> TxnData | None:
+    info = lookup_stream(txn, store, stream)
+    check_partition(info, partition)
+    raw = txn.get(keys.txn_key(info.id, partition, txn_id), db=store.txns)
+    if raw is None:
+        return None
+    state, _, chunks, _ = keys.STATE.unpack(raw)
+    if state != O.CHECKPOINTED or txn_id < ttl_floor(info, now):
+        return None
+    return TxnData(stream, partition, txn_id, load_items(txn, store, info, partition, txn_id, chunks))
+
+
+def last_checkpointed(txn: lmdb.Transaction, store: Store, stream: str, partition: int,
+                      now: int) -> TxnData | None:
+    info = lookup_stream(txn, store, stream)
+    check_partition(info, partition)
+    prefix = keys.part_key(info.id, partition)
+    floor = ttl_floor(info, now)
+    cur = txn.cursor(db=store.txns)
+    if cur.set_range(keys.part_key(info.id, partition + 1)):
+        if not cur.prev():
+            return None
+    elif not cur.last():
+        return None
+    for k, v in cur.iterprev():
+        if k[: keys.PART_LEN] != prefix:
+            return None
+        tid = keys.txn_id_of(k)
+        if tid < floor:
+            return None
+        state, _, chunks, _ = keys.STATE.unpack(v)
+        if state == O.CHECKPOINTED:
+            return TxnData(stream, partition, tid, load_items(txn, store, info, partition, tid, chunks))
+    return None
+
+
+def last_allocated(txn: lmdb.Transaction, store: Store, stream: str, partition: int) -> int:
+    info = lookup_stream(txn, store, stream)
+    check_partition(info, partition)
+    raw = txn.get(keys.part_key(info.id, partition), db=store.parts)
+    return keys.U64.unpack(raw)[0] if raw else 0
+
+
+def offsets_of(txn: lmdb.Transaction, store: Store, stream: str, consumer: str) -> dict[int, int]:
+    info = lookup_stream(txn, store, stream)
+    prefix = keys.offsets_prefix(info.id, consumer)
+    out: dict[int, int] = {}
+    cur = txn.cursor(db=store.offsets)
+    if cur.set_range(prefix):
+        for k, v in cur.iternext():
+            if not k.startswith(prefix) or len(k) != len(prefix) + 4:
+                break
+            out[keys.partition_of_offset_key(k)] = keys.U64.unpack(v)[0]
+    return out

@@ -1,0 +1,161 @@
+"""The LMDB environment: named databases, read transactions, and map growth.
+
+One environment holds every stream. :class:`Store` owns it and guarantees:
+
+* read transactions never overlap a map resize in this process (``set_mapsize`` requires
+  that), through a small readers/resizer gate;
+* when the map is full the caller can :meth:`grow` it (doubling, up to ``max_map_size``);
+  when another process grew it, the next transaction adopts the new size.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import lmdb
+
+from ..errors import StorageFull
+
+DB_NAMES = ("meta", "streams", "parts", "txns", "data", "offsets", "markers", "log")
+
+DEFAULT_MAP_SIZE = 1 << 30  # 1 GiB to start; the file is sparse and grows with use
+DEFAULT_MAX_MAP_SIZE = 1 << 40  # 1 TiB of address space
+
+
+class _ResizeGate:
+    """Many readers or one resizer."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._readers = 0
+        self._resizing = False
+
+    def enter_read(self) -> None:
+        with self._cv:
+            while self._resizing:
+                self._cv.wait()
+            self._readers += 1
+
+    def exit_read(self) -> None:
+        with self._cv:
+            self._readers -= 1
+            if self._readers == 0:
+                self._cv.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cv:
+            while self._resizing:
+                self._cv.wait()
+            self._resizing = True
+            while self._readers:
+                self._cv.wait()
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._resizing = False
+                self._cv.notify_all()
+
+
+class Store:
+    """An open LMDB environment with the engine's named databases.
+
+    ``durability`` selects the LMDB flags:
+
+    * ``"strict"``: LMDB's own commit protocol (data pages synced, then the meta page synced);
+    * ``"sync"`` and ``"async"``: the environment is opened ``NOSYNC`` and the committer calls
+      :meth:`sync` itself (after every durable group in ``sync`` mode, periodically in ``async``).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        durability: str,
+        map_size: int = DEFAULT_MAP_SIZE,
+        max_map_size: int = DEFAULT_MAX_MAP_SIZE,
+        readonly: bool = False,
+    ) -> None:
+        os.makedirs(path, exist_ok=True)
+        self.path = path
+        self.max_map_size = max(max_map_size, map_size)
+        strict = durability == "strict"
+        self.env = lmdb.open(
+            path,
+            map_size=map_size,
+            max_dbs=len(DB_NAMES) + 2,
+            max_readers=1024,
+            sync=strict,
+            metasync=strict,
+            lock=True,
+            readonly=readonly,
+        )
+        self._gate = _ResizeGate()
+        with self.env.begin(write=not readonly) as txn:
+            self.dbs = {name: self.env.open_db(name.encode(), txn=txn, create=not readonly) for name in DB_NAMES}
+        self.meta = self.dbs["meta"]
+        self.streams = self.dbs["streams"]
+        self.parts = self.dbs["parts"]
+        self.txns = self.dbs["txns"]
+        self.data = self.dbs["data"]
+        self.offsets = self.dbs["offsets"]
+        self.markers = self.dbs["markers"]
+        self.log = self.dbs["log"]
+
+    @contextmanager
+    def read(self) -> Iterator[lmdb.Transaction]:
+        """A read-only snapshot. Never overlaps a map resize in this process."""
+        self._gate.enter_read()
+        try:
+            try:
+                txn = self.env.begin(buffers=False)
+            except lmdb.MapResizedError:
+                self._gate.exit_read()
+                self.adopt_map_size()
+                self._gate.enter_read()
+                txn = self.env.begin(buffers=False)
+            try:
+                yield txn
+            finally:
+                txn.abort()
+        finally:
+            self._gate.exit_read()
+
+    def begin_write(self) -> lmdb.Transaction:
+        """Begin the (single) write transaction of this process; the caller commits or aborts."""
+        try:
+            return self.env.begin(write=True)
+        except lmdb.MapResizedError:
+            self.adopt_map_size()
+            return self.env.begin(write=True)
+
+    def adopt_map_size(self) -> None:
+        """Take over a map size that another process set."""
+        with self._gate.exclusive():
+            self.env.set_mapsize(0)
+
+    def grow(self) -> None:
+        """Double the map size. Raises :class:`StorageFull` at ``max_map_size``."""
+        current = self.env.info()["map_size"]
+        if current >= self.max_map_size:
+            raise StorageFull(
+                f"LMDB map is full at {current} bytes and max_map_size={self.max_map_size} forbids growing; "
+                "nothing was written"
+            )
+        new = min(current * 2, self.max_map_size)
+        with self._gate.exclusive():
+            try:
+                self.env.set_mapsize(new)
+            except lmdb.Error as exc:
+                raise StorageFull(f"could not grow the LMDB map to {new} bytes: {exc}") from exc
+
+    def sync(self) -> None:
+        """Flush every committed page to disk (fdatasync)."""
+        self.env.sync(True)
+
+    def close(self) -> None:
+        with self._gate.exclusive():
+            self.env.close()
