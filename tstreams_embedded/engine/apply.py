@@ -79,11 +79,14 @@ def chunk_count(chunk: Any, max_item_size: int) -> int:
         raise errors.InvalidArgument(f"items chunk is not a msgpack array: {exc}") from None
     if not isinstance(items, list):
         raise errors.InvalidArgument("items chunk must be a msgpack array of binary items")
-    for item in items:
-        if not isinstance(item, bytes):
-            raise errors.InvalidArgument(f"items must be bytes, got {type(item).__name__}")
-        if len(item) > max_item_size:
-            raise errors.ItemTooLarge(f"item of {len(item)} bytes exceeds max_item_size={max_item_size}")
+    if items:
+        kinds = set(map(type, items))
+        if kinds != {bytes}:
+            bad = next(k for k in kinds if k is not bytes)
+            raise errors.InvalidArgument(f"items must be bytes, got {bad.__name__}")
+        biggest = max(map(len, items))
+        if biggest > max_item_size:
+            raise errors.ItemTooLarge(f"item of {biggest} bytes exceeds max_item_size={max_item_size}")
     return len(items)
 
 

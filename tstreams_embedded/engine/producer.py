@@ -70,11 +70,7 @@ class ProducerTransaction:
     def send_many(self, items: Iterable[Any]) -> None:
         """Add several items, in order. All are validated before any is buffered."""
         self._check_open()
-        dumps, limit = self.producer._dumps, self.producer.max_item_size
-        batch = [dumps(i) for i in items]
-        for data in batch:
-            if len(data) > limit:
-                raise errors.ItemTooLarge(f"item of {len(data)} bytes exceeds max_item_size={limit}")
+        batch = self.producer._serialize(items)
         for data in batch:
             if len(self._buffer) >= self.producer.batch_size or self._buffered_bytes + len(data) > FLUSH_BYTES:
                 self.flush()
@@ -164,6 +160,22 @@ class Producer:
     def __repr__(self) -> str:
         return f"Producer(stream={self.stream!r})"
 
+    def _serialize(self, items: Iterable[Any]) -> list[bytes]:
+        """Serialize and validate a batch of items (fast path for raw bytes)."""
+        if isinstance(items, (bytes, str)):
+            raise errors.InvalidArgument("items must be an iterable of items, not a single bytes/str value")
+        if self._dumps is serde.RAW[0]:
+            data = list(items)
+            if data and set(map(type, data)) != {bytes}:
+                data = [self._dumps(i) for i in data]
+        else:
+            data = [self._dumps(i) for i in items]
+        if data:
+            biggest = max(map(len, data))
+            if biggest > self.max_item_size:
+                raise errors.ItemTooLarge(f"item of {biggest} bytes exceeds max_item_size={self.max_item_size}")
+        return data
+
     def _check_partition(self, partition: Any) -> int:
         if isinstance(partition, bool) or not isinstance(partition, int):
             raise errors.InvalidArgument(f"partition must be an integer, got {type(partition).__name__}")
@@ -223,13 +235,9 @@ class Producer:
     def instant(self, items: Iterable[Any], partition: int | None = None) -> int:
         """Open, fill and checkpoint a transaction in one atomic, durable step; return its ID."""
         self.engine._check()
-        dumps, limit = self._dumps, self.max_item_size
-        data = [dumps(i) for i in items]
+        data = self._serialize(items)
         if not data:
             raise errors.InvalidArgument("an instant transaction needs at least one item")
-        for d in data:
-            if len(d) > limit:
-                raise errors.ItemTooLarge(f"item of {len(d)} bytes exceeds max_item_size={limit}")
         p = self._choose(partition)
         return self.engine.backend.submit([(O.INSTANT, self.stream, p, O.pack_items(data), None)], durable=True)[0]
 

@@ -31,6 +31,7 @@ class PartitionScan:
     txns: list[tuple[int, int]]
     position: int
     blocked: bool
+    truncated: bool = False  # stopped because of ``max_rows``: more may follow
 
 
 def select_partitions(info: Any, wanted: tuple[int, ...] | None) -> list[int]:
@@ -101,7 +102,7 @@ def scan_partition(backend: Any, stream: str, partition: int, after: int, upto: 
                 return PartitionScan(txns, max(pos, upto), False)
             n = len(txn.items)
             if max_rows is not None and txns and rows + n > max_rows:
-                return PartitionScan(txns, pos, False)
+                return PartitionScan(txns, pos, False, True)
             txns.append((txn.id, n))
             pos = txn.id
             rows += n
@@ -113,7 +114,7 @@ def scan_partition(backend: Any, stream: str, partition: int, after: int, upto: 
                 return PartitionScan(txns, max(pos, upto), False)
             return PartitionScan(txns, end, bool(fetched.blocked))
         if max_rows is not None and rows >= max_rows:
-            return PartitionScan(txns, pos, False)
+            return PartitionScan(txns, pos, False, True)
 
 
 def split_chunks(txns: list[tuple[int, int]], after: int, end: int, rows_per_split: int) -> list[tuple[int, int, int]]:
