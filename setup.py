@@ -36,5 +36,5 @@ setup(
         "dev": DEV,
         "all": SPARK + CLUSTER + DEV,
     },
-    entry_points={"console_scripts": ["tstreams=tstreams_embedded.cli:main"]},
+    entry_points={"console_scripts": ["tstreams=tstreams_embedded.cli:run"]},
 )

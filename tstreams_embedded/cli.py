@@ -1,0 +1,107 @@
+"""The ``tstreams`` command line: stream administration, the examples, the server, benchmarks."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import click
+
+import tstreams_embedded as ts
+
+from . import errors
+
+
+@click.group()
+@click.version_option(ts.__version__, prog_name="tstreams")
+def main() -> None:
+    """tstreams-embedded: transactional, partitioned, exactly-once queues on LMDB."""
+
+
+def _open(data: str) -> ts.Engine:
+    return ts.open(data, compaction_interval=None)
+
+
+@main.group()
+def streams() -> None:
+    """Create, list, inspect and delete streams in a data directory."""
+
+
+@streams.command("create")
+@click.option("--data", required=True, type=click.Path(file_okay=False), help="data directory")
+@click.argument("name")
+@click.option("--partitions", default=1, show_default=True, type=int)
+@click.option("--ttl", default=86400, show_default=True, type=int, help="seconds")
+@click.option("--description", default="")
+def streams_create(data: str, name: str, partitions: int, ttl: int, description: str) -> None:
+    """Create stream NAME."""
+    with _open(data) as engine:
+        info = engine.create_stream(name, partitions=partitions, ttl=ttl, description=description)
+    click.echo(json.dumps(info.__dict__))
+
+
+@streams.command("list")
+@click.option("--data", required=True, type=click.Path(file_okay=False, exists=True))
+@click.option("--prefix", default="")
+@click.option("--limit", default=None, type=int)
+def streams_list(data: str, prefix: str, limit: int | None) -> None:
+    """List streams (JSON lines)."""
+    with _open(data) as engine:
+        for info in engine.list_streams(prefix, limit):
+            click.echo(json.dumps(info.__dict__))
+
+
+@streams.command("delete")
+@click.option("--data", required=True, type=click.Path(file_okay=False, exists=True))
+@click.argument("name")
+def streams_delete(data: str, name: str) -> None:
+    """Delete stream NAME and all its data."""
+    with _open(data) as engine:
+        engine.delete_stream(name)
+
+
+@main.command()
+@click.option("--data", required=True, type=click.Path(file_okay=False, exists=True))
+def stats(data: str) -> None:
+    """Print engine statistics as JSON."""
+    with _open(data) as engine:
+        click.echo(json.dumps(engine.stats(), indent=2))
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def quickstart(ctx: click.Context) -> None:
+    """Run the embedded exactly-once example (SIGKILLs a worker, proves no loss/duplicates)."""
+    from . import quickstart as qs
+
+    sys.exit(qs.main(list(ctx.args)))
+
+
+def _attach(module: str, names: list[str]) -> None:
+    """Attach click commands that live in optional parts of the package."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return
+    for name in names:
+        cmd = getattr(mod, name, None)
+        if isinstance(cmd, click.Command):
+            main.add_command(cmd)
+
+
+_attach("tstreams_embedded.net.cli", ["serve", "keys"])
+_attach("tstreams_embedded.demo.cli", ["demo"])
+_attach("benchmarks.cli", ["bench"])
+
+
+def run() -> None:
+    try:
+        main()
+    except errors.TStreamsError as exc:
+        click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    run()
