@@ -1,0 +1,6 @@
+"""``python -m benchmarks``: the peer scoreboard (see :mod:`benchmarks.cli`)."""
+
+from benchmarks.cli import main
+
+if __name__ == "__main__":
+    main()

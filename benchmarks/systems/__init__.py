@@ -1,0 +1,24 @@
+"""The systems under test, by name. Modules are imported lazily (a worker imports only its own)."""
+
+from __future__ import annotations
+
+import importlib
+
+from benchmarks.systems.base import System
+
+REGISTRY: dict[str, str] = {
+    "ours-embedded": "benchmarks.systems.ours:OursEmbedded",
+    "ours-zmq": "benchmarks.systems.ours:OursZmq",
+    "redis-everysec": "benchmarks.systems.redis_streams:RedisEverysec",
+    "redis-always": "benchmarks.systems.redis_streams:RedisAlways",
+    "sqlite-wal-full": "benchmarks.systems.sqlite_queue:SqliteWalFull",
+    "lmdb-raw": "benchmarks.systems.raw_lmdb:RawLmdb",
+}
+OURS = ("ours-embedded", "ours-zmq")
+PEERS = ("redis-everysec", "redis-always", "sqlite-wal-full", "lmdb-raw")
+
+
+def system_class(name: str) -> type[System]:
+    """The class registered under ``name`` (KeyError if unknown)."""
+    module, cls = REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)

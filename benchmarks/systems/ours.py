@@ -1,0 +1,235 @@
+"""This project, through its public API: embedded (``ts.open``) and over ZeroMQ (``ts.connect``).
+
+Durable settings: ``durability="sync"`` (every acknowledged write is fsynced). Producers use
+``producer.instant(items)`` (open + data + checkpoint as one atomic write); consumers commit
+their offsets with ``consumer.checkpoint()``; exactly-once uses ``ts.CheckpointGroup``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.systems.base import Outcome, System, items_range, make_item, run_threads, transform
+
+
+class OursEmbedded(System):
+    name = "ours-embedded"
+    label = "tstreams-embedded (in-process)"
+    description = "ts.open(dir, durability='sync'); producer.instant, consumer.checkpoint, CheckpointGroup"
+    is_ours = True
+
+    def open(self) -> None:
+        import tstreams_embedded as ts
+
+        self.ts = ts
+        self.engine = ts.open(str(self.workdir / "data"), durability="sync")
+
+    def close(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            self.engine = None
+            engine.close()
+
+    @classmethod
+    def available(cls) -> str | None:
+        try:
+            import tstreams_embedded as ts
+        except ImportError as e:
+            return f"tstreams_embedded cannot be imported: {e}"
+        return None if hasattr(ts, "open") else "the engine (ts.open) has not landed yet"
+
+    # helpers ---------------------------------------------------------------------------
+    def _count_items(self, stream: str, partition: int = 0) -> tuple[int, int]:
+        """(items, last txn id) of every checkpointed transaction, read back through the backend."""
+        backend = self.engine.backend
+        after, n = 0, 0
+        while True:
+            f = backend.fetch(stream, partition, after, 1024)
+            n += sum(len(t.items) for t in f.txns)
+            if f.position <= after:
+                return n, after
+            after = f.position
+
+    def _preload(self, stream: str, n_items: int, batch: int) -> None:
+        producer = self.engine.producer(stream, partition=0)
+        for start in range(0, n_items, batch):
+            producer.instant(items_range(start, min(batch, n_items - start)), partition=0)
+
+    # 1 ---------------------------------------------------------------------------------
+    def run_produce(self, n_items: int, batch: int) -> Outcome:
+        self.engine.create_stream("s", partitions=1)
+        producer = self.engine.producer("s", partition=0)
+        items = items_range(0, batch)
+        lat = []
+        clock = time.perf_counter_ns
+        t0 = time.perf_counter()
+        for _ in range(n_items // batch):
+            s = clock()
+            producer.instant(items, partition=0)
+            lat.append(clock() - s)
+        seconds = time.perf_counter() - t0
+        return Outcome(n_items, seconds, lat, stored=self._count_items("s")[0], expected=n_items)
+
+    # 2 ---------------------------------------------------------------------------------
+    def run_concurrent(self, threads: int, per_thread: int) -> Outcome:
+        self.engine.create_stream("s", partitions=1)
+        item = [make_item(0)]
+
+        def factory(t: int):
+            producer = self.engine.producer("s", partition=0)
+            return lambda i: producer.instant(item, partition=0)
+
+        seconds, lat = run_threads(threads, per_thread, factory)
+        n = threads * per_thread
+        return Outcome(n, seconds, lat, stored=self._count_items("s")[0], expected=n)
+
+    # 3 ---------------------------------------------------------------------------------
+    def setup_consume(self, n_items: int, batch: int) -> None:
+        self.engine.create_stream("in", partitions=1)
+        self._preload("in", n_items, batch)
+
+    def run_consume(self, n_items: int, batch: int) -> Outcome:
+        consumer = self.engine.consumer("in", name="c", start="oldest")
+        n = 0
+        lat = []
+        clock = time.perf_counter_ns
+        t0 = time.perf_counter()
+        while True:
+            s = clock()
+            txn = consumer.get_transaction(0)
+            if txn is None:
+                break
+            for item in txn.items:
+                item  # noqa: B018 - "process" the item
+            n += len(txn.items)
+            consumer.checkpoint()  # one transaction = `batch` items: a durable offset commit
+            lat.append(clock() - s)
+        seconds = time.perf_counter() - t0
+        _, last = self._count_items("in")
+        ok = self.engine.backend.get_offsets("in", "c").get(0) == last
+        return Outcome(n, seconds, lat, stored=n if ok else -1, expected=n_items)
+
+    # 4 ---------------------------------------------------------------------------------
+    def setup_exactly_once(self, n_items: int, batch: int) -> None:
+        self.engine.create_stream("in", partitions=1)
+        self.engine.create_stream("out", partitions=1)
+        self._preload("in", n_items, batch)
+
+    def run_exactly_once(self, n_items: int, batch: int) -> Outcome:
+        ts = self.ts
+        consumer = self.engine.consumer("in", name="c", start="oldest")
+        producer = self.engine.producer("out", partition=0)
+        n = 0
+        lat = []
+        clock = time.perf_counter_ns
+        t0 = time.perf_counter()
+        while True:
+            s = clock()
+            txn = consumer.get_transaction(0)
+            if txn is None:
+                break
+            out = producer.new_transaction(partition=0)
+            out.send_many([transform(x) for x in txn.items])
+            ts.CheckpointGroup(producer, consumer).checkpoint()  # outputs + offset, one atomic write
+            n += len(txn.items)
+            lat.append(clock() - s)
+        seconds = time.perf_counter() - t0
+        _, last = self._count_items("in")
+        stored = self._count_items("out")[0]
+        if self.engine.backend.get_offsets("in", "c").get(0) != last:
+            stored = -1
+        return Outcome(n, seconds, lat, stored=stored, expected=n_items)
+
+    # 5 ---------------------------------------------------------------------------------
+    def run_many_streams(self, n_streams: int, batch: int) -> Outcome:
+        from tstreams_embedded.engine import ops
+
+        backend = self.engine.backend
+        chunk = ops.pack_items([make_item(0)])
+        ttl = 86400
+        t0 = time.perf_counter()
+        for start in range(0, n_streams, batch):
+            names = [f"s{i}" for i in range(start, min(n_streams, start + batch))]
+            batch_ops: list[tuple] = [(ops.CREATE_STREAM, name, 1, ttl, "") for name in names]
+            batch_ops += [(ops.INSTANT, name, 0, chunk, None) for name in names]
+            backend.submit(batch_ops, durable=True)  # `batch` streams + transactions per commit
+        seconds = time.perf_counter() - t0
+        stored = len(self.engine.list_streams(prefix="s"))
+        return Outcome(n_streams, seconds, [], stored=stored, expected=n_streams)
+
+
+class OursZmq(OursEmbedded):
+    """The same code against ``tstreams serve`` over ZeroMQ on 127.0.0.1."""
+
+    name = "ours-zmq"
+    label = "tstreams-embedded over ZeroMQ"
+    description = "tstreams serve (sync) + ts.connect(endpoint); same API calls as embedded"
+
+    def open(self) -> None:
+        import tstreams_embedded as ts
+        from benchmarks.measure import free_port, wait_until
+
+        self.ts = ts
+        data = self.workdir / "data"
+        last_err = ""
+        for _attempt in range(3):
+            port = free_port()
+            self.endpoint = f"tcp://127.0.0.1:{port}"
+            log = open(self.workdir / "serve.log", "wb")
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tstreams_embedded.cli", "serve", str(data), "--bind", self.endpoint,
+                 "--durability", "sync"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=str(Path.cwd()),
+            )  # fmt: skip
+            log.close()
+            if wait_until(lambda p=port: _port_open(p) or self.proc.poll() is not None, 20):
+                if self.proc.poll() is None:
+                    self.engine = ts.connect(self.endpoint)
+                    return
+            last_err = (self.workdir / "serve.log").read_text(errors="replace")[-2000:]
+            self._stop_server()
+        raise RuntimeError(f"tstreams serve did not start: {last_err}")
+
+    def _stop_server(self) -> None:
+        proc = getattr(self, "proc", None)
+        self.proc = None
+        if proc is None or proc.poll() is not None:
+            return
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._stop_server()
+
+    def server_pids(self) -> list[int]:
+        proc = getattr(self, "proc", None)
+        return [proc.pid] if proc is not None else []
+
+    @classmethod
+    def available(cls) -> str | None:
+        reason = OursEmbedded.available()
+        if reason:
+            return reason
+        import tstreams_embedded as ts
+
+        return None if hasattr(ts, "connect") else "the network layer (ts.connect) has not landed yet"
+
+
+def _port_open(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0

@@ -1,0 +1,184 @@
+"""Raw py-lmdb: the physical limit of the storage this project is built on.
+
+One key per item (16-byte big-endian ``stream, partition, seq``) in a *named* database,
+written with ``putmulti(append=True)`` whose ``(consumed, added)`` is checked: appending into
+the main DB while named DBs exist silently adds nothing. Durable commits (``sync=True``,
+``metasync=True``, LMDB's defaults). No transaction records, no IDs, no TTLs: this is the
+floor under any queue on LMDB, not a queue.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import time
+
+from benchmarks.systems.base import Outcome, System, items_range, make_item, run_threads, transform
+
+KEY = struct.Struct(">IIQ")  # stream, partition, seq
+IN, OUT = 1, 2
+
+
+class RawLmdb(System):
+    name = "lmdb-raw"
+    label = "raw py-lmdb (durable)"
+    description = "py-lmdb, sync=True, named DBs, key per item, putmulti(append=True)"
+
+    map_size = 16 << 30
+
+    def open(self) -> None:
+        import lmdb
+
+        self.env = lmdb.open(
+            str(self.workdir / "lmdb"), map_size=self.map_size, max_dbs=8, sync=True, metasync=True,
+            readahead=False, lock=True,
+        )  # fmt: skip
+        self.items = self.env.open_db(b"items")
+        self.offsets = self.env.open_db(b"offsets")
+        self.streams = self.env.open_db(b"streams")
+
+    def close(self) -> None:
+        env = getattr(self, "env", None)
+        if env is not None:
+            env.close()
+            self.env = None
+
+    def _entries(self, db) -> int:
+        with self.env.begin() as txn:
+            return txn.stat(db)["entries"]
+
+    def _append(self, txn, db, pairs: list[tuple[bytes, bytes]]) -> None:
+        consumed, added = txn.cursor(db=db).putmulti(pairs, append=True)
+        if (consumed, added) != (len(pairs), len(pairs)):
+            raise RuntimeError(f"putmulti stored {added} of {len(pairs)} items")
+
+    def _preload(self, n_items: int) -> None:
+        for start in range(0, n_items, 10_000):
+            with self.env.begin(write=True) as txn:
+                self._append(
+                    txn, self.items,
+                    [(KEY.pack(IN, 0, i), make_item(i)) for i in range(start, min(n_items, start + 10_000))],
+                )  # fmt: skip
+
+    # 1 ---------------------------------------------------------------------------------
+    def run_produce(self, n_items: int, batch: int) -> Outcome:
+        items = items_range(0, batch)
+        pack = KEY.pack
+        lat = []
+        clock = time.perf_counter_ns
+        seq = 0
+        t0 = time.perf_counter()
+        for _ in range(n_items // batch):
+            s = clock()
+            with self.env.begin(write=True) as txn:
+                self._append(txn, self.items, [(pack(IN, 0, seq + j), item) for j, item in enumerate(items)])
+            seq += batch
+            lat.append(clock() - s)
+        seconds = time.perf_counter() - t0
+        return Outcome(n_items, seconds, lat, stored=self._entries(self.items), expected=n_items)
+
+    # 2 ---------------------------------------------------------------------------------
+    def run_concurrent(self, threads: int, per_thread: int) -> Outcome:
+        item = make_item(0)
+        env, db, pack, unpack = self.env, self.items, KEY.pack, KEY.unpack
+
+        def factory(t: int):
+            def op(i: int) -> None:
+                with env.begin(write=True, db=db) as txn:  # LMDB serialises writers; one fsync each
+                    cur = txn.cursor()
+                    seq = unpack(cur.key())[2] + 1 if cur.last() else 0
+                    cur.put(pack(IN, 0, seq), item, append=True)
+
+            return op
+
+        seconds, lat = run_threads(threads, per_thread, factory)
+        n = threads * per_thread
+        return Outcome(n, seconds, lat, stored=self._entries(self.items), expected=n)
+
+    # 3 ---------------------------------------------------------------------------------
+    def setup_consume(self, n_items: int, batch: int) -> None:
+        self._preload(n_items)
+
+    def run_consume(self, n_items: int, batch: int) -> Outcome:
+        env, items_db, offsets_db = self.env, self.items, self.offsets
+        nxt = KEY.pack(IN, 0, 0)
+        last = None
+        n = 0
+        lat = []
+        clock = time.perf_counter_ns
+        t0 = time.perf_counter()
+        while True:
+            s = clock()
+            with env.begin(db=items_db) as txn:
+                cur = txn.cursor()
+                got = list(itertools.islice(cur.iternext(), batch)) if cur.set_range(nxt) else []
+            if not got:
+                break
+            n += len(got)
+            last = got[-1][0]
+            nxt = KEY.pack(*KEY.unpack(last)[:2], KEY.unpack(last)[2] + 1)
+            with env.begin(write=True, db=offsets_db) as w:  # durable offset commit
+                w.put(b"c", last)
+            lat.append(clock() - s)
+        seconds = time.perf_counter() - t0
+        with env.begin(db=offsets_db) as txn:
+            ok = txn.get(b"c") == last
+        return Outcome(n, seconds, lat, stored=n if ok else -1, expected=n_items)
+
+    # 4 ---------------------------------------------------------------------------------
+    def setup_exactly_once(self, n_items: int, batch: int) -> None:
+        self._preload(n_items)
+
+    def run_exactly_once(self, n_items: int, batch: int) -> Outcome:
+        env, items_db, offsets_db = self.env, self.items, self.offsets
+        pack, unpack = KEY.pack, KEY.unpack
+        nxt = pack(IN, 0, 0)
+        last = None
+        n = 0
+        out_seq = 0
+        lat = []
+        clock = time.perf_counter_ns
+        t0 = time.perf_counter()
+        while True:
+            s = clock()
+            with env.begin(write=True) as txn:  # read, write outputs and the offset atomically
+                cur = txn.cursor(db=items_db)
+                got = list(itertools.islice(cur.iternext(), batch)) if cur.set_range(nxt) else []
+                got = [kv for kv in got if kv[0][:4] == nxt[:4]]
+                if not got:
+                    break
+                out = [(pack(OUT, 0, out_seq + j), transform(v)) for j, (_k, v) in enumerate(got)]
+                self._append(txn, items_db, out)
+                last = got[-1][0]
+                txn.put(b"c", last, db=offsets_db)
+            out_seq += len(got)
+            n += len(got)
+            nxt = pack(IN, 0, unpack(last)[2] + 1)
+            lat.append(clock() - s)
+        seconds = time.perf_counter() - t0
+        with env.begin() as txn:
+            ok = txn.get(b"c", db=offsets_db) == last
+            cur = txn.cursor(db=items_db)
+            stored = 0
+            if cur.set_range(pack(OUT, 0, 0)):
+                stored = sum(1 for _ in cur.iternext(values=False))
+        return Outcome(n, seconds, lat, stored=stored if ok else -1, expected=n_items)
+
+    # 5 ---------------------------------------------------------------------------------
+    def run_many_streams(self, n_streams: int, batch: int) -> Outcome:
+        item = make_item(0)
+        pack = KEY.pack
+        base = 10
+        t0 = time.perf_counter()
+        for start in range(0, n_streams, batch):
+            ids = range(base + start, base + min(n_streams, start + batch))
+            with self.env.begin(write=True) as txn:
+                meta = txn.cursor(db=self.streams)
+                for i in ids:
+                    meta.put(b"s%d" % i, pack(i, 1, 0))
+                self._append(txn, self.items, [(pack(i, 0, 0), item) for i in ids])
+        seconds = time.perf_counter() - t0
+        stored = self._entries(self.streams)
+        if self._entries(self.items) != stored:
+            stored = -1
+        return Outcome(n_streams, seconds, [], stored=stored, expected=n_streams)
