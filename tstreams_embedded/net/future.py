@@ -17,7 +17,7 @@ _cb_lock = _thread.allocate_lock()
 class Future:
     """The eventual result of one request. Resolved exactly once, by the client's I/O thread."""
 
-    __slots__ = ("_lock", "_value", "_error", "_callbacks")
+    __slots__ = ("_lock", "_value", "_error", "_callbacks", "request_id")
 
     def __init__(self) -> None:
         self._lock = _thread.allocate_lock()
@@ -25,6 +25,7 @@ class Future:
         self._value: Any = _PENDING
         self._error: BaseException | None = None
         self._callbacks: list[Callable[[Future], Any]] | None = None
+        self.request_id = 0
 
     def done(self) -> bool:
         return self._value is not _PENDING or self._error is not None

@@ -127,6 +127,12 @@ class Server:
         self._stopped = threading.Event()
         self._reaper = None
         self._now = time.monotonic()
+        if "cancel" not in registry:
+            registry.add("cancel", self.cancel, kind=NOTIFY)
+        if "server_stats" not in registry:
+            registry.add("server_stats", lambda session: self.server_stats())
+        if "ping" not in registry:
+            registry.add("ping", lambda session: "pong")
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, loop: IOLoop | None = None) -> None:

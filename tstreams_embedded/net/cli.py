@@ -1,0 +1,70 @@
+"""Click commands of the network layer: ``serve`` and the ``keys`` group (``keys generate``).
+
+The lead attaches them to the ``tstreams`` group::
+
+    from .net.cli import serve, keys
+    main.add_command(serve); main.add_command(keys)
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from .server import DEFAULT_MAX_MSG_SIZE
+
+
+@click.command("serve")
+@click.option("--data", "data", required=True, type=click.Path(file_okay=False),
+              help="Data directory (created if missing). Several servers may share one.")
+@click.option("--bind", "binds", multiple=True, default=["tcp://127.0.0.1:7000"], show_default=True,
+              help="ZeroMQ endpoint to bind (repeatable).")
+@click.option("--durability", type=click.Choice(["sync", "strict", "async"]), default="sync", show_default=True)
+@click.option("--curve-dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Enable CURVE: directory made by 'tstreams keys generate'.")
+@click.option("--max-msg-size", type=int, default=DEFAULT_MAX_MSG_SIZE, show_default=True,
+              help="Largest accepted frame in bytes (ZMQ_MAXMSGSIZE); larger ones disconnect the peer.")
+@click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
+              help="Write the bound endpoints to this file once serving.")
+@click.option("--log-level", default="INFO", show_default=True)
+def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | None, max_msg_size: int,
+          ready_file: str | None, log_level: str) -> None:
+    """Serve the engine in DATA over ZeroMQ until SIGTERM (graceful: exit status 0)."""
+    from .serve import serve as run
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    sys.exit(run(data, list(binds), durability, curve_dir, max_msg_size, ready_file))
+
+
+@click.group("keys")
+def keys() -> None:
+    """CURVE key management."""
+
+
+@keys.command("generate")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--client", "clients", multiple=True, default=["client"], show_default=True,
+              help="Client keypair name to create and authorize (repeatable).")
+def generate(directory: str, clients: tuple[str, ...]) -> None:
+    """Create a server keypair and authorized client keypairs in DIRECTORY."""
+    from .auth import generate_keys
+
+    for name, path in generate_keys(directory, tuple(clients)).items():
+        click.echo(f"{name}: {path}")
+
+
+def main() -> None:  # pragma: no cover - convenience until attached to the tstreams group
+    @click.group()
+    def cli() -> None:
+        pass
+
+    cli.add_command(serve)
+    cli.add_command(keys)
+    cli()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,201 @@
+"""Every :class:`~tstreams_embedded.engine.backend.Backend` method as a server handler.
+
+Method names and argument lists are the Backend's, so a :class:`RemoteBackend` call and an
+embedded call run the very same engine code and raise the same exceptions. Results travel
+in their ``to_wire()`` forms.
+
+* ``submit(ops, durable)`` runs on the server's ordered write executor. Every queued submit
+  is handed to the engine's group committer at once: each call stays atomic on its own (one
+  nested LMDB transaction each), the whole burst shares one LMDB commit and one fsync, and
+  calls apply in arrival order.
+* Reads (``get_stream`` … ``now_ms``) are fast LMDB snapshot reads and run inline.
+* ``wait_for_commit(seen, timeout)`` is a generator: it parks on the server's commit watch
+  (never blocking the loop) and returns the newest commit sequence.
+* ``watch(seen)`` is a subscription: one response per commit-sequence change, until the
+  client cancels it (``cancel(request_id)``) or goes away.
+* ``compact()`` runs on the thread pool.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from .. import errors
+from .registry import Registry, WaitCommit
+from .session import Session
+
+MAX_WAIT = 300.0
+
+
+def _tuples(ops: Any) -> list[tuple]:
+    if type(ops) is not list:
+        raise errors.InvalidArgument("ops must be a list of operation tuples")
+    out = []
+    for op in ops:
+        if type(op) is not list or not op:
+            raise errors.InvalidArgument(f"each operation must be a non-empty tuple, got {op!r:.80}")
+        out.append(tuple(op))
+    return out
+
+
+def submit_many(core: Any, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, Any]]:
+    """Submit several ``(ops, durable)`` calls as one commit group; one ``(ok, value)`` each.
+
+    Uses ``core.submit_many`` when the engine offers it; otherwise queues the calls on the
+    engine's :class:`GroupCommitter` together and leads the group commit.
+    """
+    out: list[tuple[bool, Any] | None] = [None] * len(calls)
+    reqs: list[tuple[int, Any]] = []
+    for i, args in enumerate(calls):
+        try:
+            ops = _tuples(args[0])
+            durable = args[1] if len(args) > 1 else True
+            if not isinstance(durable, bool):
+                raise errors.InvalidArgument(f"durable must be a boolean, got {type(durable).__name__}")
+            if core.closed:
+                raise errors.EngineClosed(f"engine at {core.path!r} is closed")
+            if not ops:
+                out[i] = (True, [])
+                continue
+            reqs.append((i, (ops, durable)))
+        except Exception as e:
+            out[i] = (False, e)
+    if reqs:
+        many = getattr(core, "submit_many", None)
+        if many is not None:
+            results = many([c for _, c in reqs])
+        else:
+            results = _group_submit(core, [c for _, c in reqs])
+        for (i, _), res in zip(reqs, results, strict=True):
+            out[i] = res
+    return out  # type: ignore[return-value]
+
+
+def _group_submit(core: Any, calls: list[tuple[list[tuple], bool]]) -> list[tuple[bool, Any]]:
+    from ..engine.committer import _Request
+
+    c = core.committer
+    reqs = [_Request(ops, durable) for ops, durable in calls]
+    with c._cv:  # queue all but the last; _run queues the last and leads until it is done
+        c._queue.extend(reqs[:-1])
+    try:
+        c._run(reqs[-1])
+    except Exception:
+        pass  # reported through reqs[-1].error below
+    out: list[tuple[bool, Any]] = []
+    for r in reqs:
+        if not r.done:  # cannot happen: groups are taken in queue order
+            out.append((False, errors.TStreamsError("write was not committed")))
+        elif r.error is not None:
+            out.append((False, r.error))
+        else:
+            out.append((True, r.results))
+    return out
+
+
+def backend_registry(core: Any, server_info: dict[str, Any] | None = None) -> Registry:
+    """A :class:`Registry` exposing ``core`` (a Core or any Backend)."""
+    reg = Registry()
+    info = dict(server_info or {})
+
+    def submit(session: Session, ops: Any, durable: bool = True) -> list[Any]:
+        (ok, value), = submit_many(core, [(ops, durable)])
+        if not ok:
+            raise value
+        return value
+
+    reg.add("submit", submit, executor="write", batch=lambda calls: submit_many(core, calls))
+
+    @reg.call("get_stream")
+    def get_stream(session: Session, name: str) -> list:
+        return core.get_stream(name).to_wire()
+
+    @reg.call("list_streams")
+    def list_streams(session: Session, prefix: str = "", limit: int | None = None) -> list:
+        return [s.to_wire() for s in core.list_streams(prefix, limit)]
+
+    @reg.call("fetch")
+    def fetch(session: Session, stream: str, partition: int, after: int, max_txns: int = 256) -> list:
+        return core.fetch(stream, partition, after, max_txns).to_wire()
+
+    @reg.call("get_transaction")
+    def get_transaction(session: Session, stream: str, partition: int, txn_id: int) -> list | None:
+        t = core.get_transaction(stream, partition, txn_id)
+        return None if t is None else t.to_wire()
+
+    @reg.call("transactions_range")
+    def transactions_range(session: Session, stream: str, partition: int, from_id: int, to_id: int) -> list:
+        return [t.to_wire() for t in core.transactions_range(stream, partition, from_id, to_id)]
+
+    @reg.call("last_transaction")
+    def last_transaction(session: Session, stream: str, partition: int) -> list | None:
+        t = core.last_transaction(stream, partition)
+        return None if t is None else t.to_wire()
+
+    @reg.call("last_txn_id")
+    def last_txn_id(session: Session, stream: str, partition: int) -> int:
+        return core.last_txn_id(stream, partition)
+
+    @reg.call("get_offsets")
+    def get_offsets(session: Session, stream: str, consumer: str) -> dict:
+        return core.get_offsets(stream, consumer)
+
+    @reg.call("get_marker")
+    def get_marker(session: Session, key: str) -> int | None:
+        return core.get_marker(key)
+
+    @reg.call("stats")
+    def stats(session: Session) -> dict:
+        return core.stats()
+
+    @reg.call("now_ms")
+    def now_ms(session: Session) -> int:
+        return core.now_ms()
+
+    @reg.call("compact", executor="pool")
+    def compact(session: Session) -> dict:
+        return core.compact()
+
+    @reg.stream("wait_for_commit")
+    def wait_for_commit(session: Session, seen: int, timeout: float):
+        _check_wait(seen, timeout)
+        if core.closed:
+            raise errors.EngineClosed(f"engine at {core.path!r} is closed")
+        if timeout <= 0:
+            return core.wait_for_commit(seen, 0)
+        yield WaitCommit(seen, min(float(timeout), MAX_WAIT))
+        return core.wait_for_commit(seen, 0)  # the newest sequence, read now
+
+    @reg.stream("watch")
+    def watch(session: Session, seen: int):
+        _check_wait(seen, 0)
+        while True:
+            current = yield WaitCommit(seen, 30.0)
+            if current > seen:
+                seen = current
+                yield current
+
+    @reg.call("ping")
+    def ping(session: Session) -> str:
+        return "pong"
+
+    @reg.call("server_info")
+    def server_info(session: Session) -> dict:
+        return {
+            **info,
+            "pid": os.getpid(),
+            "max_item_size": getattr(core, "max_item_size", None),
+            "durability": getattr(core, "durability", None),
+            "methods": reg.names(),
+        }
+
+    return reg
+
+
+def _check_wait(seen: Any, timeout: Any) -> None:
+    if isinstance(seen, bool) or not isinstance(seen, int):
+        raise errors.InvalidArgument(f"seen must be an integer, got {type(seen).__name__}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise errors.InvalidArgument(f"timeout must be a non-negative number, got {timeout!r}")

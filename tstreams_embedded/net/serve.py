@@ -1,0 +1,80 @@
+"""Run a server process on a data directory (what ``tstreams serve`` does).
+
+SIGTERM or SIGINT stops it gracefully: requests already received are finished and
+answered, requests arriving meanwhile are answered ``NOT_EXECUTED`` (clients re-send them,
+e.g. to another server behind HAProxy), the engine is synced and closed, and the process
+exits with status 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+import zmq
+from tornado.ioloop import IOLoop
+
+from .handlers import backend_registry
+from .server import Server, ServerOptions
+
+log = logging.getLogger(__name__)
+
+
+def serve(
+    data: str | os.PathLike,
+    bind: str | Sequence[str] = "tcp://127.0.0.1:7000",
+    durability: str = "sync",
+    curve_dir: str | os.PathLike | None = None,
+    max_msg_size: int | None = None,
+    ready_file: str | None = None,
+    stop_timeout: float = 10.0,
+    **core_options: Any,
+) -> int:
+    """Serve the engine in ``data`` until SIGTERM/SIGINT; return the exit status (0)."""
+    from ..engine.core import Core
+
+    opts = ServerOptions()
+    if max_msg_size is not None:
+        opts.max_msg_size = int(max_msg_size)
+    ctx = zmq.Context()
+    auth = None
+    if curve_dir is not None:
+        from .auth import load_server_curve, start_authenticator
+
+        pub, sec, authorized = load_server_curve(curve_dir)
+        opts.curve_public_key, opts.curve_secret_key = pub, sec
+        auth = start_authenticator(ctx, authorized)
+    core = Core(os.fspath(data), durability, **core_options)
+    registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))})
+    server = Server(registry, bind, opts, commit_watch=core.wait_for_commit, context=ctx)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        server.start(IOLoop.current())
+
+        def on_signal() -> None:
+            log.info("signal received: stopping")
+            server.stop(stop_timeout, on_stopped=done.set)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+        if ready_file:
+            tmp = ready_file + ".tmp"
+            with open(tmp, "w") as f:
+                f.write("\n".join(server.endpoints) + "\n")
+            os.replace(tmp, ready_file)
+        await done.wait()
+
+    try:
+        asyncio.run(main())
+    finally:
+        core.close()  # syncs
+        if auth is not None:
+            auth.stop()
+        ctx.term()
+    return 0
