@@ -3,15 +3,17 @@
 Each :meth:`GroupCommitter.submit` call queues a request. The first thread to find no
 commit in progress becomes the *leader*: it takes every queued request, applies each in
 its own nested LMDB transaction (so one bad request cannot spoil the others), appends each
-applied batch to the commit log under the next sequence number, commits once, and (in
-``sync`` mode, when any request asked for durability) calls fsync once. Then it wakes the
-others. A single thread therefore pays no hand-off, and N concurrent threads share commits.
+applied batch to the commit log under the next sequence number, commits once and wakes the
+others. Durable requests then wait for one shared fsync (``sync`` mode). A single thread
+therefore pays no hand-off, and N concurrent threads share commits and fsyncs.
 
 Guarantees:
 
 * a request is applied completely or not at all, and its log entry is written in the same
   LMDB transaction as its effects;
-* ``submit`` returns only after the commit (and, when durable in ``sync`` mode, the fsync);
+* ``submit`` returns only after the commit and, when durable in ``sync`` mode, after an
+  fsync that started after the commit (fsyncs run outside the write lock, so writers that
+  commit while one is in progress share the next one);
 * when the map is full the whole group is retried after growing the map: nothing is lost
   and nothing is applied twice.
 """
@@ -34,7 +36,7 @@ _LOG_SEQ = b"log_seq"
 
 
 class _Request:
-    __slots__ = ("batch", "durable", "done", "results", "error", "seq", "replay_now", "fn")
+    __slots__ = ("batch", "durable", "done", "results", "error", "seq", "replay_now", "fn", "commit_no")
 
     def __init__(self, batch: Any, durable: bool, replay_now: int | None = None, fn: Callable | None = None):
         self.batch = batch
@@ -45,6 +47,7 @@ class _Request:
         self.results: list | None = None
         self.error: BaseException | None = None
         self.seq = 0
+        self.commit_no = 0
 
 
 class GroupCommitter:
@@ -63,6 +66,11 @@ class GroupCommitter:
         self.batches = 0
         self.generation = 0  # bumped after every commit; waited on by subscribers
         self.on_commit: Callable[[], None] | None = None
+        # durability stage: commits are numbered; one fsync covers every commit before it
+        self._sync_cv = threading.Condition()
+        self._committed_no = 0
+        self._synced_no = 0
+        self._syncing = False
 
     # ------------------------------------------------------------------ public
     def submit(self, batch: Sequence[tuple], durable: bool = True) -> list[Any]:
@@ -97,19 +105,49 @@ class GroupCommitter:
                     self._cv.notify_all()
         if req.error is not None:
             raise req.error
+        if req.durable and self.sync_durable and req.commit_no:
+            self._wait_durable(req.commit_no)
         return req.results
+
+    def _wait_durable(self, commit_no: int) -> None:
+        """Return once an fsync that started after commit ``commit_no`` has finished.
+
+        The fsync runs outside the write lock: while one thread syncs, others keep
+        committing, and the next fsync covers all of them (this is where durable writers
+        share fsyncs)."""
+        with self._sync_cv:
+            while self._synced_no < commit_no:
+                if self._syncing:
+                    self._sync_cv.wait()
+                    continue
+                self._syncing = True
+                target = self._committed_no
+                self._sync_cv.release()
+                try:
+                    self.store.sync()
+                    self.fsyncs += 1
+                except Exception as exc:  # noqa: BLE001
+                    raise errors.TStreamsError(
+                        f"the write was committed but fsync failed, so it may not survive a crash: {exc}"
+                    ) from exc
+                finally:
+                    self._sync_cv.acquire()
+                    self._syncing = False
+                    self._sync_cv.notify_all()
+                self._synced_no = max(self._synced_no, target)
 
     def _commit_group(self, group: list[_Request]) -> None:
         try:
             while True:
                 try:
-                    durable = self._write_group(group)
+                    self._write_group(group)
                     break
                 except lmdb.MapFullError:
                     self.store.grow()  # raises StorageFull at the limit
-            if durable and self.sync_durable:
-                self.store.sync()
-                self.fsyncs += 1
+            with self._sync_cv:
+                self._committed_no += 1
+                for r in group:
+                    r.commit_no = self._committed_no
         except BaseException as exc:  # noqa: BLE001 - every waiter must learn of the failure
             err = exc if isinstance(exc, errors.TStreamsError) else errors.TStreamsError(
                 f"commit failed, nothing was written: {type(exc).__name__}: {exc}"
@@ -125,8 +163,8 @@ class GroupCommitter:
         if self.on_commit is not None:
             self.on_commit()
 
-    def _write_group(self, group: list[_Request]) -> bool:
-        """One LMDB write transaction for the whole group. Returns whether any applied request was durable."""
+    def _write_group(self, group: list[_Request]) -> None:
+        """One LMDB write transaction for the whole group."""
         for r in group:
             r.error = None
             r.results = None
@@ -136,7 +174,6 @@ class GroupCommitter:
             seq = keys.U64.unpack(raw)[0] if raw else 0
             now = self.clock()
             single = len(group) == 1
-            durable = False
             for r in group:
                 child = txn if single else self.store.env.begin(write=True, parent=txn)
                 try:
@@ -148,7 +185,6 @@ class GroupCommitter:
                         seq += 1
                         child.put(keys.U64.pack(seq), O.pack_batch(at, resolved), db=self.store.log)
                         r.results, r.seq = results, seq
-                        durable = durable or r.durable
                 except lmdb.MapFullError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - the request fails alone
@@ -157,7 +193,7 @@ class GroupCommitter:
                     )
                     if single:
                         txn.abort()
-                        return False
+                        return
                     child.abort()
                     continue
                 if not single:
@@ -169,4 +205,3 @@ class GroupCommitter:
             raise
         self.commits += 1
         self.batches += len(group)
-        return durable
