@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import errors
 from .engine.backend import StreamInfo
+from .engine.batch import Batch
 from .engine.consumer import Consumer, Transaction
 from .engine.engine import Engine
 from .engine.engine import open_engine as open  # noqa: A001 - the public name is ts.open
@@ -31,6 +32,7 @@ def connect(endpoint: str, **options):  # noqa: ANN201 - returns Engine
 __version__ = "0.1.0"
 
 __all__ = [
+    "Batch",
     "CancelIfOpened",
     "CheckpointGroup",
     "CheckpointIfOpened",

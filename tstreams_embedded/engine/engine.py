@@ -13,8 +13,10 @@ from .. import errors
 from . import ops as O
 from .apply import check_int, check_name
 from .backend import Backend, StreamInfo
+from .batch import Batch
 from .consumer import Consumer, Start, Transaction
 from .core import Core
+from .group import CheckpointGroup
 from .keepalive import KeepAlive
 from .producer import Producer
 from .subscriber import Subscriber
@@ -127,10 +129,14 @@ class Engine:
         self._check()
         return Subscriber(self, stream, name, callback, start, partitions, poll_interval, serializer, on_error)
 
-    def checkpoint_group(self, *agents: Any):
-        from .group import CheckpointGroup
-
+    def checkpoint_group(self, *agents: Any) -> CheckpointGroup:
+        """Shorthand for ``ts.CheckpointGroup(*agents)``."""
         return CheckpointGroup(*agents)
+
+    def batch(self, durable: bool = True) -> Batch:
+        """Collect several operations and apply them in one atomic write (see :class:`Batch`)."""
+        self._check()
+        return Batch(self, durable)
 
     def keep_alive(self) -> int:
         """Refresh this handle's open transactions now (the background thread does it every
