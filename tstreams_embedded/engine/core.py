@@ -298,58 +298,90 @@ class Core:
         return len(entries)
 
     def trim_log(self, upto_seq: int) -> int:
-        """Delete log entries with ``seq <= upto_seq``; return how many were removed."""
+        """Delete log entries with ``seq <= upto_seq`` (in slices of 10,000 per write); return
+        how many were removed."""
         self._check()
         check_int(upto_seq, "upto_seq", 0, 2**63 - 1)
 
-        def trim(txn: lmdb.Transaction) -> int:
+        def trim_slice(txn: lmdb.Transaction) -> int:
             cur = txn.cursor(db=self.store.log)
             removed = 0
             if cur.first():
-                while cur.key() and keys.U64.unpack(cur.key())[0] <= upto_seq:
+                while removed < 10_000 and cur.key() and keys.U64.unpack(cur.key())[0] <= upto_seq:
                     if not cur.delete():
                         break
                     removed += 1
             return removed
 
-        return self.committer.run_maintenance(trim)
+        total = 0
+        while True:
+            n = self.committer.run_maintenance(trim_slice)
+            total += n
+            if n < 10_000:
+                return total
 
     # ------------------------------------------------------------------ maintenance
     def compact(self) -> dict[str, int]:
         """Delete every transaction past its stream's TTL (and its data) and trim the commit
-        log to ``log_retention`` entries. Freed pages are reused by later writes."""
+        log to ``log_retention`` entries. Freed pages are reused by later writes.
+
+        Works in slices (``COMPACTION_SLICE`` streams per snapshot, bounded deletions per
+        write) so that millions of streams never hold the write lock for long."""
         self._check()
         now = self.clock()
-        work: list[tuple] = []
-        with self.store.read() as txn:
-            cur = txn.cursor(db=self.store.streams)
-            tcur = txn.cursor(db=self.store.txns)
-            for k, v in cur.iternext():
-                info = decode_stream(k.decode("utf-8"), v)
-                floor = reads.ttl_floor(info, now)
-                if floor <= 0:
-                    continue
-                for p in range(info.partitions):
-                    first = keys.part_key(info.id, p)
-                    if tcur.set_range(first) and tcur.key()[: keys.PART_LEN] == first:
-                        if keys.txn_id_of(tcur.key()) < floor:
-                            work.append((O.COMPACT, info.name, p, floor))
         removed = 0
-        for i in range(0, len(work), 256):
-            try:
-                removed += sum(self.committer.submit(work[i : i + 256], durable=False))
-            except errors.StreamNotFound:  # deleted meanwhile; retry one by one
-                for op in work[i : i + 256]:
-                    try:
-                        removed += self.committer.submit([op], durable=False)[0]
-                    except errors.StreamNotFound:
-                        pass
+        after = b""
+        while True:
+            work, after = self._expired_slice(after, now)
+            for i in range(0, len(work), 256):
+                removed += self._submit_compaction(work[i : i + 256])
+            if after is None:
+                break
+            time.sleep(0)  # let foreground threads run between slices
         trimmed = 0
         if self.log_retention is not None:
             seq = self.log_seq()
             if seq > self.log_retention:
                 trimmed = self.trim_log(seq - self.log_retention)
         return {"transactions_removed": removed, "log_entries_trimmed": trimmed}
+
+    COMPACTION_SLICE = 5000
+
+    def _expired_slice(self, after: bytes, now: int) -> tuple[list[tuple], bytes | None]:
+        """COMPACT operations for the next slice of streams after name ``after``; the name to
+        continue from (None when done)."""
+        work: list[tuple] = []
+        seen = 0
+        with self.store.read() as txn:
+            cur = txn.cursor(db=self.store.streams)
+            tcur = txn.cursor(db=self.store.txns)
+            if not cur.set_range(after + b"\x00" if after else b""):
+                return work, None
+            for k, v in cur.iternext():
+                seen += 1
+                info = decode_stream(k.decode("utf-8"), v)
+                floor = reads.ttl_floor(info, now)
+                if floor > 0:
+                    for p in range(info.partitions):
+                        first = keys.part_key(info.id, p)
+                        if tcur.set_range(first) and tcur.key()[: keys.PART_LEN] == first:
+                            if keys.txn_id_of(tcur.key()) < floor:
+                                work.append((O.COMPACT, info.name, p, floor))
+                if seen >= self.COMPACTION_SLICE:
+                    return work, k
+        return work, None
+
+    def _submit_compaction(self, work: list[tuple]) -> int:
+        try:
+            return sum(self.committer.submit(work, durable=False))
+        except errors.StreamNotFound:  # a stream was deleted meanwhile: go one by one
+            removed = 0
+            for op in work:
+                try:
+                    removed += self.committer.submit([op], durable=False)[0]
+                except errors.StreamNotFound:
+                    pass
+            return removed
 
     def _maintain(self) -> None:
         last_compaction = time.monotonic()
