@@ -1,0 +1,81 @@
+"""Shared fixtures of the Spark connector tests: one SparkSession for the whole session.
+
+The tests need Java (Spark's JVM) and pyspark/pyarrow (the ``[spark]`` extra). They are
+skipped, with the reason, only when Java is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tstreams_embedded as ts
+
+
+def _java_missing() -> str | None:
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        return "Java is not installed (Spark needs a JVM: install a JDK 17+ or set JAVA_HOME)"
+    try:
+        subprocess.run([java, "-version"], capture_output=True, check=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"Java at {java} does not run: {exc}"
+    return None
+
+
+JAVA_MISSING = _java_missing()
+
+
+def spark_env() -> dict[str, str]:
+    """Environment for Spark driver processes (this one and the jobs tests start)."""
+    env = dict(os.environ)
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return env
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A ``local[2]`` SparkSession with the ``tstreams`` format registered."""
+    if JAVA_MISSING:
+        pytest.skip(JAVA_MISSING)
+    os.environ.update({k: v for k, v in spark_env().items() if k.startswith(("SPARK_", "PYSPARK_"))})
+    from pyspark.sql import SparkSession
+
+    from tstreams_embedded.spark import register
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tstreams-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def engine(data_dir: Path) -> Iterator[ts.Engine]:
+    """An embedded engine on a fresh directory (the same one the Spark options point at)."""
+    eng = ts.open(str(data_dir))
+    yield eng
+    eng.close()

@@ -1,0 +1,54 @@
+"""Helpers for the Spark connector tests: filling streams and reading them back directly
+through the engine (not through Spark), so every check has an independent source of truth."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import tstreams_embedded as ts
+
+
+def fill(engine: ts.Engine, stream: str, txns: int, items: int, partitions: int | None = None,
+         prefix: str = "v") -> list[tuple[int, int, list[bytes]]]:
+    """Create (if needed) and fill ``stream`` with ``txns`` checkpointed transactions of
+    ``items`` items each, round-robin over the partitions; return ``(partition, id, items)``."""
+    if not engine.has_stream(stream):
+        engine.create_stream(stream, partitions=partitions or 1)
+    info = engine.get_stream(stream)
+    producer = engine.producer(stream)
+    out = []
+    for i in range(txns):
+        p = i % info.partitions
+        values = [f"{prefix}-{i}-{j}".encode() for j in range(items)]
+        txn_id = producer.instant(values, partition=p)
+        out.append((p, txn_id, values))
+    return out
+
+
+def read_direct(engine: ts.Engine, stream: str, wait_unblocked: float = 0.0) -> list[tuple[int, int, int, bytes]]:
+    """Every visible item of ``stream`` as ``(partition, txn_id, seq, value)``, read with the
+    engine's consumer semantics. With ``wait_unblocked`` > 0, waits up to that many seconds
+    for open transactions ahead of the data to be resolved (e.g. expired by their TTL)."""
+    backend = engine.backend
+    info = backend.get_stream(stream)
+    out = []
+    deadline = time.monotonic() + wait_unblocked
+    for p in range(info.partitions):
+        pos = 0
+        while True:
+            fetched = backend.fetch(stream, p, pos, 1024)
+            for t in fetched.txns:
+                out.extend((p, t.id, i, v) for i, v in enumerate(t.items))
+            pos = max(pos, fetched.position)
+            if fetched.txns:
+                continue
+            if fetched.blocked and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            break
+    return out
+
+
+def values_of(rows: list[Any]) -> list[bytes]:
+    return sorted(bytes(r[-1]) if not isinstance(r[-1], str) else r[-1].encode() for r in rows)
