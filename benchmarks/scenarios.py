@@ -32,7 +32,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "concurrent", "2. Produce 1-item transactions, 8 threads", "concurrent",
-        "8 threads (one client/connection each) write durable 1-item transactions to one partition.",
+        "8 threads write durable 1-item transactions to one partition (client/server systems: one "
+        "connection per thread; embedded: one producer per thread).",
         "one 1-item transaction",
         {"tiny": {"threads": 8, "per_thread": 5}, "quick": {"threads": 8, "per_thread": 250},
          "full": {"threads": 8, "per_thread": 2000}},

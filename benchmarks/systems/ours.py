@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from benchmarks.systems.base import Outcome, System, items_range, make_item, run_threads, transform
 
@@ -44,6 +43,13 @@ class OursEmbedded(System):
         return None if hasattr(ts, "open") else "the engine (ts.open) has not landed yet"
 
     # helpers ---------------------------------------------------------------------------
+    def client_for_thread(self):
+        """The engine handle a concurrent writer thread uses (embedded: the shared engine)."""
+        return self.engine
+
+    def close_thread_clients(self) -> None:
+        pass
+
     def _count_items(self, stream: str, partition: int = 0) -> tuple[int, int]:
         """(items, last txn id) of every checkpointed transaction, read back through the backend."""
         backend = self.engine.backend
@@ -81,10 +87,13 @@ class OursEmbedded(System):
         item = [make_item(0)]
 
         def factory(t: int):
-            producer = self.engine.producer("s", partition=0)
+            producer = self.client_for_thread().producer("s", partition=0)
             return lambda i: producer.instant(item, partition=0)
 
-        seconds, lat = run_threads(threads, per_thread, factory)
+        try:
+            seconds, lat = run_threads(threads, per_thread, factory)
+        finally:
+            self.close_thread_clients()
         n = threads * per_thread
         return Outcome(n, seconds, lat, stored=self._count_items("s")[0], expected=n)
 
@@ -147,17 +156,13 @@ class OursEmbedded(System):
 
     # 5 ---------------------------------------------------------------------------------
     def run_many_streams(self, n_streams: int, batch: int) -> Outcome:
-        from tstreams_embedded.engine import ops
-
-        backend = self.engine.backend
-        chunk = ops.pack_items([make_item(0)])
-        ttl = 86400
+        item = [make_item(0)]
         t0 = time.perf_counter()
         for start in range(0, n_streams, batch):
-            names = [f"s{i}" for i in range(start, min(n_streams, start + batch))]
-            batch_ops: list[tuple] = [(ops.CREATE_STREAM, name, 1, ttl, "") for name in names]
-            batch_ops += [(ops.INSTANT, name, 0, chunk, None) for name in names]
-            backend.submit(batch_ops, durable=True)  # `batch` streams + transactions per commit
+            with self.engine.batch() as b:  # `batch` streams + their transactions in one durable write
+                for i in range(start, min(n_streams, start + batch)):
+                    b.create_stream(f"s{i}", partitions=1)
+                    b.instant(f"s{i}", item, partition=0)
         seconds = time.perf_counter() - t0
         stored = len(self.engine.list_streams(prefix="s"))
         return Outcome(n_streams, seconds, [], stored=stored, expected=n_streams)
@@ -175,25 +180,38 @@ class OursZmq(OursEmbedded):
         from benchmarks.measure import free_port, wait_until
 
         self.ts = ts
+        self._thread_clients: list = []
         data = self.workdir / "data"
         last_err = ""
         for _attempt in range(3):
-            port = free_port()
-            self.endpoint = f"tcp://127.0.0.1:{port}"
+            self.endpoint = f"tcp://127.0.0.1:{free_port()}"
+            ready = self.workdir / "ready"
+            ready.unlink(missing_ok=True)
             log = open(self.workdir / "serve.log", "wb")
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tstreams_embedded.cli", "serve", str(data), "--bind", self.endpoint,
-                 "--durability", "sync"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=str(Path.cwd()),
+                [sys.executable, "-m", "tstreams_embedded.cli", "serve", "--data", str(data), "--bind", self.endpoint,
+                 "--durability", "sync", "--ready-file", str(ready), "--log-level", "WARNING"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
             log.close()
-            if wait_until(lambda p=port: _port_open(p) or self.proc.poll() is not None, 20):
-                if self.proc.poll() is None:
-                    self.engine = ts.connect(self.endpoint)
-                    return
+            wait_until(lambda r=ready: r.exists() or self.proc.poll() is not None, 30)
+            if self.proc.poll() is None and ready.exists():
+                self.engine = ts.connect(self.endpoint)
+                return
             last_err = (self.workdir / "serve.log").read_text(errors="replace")[-2000:]
             self._stop_server()
         raise RuntimeError(f"tstreams serve did not start: {last_err}")
+
+    def client_for_thread(self):
+        """One connection per writer thread, like one Redis connection per thread."""
+        client = self.ts.connect(self.endpoint)
+        self._thread_clients.append(client)
+        return client
+
+    def close_thread_clients(self) -> None:
+        clients, self._thread_clients = self._thread_clients, []
+        for c in clients:
+            c.close()
 
     def _stop_server(self) -> None:
         proc = getattr(self, "proc", None)
@@ -222,14 +240,9 @@ class OursZmq(OursEmbedded):
         reason = OursEmbedded.available()
         if reason:
             return reason
-        import tstreams_embedded as ts
-
-        return None if hasattr(ts, "connect") else "the network layer (ts.connect) has not landed yet"
-
-
-def _port_open(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        try:
+            from tstreams_embedded.net import connect  # noqa: F401
+            from tstreams_embedded.net.cli import serve  # noqa: F401
+        except ImportError as e:
+            return f"the network layer cannot be imported: {e}"
+        return None
