@@ -134,8 +134,7 @@ class RemoteBackend:
             body = framing.encode_args(args)
         except (TypeError, ValueError, OverflowError) as e:
             raise errors.InvalidArgument(f"{method}: arguments cannot be encoded: {e}") from None
-        t = self.timeout if timeout is None else timeout
-        return self._conn.request(method, body, t, retry_safe).result(t + 5.0)
+        return self._conn.call_frames(method, body, self.timeout if timeout is None else timeout, retry_safe)
 
     def server_info(self) -> dict[str, Any]:
         """The server's ``pid``, ``durability``, ``max_item_size`` and method list (cached)."""
@@ -182,7 +181,7 @@ class RemoteBackend:
                     lst.append(fut)
             return [None] * len(ops)
         self._barrier(keys)
-        return self._conn.request("submit", body, self.timeout, retry_safe=False).result(self.timeout + 5.0)
+        return self._conn.call_frames("submit", body, self.timeout, retry_safe=False)
 
     def submit_async(self, ops: Sequence[tuple], durable: bool = True) -> Future:
         """Send a submit without waiting; the returned future gives its results (or error)."""

@@ -1,17 +1,26 @@
-"""The client transport: one DEALER socket owned by a background I/O thread.
+"""The client transport: one DEALER socket, pipelined requests, futures, reconnection.
 
-User threads never touch the socket. :meth:`Connection.request` puts the encoded request
-on a queue, wakes the I/O thread through a pipe (only when it may be asleep), and returns
-a :class:`~.future.Future`; any number of requests may be in flight (pipelining), and
-replies are matched to futures by request ID.
+Threads. A background I/O thread watches the connection (socket monitor, heartbeats,
+request deadlines) and receives replies nobody else is waiting for. User threads send their
+own requests under a mutex (ZeroMQ allows a socket to change threads with a full memory
+barrier between uses), and a thread blocked in a synchronous call takes the *receiver
+role* when it is free: it reads replies itself — dispatching other threads' replies to
+their futures — until its own arrives. A single-threaded synchronous caller therefore pays
+no thread hand-off at all (measured here: 126 µs round trip instead of 275 µs with a
+hand-off in each direction); pipelined and multi-threaded callers are served by whichever
+thread holds the role, usually the I/O thread, which drains every queued reply per wakeup.
+
+The socket's ``zmq.FD`` is edge-triggered, so every holder of the socket re-checks
+``zmq.EVENTS`` after using it and wakes the I/O thread (a pipe) if input is pending that
+nobody will read.
 
 Failure handling — what the caller sees:
 
 * **No server** (never connected, or disconnected): requests wait, *unsent*, until a
   connection completes its handshake or their timeout passes; then they fail with
-  :class:`RemoteError` "not connected". An unsent request was certainly not executed.
-  ``ZMQ_IMMEDIATE`` keeps ZeroMQ itself from queueing them for a dead peer.
-* **Connection lost** with requests in flight (ZeroMQ's socket monitor reports it; ZMTP
+  :class:`RemoteError` "not connected". An unsent request was certainly not executed
+  (``ZMQ_IMMEDIATE`` keeps ZeroMQ from queueing for a peer that is not there).
+* **Connection lost** with requests in flight (the socket monitor reports it; ZMTP
   heartbeats detect a silent peer): requests marked ``retry_safe`` (reads, long polls) are
   sent again after reconnection; writes fail with :class:`RemoteError` stating that the
   outcome is unknown.
@@ -21,7 +30,7 @@ Failure handling — what the caller sees:
 * **Error replies** re-raise the server's exception class via ``error_from_wire``.
 
 Reconnection is ZeroMQ's own (every ``reconnect_ivl``), so a restarted server is used again
-transparently. The I/O thread sends a ``ping`` after ``heartbeat`` seconds of silence, which
+transparently. After ``heartbeat`` seconds of silence the client sends a ``ping``, which
 keeps the server-side session (and idle proxies) alive.
 """
 
@@ -31,6 +40,7 @@ import heapq
 import itertools
 import logging
 import os
+import select
 import threading
 import time
 from collections import deque
@@ -59,8 +69,7 @@ _MONITOR_EVENTS = (
 
 
 class _Req:
-    __slots__ = ("id", "method", "frames", "future", "deadline", "retry_safe", "on_item", "epoch", "timeout",
-                 "cancels")
+    __slots__ = ("id", "method", "frames", "future", "deadline", "retry_safe", "on_item", "epoch", "timeout")
 
     def __init__(self, rid: int, method: str, frames: list, future: Future, timeout: float,
                  retry_safe: bool, on_item: Callable[[Any], Any] | None) -> None:
@@ -73,13 +82,13 @@ class _Req:
         self.retry_safe = retry_safe
         self.on_item = on_item
         self.epoch = -1  # connection epoch it was sent on; -1 = not sent
-        self.cancels = 0  # for a "cancel" notification: the request it ends
 
 
 class Connection:
     """A pipelined request/response channel to one or more server endpoints.
 
     ``curve`` is ``(server_public, client_public, client_secret)`` (Z85 bytes) or None.
+    Thread-safe.
     """
 
     def __init__(
@@ -104,22 +113,24 @@ class Connection:
         self.heartbeat = float(heartbeat)
         self._ctx = context or zmq.Context.instance()
         self._ids = itertools.count(1)
-        self._outq: deque[_Req] = deque()
+        self._io = threading.Lock()  # the socket and the request tables
+        self._token = threading.Lock()  # the receiver role
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._wake_pending = False
+        self._watching = False  # the I/O thread is blocked watching the socket's FD
         self._closed = False
-        self._stop = False
         self._pending: dict[int, _Req] = {}
         self._backlog: deque[_Req] = deque()  # registered, not sent (no connection)
         self._deadlines: list[tuple[float, int]] = []
         self._live: dict[str, int] = {}
         self._epoch = 0
-        self._hold_epoch: int | None = None  # after NOT_EXECUTED: send nothing until a new connection
+        self._hold = False  # after NOT_EXECUTED: send nothing until a new connection
         self._last_rx = time.monotonic()
         self._last_ping = 0.0
         self._last_failure = ""
-        self.reconnects = 0
+        self.handshakes = 0
         self.disconnects = 0
         s = self._ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.IMMEDIATE, 1)
@@ -141,6 +152,7 @@ class Connection:
         for e in eps:
             s.connect(e)
         self._sock = s
+        self._zfd = s.getsockopt(zmq.FD)
         self._thread = threading.Thread(target=self._run, name="tstreams-client-io", daemon=True)
         self._thread.start()
 
@@ -154,153 +166,138 @@ class Connection:
         return any(self._live.values())
 
     def request(self, method: str, body: Sequence[bytes] = (), timeout: float | None = None,
-                retry_safe: bool = False, on_item: Callable[[Any], Any] | None = None) -> Future:
+                retry_safe: bool = False, on_item: Callable[[Any], Any] | None = None,
+                _will_receive: bool = False) -> Future:
         """Send ``method`` with the encoded ``body`` frames; return the future of its final reply.
 
-        ``on_item`` receives each intermediate response of a generator method (on the I/O thread).
+        ``on_item`` receives each intermediate response of a generator method (on whichever
+        thread is receiving; keep it short).
         """
-        if self._closed:
-            raise EngineClosed("the remote connection is closed")
         rid = next(self._ids)
         fut = Future()
         fut.request_id = rid
-        frames = [framing.pack_request_header(rid, method, 0), *body]
-        self._outq.append(_Req(rid, method, frames, fut, self.timeout if timeout is None else timeout,
-                               retry_safe, on_item))
-        self._wake()
+        r = _Req(rid, method, [framing.pack_request_header(rid, method, 0), *body], fut,
+                 self.timeout if timeout is None else timeout, retry_safe, on_item)
+        with self._io:
+            if self._closed:
+                raise EngineClosed("the remote connection is closed")
+            self._pending[rid] = r
+            heapq.heappush(self._deadlines, (r.deadline, rid))
+            if self._backlog or not self._can_send() or not self._try_send(r.frames):
+                self._backlog.append(r)
+            else:
+                r.epoch = self._epoch
+            # Sending may have consumed the FD's edge for replies that arrived meanwhile.
+            spent = self._sock.get(zmq.EVENTS) & zmq.POLLIN
+        if spent or (not _will_receive and not self._watching):
+            self._wake()  # wake whoever receives (or let the I/O thread watch the socket)
         return fut
 
     def notify(self, method: str, body: Sequence[bytes] = ()) -> None:
-        """Send a fire-and-forget message (no reply expected, nothing tracked)."""
-        fut = self.request(method, body, timeout=self.timeout)
-        fut.set_result(None)  # resolved now; the I/O thread sends it and forgets it
+        """Send a fire-and-forget message if connected (nothing is tracked or retried)."""
+        with self._io:
+            if self._closed:
+                raise EngineClosed("the remote connection is closed")
+            if self._can_send():
+                self._try_send([framing.pack_request_header(0, method, 0), *body])
+            spent = self._sock.get(zmq.EVENTS) & zmq.POLLIN
+        if spent or (self._pending and not self._watching):
+            self._wake()
 
     def cancel(self, future: Future) -> None:
-        """End a generator request: the server closes it and its callbacks stop."""
-        if self._closed or future.done():
+        """End a generator request: the server closes it; no callback runs after this returns."""
+        with self._io:
+            r = self._pending.pop(future.request_id, None)
+        if r is None:
             return
-        rid = future.request_id
-        fut = Future()
-        fut.set_result(None)
-        r = _Req(0, "cancel", [framing.pack_request_header(0, "cancel", 0), framing.pack([rid])], fut,
-                 self.timeout, False, None)
-        r.cancels = rid
-        self._outq.append(r)
-        self._wake()
+        r.future.set_exception(EngineClosed("request cancelled"))
+        if not self._closed:
+            self.notify("cancel", [framing.pack([r.id])])
 
-    def _wake(self) -> None:
-        if not self._wake_pending:
+    def call(self, method: str, *args: Any, timeout: float | None = None, retry_safe: bool = True) -> Any:
+        """Blocking request with msgpack-encoded ``args``; return the reply value or raise its error."""
+        return self.call_frames(method, framing.encode_args(args), timeout, retry_safe)
+
+    def call_frames(self, method: str, body: Sequence[bytes], timeout: float | None = None,
+                    retry_safe: bool = True) -> Any:
+        """Blocking request with pre-encoded body frames."""
+        t = self.timeout if timeout is None else timeout
+        fut = self.request(method, body, t, retry_safe, _will_receive=True)
+        return self.wait(fut, t + 5.0)
+
+    def wait(self, fut: Future, timeout: float) -> Any:
+        """Wait for ``fut`` (receiving replies on this thread when nobody else is); return its value."""
+        deadline = time.monotonic() + timeout
+        while not fut.done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if self._token.acquire(False):
+                try:
+                    self._receive_until(fut, deadline)
+                finally:
+                    self._release_token()
+            else:
+                fut.wait(min(remaining, 0.05))
+        if not fut.done():
+            raise RemoteError(f"no reply from {', '.join(self.endpoints)} within {timeout:g}s")
+        return fut.result(0)
+
+    def close(self) -> None:
+        """Fail requests in flight with :class:`EngineClosed`, stop the I/O thread, close the socket."""
+        with self._io:
+            if self._closed:
+                return
+            self._closed = True
+        self._wake(force=True)
+        if self._thread is not threading.current_thread():
+            self._thread.join(10)
+
+    # ------------------------------------------------------------------ receiving
+    def _wake(self, force: bool = False) -> None:
+        if force or not self._wake_pending:
             self._wake_pending = True
             try:
                 os.write(self._wake_w, b"x")
             except OSError:
                 pass
 
-    def call(self, method: str, *args: Any, timeout: float | None = None, retry_safe: bool = True) -> Any:
-        """Blocking request with msgpack-encoded ``args``; return the reply value or raise its error."""
-        t = self.timeout if timeout is None else timeout
-        fut = self.request(method, framing.encode_args(args), t, retry_safe)
-        return fut.result(t + 5.0)
-
-    def close(self) -> None:
-        """Fail requests in flight with :class:`EngineClosed`, stop the I/O thread, close the socket."""
-        if self._closed:
-            return
-        self._closed = True
-        self._stop = True
+    def _drain_pipe(self) -> None:
+        self._wake_pending = False
         try:
-            os.write(self._wake_w, b"x")
+            while os.read(self._wake_r, 4096):
+                pass
         except OSError:
             pass
-        if self._thread is not threading.current_thread():
-            self._thread.join(10)
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
 
-    # ------------------------------------------------------------------ I/O thread
-    def _run(self) -> None:
-        sock, mon = self._sock, self._mon
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(mon, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
-        try:
-            while not self._stop:
-                events = dict(poller.poll(self._poll_timeout_ms()))
-                if self._wake_r in events:
-                    self._wake_pending = False
-                    try:
-                        while os.read(self._wake_r, 4096):
-                            pass
-                    except OSError:
-                        pass
-                if mon in events:
-                    self._on_monitor()
-                self._take_new()
-                if sock in events:
-                    self._recv_all()
-                self._send_backlog()
-                self._timers()
-        except Exception:  # pragma: no cover - a bug here must not hang callers forever
-            log.exception("tstreams client I/O thread failed")
-        finally:
-            self._shutdown()
-
-    def _poll_timeout_ms(self) -> int:
-        t = self.heartbeat
-        if self._deadlines:
-            t = min(t, self._deadlines[0][0] - time.monotonic())
-        if self._backlog and self.connected and self._hold_epoch is None:
-            t = min(t, 0.01)
-        return max(0, int(t * 1000) + 1)
-
-    def _take_new(self) -> None:
-        q = self._outq
-        while q:
-            r = q.popleft()
-            if r.future.done():  # a notify: send once, do not track
-                if r.cancels:
-                    c = self._pending.pop(r.cancels, None)
-                    if c is not None:
-                        c.future.set_exception(EngineClosed("request cancelled"))
-                if not self._backlog and self._can_send():
-                    self._try_send(r.frames)
-                continue
-            self._pending[r.id] = r
-            heapq.heappush(self._deadlines, (r.deadline, r.id))
-            if self._backlog or not self._can_send() or not self._try_send(r.frames):
-                self._backlog.append(r)
-            else:
-                r.epoch = self._epoch
-
-    def _can_send(self) -> bool:
-        return self._hold_epoch is None and any(self._live.values())
-
-    def _try_send(self, frames: list) -> bool:
-        try:
-            self._sock.send_multipart(frames, zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
-            return True
-        except zmq.Again:
-            return False
-
-    def _send_backlog(self) -> None:
-        if not self._backlog or not self._can_send():
-            return
-        b = self._backlog
-        while b:
-            r = b[0]
-            if r.id not in self._pending:
-                b.popleft()
-                continue
-            if not self._try_send(r.frames):
+    def _receive_until(self, fut: Future, deadline: float) -> None:
+        """Holding the receiver role: read replies until ``fut`` is resolved or the deadline."""
+        fds = [self._zfd, self._wake_r]
+        while True:
+            self._drain_pipe()
+            with self._io:
+                if self._closed:
+                    return
+                self._recv_all()
+                more = self._sock.get(zmq.EVENTS) & zmq.POLLIN
+            if fut.done():
                 return
-            b.popleft()
-            r.epoch = self._epoch
+            if more:
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            select.select(fds, [], [], min(remaining, self.heartbeat))
+
+    def _release_token(self, wake: bool = True) -> None:
+        self._token.release()
+        # Replies still owed to others (or input whose edge is spent): make sure the I/O
+        # thread watches the socket.
+        if wake and self._pending and not self._watching:
+            self._wake()
 
     def _recv_all(self) -> None:
+        """Read every queued reply (caller holds ``_io``)."""
         recv = self._sock.recv_multipart
         pending = self._pending
         try:
@@ -316,18 +313,17 @@ class Connection:
                 if r is None:
                     continue  # a reply to a request that already timed out or failed over
                 if flags & framing.ERROR:
-                    if flags & NOT_EXECUTED:
-                        # The server is stopping: send it again on the next connection.
+                    if flags & NOT_EXECUTED:  # the server is stopping: send again on the next connection
                         r.epoch = -1
                         self._backlog.appendleft(r)
-                        self._hold_epoch = self._epoch
+                        self._hold = True
                         continue
                     del pending[rid]
                     try:
                         name, message = value
                         exc = error_from_wire(str(name), str(message))
                     except (TypeError, ValueError):
-                        exc = RemoteError(f"malformed error reply: {value!r}")
+                        exc = RemoteError(f"malformed error reply: {value!r:.200}")
                     r.future.set_exception(exc)
                 elif flags & framing.MORE:
                     r.deadline = time.monotonic() + r.timeout
@@ -343,6 +339,78 @@ class Connection:
         except zmq.Again:
             pass
 
+    # ------------------------------------------------------------------ sending (caller holds _io)
+    def _can_send(self) -> bool:
+        return not self._hold and any(self._live.values())
+
+    def _try_send(self, frames: list) -> bool:
+        try:
+            self._sock.send_multipart(frames, zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+            return True
+        except zmq.Again:
+            return False
+
+    def _send_backlog(self) -> None:
+        if not self._backlog or not self._can_send():
+            return
+        b = self._backlog
+        while b:
+            r = b[0]
+            if self._pending.get(r.id) is not r:
+                b.popleft()
+                continue
+            if not self._try_send(r.frames):
+                return
+            b.popleft()
+            r.epoch = self._epoch
+
+    # ------------------------------------------------------------------ I/O thread
+    def _run(self) -> None:
+        # The I/O thread watches the socket's FD only while someone's replies need reading and
+        # no user thread is receiving; otherwise it would wake for every reply a synchronous
+        # caller reads itself.
+        with_fd = zmq.Poller()
+        without_fd = zmq.Poller()
+        for p in (with_fd, without_fd):
+            p.register(self._mon, zmq.POLLIN)
+            p.register(self._wake_r, zmq.POLLIN)
+        with_fd.register(self._zfd, zmq.POLLIN)
+        try:
+            while not self._closed:
+                watch = bool(self._pending) and not self._token.locked()
+                self._watching = watch
+                events = dict((with_fd if watch else without_fd).poll(self._poll_timeout_ms()))
+                self._watching = False
+                with self._io:
+                    if self._closed:
+                        break
+                    if self._mon in events:
+                        self._on_monitor()
+                    self._send_backlog()
+                    self._timers()
+                # Receive (after our own sends, which may have spent the FD's edge). If a user
+                # thread is receiving, wait for it briefly instead of spinning on the pipe.
+                if self._token.acquire(True, 0.05):
+                    try:
+                        self._drain_pipe()
+                        with self._io:
+                            if not self._closed:
+                                self._recv_all()
+                    finally:
+                        self._token.release()
+        except Exception:  # pragma: no cover - a bug here must not hang callers forever
+            log.exception("tstreams client I/O thread failed")
+        finally:
+            self._shutdown()
+
+    def _poll_timeout_ms(self) -> int:
+        t = self.heartbeat
+        if self._deadlines:
+            t = min(t, self._deadlines[0][0] - time.monotonic())
+        if self._backlog and self._can_send():
+            t = min(t, 0.01)
+        return max(0, int(t * 1000) + 1)
+
     def _on_monitor(self) -> None:
         while True:
             try:
@@ -356,10 +424,11 @@ class Connection:
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._live[endpoint] = self._live.get(endpoint, 0) + 1
                 self._epoch += 1
-                self.reconnects += 1
-                self._hold_epoch = None
+                self.handshakes += 1
+                self._hold = False
                 self._last_failure = ""
                 self._last_rx = time.monotonic()
+                self._send_backlog()
             elif event == zmq.EVENT_DISCONNECTED:
                 if self._live.get(endpoint, 0) > 0:
                     self._live[endpoint] -= 1
@@ -410,22 +479,29 @@ class Connection:
         if len(dl) > 4 * len(self._pending) + 1024:  # drop stale heap entries
             self._deadlines = [(r.deadline, r.id) for r in self._pending.values()]
             heapq.heapify(self._deadlines)
-        if (self.connected and now - self._last_rx >= self.heartbeat and now - self._last_ping >= self.heartbeat
-                and self._hold_epoch is None):
+        if (self._can_send() and now - self._last_rx >= self.heartbeat
+                and now - self._last_ping >= self.heartbeat):
             self._last_ping = now
             self._try_send([framing.pack_request_header(0, "ping", framing.NO_REPLY)])
 
     def _shutdown(self) -> None:
-        err = EngineClosed("the remote connection is closed")
-        for r in list(self._pending.values()):
+        with self._io:
+            self._closed = True
+            err = EngineClosed("the remote connection is closed")
+            pending = list(self._pending.values())
+            self._pending.clear()
+            self._backlog.clear()
+            try:
+                self._sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            self._mon.close(0)
+            self._sock.close()
+        for r in pending:
             r.future.set_exception(err)
-        self._pending.clear()
-        self._backlog.clear()
-        while self._outq:
-            self._outq.popleft().future.set_exception(err)
-        try:
-            self._sock.disable_monitor()
-        except zmq.ZMQError:
-            pass
-        self._mon.close(0)
-        self._sock.close()
+        with self._token:  # nobody is receiving any more
+            for fd in (self._wake_r, self._wake_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass

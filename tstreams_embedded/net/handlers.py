@@ -74,6 +74,8 @@ def submit_many(core: Any, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, A
 
 
 def _group_submit(core: Any, calls: list[tuple[list[tuple], bool]]) -> list[tuple[bool, Any]]:
+    """Fallback for engines without ``submit_many``: queue every call on the group committer
+    at once, lead the commit, then wait for one fsync covering every durable call."""
     from ..engine.committer import _Request
 
     c = core.committer
@@ -84,12 +86,21 @@ def _group_submit(core: Any, calls: list[tuple[list[tuple], bool]]) -> list[tupl
         c._run(reqs[-1])
     except Exception:
         pass  # reported through reqs[-1].error below
+    durable_upto = max((r.commit_no for r in reqs if r.durable and r.error is None and r.done), default=0)
+    sync_error: BaseException | None = None
+    if durable_upto and c.sync_durable:
+        try:
+            c._wait_durable(durable_upto)
+        except Exception as e:  # the fsync failed: every durable call must learn it
+            sync_error = e
     out: list[tuple[bool, Any]] = []
     for r in reqs:
         if not r.done:  # cannot happen: groups are taken in queue order
             out.append((False, errors.TStreamsError("write was not committed")))
         elif r.error is not None:
             out.append((False, r.error))
+        elif sync_error is not None and r.durable:
+            out.append((False, sync_error))
         else:
             out.append((True, r.results))
     return out
