@@ -194,12 +194,16 @@ class Connection:
         return fut
 
     def notify(self, method: str, body: Sequence[bytes] = ()) -> None:
-        """Send a fire-and-forget message if connected (nothing is tracked or retried)."""
+        """Send a fire-and-forget message: no reply, not tracked; if not connected it waits
+        (at most ``timeout``) for a connection, then it is dropped."""
+        fut = Future()
+        fut.set_result(None)
+        r = _Req(0, method, [framing.pack_request_header(0, method, 0), *body], fut, self.timeout, False, None)
         with self._io:
             if self._closed:
                 raise EngineClosed("the remote connection is closed")
-            if self._can_send():
-                self._try_send([framing.pack_request_header(0, method, 0), *body])
+            if self._backlog or not self._can_send() or not self._try_send(r.frames):
+                self._backlog.append(r)
             spent = self._sock.get(zmq.EVENTS) & zmq.POLLIN
         if spent or (self._pending and not self._watching):
             self._wake()
@@ -354,9 +358,14 @@ class Connection:
         if not self._backlog or not self._can_send():
             return
         b = self._backlog
+        now = time.monotonic()
         while b:
             r = b[0]
-            if self._pending.get(r.id) is not r:
+            if r.id == 0:  # a notification: send unless stale
+                if r.deadline < now:
+                    b.popleft()
+                    continue
+            elif self._pending.get(r.id) is not r:
                 b.popleft()
                 continue
             if not self._try_send(r.frames):

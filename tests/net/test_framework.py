@@ -1,0 +1,251 @@
+"""The server framework with a stand-in handler set: the three handler kinds, request IDs,
+pipelining, cooperative generators, the draining loop, cancellation and departed clients."""
+
+from __future__ import annotations
+
+import time
+
+import msgpack
+import pytest
+import zmq
+
+from tstreams_embedded import errors
+from tstreams_embedded.net import framing
+from tstreams_embedded.net.connection import Connection
+from tstreams_embedded.net.registry import Registry, Sleep
+
+from .helpers import ThreadServer
+
+
+def stand_in_registry() -> tuple[Registry, dict]:
+    reg = Registry()
+    state = {"count": 0, "blocked": 0}
+
+    @reg.call("echo")
+    def echo(session, *args):
+        return list(args)
+
+    @reg.call("add")
+    def add(session, a: int, b: int = 0):
+        if not isinstance(a, int):
+            raise errors.InvalidArgument("a must be an integer")
+        return a + b
+
+    @reg.call("block")
+    def block(session, seconds: float):
+        time.sleep(seconds)  # deliberately blocks the loop: lets requests queue up
+        state["blocked"] += 1
+        return True
+
+    @reg.call("slow", executor="pool")
+    def slow(session, seconds: float):
+        time.sleep(seconds)
+        return "slept"
+
+    @reg.notify("inc")
+    def inc(session, n: int = 1):
+        state["count"] += n
+
+    @reg.call("count")
+    def count(session):
+        return state["count"]
+
+    @reg.stream("range")
+    def rng(session, n: int, pause: float = 0.0):
+        for i in range(n):
+            if pause:
+                yield Sleep(pause)
+            yield i
+        return "end"
+
+    @reg.stream("forever")
+    def forever(session):
+        i = 0
+        while True:
+            yield Sleep(0.01)
+            yield i
+            i += 1
+
+    @reg.stream("fails")
+    def fails(session):
+        yield 1
+        raise errors.StreamNotFound("gone midway")
+
+    return reg, state
+
+
+@pytest.fixture
+def ts_server():
+    reg, state = stand_in_registry()
+    s = ThreadServer(reg)
+    s.state = state
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def conn(ts_server):
+    c = Connection(ts_server.endpoint, timeout=10.0)
+    yield c
+    c.close()
+
+
+def test_plain_call_and_blob_frames(conn):
+    assert conn.call("add", 2, 3) == 5
+    body = framing.encode_args([b"x" * 100_000, "s", b"small"], blob_positions=(0, 2))
+    assert len(body) == 3  # two payloads travel as their own frames
+    assert conn.call_frames("echo", body) == [b"x" * 100_000, "s", b"small"]
+
+
+def test_errors_keep_class_and_message(conn):
+    with pytest.raises(errors.InvalidArgument, match="a must be an integer"):
+        conn.call("add", "x")
+    with pytest.raises(errors.InvalidArgument, match=r"add\(\) takes 1 to 2 arguments, got 3"):
+        conn.call("add", 1, 2, 3)
+    with pytest.raises(errors.ProtocolError, match="unknown method 'nope'"):
+        conn.call("nope")
+    # a TypeError inside a handler becomes InvalidArgument (error_to_wire)
+    with pytest.raises(errors.InvalidArgument):
+        conn.call("add", 1, "x")
+
+
+def test_generator_gives_n_responses_then_its_return_value(conn):
+    items: list = []
+    fut = conn.request("range", framing.encode_args([5]), on_item=items.append)
+    assert conn.wait(fut, 10) == "end"
+    assert items == [0, 1, 2, 3, 4]
+
+
+def test_generator_error_midway_is_final(conn):
+    items: list = []
+    fut = conn.request("fails", framing.encode_args([]), on_item=items.append)
+    with pytest.raises(errors.StreamNotFound, match="gone midway"):
+        conn.wait(fut, 10)
+    assert items == [1]
+
+
+def test_several_generators_of_one_client_run_cooperatively(conn):
+    """Three generators in flight at once, plus plain calls answered while they run."""
+    got: dict[str, list] = {"a": [], "b": [], "c": []}
+    futs = {k: conn.request("range", framing.encode_args([20, 0.01]), on_item=got[k].append) for k in got}
+    # a plain call is answered while all three generators are still running
+    assert conn.call("add", 40, 2) == 42
+    assert not any(f.done() for f in futs.values())
+    for f in futs.values():
+        assert conn.wait(f, 20) == "end"
+    assert all(v == list(range(20)) for v in got.values())
+
+
+def test_pool_handler_does_not_block_the_loop(conn):
+    fut = conn.request("slow", framing.encode_args([0.5]))
+    assert conn.call("add", 1, 1) == 2
+    assert not fut.done()  # the inline call was answered while the slow one still ran
+    assert conn.wait(fut, 10) == "slept"
+
+
+def test_fire_and_forget_gets_no_reply(ts_server, conn):
+    before = ts_server.stats()
+    for _ in range(10):
+        conn.notify("inc", framing.encode_args([2]))
+    assert conn.call("count") == 20
+    after = ts_server.stats()
+    # 11 requests received (10 notifications + count), 1 reply sent
+    assert after["received"] - before["received"] == 11
+    assert after["replies"] - before["replies"] == 1
+
+
+def test_request_ids_are_echoed_and_pipelining(ts_server):
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.connect(ts_server.endpoint)
+    try:
+        ids = list(range(10_000, 10_000 + 500 * 7, 7))
+        for i in ids:  # all in flight before any reply is read
+            s.send_multipart([framing.pack_request_header(i, "add", 0), framing.pack([i, 1])])
+        seen = {}
+        for _ in ids:
+            assert s.poll(10_000)
+            rid, flags, value = framing.unpack_reply(s.recv_multipart())
+            seen[rid] = value
+        assert seen == {i: i + 1 for i in ids}
+    finally:
+        s.close(0)
+
+
+def test_each_wakeup_drains_every_queued_message(ts_server, conn):
+    """2,000 requests queue while the loop is blocked; they are then handled in a handful
+    of wakeups, not one callback per message."""
+    blocker = conn.request("block", framing.encode_args([0.5]))
+    time.sleep(0.1)  # the loop is now inside `block`
+    before = ts_server.server.stats.wakeups  # read racily: the loop is blocked
+    futs = [conn.request("add", framing.encode_args([i, 0])) for i in range(2000)]
+    assert conn.wait(blocker, 10) is True
+    assert [conn.wait(f, 10) for f in futs] == list(range(2000))
+    after = ts_server.stats()
+    assert after["wakeups"] - before <= 20, after
+
+
+def test_cancel_ends_a_generator(ts_server, conn):
+    items: list = []
+    fut = conn.request("forever", framing.encode_args([]), on_item=items.append)
+    deadline = time.monotonic() + 10
+    while len(items) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ts_server.stats()["running_generators"] == 1
+    conn.cancel(fut)
+    deadline = time.monotonic() + 10
+    while ts_server.stats()["running_generators"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ts_server.stats()["running_generators"] == 0
+    with pytest.raises(errors.EngineClosed, match="cancelled"):
+        fut.result(0)
+
+
+def test_reply_to_departed_client_never_crashes(ts_server):
+    ctx = zmq.Context.instance()
+    for _ in range(5):
+        s = ctx.socket(zmq.DEALER)
+        s.connect(ts_server.endpoint)
+        s.send_multipart([framing.pack_request_header(1, "slow", 0), framing.pack([0.2])])
+        s.send_multipart([framing.pack_request_header(2, "range", 0), framing.pack([1000, 0.001])])
+        time.sleep(0.05)
+        s.close(0)  # gone before the replies
+    deadline = time.monotonic() + 10
+    while ts_server.stats()["unroutable"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    st = ts_server.stats()
+    assert st["unroutable"] >= 1
+    c = Connection(ts_server.endpoint, timeout=10)
+    try:
+        assert c.call("add", 1, 2) == 3
+    finally:
+        c.close()
+    deadline = time.monotonic() + 10
+    while ts_server.stats()["running_generators"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ts_server.stats()["running_generators"] == 0  # the departed clients' generators ended
+
+
+def test_malformed_messages_get_protocol_errors(ts_server):
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.connect(ts_server.endpoint)
+    try:
+        cases = [
+            [b"\xc1"],  # invalid msgpack
+            [msgpack.packb([1, "add"])],  # header of 2 fields
+            [msgpack.packb([7, "add", 0]), b"\xc1"],  # bad body
+            [msgpack.packb([8, "add", 0]), msgpack.packb({"a": 1})],  # body not a list
+            [msgpack.packb([9, "add", 0]), framing.pack([msgpack.ExtType(1, b"\0\0\0\5")])],  # dangling blob
+        ]
+        for frames in cases:
+            s.send_multipart(frames)
+        names = []
+        for _ in cases:
+            assert s.poll(10_000)
+            rid, flags, value = framing.unpack_reply(s.recv_multipart())
+            assert flags & framing.ERROR
+            names.append(value[0])
+        assert names == ["ProtocolError"] * len(cases)
+    finally:
+        s.close(0)
