@@ -46,7 +46,7 @@ BATCH = 100
 SIZES: dict[str, dict[str, int]] = {
     "tiny": {"durable": 1_000, "async": 5_000, "consume": 10_000, "single": 100, "per_thread": 20, "streams": 2_000,
              "api_streams": 500},
-    "quick": {"durable": 50_000, "async": 500_000, "consume": 1_000_000, "single": 1_000, "per_thread": 300,
+    "quick": {"durable": 30_000, "async": 500_000, "consume": 1_000_000, "single": 1_000, "per_thread": 300,
               "streams": 100_000, "api_streams": 20_000},
     "full": {"durable": 300_000, "async": 2_000_000, "consume": 3_000_000, "single": 3_000, "per_thread": 2_000,
              "streams": 1_000_000, "api_streams": 100_000},
@@ -525,9 +525,16 @@ def engine_plot(report: dict[str, Any], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from benchmarks.report import rate_formatter, wrap_label
+
     figs = list(report["figures"].items())
-    fig, axes = plt.subplots(1, len(figs), figsize=(4.0 * len(figs), 4.4), dpi=100)
-    for ax, (_fid, f) in zip(axes, figs, strict=True):
+    cols = 3
+    rows = (len(figs) + cols - 1) // cols
+    fig, grid = plt.subplots(rows, cols, figsize=(5.0 * cols, 4.6 * rows), dpi=100, squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[len(figs):]:
+        ax.axis("off")
+    for ax, (_fid, f) in zip(axes, figs, strict=False):
         names = list(f["rows"])
         vals = [f["rows"][n].get("rate_median") or 0 for n in names]
         base = vals[0]
@@ -541,11 +548,13 @@ def engine_plot(report: dict[str, Any], path: Path) -> Path:
             ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 3),
                         textcoords="offset points", ha="center", va="bottom", fontsize=7)  # fmt: skip
         ax.set_xticks(range(len(names)))
-        ax.set_xticklabels([n.replace(", ", ",\n").replace(" + ", "\n+ ") for n in names], fontsize=6)
-        ax.set_title(f["title"], fontsize=8, wrap=True)
+        ax.set_xticklabels([wrap_label(n, 18) for n in names], fontsize=7)
+        ax.set_title(wrap_label(f["title"], 48), fontsize=9)
+        ax.yaxis.set_major_formatter(rate_formatter())
         ax.set_ylim(0, max(vals + [1]) * 1.3)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylabel("items/s (streams/s for streams)")
+    for ax in grid[:, 0]:
+        ax.set_ylabel("items/s (streams/s for streams)")
     fig.suptitle(f"Engine vs raw py-lmdb ({report['mode']}, median of {report['reps']})", fontsize=10)
     fig.tight_layout()
     fig.savefig(path)

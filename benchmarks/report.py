@@ -118,6 +118,18 @@ def _short(name: str) -> str:
     return {"ours-embedded": "ours", "ours-zmq": "ours/zmq"}.get(name, name)
 
 
+def wrap_label(text: str, width: int = 16) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
+def rate_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _pos: fmt_rate(v) if v else "0")
+
+
 def peers_plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
     """One bar chart per scenario: median rate per system, min–max whiskers, ratios labelled."""
     import matplotlib
@@ -145,11 +157,13 @@ def peers_plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
                 lines.append(f"ours {ratio:.2f}×")
             if r.get("noisy"):
                 lines.append("noisy")
-            ax.annotate("\n".join(lines), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            top = bar.get_height() + hi[names.index(n)]
+            ax.annotate("\n".join(lines), (bar.get_x() + bar.get_width() / 2, top),
                         xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8)  # fmt: skip
         ax.set_xticks(range(len(names)))
-        ax.set_xticklabels([systems[n]["label"].replace(" (", "\n(") for n in names], fontsize=7)
+        ax.set_xticklabels([wrap_label(systems[n]["label"]) for n in names], fontsize=7)
         ax.set_ylabel(sc["unit"])
+        ax.yaxis.set_major_formatter(rate_formatter())
         ax.set_title(f"{sc['title']} ({report['mode']}, median of {report['reps']})", fontsize=10)
         ax.set_ylim(0, max(vals + [1]) * 1.3 + max(hi + [0]))
         ax.grid(axis="y", alpha=0.3)
