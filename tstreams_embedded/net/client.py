@@ -50,10 +50,11 @@ def encode_submit(ops: Sequence[Sequence[Any]], durable: bool) -> list:
     if not isinstance(ops, (list, tuple)):
         raise errors.InvalidArgument("ops must be a list of operation tuples")
     blobs: list[Any] = []
-    wire = []
+    wire: list[Any] = []
     for op in ops:
         if not isinstance(op, (list, tuple)):
-            raise errors.InvalidArgument(f"each operation must be a non-empty tuple, got {op!r:.80}")
+            wire.append(op)  # invalid: the engine rejects it with its own message
+            continue
         row = list(op)
         for j in range(1, len(row)):
             v = row[j]

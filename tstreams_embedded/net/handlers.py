@@ -29,15 +29,12 @@ from .session import Session
 MAX_WAIT = 300.0
 
 
-def _tuples(ops: Any) -> list[tuple]:
+def _tuples(ops: Any) -> list:
+    """msgpack turned the operation tuples into lists; turn them back (anything else is
+    left for the engine to reject with its own error)."""
     if type(ops) is not list:
         raise errors.InvalidArgument("ops must be a list of operation tuples")
-    out = []
-    for op in ops:
-        if type(op) is not list or not op:
-            raise errors.InvalidArgument(f"each operation must be a non-empty tuple, got {op!r:.80}")
-        out.append(tuple(op))
-    return out
+    return [tuple(op) if type(op) is list else op for op in ops]
 
 
 def submit_many(core: Any, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, Any]]:

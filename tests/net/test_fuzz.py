@@ -1,0 +1,164 @@
+"""Fuzz: 10,000+ malformed messages against a real ``tstreams serve``; afterwards it still
+serves a normal client and no stored data has changed."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import msgpack
+import zmq
+
+import tstreams_embedded as ts
+from tstreams_embedded.engine import ops as O
+from tstreams_embedded.net import framing
+
+MAX_MSG = 64 * 1024
+METHODS = ["submit", "get_stream", "list_streams", "fetch", "get_transaction", "transactions_range",
+           "last_transaction", "last_txn_id", "get_offsets", "get_marker", "stats", "now_ms",
+           "wait_for_commit", "watch", "ping", "server_info", "cancel", "server_stats"]
+
+
+def rand_value(r: random.Random, depth: int = 0) -> Any:
+    k = r.randrange(12 if depth < 2 else 9)
+    if k == 0:
+        return None
+    if k == 1:
+        return r.choice([True, False])
+    if k == 2:
+        return r.randint(-(2**63), 2**64 - 1)
+    if k == 3:
+        return r.randint(-3, 3)
+    if k == 4:
+        return r.random() * r.choice([1, -1, 1e300])
+    if k == 5:
+        return "".join(r.choice("s\x00\u00e9\u4e2d/ab") for _ in range(r.randrange(0, 8)))
+    if k == 6:
+        return r.randbytes(r.randrange(0, 40))
+    if k == 7:
+        return "s"  # the existing stream's name
+    if k == 8:
+        return msgpack.ExtType(r.randrange(0, 128), r.randbytes(r.randrange(0, 6)))
+    if k == 9:
+        return [rand_value(r, depth + 1) for _ in range(r.randrange(0, 5))]
+    if k == 10:
+        keys = [r.choice([None, 0, -1, 2**40, "k", b"b", 1.5]) for _ in range(r.randrange(0, 3))]
+        return {k: rand_value(r, depth + 1) for k in keys}
+    return tuple(rand_value(r, depth + 1) for _ in range(r.randrange(0, 4)))
+
+
+def safe_pack(v: Any) -> bytes:
+    try:
+        return msgpack.packb(v, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        return b"\xc1"
+
+
+def malformed(r: random.Random, i: int) -> list[bytes]:
+    kind = i % 10
+    if kind == 0:  # random bytes, random frame count
+        return [r.randbytes(r.randrange(0, 64)) for _ in range(r.randrange(1, 6))]
+    if kind == 1:  # wrong frame counts: a valid header with far too many frames
+        return [framing.pack_request_header(i, "get_stream", 0), framing.pack(["s"])] + [b"x"] * r.randrange(2, 5000)
+    if kind == 2:  # invalid msgpack in header or body
+        return [r.choice([b"\xc1", b"\x93\x01", b"\xdc\xff\xff", b"\x92\x01\xa3ab"]),
+                r.choice([b"\xc1", b"\x91", b"\xdb\xff\xff\xff\xff"])]
+    if kind == 3:  # unknown methods
+        name = r.choice(["", "x" * 300, "__init__", "_dispatch", "SUBMIT", "close", "compact_", "\x00"])
+        return [framing.pack_request_header(i, name, 0), framing.pack([])]
+    if kind == 4:  # wrong header shapes and types
+        return [safe_pack(r.choice([[i, "ping"], [str(i), "ping", 0], [i, 5, 0], [i, "ping", "f"], {"id": i},
+                                    [i, "ping", 0, 1], None, [2**64 - 1, "ping", 2**63]]))]
+    if kind == 5:  # known methods, wrong argument types and counts
+        args = [rand_value(r) for _ in range(r.randrange(0, 6))]
+        return [framing.pack_request_header(i, r.choice(METHODS[1:12] + ["get_stream"]), r.randrange(0, 4)),
+                safe_pack(args)]
+    if kind == 6:  # submits that cannot apply: garbage ops, always with a poison op (atomic: nothing written)
+        ops = [[r.randrange(-2, 16), *[rand_value(r) for _ in range(r.randrange(0, 6))]]
+               for _ in range(r.randrange(0, 4))]
+        ops.insert(r.randrange(0, len(ops) + 1), [99])
+        return [framing.pack_request_header(i, "submit", 0), safe_pack([ops, rand_value(r)])]
+    if kind == 7:  # blob references that do not match the frames
+        body = framing.pack([[[O.INSTANT, "s", 0, msgpack.ExtType(1, r.randbytes(4)), None]], True])
+        return [framing.pack_request_header(i, "submit", 0), body] + [b"\x91\xc4\x01x"] * r.randrange(0, 3)
+    if kind == 8:  # oversized frame (ZMQ_MAXMSGSIZE: the server drops the connection)
+        if i % 100 == 8:
+            return [framing.pack_request_header(i, "ping", 0), b"\0" * (MAX_MSG + r.randrange(1, 1000))]
+        return [framing.pack_request_header(i, "fetch", 0), safe_pack(["s", 0, 0, r.choice([0, -1, 2**40, "x"])])]
+    # kind 9: long polls and subscriptions with junk, cancels of unknown requests
+    m = r.choice(["wait_for_commit", "watch", "cancel"])
+    return [framing.pack_request_header(i, m, 0), safe_pack([rand_value(r) for _ in range(r.randrange(0, 3))])]
+
+
+def snapshot(engine: Any) -> Any:
+    b = engine.backend
+    out = [b.stats()["log_seq"], [s.to_wire() for s in b.list_streams()]]
+    for p in range(2):
+        out.append([t.to_wire() for t in b.transactions_range("s", p, 0, 2**62)])
+    out.append(b.get_offsets("s", "c"))
+    out.append(b.get_marker("m"))
+    return out
+
+
+def test_fuzz_10000_malformed_messages(make_server: Any) -> None:
+    srv = make_server(extra=["--max-msg-size", str(MAX_MSG)])
+    engine = ts.connect(srv.endpoint, timeout=20)
+    try:
+        engine.create_stream("s", partitions=2)
+        p = engine.producer("s")
+        for i in range(20):
+            p.instant([b"item-%d" % i, b"x" * 100])
+        c = engine.consumer("s", name="c")
+        c.get_transaction(0)
+        c.checkpoint()
+        engine.backend.submit([(O.SET_MARKER, "m", 7, True)])
+        before = snapshot(engine)
+
+        r = random.Random(20261122)
+        ctx = zmq.Context.instance()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVHWM, 0)
+        s.connect(srv.endpoint)
+        sent = 0
+        replies = 0
+        try:
+            for i in range(10_500):
+                frames = malformed(r, i)
+                if sum(map(len, frames)) > MAX_MSG:  # gets its sender disconnected: use a throwaway socket
+                    big = ctx.socket(zmq.DEALER)
+                    big.setsockopt(zmq.LINGER, 1000)
+                    big.connect(srv.endpoint)
+                    big.send_multipart(frames)
+                    big.close()
+                else:
+                    s.send_multipart(frames)
+                sent += 1
+                if i % 100 == 99:
+                    while s.poll(0):
+                        s.recv_multipart()
+                        replies += 1
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and s.poll(500):
+                s.recv_multipart()
+                replies += 1
+        finally:
+            s.close(0)
+        assert sent >= 10_000
+        assert replies > 5_000  # the server kept answering throughout (errors mostly)
+
+        assert srv.alive()
+        stats = engine.backend.server_stats()
+        assert stats["malformed"] > 1_000 and stats["errors"] > 5_000
+        assert snapshot(engine) == before  # no stored data changed
+        # and a normal client is served as before
+        fresh = ts.connect(srv.endpoint, timeout=20)
+        try:
+            tid = fresh.producer("s").instant([b"after"], partition=1)
+            assert fresh.backend.get_transaction("s", 1, tid).items == [b"after"]
+            assert fresh.consumer("s", name="c").offsets == c.offsets
+        finally:
+            fresh.close()
+    finally:
+        engine.close()
