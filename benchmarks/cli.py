@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -26,14 +27,20 @@ from benchmarks.systems import REGISTRY
               help="Scratch directory for data (default: system temp dir; must be on a real disk).")  # fmt: skip
 @click.option("--engine", "with_engine", is_flag=True, help="Also run the engine figures (benchmarks.engine).")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG charts.")
+@click.option("--render-only", is_flag=True, help="Only re-render peers.md and the PNGs from OUT/peers.json.")
 def bench(quick: bool, reps: int, systems: tuple[str, ...], scenarios: tuple[str, ...], out_dir: str,
-          workdir: str | None, with_engine: bool, no_plots: bool) -> None:  # fmt: skip
+          workdir: str | None, with_engine: bool, no_plots: bool, render_only: bool) -> None:  # fmt: skip
     """Benchmark tstreams-embedded against Redis Streams, SQLite and raw LMDB, side by side.
 
     Starts every peer itself on 127.0.0.1, runs each scenario REPS times interleaving the
     systems, and writes medians, spread and ratios to peers.json / peers.md plus a chart
     per scenario.
     """
+    if render_only:
+        report = json.loads((Path(out_dir) / "peers.json").read_text())
+        paths = write_peers(report, Path(out_dir), plots=not no_plots)
+        click.echo("wrote " + ", ".join(str(p) for p in paths))
+        return
     mode = "quick" if quick else "full"
     report = run_peers(mode=mode, reps=reps, systems=systems or None, scenarios=scenarios or None,
                        workdir=workdir, progress=True)  # fmt: skip

@@ -96,6 +96,13 @@ def peers_markdown(report: dict[str, Any]) -> str:
             out.append("| " + " | ".join(row) + " |")
         if sc.get("latency_of"):
             out += ["", f"Latency is per {sc['latency_of']}."]
+        if sc_id == "many_streams":
+            out += ["", "Memory per stream is the growth of RSS (benchmark process + server) during the run "
+                    "divided by N; disk per stream is the space allocated on disk after close divided by N."]
+            for name, r in sc["results"].items():
+                if r.get("redis_used_memory_per_stream"):
+                    out.append(f"{systems[name]['label']} keeps every stream in RAM: Redis `used_memory` grew "
+                               f"{fmt_bytes(r['redis_used_memory_per_stream'])} per stream.")
         out.append("")
     out += ["#### Goals (issue 5)", "", "| scenario | goal | measured | verdict |", "|---|---|---|---|"]
     for g in report["goals"]:
