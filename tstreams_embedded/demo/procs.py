@@ -1,0 +1,125 @@
+"""Starting a Spark job as a child process and killing all of it with SIGKILL.
+
+A PySpark driver is a process tree: the Python driver, the JVM it launches (same process
+group), and PySpark's worker *daemon*, which the JVM starts and which moves itself and its
+forked Python workers into a **process group of its own** (``os.setpgid(0, 0)`` in
+``pyspark/daemon.py``). Killing "the Spark job" therefore means killing the job's group and
+every group its descendants lead. :func:`kill_tree` finds those groups while the tree is
+intact, SIGKILLs the job's group first (so the JVM cannot start a new daemon), then the
+others, and waits until no process of any of them is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+
+
+def _proc_table() -> dict[int, tuple[int, int]]:
+    """``pid -> (ppid, pgid)`` of every process (Linux ``/proc``)."""
+    table: dict[int, tuple[int, int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        # The command may contain spaces and parentheses: split after the last ')'.
+        fields = stat[stat.rfind(")") + 2:].split()
+        table[int(name)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live descendant of ``pid``."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for p, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(p)
+    out: set[int] = set()
+    stack = [pid]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            if c not in out:
+                out.add(c)
+                stack.append(c)
+    return out
+
+
+def process_groups(pid: int) -> list[int]:
+    """The process groups of ``pid`` and its descendants (``pid``'s own group first)."""
+    table = _proc_table()
+    first = os.getpgid(pid)
+    groups = [first]
+    for d in sorted(descendants(pid)):
+        g = table.get(d, (0, 0))[1]
+        if g and g not in groups:
+            groups.append(g)
+    return groups
+
+
+def members(groups: Sequence[int]) -> list[int]:
+    """Live processes (not zombies) that belong to any of ``groups``."""
+    wanted = set(groups)
+    out = []
+    for p, (_, g) in _proc_table().items():
+        if g in wanted:
+            try:
+                with open(f"/proc/{p}/stat", "rb") as f:
+                    state = f.read().decode("utf-8", "replace").rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                out.append(p)
+    return out
+
+
+def start_job(argv: Sequence[str], log_path: str, env: dict[str, str] | None = None,
+              cwd: str | None = None) -> subprocess.Popen:
+    """Start ``argv`` as the leader of a new session/process group, output to ``log_path``."""
+    log = open(log_path, "ab")
+    try:
+        return subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=cwd, start_new_session=True)
+    finally:
+        log.close()
+
+
+def kill_tree(proc: subprocess.Popen, sig: int = signal.SIGKILL, timeout: float = 60.0) -> list[int]:
+    """Send ``sig`` to every process group of ``proc``'s tree; wait until all are gone.
+
+    Returns the groups signalled. Never signals this process's own group.
+    """
+    try:
+        groups = process_groups(proc.pid)
+    except ProcessLookupError:
+        groups = []
+    own = os.getpgrp()
+    groups = [g for g in groups if g != own and g > 1]
+    for g in groups:
+        try:
+            os.killpg(g, sig)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + timeout
+    while members(groups) and time.monotonic() < deadline:
+        if sig == signal.SIGKILL:
+            for g in groups:
+                try:
+                    os.killpg(g, sig)
+                except ProcessLookupError:
+                    pass
+        time.sleep(0.1)
+    left = members(groups)
+    if left:
+        raise RuntimeError(f"processes {left} of groups {groups} survived signal {sig}")
+    return groups
