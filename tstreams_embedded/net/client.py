@@ -69,18 +69,18 @@ def encode_submit(ops: Sequence[Sequence[Any]], durable: bool) -> list:
     return [body, *blobs]
 
 
-def _curve_from_dir(curve_dir: str) -> tuple[bytes, bytes, bytes]:
+def _curve_from_dir(curve_dir: str, name: str) -> tuple[bytes, bytes, bytes]:
     from .auth import load_client_curve
 
-    return load_client_curve(curve_dir)
+    return load_client_curve(curve_dir, name)
 
 
 class RemoteBackend:
     """A Backend served by ``tstreams serve`` at ``endpoint`` (or a list of endpoints).
 
     ``timeout`` bounds every request (seconds). CURVE: pass ``curve_dir`` (made by
-    ``tstreams keys generate``) or the three Z85 keys ``server_public_key``,
-    ``client_public_key`` and ``client_secret_key``.
+    ``tstreams keys generate``; ``curve_client`` names the client keypair in it) or the
+    three Z85 keys ``server_public_key``, ``client_public_key`` and ``client_secret_key``.
     """
 
     def __init__(
@@ -90,6 +90,7 @@ class RemoteBackend:
         heartbeat: float = 2.0,
         *,
         curve_dir: str | os.PathLike | None = None,
+        curve_client: str = "client",
         server_public_key: bytes | str | None = None,
         client_public_key: bytes | str | None = None,
         client_secret_key: bytes | str | None = None,
@@ -98,7 +99,7 @@ class RemoteBackend:
     ) -> None:
         curve = None
         if curve_dir is not None:
-            curve = _curve_from_dir(os.fspath(curve_dir))
+            curve = _curve_from_dir(os.fspath(curve_dir), curve_client)
         elif server_public_key is not None:
             if client_public_key is None or client_secret_key is None:
                 raise errors.InvalidArgument("CURVE needs server_public_key, client_public_key and client_secret_key")
