@@ -198,15 +198,18 @@ class Applier:
         streams.pop(name, None)
         return None, (O.DELETE_STREAM, name)
 
-    def _open(self, txn, now, streams, stream, partition, ttl_ms, txn_id=None, deadline=None):
+    def _open(self, txn, now, streams, stream, partition, ttl_ms, txn_id=None, deadline=None, chunk=None):
         info = self._stream(txn, streams, stream)
         check_partition(info, partition)
         check_int(ttl_ms, "transaction ttl (ms)", 1, MAX_TXN_TTL_MS)
+        n = chunk_count(chunk, self.max_item_size) if chunk is not None else 0
         txn_id = self._allocate(txn, info, partition, now, txn_id)
         deadline = now + ttl_ms if deadline is None else deadline
-        txn.put(keys.txn_key(info.id, partition, txn_id), keys.STATE.pack(O.OPENED, deadline, 0, 0),
+        if n:
+            txn.put(keys.chunk_key(info.id, partition, txn_id, 0), bytes(chunk), db=self.store.data)
+        txn.put(keys.txn_key(info.id, partition, txn_id), keys.STATE.pack(O.OPENED, deadline, 1 if n else 0, n),
                 db=self.store.txns)
-        return txn_id, (O.OPEN, stream, partition, ttl_ms, txn_id, deadline)
+        return txn_id, (O.OPEN, stream, partition, ttl_ms, txn_id, deadline, chunk)
 
     def _data(self, txn, now, streams, stream, partition, txn_id, chunk):
         info = self._stream(txn, streams, stream)

@@ -178,13 +178,12 @@ class Consumer:
         """Store every partition's position atomically and durably under this consumer's name."""
         self.engine._check()
         ops, done = self._group_prepare()
-        self.engine.backend.submit(ops, durable=True)
-        done()
+        done(self.engine.backend.submit(ops, durable=True))
 
-    def _group_prepare(self) -> tuple[list[tuple], Callable[[], None]]:
+    def _group_prepare(self) -> tuple[list[tuple], Callable[[list], None]]:
         positions = dict(self._position)
 
-        def done() -> None:
+        def done(results: list) -> None:
             self.committed = positions
 
         return [(O.SET_OFFSETS, self.stream, self.name, positions)], done

@@ -11,7 +11,9 @@ from .. import errors
 class _Agent(Protocol):
     engine: Any
 
-    def _group_prepare(self) -> tuple[list[tuple], Callable[[], None]]: ...
+    def _group_prepare(self) -> tuple[list[tuple], Callable[[list], None]]:
+        """The agent's operations for the group, and a callback taking their results."""
+        ...
 
 
 class CheckpointGroup:
@@ -55,15 +57,14 @@ class CheckpointGroup:
         engine = self._agents[0].engine
         engine._check()
         ops: list[tuple] = []
-        finishers: list[Callable[[], None]] = []
+        finishers: list[tuple[Callable[[list], None], int, int]] = []
         for agent in self._agents:
             agent_ops, done = agent._group_prepare()
+            finishers.append((done, len(ops), len(ops) + len(agent_ops)))
             ops.extend(agent_ops)
-            finishers.append(done)
-        if ops:
-            engine.backend.submit(ops, durable=True)
-        for done in finishers:
-            done()
+        results = engine.backend.submit(ops, durable=True) if ops else []
+        for done, start, end in finishers:
+            done(results[start:end])
 
     def cancel(self) -> None:
         """Cancel the open transactions of every producer in the group."""

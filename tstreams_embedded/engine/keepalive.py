@@ -46,7 +46,8 @@ class KeepAlive:
         by_ttl: dict[int, list[list]] = {}
         for p in producers:
             for t in p.open_transactions():
-                by_ttl.setdefault(p.txn_ttl_ms, []).append([p.stream, t.partition, t.id])
+                if t.registered:  # unregistered transactions have nothing in storage to keep alive
+                    by_ttl.setdefault(p.txn_ttl_ms, []).append([p.stream, t.partition, t.id])
         alive = 0
         for ttl, targets in by_ttl.items():
             alive += self.engine.backend.submit([(O.KEEPALIVE, targets, ttl, None)], durable=False)[0]

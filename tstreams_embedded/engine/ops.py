@@ -22,7 +22,7 @@ import msgpack
 # opcode                      args
 CREATE_STREAM = 1  # name, partitions, ttl_seconds, description -> stream info dict
 DELETE_STREAM = 2  # name -> None
-OPEN = 3  # stream, partition, ttl_ms, txn_id|None(resolved), deadline|None(resolved) -> txn_id
+OPEN = 3  # stream, partition, ttl_ms, txn_id|None(resolved), deadline|None(resolved), chunk|None -> txn_id
 DATA = 4  # stream, partition, txn_id, chunk -> number of items stored so far
 CHECKPOINT = 5  # stream, partition, txn_id, chunk|None -> number of items in the transaction
 CANCEL = 6  # stream, partition, txn_id -> None

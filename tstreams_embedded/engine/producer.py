@@ -3,8 +3,14 @@
 A :class:`ProducerTransaction` is opened on one partition, receives items, and ends with
 ``checkpoint()`` (all items become visible at once, in order) or ``cancel()`` (nothing ever
 becomes visible). Items are buffered and flushed to storage in chunks of ``batch_size``
-items, so a transaction may be larger than memory; the final chunk travels with the
-checkpoint, so a transaction of up to ``batch_size`` items costs one open and one commit.
+items, so a transaction may be larger than memory.
+
+A transaction is *registered* in storage (its ID allocated, its open record written) lazily:
+at its first flush, at its checkpoint, or when ``txn.id`` is first read, whichever comes
+first. A transaction that fits in one chunk therefore costs a single atomic commit, and an
+opened-but-silent transaction blocks no consumer. Its ID (and timestamp) are those of the
+registration; IDs stay strictly increasing per partition, so ordering and exactly-once are
+unchanged. Read ``txn.id`` right after opening to register eagerly, as T-streams does.
 
 While a transaction is open, the engine's keep-alive refreshes its deadline every
 ``keepalive_interval``; if the producer's process dies, it expires after ``txn_ttl``.
@@ -32,18 +38,32 @@ FLUSH_BYTES = 1 << 20
 class ProducerTransaction:
     """An open transaction of a :class:`Producer`. Not shared between threads."""
 
-    def __init__(self, producer: Producer, partition: int, txn_id: int) -> None:
+    def __init__(self, producer: Producer, partition: int) -> None:
         self.producer = producer
         self.partition = partition
-        self.id = txn_id
+        self._id: int | None = None
         self.state = OPEN
         self._buffer: list[bytes] = []
         self._buffered_bytes = 0
         self.count = 0
 
     def __repr__(self) -> str:
-        return f"ProducerTransaction(stream={self.producer.stream!r}, partition={self.partition}, id={self.id}, " \
+        return f"ProducerTransaction(stream={self.producer.stream!r}, partition={self.partition}, id={self._id}, " \
                f"state={self.state})"
+
+    @property
+    def id(self) -> int:
+        """The transaction ID (registers the transaction in storage if it is not yet)."""
+        if self._id is None:
+            self._check_open()
+            self._register(None)
+        assert self._id is not None
+        return self._id
+
+    @property
+    def registered(self) -> bool:
+        """Whether the transaction exists in storage yet (see the module docstring)."""
+        return self._id is not None
 
     @property
     def is_open(self) -> bool:
@@ -51,8 +71,14 @@ class ProducerTransaction:
 
     def _check_open(self) -> None:
         if self.state != OPEN:
-            raise errors.TransactionFinished(f"transaction {self.id} is {self.state}; open a new one")
+            raise errors.TransactionFinished(f"transaction {self._id} is {self.state}; open a new one")
         self.producer.engine._check()
+
+    def _register(self, chunk: bytes | None) -> None:
+        p = self.producer
+        op = (O.OPEN, p.stream, self.partition, p.txn_ttl_ms, None, None, chunk)
+        self._id = self._run([op], durable=False)[0]
+        p.engine._keepalive.track(p)
 
     def send(self, item: Any) -> None:
         """Add one item (serialized with the producer's serializer)."""
@@ -84,25 +110,39 @@ class ProducerTransaction:
         if not self._buffer:
             return
         chunk = O.pack_items(self._buffer)
-        self._run([(O.DATA, self.producer.stream, self.partition, self.id, chunk)], durable=False)
+        if self._id is None:
+            self._register(chunk)
+        else:
+            self._run([(O.DATA, self.producer.stream, self.partition, self._id, chunk)], durable=False)
         self._buffer.clear()
         self._buffered_bytes = 0
 
-    def _final_op(self) -> tuple:
+    def _final_op(self) -> tuple | None:
+        """The operation that checkpoints this transaction (None: nothing to write)."""
         chunk = O.pack_items(self._buffer) if self._buffer else None
-        return (O.CHECKPOINT, self.producer.stream, self.partition, self.id, chunk)
+        if self._id is None:
+            return None if chunk is None else (O.INSTANT, self.producer.stream, self.partition, chunk, None)
+        return (O.CHECKPOINT, self.producer.stream, self.partition, self._id, chunk)
+
+    def _checkpointed(self, result: Any) -> None:
+        """Record the outcome of :meth:`_final_op` (an INSTANT returns the new ID)."""
+        if self._id is None and result is not None:
+            self._id = result
+        self._finished(CHECKPOINTED if self._id is not None else CANCELLED)
 
     def checkpoint(self) -> None:
         """Make every item visible atomically (durably in ``sync`` mode). Checkpointing an
         empty transaction cancels it. Raises :class:`TransactionExpired` if it expired."""
         self._check_open()
-        self._run([self._final_op()], durable=True)
-        self._finished(CHECKPOINTED)
+        op = self._final_op()
+        result = self._run([op], durable=True)[0] if op is not None else None
+        self._checkpointed(result)
 
     def cancel(self) -> None:
         """Discard the transaction; none of its items will ever be visible."""
         self._check_open()
-        self._run([(O.CANCEL_IF_OPEN, self.producer.stream, self.partition, self.id)], durable=False)
+        if self._id is not None:
+            self._run([(O.CANCEL_IF_OPEN, self.producer.stream, self.partition, self._id)], durable=False)
         self._finished(CANCELLED)
 
     def _run(self, batch: list[tuple], durable: bool) -> list:
@@ -203,25 +243,26 @@ class Producer:
         p = self._choose(partition)
         with self._lock:
             previous = list(self._open.get(p, ()))
-        before: list[tuple] = []
         if previous and policy is Policy.ErrorIfOpened:
             raise errors.TransactionAlreadyOpened(
-                f"producer on {self.stream!r} already has transaction {previous[0].id} open on partition {p}"
+                f"producer on {self.stream!r} already has transaction {previous[0]._id} open on partition {p}"
             )
         if previous and policy is Policy.CheckpointIfOpened:
-            before = [t._final_op() for t in previous]
+            finals = [(t, t._final_op()) for t in previous]
+            todo = [(t, op) for t, op in finals if op is not None]
+            results = self.engine.backend.submit([op for _, op in todo], durable=True) if todo else []
+            done = {id(t): r for (t, _), r in zip(todo, results, strict=True)}
+            for t in previous:
+                t._checkpointed(done.get(id(t)))
         elif previous and policy is Policy.CancelIfOpened:
-            before = [(O.CANCEL_IF_OPEN, self.stream, p, t.id) for t in previous]
-        results = self.engine.backend.submit(
-            before + [(O.OPEN, self.stream, p, self.txn_ttl_ms, None, None)],
-            durable=policy is Policy.CheckpointIfOpened and bool(before),
-        )
-        for t in previous if before else ():
-            t._finished(CHECKPOINTED if policy is Policy.CheckpointIfOpened else CANCELLED)
-        txn = ProducerTransaction(self, p, results[-1])
+            cancels = [(O.CANCEL_IF_OPEN, self.stream, p, t._id) for t in previous if t._id is not None]
+            if cancels:
+                self.engine.backend.submit(cancels, durable=False)
+            for t in previous:
+                t._finished(CANCELLED)
+        txn = ProducerTransaction(self, p)
         with self._lock:
             self._open.setdefault(p, []).append(txn)
-        self.engine._keepalive.track(self)
         return txn
 
     @contextmanager
@@ -242,9 +283,9 @@ class Producer:
         return self.engine.backend.submit([(O.INSTANT, self.stream, p, O.pack_items(data), None)], durable=True)[0]
 
     def open_transactions(self) -> list[ProducerTransaction]:
-        """This producer's transactions that are still open, oldest first."""
+        """This producer's transactions that are still open, in the order they were opened."""
         with self._lock:
-            return sorted((t for ts in self._open.values() for t in ts), key=lambda t: t.id)
+            return [t for ts in self._open.values() for t in ts]
 
     def checkpoint(self) -> None:
         """Checkpoint every open transaction of this producer (one by one; use a
@@ -266,13 +307,15 @@ class Producer:
                     del self._open[txn.partition]
 
     # -- CheckpointGroup hooks -----------------------------------------------------
-    def _group_prepare(self) -> tuple[list[tuple], Callable[[], None]]:
+    def _group_prepare(self) -> tuple[list[tuple], Callable[[list], None]]:
         txns = self.open_transactions()
         for t in txns:
             t._check_open()
+        finals = [(t, t._final_op()) for t in txns]
 
-        def done() -> None:
-            for t in txns:
-                t._finished(CHECKPOINTED)
+        def done(results: list) -> None:
+            it = iter(results)
+            for t, op in finals:
+                t._checkpointed(next(it) if op is not None else None)
 
-        return [t._final_op() for t in txns], done
+        return [op for _, op in finals if op is not None], done
