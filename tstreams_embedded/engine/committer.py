@@ -86,11 +86,38 @@ class GroupCommitter:
         req = _Request(None, False, fn=fn)
         return self._run(req)
 
+    def submit_many(self, calls: Sequence[tuple[Sequence[tuple], bool]]) -> list[tuple[bool, Any]]:
+        """Apply several independent ``(ops, durable)`` requests in one commit group (each
+        atomic on its own) and wait for one fsync covering the durable ones. Returns one
+        ``(True, results)`` or ``(False, exception)`` per request, in order. Used by the
+        network server to turn a burst of client writes into one commit."""
+        reqs = [_Request(ops, durable) for ops, durable in calls]
+        if not reqs:
+            return []
+        self._lead(reqs)
+        durable_no = max((r.commit_no for r in reqs if r.error is None and r.durable), default=0)
+        if durable_no and self.sync_durable:
+            try:
+                self._wait_durable(durable_no)
+            except errors.TStreamsError as exc:
+                return [(False, exc) if r.durable or r.error else (True, r.results) for r in reqs]
+        return [(False, r.error) if r.error is not None else (True, r.results) for r in reqs]
+
     # ------------------------------------------------------------------ leader/follower
     def _run(self, req: _Request) -> Any:
+        self._lead([req])
+        if req.error is not None:
+            raise req.error
+        if req.durable and self.sync_durable and req.commit_no:
+            self._wait_durable(req.commit_no)
+        return req.results
+
+    def _lead(self, reqs: list[_Request]) -> None:
+        """Queue ``reqs`` and return once all are committed (leading a group when no one is)."""
+        last = reqs[-1]
         with self._cv:
-            self._queue.append(req)
-            while not req.done:
+            self._queue.extend(reqs)
+            while not last.done:
                 if self._leading:
                     self._cv.wait()
                     continue
@@ -103,11 +130,6 @@ class GroupCommitter:
                     self._cv.acquire()
                     self._leading = False
                     self._cv.notify_all()
-        if req.error is not None:
-            raise req.error
-        if req.durable and self.sync_durable and req.commit_no:
-            self._wait_durable(req.commit_no)
-        return req.results
 
     def _wait_durable(self, commit_no: int) -> None:
         """Return once an fsync that started after commit ``commit_no`` has finished.

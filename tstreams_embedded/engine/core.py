@@ -129,6 +129,15 @@ class Core:
             return []
         return self.committer.submit(ops, bool(durable))
 
+    def submit_many(self, calls: Sequence[tuple[Sequence[tuple], bool]]) -> list[tuple[bool, Any]]:
+        """Several independent ``(ops, durable)`` requests in one commit group and one fsync;
+        one ``(True, results)`` or ``(False, exception)`` per request (see the committer)."""
+        self._check()
+        for ops, _ in calls:
+            if not isinstance(ops, (list, tuple)):
+                raise errors.InvalidArgument("ops must be a list of operation tuples")
+        return self.committer.submit_many([(list(ops), bool(d)) for ops, d in calls])
+
     def _notify_commit(self) -> None:
         with self._commit_cv:
             self._commit_cv.notify_all()
