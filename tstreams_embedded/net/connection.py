@@ -51,7 +51,7 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from ..errors import EngineClosed, InvalidArgument, ProtocolError, RemoteError, error_from_wire
-from . import framing
+from . import framing, zmqfast
 from .future import Future
 
 log = logging.getLogger(__name__)
@@ -302,11 +302,12 @@ class Connection:
 
     def _recv_all(self) -> None:
         """Read every queued reply (caller holds ``_io``)."""
-        recv = self._sock.recv_multipart
+        recv = zmqfast.recv_multipart
+        sock = self._sock
         pending = self._pending
         try:
             while True:
-                frames = recv(zmq.NOBLOCK)
+                frames = recv(sock)
                 self._last_rx = time.monotonic()
                 try:
                     rid, flags, value = framing.unpack_reply(frames)
@@ -349,7 +350,7 @@ class Connection:
 
     def _try_send(self, frames: list) -> bool:
         try:
-            self._sock.send_multipart(frames, zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+            zmqfast.send_multipart(self._sock, frames)
             return True
         except zmq.Again:
             return False

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import errors
+from ..engine import ops as O
 from .registry import Registry, WaitCommit
 from .session import Session
 
@@ -37,14 +38,29 @@ def _tuples(ops: Any) -> list:
     return [tuple(op) if type(op) is list else op for op in ops]
 
 
-def submit_many(core: Any, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, Any]]:
-    """Submit several ``(ops, durable)`` calls as one commit group; one ``(ok, value)`` each.
+# Operations that do not create or delete streams: batches made only of these may be
+# concatenated without changing what any of them does (the engine's per-batch stream cache
+# is only invalidated by stream creation and deletion).
+MERGEABLE = frozenset({O.OPEN, O.DATA, O.CHECKPOINT, O.CANCEL, O.CANCEL_IF_OPEN, O.INSTANT, O.KEEPALIVE,
+                       O.INVALIDATE, O.SET_OFFSETS, O.SET_MARKER})
 
-    Uses ``core.submit_many`` when the engine offers it; otherwise queues the calls on the
-    engine's :class:`GroupCommitter` together and leads the group commit.
+
+def submit_many(core: Any, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, Any]]:
+    """Submit several ``(ops, durable)`` calls in arrival order; one ``(ok, value)`` each.
+
+    Each call stays atomic on its own and sees the effects of the calls before it, exactly
+    as if they were submitted one after the other. How:
+
+    1. When every call is made of :data:`MERGEABLE` operations, the calls are first tried
+       as ONE engine batch (one nested transaction and one commit-log entry instead of one
+       per call: half the engine's cost per call). If that batch fails, nothing of it was
+       written, and the calls are submitted again separately (step 2) so that only the bad
+       one fails.
+    2. Otherwise they go to ``core.submit_many``: one commit group (one LMDB commit, one
+       fsync) for all, one nested transaction per call.
     """
     out: list[tuple[bool, Any] | None] = [None] * len(calls)
-    reqs: list[tuple[int, Any]] = []
+    reqs: list[tuple[int, tuple[list, bool]]] = []
     for i, args in enumerate(calls):
         try:
             ops = _tuples(args[0])
@@ -59,47 +75,48 @@ def submit_many(core: Any, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, A
             reqs.append((i, (ops, durable)))
         except Exception as e:
             out[i] = (False, e)
-    if reqs:
-        many = getattr(core, "submit_many", None)
-        if many is not None:
-            results = many([c for _, c in reqs])
-        else:
-            results = _group_submit(core, [c for _, c in reqs])
-        for (i, _), res in zip(reqs, results, strict=True):
-            out[i] = res
+    if len(reqs) == 1:
+        i, (ops, durable) = reqs[0]
+        try:
+            out[i] = (True, core.submit(ops, durable))
+        except Exception as e:
+            out[i] = (False, e)
+    elif reqs:
+        if not _merged(core, reqs, out):
+            many = getattr(core, "submit_many", None)
+            results = many([c for _, c in reqs]) if many is not None else _one_by_one(core, [c for _, c in reqs])
+            for (i, _), res in zip(reqs, results, strict=True):
+                out[i] = res
     return out  # type: ignore[return-value]
 
 
-def _group_submit(core: Any, calls: list[tuple[list[tuple], bool]]) -> list[tuple[bool, Any]]:
-    """Fallback for engines without ``submit_many``: queue every call on the group committer
-    at once, lead the commit, then wait for one fsync covering every durable call."""
-    from ..engine.committer import _Request
-
-    c = core.committer
-    reqs = [_Request(ops, durable) for ops, durable in calls]
-    with c._cv:  # queue all but the last; _run queues the last and leads until it is done
-        c._queue.extend(reqs[:-1])
+def _merged(core: Any, reqs: list[tuple[int, tuple[list, bool]]], out: list) -> bool:
+    """Step 1 of :func:`submit_many`; False when not applicable or when the batch failed."""
+    merged: list[tuple] = []
+    for _, (ops, _) in reqs:
+        for op in ops:
+            if type(op) is not tuple or not op or type(op[0]) is not int or op[0] not in MERGEABLE:
+                return False
+        merged.extend(ops)
     try:
-        c._run(reqs[-1])
-    except Exception:
-        pass  # reported through reqs[-1].error below
-    durable_upto = max((r.commit_no for r in reqs if r.durable and r.error is None and r.done), default=0)
-    sync_error: BaseException | None = None
-    if durable_upto and c.sync_durable:
-        try:
-            c._wait_durable(durable_upto)
-        except Exception as e:  # the fsync failed: every durable call must learn it
-            sync_error = e
+        results = core.submit(merged, any(d for _, (_, d) in reqs))
+    except errors.TStreamsError:
+        return False  # nothing was written; retried call by call
+    k = 0
+    for i, (ops, _) in reqs:
+        out[i] = (True, results[k : k + len(ops)])
+        k += len(ops)
+    return True
+
+
+def _one_by_one(core: Any, calls: list[tuple[list, bool]]) -> list[tuple[bool, Any]]:
+    """For backends without ``submit_many``."""
     out: list[tuple[bool, Any]] = []
-    for r in reqs:
-        if not r.done:  # cannot happen: groups are taken in queue order
-            out.append((False, errors.TStreamsError("write was not committed")))
-        elif r.error is not None:
-            out.append((False, r.error))
-        elif sync_error is not None and r.durable:
-            out.append((False, sync_error))
-        else:
-            out.append((True, r.results))
+    for ops, durable in calls:
+        try:
+            out.append((True, core.submit(ops, durable)))
+        except Exception as e:
+            out.append((False, e))
     return out
 
 

@@ -42,7 +42,7 @@ import zmq
 from tornado.ioloop import IOLoop
 
 from ..errors import InvalidArgument, ProtocolError, RemoteError, error_to_wire
-from . import framing
+from . import framing, zmqfast
 from .executors import Done, WriteExecutor
 from .registry import CALL, NOTIFY, STREAM, Directive, Handler, Registry, Sleep, WaitCommit
 from .session import Running, Session, Sessions
@@ -227,13 +227,13 @@ class Server:
             return
         self.stats.wakeups += 1
         self._now = time.monotonic()
-        recv = sock.recv_multipart
+        recv = zmqfast.recv_multipart
         dispatch = self._dispatch
         n = 0
         limit = self.opts.max_drain
         try:
             while n < limit:
-                frames = recv(zmq.NOBLOCK)
+                frames = recv(sock)
                 n += 1
                 dispatch(frames)
         except zmq.Again:
@@ -317,7 +317,10 @@ class Server:
         if sock is None:
             return False
         try:
-            sock.send_multipart([identity, *frames], zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+            if len(frames) == 2:
+                zmqfast.send3(sock, identity, frames[0], frames[1])
+            else:
+                zmqfast.send_multipart(sock, [identity, *frames])
         except zmq.ZMQError as e:
             if e.errno == zmq.EHOSTUNREACH:  # the client is gone: forget it
                 self.stats.unroutable += 1
