@@ -1,0 +1,339 @@
+"""The demo pipeline: produce page views, run the Spark job, kill it, restart it, verify.
+
+:func:`run` is what ``make demo`` (``python -m tstreams_embedded.demo``) runs; the Spark
+benchmark reuses it without the kill to time the pipeline end to end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tstreams_embedded as ts
+
+from .events import FLUSH_PAGE, encode, flush_event, generate, true_counts
+from .procs import kill_tree, start_job
+
+PARTITIONS = 4
+
+
+@dataclass
+class Config:
+    events: int = 200_000
+    data: str | None = None
+    endpoint: str | None = None
+    workdir: str | None = None
+    produce_seconds: float = 30.0  # 0 = write everything up front (a backlog)
+    txn_events: int = 500
+    kill: bool = True
+    kill_at: float = 0.5  # fraction of the expected windows emitted when the job is killed
+    max_rows: int = 25_000
+    trigger: str = "1 second"
+    watermark: str = "2 minutes"
+    staging_ttl: int = 15
+    seed: int = 7
+    keep: bool = False
+    progress: bool = True
+    timeout: float = 600.0
+
+
+@dataclass
+class Result:
+    events: int = 0
+    expected_windows: int = 0
+    output_rows: int = 0
+    missing: int = 0
+    duplicated: int = 0
+    wrong_counts: int = 0
+    unexpected: int = 0
+    views_in: int = 0
+    views_out: int = 0
+    kill: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    table: list[tuple[str, int, int, str, int]] = field(default_factory=list)
+    workdir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return (self.missing == 0 and self.duplicated == 0 and self.wrong_counts == 0 and self.unexpected == 0
+                and self.views_in == self.views_out and self.output_rows == self.expected_windows)
+
+
+class _Output:
+    """Incremental reader of the output stream (consumer semantics, positions in memory)."""
+
+    def __init__(self, backend: Any, stream: str) -> None:
+        self.backend = backend
+        self.stream = stream
+        self.pos = [0] * PARTITIONS
+        self.rows: list[dict] = []
+        self.blocked = False
+
+    def poll(self) -> int:
+        new = 0
+        blocked = False
+        for p in range(PARTITIONS):
+            while True:
+                f = self.backend.fetch(self.stream, p, self.pos[p], 256)
+                for t in f.txns:
+                    self.rows.extend(json.loads(v) for v in t.items)
+                    new += len(t.items)
+                self.pos[p] = max(self.pos[p], f.position)
+                if f.blocked:
+                    blocked = True
+                if not f.txns or f.blocked:
+                    break
+        self.blocked = blocked
+        return new
+
+
+def _read_all(backend: Any, stream: str) -> list[bytes]:
+    items: list[bytes] = []
+    for p in range(backend.get_stream(stream).partitions):
+        pos = 0
+        while True:
+            f = backend.fetch(stream, p, pos, 1024)
+            for t in f.txns:
+                items.extend(t.items)
+            pos = max(pos, f.position)
+            if not f.txns:
+                break
+    return items
+
+
+def _latest(dirpath: Path) -> int | None:
+    if not dirpath.is_dir():
+        return None
+    nums = [int(p.name) for p in dirpath.iterdir() if p.name.isdigit()]
+    return max(nums) if nums else None
+
+
+def _stream_names(engine: Any) -> tuple[str, str]:
+    base_in, base_out = "pageviews", "pageview_counts"
+    if engine.has_stream(base_in) or engine.has_stream(base_out):
+        suffix = time.strftime("%Y%m%d-%H%M%S")
+        return f"{base_in}-{suffix}", f"{base_out}-{suffix}"
+    return base_in, base_out
+
+
+def run(cfg: Config, say: Callable[[str], None] = print) -> Result:
+    """Run the pipeline once (see the package docstring); return what it measured."""
+    from .. import spark as _spark  # noqa: F401 - fail early with the [spark] extra message
+
+    res = Result()
+    tmp_root = cfg.workdir or tempfile.mkdtemp(prefix="tstreams-demo-")
+    work = Path(tmp_root)
+    work.mkdir(parents=True, exist_ok=True)
+    res.workdir = str(work)
+    data = cfg.data or str(work / "data")
+    engine = ts.connect(cfg.endpoint) if cfg.endpoint else ts.open(data)
+    job = None
+    try:
+        src, dst = _stream_names(engine)
+        engine.create_stream(src, partitions=PARTITIONS, description="demo page views (JSON)")
+        engine.create_stream(dst, partitions=PARTITIONS, description="views per page per 5-minute window")
+        where = ["--endpoint", cfg.endpoint] if cfg.endpoint else ["--path", data]
+        say(f"engine: {'remote ' + cfg.endpoint if cfg.endpoint else 'embedded ' + data}; streams {src!r} -> "
+            f"{dst!r} ({PARTITIONS} partitions each)")
+        start = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+        expected_keys = len(true_counts(encode(e) for e in generate(cfg.events, start, seed=cfg.seed)))
+        res.events = cfg.events
+        res.expected_windows = expected_keys
+
+        checkpoint = work / "checkpoint"
+        argv = [sys.executable, "-m", "tstreams_embedded.demo.job", *where, "--input", src, "--output", dst,
+                "--checkpoint", str(checkpoint), "--max-rows", str(cfg.max_rows), "--trigger", cfg.trigger,
+                "--watermark", cfg.watermark, "--staging-ttl", str(cfg.staging_ttl),
+                "--output-partitions", str(PARTITIONS)]
+        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+                   PYSPARK_DRIVER_PYTHON=sys.executable)
+        log = work / "spark-job.log"
+
+        producer = engine.producer(src)
+        produced = [0]
+        producing_done = threading.Event()
+        produce_error: list[BaseException] = []
+
+        def produce() -> None:
+            try:
+                t0 = time.monotonic()
+                batch: list[bytes] = []
+                p = 0
+                for i, ev in enumerate(generate(cfg.events, start, seed=cfg.seed)):
+                    batch.append(encode(ev))
+                    if len(batch) >= cfg.txn_events:
+                        producer.instant(batch, partition=p)
+                        p = (p + 1) % PARTITIONS
+                        produced[0] += len(batch)
+                        batch = []
+                        if cfg.produce_seconds > 0:
+                            ahead = t0 + cfg.produce_seconds * (i + 1) / cfg.events - time.monotonic()
+                            if ahead > 0:
+                                time.sleep(ahead)
+                if batch:
+                    producer.instant(batch, partition=p)
+                    produced[0] += len(batch)
+                producer.instant([encode(flush_event(start + dt.timedelta(hours=2)))], partition=0)
+            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+                produce_error.append(exc)
+            finally:
+                producing_done.set()
+
+        t_start = time.monotonic()
+        if cfg.produce_seconds <= 0:
+            produce()
+            if produce_error:
+                raise produce_error[0]
+            res.seconds["produce"] = time.monotonic() - t_start
+        job = start_job(argv, str(log), env=env)
+        t_job = time.monotonic()
+        say(f"spark job started: pid {job.pid} (process group {os.getpgid(job.pid)}), log {log}")
+        if cfg.produce_seconds > 0:
+            threading.Thread(target=produce, name="demo-producer", daemon=True).start()
+
+        out = _Output(engine.backend, dst)
+        bars = _Bars(cfg.progress, cfg.events, expected_keys)
+        last_change = time.monotonic()
+        first_output: float | None = None
+        killed = False
+        done_at: float | None = None
+        try:
+            while True:
+                if job.poll() is not None:
+                    raise RuntimeError(f"the Spark job exited ({job.returncode}); see {log}:\n"
+                                       f"{log.read_text(errors='replace')[-3000:]}")
+                if produce_error:
+                    raise produce_error[0]
+                if out.poll():
+                    last_change = time.monotonic()
+                    if first_output is None:
+                        first_output = last_change
+                bars.update(produced[0], len(out.rows),
+                            "waiting at staged txns of the killed job" if killed and out.blocked else "")
+                if cfg.kill and not killed and len(out.rows) >= cfg.kill_at * expected_keys:
+                    marker_before = _marker(engine, dst, checkpoint)
+                    groups = kill_tree(job)
+                    killed = True
+                    res.kill = {
+                        "at_windows": len(out.rows),
+                        "groups": groups,
+                        "engine_marker": _marker(engine, dst, checkpoint),
+                        "marker_before_kill": marker_before,
+                        "spark_last_planned": _latest(checkpoint / "offsets"),
+                        "spark_last_committed": _latest(checkpoint / "commits"),
+                    }
+                    k = res.kill
+                    bars.write(
+                        f"SIGKILL -> Spark job process groups {groups} after {len(out.rows)} windows; "
+                        f"Spark had planned batch {k['spark_last_planned']}, recorded batch "
+                        f"{k['spark_last_committed']}; the engine's sink marker is at batch {k['engine_marker']}")
+                    job = start_job(argv, str(log), env=env)
+                    bars.write(f"restarted the Spark job from its checkpoint: pid {job.pid}")
+                    last_change = time.monotonic()
+                if producing_done.is_set() and len(out.rows) >= expected_keys and done_at is None:
+                    done_at = time.monotonic()
+                if done_at is not None and time.monotonic() - done_at > 3.0:
+                    break  # a few more triggers: any duplicate would have shown up
+                stalled = producing_done.is_set() and time.monotonic() - last_change > 120
+                if stalled or time.monotonic() - t_start > cfg.timeout:
+                    bars.write("no new output for a long time: stopping to report what is missing")
+                    break
+                time.sleep(0.25)
+        finally:
+            bars.close()
+        res.seconds["job_start_to_all_windows"] = (done_at or time.monotonic()) - t_job
+        if first_output is not None and done_at is not None:
+            res.seconds["first_to_last_window"] = done_at - first_output
+        kill_tree(job)
+        job = None
+        res.seconds["total"] = time.monotonic() - t_start
+        _verify(engine.backend, src, out.rows, res)
+        return res
+    finally:
+        if job is not None and job.poll() is None:
+            kill_tree(job)
+        engine.close()
+        if not cfg.keep and not cfg.workdir:
+            shutil.rmtree(tmp_root, ignore_errors=True)
+
+
+def _marker(engine: Any, stream: str, checkpoint: Path) -> int | None:
+    from ..spark import sink_marker_key
+    from ..spark.options import normalize_location
+
+    return engine.backend.get_marker(sink_marker_key(stream, "checkpoint:" + normalize_location(str(checkpoint))))
+
+
+def _verify(backend: Any, src: str, rows: list[dict], res: Result) -> None:
+    truth = true_counts(_read_all(backend, src))
+    seen: Counter = Counter()
+    got: dict[tuple[str, str], int] = {}
+    for r in rows:
+        key = (r["window_start"], r["page"])
+        seen[key] += 1
+        got.setdefault(key, r["views"])
+    res.output_rows = len(rows)
+    res.duplicated = sum(n - 1 for n in seen.values() if n > 1)
+    res.missing = sum(1 for k in truth if k not in got)
+    res.unexpected = sum(1 for k in got if k not in truth)
+    res.wrong_counts = sum(1 for k, v in got.items() if k in truth and truth[k] != v)
+    res.views_in = sum(truth.values())
+    res.views_out = sum(r["views"] for r in rows if r["page"] != FLUSH_PAGE)
+    by_window: dict[str, Counter] = {}
+    for (w, page), n in got.items():
+        by_window.setdefault(w, Counter())[page] = n
+    for w in sorted(by_window):
+        c = by_window[w]
+        page, n = c.most_common(1)[0]
+        res.table.append((w, sum(c.values()), len(c), page, n))
+
+
+class _Bars:
+    """Two tqdm bars (events produced, windows emitted) on a terminal; otherwise a plain
+    progress line every few seconds."""
+
+    def __init__(self, enabled: bool, events: int, windows: int) -> None:
+        self.enabled = enabled
+        self.totals = (events, windows)
+        self.last_line = 0.0
+        if enabled:
+            from tqdm import tqdm
+
+            self.tqdm = tqdm
+            self.produced = tqdm(total=events, desc="events produced ", unit="ev", dynamic_ncols=True, position=0)
+            self.windows = tqdm(total=windows, desc="windows emitted ", unit="win", dynamic_ncols=True, position=1)
+
+    def update(self, produced: int, windows: int, note: str) -> None:
+        if not self.enabled:
+            if time.monotonic() - self.last_line >= 10.0:
+                self.last_line = time.monotonic()
+                print(f"progress: {produced:,}/{self.totals[0]:,} events produced, "
+                      f"{windows}/{self.totals[1]} windows emitted {note}".rstrip(), flush=True)
+            return
+        self.produced.n = produced
+        self.produced.refresh()
+        self.windows.n = windows
+        self.windows.set_postfix_str(note, refresh=False)
+        self.windows.refresh()
+
+    def write(self, msg: str) -> None:
+        if self.enabled:
+            self.tqdm.write(msg)
+        else:
+            print(msg, flush=True)
+
+    def close(self) -> None:
+        if self.enabled:
+            self.produced.close()
+            self.windows.close()
