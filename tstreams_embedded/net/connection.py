@@ -56,6 +56,7 @@ from .future import Future
 
 log = logging.getLogger(__name__)
 
+POLLIN = int(zmq.POLLIN)
 NOT_EXECUTED = 4  # mirrors server.NOT_EXECUTED (kept here so the client needs no server import)
 
 _MONITOR_EVENTS = (
@@ -187,8 +188,9 @@ class Connection:
                 self._backlog.append(r)
             else:
                 r.epoch = self._epoch
-            # Sending may have consumed the FD's edge for replies that arrived meanwhile.
-            spent = self._sock.get(zmq.EVENTS) & zmq.POLLIN
+            # Sending may have consumed the FD's edge for replies that arrived meanwhile; a
+            # caller about to receive will look itself (see wait()).
+            spent = not _will_receive and zmqfast.events(self._sock) & POLLIN
         if spent or (not _will_receive and not self._watching):
             self._wake()  # wake whoever receives (or let the I/O thread watch the socket)
         return fut
@@ -232,6 +234,7 @@ class Connection:
     def wait(self, fut: Future, timeout: float) -> Any:
         """Wait for ``fut`` (receiving replies on this thread when nobody else is); return its value."""
         deadline = time.monotonic() + timeout
+        nudged = False
         while not fut.done():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -242,6 +245,9 @@ class Connection:
                 finally:
                     self._release_token()
             else:
+                if not nudged:  # our send may have spent the FD edge the receiver waits on
+                    nudged = True
+                    self._wake()
                 fut.wait(min(remaining, 0.05))
         if not fut.done():
             raise RemoteError(f"no reply from {', '.join(self.endpoints)} within {timeout:g}s")
@@ -278,16 +284,14 @@ class Connection:
         """Holding the receiver role: read replies until ``fut`` is resolved or the deadline."""
         fds = [self._zfd, self._wake_r]
         while True:
-            self._drain_pipe()
+            if self._wake_pending:
+                self._drain_pipe()
             with self._io:
                 if self._closed:
                     return
                 self._recv_all()
-                more = self._sock.get(zmq.EVENTS) & zmq.POLLIN
             if fut.done():
                 return
-            if more:
-                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
@@ -301,12 +305,15 @@ class Connection:
             self._wake()
 
     def _recv_all(self) -> None:
-        """Read every queued reply (caller holds ``_io``)."""
+        """Read every queued reply (caller holds ``_io``). Checks ``zmq.EVENTS`` rather than
+        waiting for ``zmq.Again``: building that exception costs more than the check, and
+        the check also re-arms the edge-triggered FD."""
         recv = zmqfast.recv_multipart
         sock = self._sock
         pending = self._pending
+        events = zmqfast.events
         try:
-            while True:
+            while events(sock) & POLLIN:
                 frames = recv(sock)
                 self._last_rx = time.monotonic()
                 try:

@@ -79,24 +79,31 @@ class WriteExecutor:
                     self._busy = False
 
     def _execute(self, jobs: list[Job]) -> list[Done]:
-        out: list[Done] = []
-        i = 0
-        while i < len(jobs):
-            h = jobs[i][0]
-            j = i + 1
-            while j < len(jobs) and jobs[j][0] is h:
-                j += 1
-            group = jobs[i:j]
-            try:
-                results = h.batch([job[3] for job in group])  # type: ignore[misc]
-                if len(results) != len(group):
-                    raise RuntimeError(f"batch handler {h.name} returned {len(results)} results "
-                                       f"for {len(group)} calls")
-            except BaseException as e:  # noqa: BLE001 - every call of the group fails alike
-                results = [(False, e)] * len(group)
-            for job, (ok, value) in zip(group, results, strict=True):
-                out.append((job[1], job[2], ok, value))
-            self.batches += 1
-            self.calls += len(group)
-            i = j
+        out = execute(jobs)
+        self.batches += len({id(j[0]) for j in jobs})
+        self.calls += len(jobs)
         return out
+
+
+def execute(jobs: list[Job]) -> list[Done]:
+    """Run write jobs in order, handing consecutive jobs of the same handler to its ``batch``
+    function at once. Never raises: a failing batch fails each of its calls alike."""
+    out: list[Done] = []
+    i = 0
+    while i < len(jobs):
+        h = jobs[i][0]
+        j = i + 1
+        while j < len(jobs) and jobs[j][0] is h:
+            j += 1
+        group = jobs[i:j]
+        try:
+            results = h.batch([job[3] for job in group])  # type: ignore[misc]
+            if len(results) != len(group):
+                raise RuntimeError(f"batch handler {h.name} returned {len(results)} results "
+                                   f"for {len(group)} calls")
+        except BaseException as e:  # noqa: BLE001 - every call of the group fails alike
+            results = [(False, e)] * len(group)
+        for job, (ok, value) in zip(group, results, strict=True):
+            out.append((job[1], job[2], ok, value))
+        i = j
+    return out

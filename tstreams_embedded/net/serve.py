@@ -37,7 +37,7 @@ def serve(
     """Serve the engine in ``data`` until SIGTERM/SIGINT; return the exit status (0)."""
     from ..engine.core import Core
 
-    opts = ServerOptions()
+    opts = ServerOptions(inline_writes=durability == "async")
     if max_msg_size is not None:
         opts.max_msg_size = int(max_msg_size)
     ctx = zmq.Context()

@@ -17,6 +17,8 @@ from zmq.backend import Socket as _Base
 
 _send = _Base.send
 _recv = _Base.recv
+_get = _Base.get
+_EVENTS = int(zmq.EVENTS)
 NOBLOCK = int(zmq.NOBLOCK)
 SNDMORE = int(zmq.SNDMORE)
 COPY_THRESHOLD = 65536  # larger frames are sent without a copy
@@ -48,3 +50,8 @@ def send3(sock: zmq.Socket, a: Any, b: Any, c: Any, flags: int = NOBLOCK) -> Non
     _send(sock, a, more)
     _send(sock, b, more)
     _send(sock, c, flags, len(c) < COPY_THRESHOLD)
+
+
+def events(sock: zmq.Socket) -> int:
+    """``sock.get(zmq.EVENTS)`` as a plain int (processes pending commands: re-arms the FD)."""
+    return _get(sock, _EVENTS)
