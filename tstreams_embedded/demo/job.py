@@ -18,26 +18,27 @@ import time
 EVENT_SCHEMA = "user string, page string, event_time timestamp, referrer string, device string"
 
 
-def build_query(spark, args: argparse.Namespace):  # noqa: ANN001, ANN201 - pyspark objects
-    """The streaming query (not started)."""
+def parse_events(raw):  # noqa: ANN001, ANN201 - pyspark objects
+    """Page-view columns from a DataFrame with a JSON text column ``value``."""
     from pyspark.sql import functions as F
 
-    where = ("endpoint", args.endpoint) if args.endpoint else ("path", args.path)
-    events = (
-        spark.readStream.format("tstreams").option(*where).option("stream", args.input)
-        .option("valueFormat", "json").option("maxRowsPerTrigger", str(args.max_rows)).load()
-        .select(F.from_json("value", EVENT_SCHEMA).alias("e")).select("e.*")
-    )
-    counts = (
-        # No filter for the flush event: Spark would push it below the watermark (which then
-        # would not move). Its own window ends after the watermark, so it is never emitted.
-        events.withWatermark("event_time", args.watermark)
-        .groupBy(F.window("event_time", "5 minutes"), "page")
-        .count()
-    )
+    return raw.select(F.from_json("value", EVENT_SCHEMA).alias("e")).select("e.*")
+
+
+def window_counts(events, watermark: str, partitions: int = 4):  # noqa: ANN001, ANN201
+    """Views per page per 5-minute event-time window, as ``partition`` + JSON ``value`` rows
+    (the output partition is a hash of the page, so a page's windows stay in order).
+
+    There is no filter for the demo's flush event: Spark would push such a filter below
+    the watermark (which then would not move). Its own window ends after the watermark, so
+    append mode never emits it.
+    """
+    from pyspark.sql import functions as F
+
+    counts = events.withWatermark("event_time", watermark).groupBy(F.window("event_time", "5 minutes"), "page").count()
     iso = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
-    out = counts.select(
-        (F.abs(F.hash("page")) % F.lit(args.output_partitions)).cast("int").alias("partition"),
+    return counts.select(
+        (F.abs(F.hash("page")) % F.lit(partitions)).cast("int").alias("partition"),
         F.to_json(F.struct(
             F.date_format("window.start", iso).alias("window_start"),
             F.date_format("window.end", iso).alias("window_end"),
@@ -45,11 +46,23 @@ def build_query(spark, args: argparse.Namespace):  # noqa: ANN001, ANN201 - pysp
             F.col("count").alias("views"),
         )).alias("value"),
     )
-    return (
-        out.writeStream.format("tstreams").outputMode("append").option(*where).option("stream", args.output)
-        .option("checkpointLocation", args.checkpoint).option("stagingTtl", str(args.staging_ttl))
-        .trigger(processingTime=args.trigger)
+
+
+def build_query(spark, args: argparse.Namespace):  # noqa: ANN001, ANN201 - pyspark objects
+    """The streaming query (not started): tstreams source -> window counts -> tstreams sink."""
+    where = ("endpoint", args.endpoint) if args.endpoint else ("path", args.path)
+    raw = (
+        spark.readStream.format("tstreams").option(*where).option("stream", args.input)
+        .option("valueFormat", "json").option("maxRowsPerTrigger", str(args.max_rows)).load()
     )
+    writer = (
+        window_counts(parse_events(raw), args.watermark)
+        .writeStream.format("tstreams").outputMode("append").option(*where).option("stream", args.output)
+        .option("checkpointLocation", args.checkpoint).option("stagingTtl", str(args.staging_ttl))
+    )
+    if args.trigger == "availableNow":
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=args.trigger)
 
 
 def session(app: str = "tstreams-demo"):  # noqa: ANN201
@@ -80,10 +93,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     where.add_argument("--endpoint", help="tcp://host:port of a `tstreams serve`")
     ap.add_argument("--input", default="pageviews")
     ap.add_argument("--output", default="pageview_counts")
-    ap.add_argument("--output-partitions", type=int, default=4)
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--max-rows", type=int, default=25_000, help="maxRowsPerTrigger")
-    ap.add_argument("--trigger", default="1 second", help="processingTime trigger interval")
+    ap.add_argument("--trigger", default="1 second", help="processingTime interval, or availableNow")
     ap.add_argument("--watermark", default="2 minutes")
     ap.add_argument("--staging-ttl", type=int, default=20, help="stagingTtl of the sink, seconds")
     return ap.parse_args(argv)

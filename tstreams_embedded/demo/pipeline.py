@@ -154,8 +154,7 @@ def run(cfg: Config, say: Callable[[str], None] = print) -> Result:
         checkpoint = work / "checkpoint"
         argv = [sys.executable, "-m", "tstreams_embedded.demo.job", *where, "--input", src, "--output", dst,
                 "--checkpoint", str(checkpoint), "--max-rows", str(cfg.max_rows), "--trigger", cfg.trigger,
-                "--watermark", cfg.watermark, "--staging-ttl", str(cfg.staging_ttl),
-                "--output-partitions", str(PARTITIONS)]
+                "--watermark", cfg.watermark, "--staging-ttl", str(cfg.staging_ttl)]
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                    PYSPARK_DRIVER_PYTHON=sys.executable)
         log = work / "spark-job.log"

@@ -55,7 +55,7 @@ class ReadOptions:
     ending: dict[str, PositionSpec] = field(default_factory=dict)
     max_rows_per_trigger: int | None = None
     value_format: str = "binary"
-    rows_per_split: int = 250_000
+    rows_per_split: int = 500_000
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,7 @@ def parse_read(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         ending=ending,
         max_rows_per_trigger=max_rows,
         value_format=parse_value_format(options),
-        rows_per_split=_positive_int(options, "rowsPerSplit", 250_000) or 250_000,
+        rows_per_split=_positive_int(options, "rowsPerSplit", 500_000) or 500_000,
     )
 
 

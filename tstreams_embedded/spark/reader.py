@@ -7,9 +7,9 @@ Guarantees:
 * only checkpointed transactions are read; the scan of a partition stops at the first open
   transaction, exactly like a consumer, so the end is a point no consumer has to go back
   behind;
-* a transaction is never cut: each input partition covers whole transactions
-  ``after < id <= last`` of one stream partition, about ``rowsPerSplit`` rows, so large
-  partitions are read by several tasks in parallel.
+* a transaction is never cut: each input partition (Spark task) covers whole transactions
+  ``after < id <= last`` of one or more stream partitions, about ``rowsPerSplit`` rows, so
+  a large partition is read by several tasks in parallel and small ones share a task.
 """
 
 from __future__ import annotations
@@ -36,18 +36,41 @@ from .scan import (
 FETCH_TXNS = 256
 
 
-class ChunkPartition(InputPartition):
-    """Transactions ``after < id <= last`` of stream partition ``partition`` (``rows`` items)."""
+Segment = tuple[int, int, int, int]  # (stream partition, after, last, rows)
 
-    def __init__(self, partition: int, after: int, last: int, rows: int) -> None:
-        super().__init__((partition, after, last))
-        self.partition = partition
-        self.after = after
-        self.last = last
-        self.rows = rows
+
+class ChunkPartition(InputPartition):
+    """One Spark task: whole transactions ``after < id <= last`` of one or more stream
+    partitions (``segments``), about ``rowsPerSplit`` rows in all."""
+
+    def __init__(self, segments: list[Segment]) -> None:
+        super().__init__(segments)
+        self.segments = segments
+
+    @property
+    def rows(self) -> int:
+        return sum(s[3] for s in self.segments)
 
     def __repr__(self) -> str:
-        return f"ChunkPartition(p={self.partition}, after={self.after}, last={self.last}, rows={self.rows})"
+        return f"ChunkPartition({self.segments})"
+
+
+def pack_segments(segments: list[Segment], rows_per_split: int) -> list[ChunkPartition]:
+    """Group segments (each already at most about ``rows_per_split`` rows) into tasks of about
+    ``rows_per_split`` rows, so small partitions share a task instead of each paying a task's
+    overhead."""
+    tasks: list[ChunkPartition] = []
+    current: list[Segment] = []
+    rows = 0
+    for seg in segments:
+        if current and rows + seg[3] > rows_per_split:
+            tasks.append(ChunkPartition(current))
+            current, rows = [], 0
+        current.append(seg)
+        rows += seg[3]
+    if current:
+        tasks.append(ChunkPartition(current))
+    return tasks
 
 
 def stream_info(backend: Any, target: Target) -> Any:
@@ -60,18 +83,21 @@ def stream_info(backend: Any, target: Target) -> Any:
 
 def read_chunk(target: Target, value_format: str, chunk: ChunkPartition) -> Iterator[pa.RecordBatch]:
     """Yield the rows of ``chunk`` as Arrow record batches (runs on an executor)."""
-    if chunk.partition < 0 or chunk.last <= chunk.after:
-        return iter(())
+    segments = [s for s in chunk.segments if s[2] > s[1]]
+    if not segments:
+        return
     backend = engine_for(target).backend
-    return record_batches(_txns(backend, target.stream, chunk), target.stream, chunk.partition, value_format)
+    for partition, after, last, _ in segments:
+        yield from record_batches(_txns(backend, target.stream, partition, after, last), target.stream, partition,
+                                  value_format)
 
 
-def _txns(backend: Any, stream: str, chunk: ChunkPartition) -> Iterator[Any]:
-    pos = chunk.after
-    while pos < chunk.last:
-        fetched = backend.fetch(stream, chunk.partition, pos, FETCH_TXNS)
+def _txns(backend: Any, stream: str, partition: int, after: int, last: int) -> Iterator[Any]:
+    pos = after
+    while pos < last:
+        fetched = backend.fetch(stream, partition, pos, FETCH_TXNS)
         for txn in fetched.txns:
-            if txn.id > chunk.last:
+            if txn.id > last:
                 return
             yield txn
             pos = txn.id
@@ -95,7 +121,7 @@ class TStreamsBatchReader(DataSourceReader):
         parts = select_partitions(info, opts.partitions)
         check_spec_partitions(opts.starting, "startingOffsets", info)
         check_spec_partitions(opts.ending, "endingOffsets", info)
-        out: list[InputPartition] = []
+        segments: list[Segment] = []
         for p in parts:
             after = resolve_position(backend, target.stream, p, spec_for(opts.starting, p), "startingOffsets")
             end_spec = spec_for(opts.ending, p)
@@ -104,11 +130,9 @@ class TStreamsBatchReader(DataSourceReader):
             if upto is not None and upto <= after:
                 continue
             scan = scan_partition(backend, target.stream, p, after, upto)
-            for lo, hi, rows in split_chunks(scan.txns, after, scan.position, opts.rows_per_split):
-                out.append(ChunkPartition(p, lo, hi, rows))
-        if not out:
-            out.append(ChunkPartition(-1, 0, 0, 0))
-        return out
+            segments.extend((p, lo, hi, rows) for lo, hi, rows in
+                            split_chunks(scan.txns, after, scan.position, opts.rows_per_split))
+        return pack_segments(segments, opts.rows_per_split) or [ChunkPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ChunkPartition)

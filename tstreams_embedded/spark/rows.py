@@ -13,6 +13,7 @@ from typing import Any
 
 import msgpack
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import InvalidArgument
 from ..ids import ID_MULTIPLIER
@@ -119,7 +120,6 @@ class BatchBuilder:
 
     def _reset(self) -> None:
         self.ids: list[int] = []
-        self.times: list[int] = []
         self.seqs: list[int] = []
         self.values: list[bytes] = []
 
@@ -128,7 +128,6 @@ class BatchBuilder:
         if not n:
             return
         self.ids.extend([txn_id] * n)
-        self.times.extend([(txn_id // ID_MULTIPLIER) * 1000] * n)
         self.seqs.extend(range(n))
         self.values.extend(items)
 
@@ -140,12 +139,15 @@ class BatchBuilder:
         if not n:
             return None
         value = decode_values(self.values, self.value_format, self.stream, self.partition, self.ids, self.seqs)
+        ids = pa.array(self.ids, pa.int64())
+        # txn_time = the millisecond encoded in the ID (ids.txn_millis), in microseconds.
+        micros = pc.multiply(pc.divide(ids, ID_MULTIPLIER), 1000).cast(pa.timestamp("us", tz="UTC"))
         batch = pa.RecordBatch.from_arrays(
             [
-                pa.array([self.stream] * n, pa.string()),
-                pa.array([self.partition] * n, pa.int32()),
-                pa.array(self.ids, pa.int64()),
-                pa.array(self.times, pa.timestamp("us", tz="UTC")),
+                pa.repeat(pa.scalar(self.stream, pa.string()), n),
+                pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+                ids,
+                micros,
                 pa.array(self.seqs, pa.int32()),
                 value,
             ],

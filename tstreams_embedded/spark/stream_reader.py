@@ -39,7 +39,7 @@ from pyspark.sql.streaming.datasource import (
 from ..errors import InvalidArgument
 from .connection import engine_for
 from .options import ReadOptions
-from .reader import ChunkPartition, read_chunk, stream_info
+from .reader import ChunkPartition, Segment, pack_segments, read_chunk, stream_info
 from .scan import (
     PartitionScan,
     check_spec_partitions,
@@ -155,7 +155,7 @@ class TStreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends = parse_offset(end)
         backend = self._backend()
         stream = self.options.target.stream
-        out: list[InputPartition] = []
+        segments: list[Segment] = []
         for p in sorted(ends):
             after = starts.get(p, 0)
             last = ends[p]
@@ -166,9 +166,9 @@ class TStreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 txns = [t for t in cached.txns if t[0] <= last]
             else:
                 txns = scan_partition(backend, stream, p, after, last).txns
-            for lo, hi, rows in split_chunks(txns, after, last, self.options.rows_per_split):
-                out.append(ChunkPartition(p, lo, hi, rows))
-        return out
+            segments.extend((p, lo, hi, rows) for lo, hi, rows in
+                            split_chunks(txns, after, last, self.options.rows_per_split))
+        return list(pack_segments(segments, self.options.rows_per_split))
 
     def commit(self, end: dict) -> None:
         """Nothing to do: Spark's checkpoint is the resume point."""
