@@ -70,6 +70,12 @@ def _load(spark, **options):
     return reader.load()
 
 
+def test_load_path_argument_is_the_path_option(spark, engine, data_dir):
+    engine.create_stream("s", partitions=1)
+    engine.producer("s").instant([b"a", b"b"])
+    assert spark.read.format("tstreams").option("stream", "s").load(str(data_dir)).count() == 2
+
+
 def test_errors_reach_the_spark_user(spark, engine, data_dir):
     engine.create_stream("s", partitions=2)
     with pytest.raises(Exception, match="option 'stream': stream 'nope' at path .* does not exist"):
