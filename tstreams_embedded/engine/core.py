@@ -202,8 +202,9 @@ class Core:
             with self.store.read() as txn:
                 s = reads.scan(txn, self.store, stream, partition, after, to_id, 4096, now)
             out.extend(s.txns)
-            if s.expired is not None and not s.txns:
+            if s.expired is not None:  # an expired open transaction: invalidate it and read on past it
                 self._invalidate(stream, partition, s.expired)
+                after = s.position
                 continue
             if s.blocked or len(s.txns) < 4096:
                 break
