@@ -139,6 +139,11 @@ class Applier:
                 f"transaction {txn_id} does not exist in {info.name!r} partition {partition}"
             )
         state = keys.STATE.unpack(raw)
+        if state[0] == O.INVALID:  # expired, and a reader already passed over it
+            raise errors.TransactionExpired(
+                f"transaction {txn_id} in {info.name!r} partition {partition} expired "
+                "(its producer stopped keeping it alive)"
+            )
         if state[0] != O.OPENED:
             raise errors.TransactionFinished(
                 f"transaction {txn_id} in {info.name!r} partition {partition} is already "
