@@ -76,6 +76,7 @@ def produce(path: str, tag: str, count: str, durability: str) -> None:
     with ts.open(path, durability=durability) as engine:
         producer = engine.producer("shared")
         print("ready", flush=True)
+        sys.stdin.readline()  # start together with the other producer
         for i in range(int(count)):
             item = f"{tag}:{i}".encode()
             if i % 2:

@@ -1,0 +1,59 @@
+"""Several processes on one data directory: IDs stay unique and strictly increasing per
+partition, and every transaction either process acknowledged is readable."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+import tstreams_embedded as ts
+
+from .conftest import start_worker
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_processes_produce_to_one_directory_at_the_same_time(tmp_path) -> None:
+    path = str(tmp_path / "data")
+    with ts.open(path) as e:
+        e.create_stream("shared", partitions=2)
+    procs = {tag: start_worker("produce", path, tag, 400, durability, stdin=subprocess.PIPE)
+             for tag, durability in (("A", "sync"), ("B", "async"))}
+    for p in procs.values():
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+    for p in procs.values():  # go: both write at the same time
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    acked: dict[str, list[tuple[str, int, str]]] = {}
+    for tag, p in procs.items():
+        out, err = p.communicate(timeout=120)  # (closes stdin)
+        assert p.returncode == 0, err
+        acked[tag] = [(line.split()[0], int(line.split()[1]), line.split()[2]) for line in out.splitlines()]
+        assert len(acked[tag]) == 400
+
+    with ts.open(path, compaction_interval=None) as e:
+        c = e.consumer("shared", "check")
+        read: dict[str, tuple[int, int]] = {}  # item -> (partition, id)
+        per_partition: dict[int, list[int]] = {0: [], 1: []}
+        for p in (0, 1):
+            while (t := c.get_transaction(p)) is not None:
+                per_partition[p].append(t.id)
+                assert len(t.items) == 1
+                read[t.items[0].decode()] = (p, t.id)
+            assert e.backend.last_txn_id("shared", p) == max(per_partition[p])
+    for p, ids in per_partition.items():
+        assert ids == sorted(ids) and len(set(ids)) == len(ids), f"IDs of partition {p} not unique/increasing"
+    # every acknowledged transaction is readable, with the ID its producer was given
+    for tag, rows in acked.items():
+        last: dict[int, int] = {}
+        for part, tid, item in rows:
+            assert item in read, f"{item} acknowledged by {tag} but not readable"
+            p, rid = read[item]
+            assert rid == tid and (part == "?" or int(part) == p)
+            assert tid > last.get(p, 0), "a process sees its own IDs increase"
+            last[p] = tid
+    assert len(read) == 800
+    # the two processes really interleaved in the same partitions
+    owners = [read_item[0] for read_item in sorted(read, key=lambda i: read[i])]
+    assert len({owners[i] != owners[i + 1] for i in range(len(owners) - 1)}) == 2
