@@ -1,0 +1,496 @@
+"""Every error path of the public API raises its specific exception, and no error leaves a
+partial write. Runs on every backend of the ``engine`` fixture (embedded and remote)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+import tstreams_embedded as ts
+from tstreams_embedded import errors
+from tstreams_embedded.engine import ops as O
+
+
+def _visible(engine: ts.Engine, stream: str) -> list[tuple[int, int, list[bytes]]]:
+    c = engine.consumer(stream, "probe", use_last_offset=False)
+    out = []
+    for p in c.partitions:
+        out += [(p, t.id, t.items) for t in c.get_transactions_from_to(p, 0, 2**62)]
+    return out
+
+
+# --------------------------------------------------------------------------- streams
+def test_stream_exists(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=2)
+    with pytest.raises(errors.StreamExists):
+        engine.create_stream("s", partitions=3)
+    assert engine.get_stream("s").partitions == 2
+
+
+def test_stream_not_found_on_every_api_taking_a_stream(engine: ts.Engine) -> None:
+    b = engine.backend
+    calls = {
+        "get_stream": lambda: engine.get_stream("nope"),
+        "delete_stream": lambda: engine.delete_stream("nope"),
+        "producer": lambda: engine.producer("nope"),
+        "consumer": lambda: engine.consumer("nope", "c"),
+        "subscribe": lambda: engine.subscribe("nope", "s", callback=print),
+        "fetch": lambda: b.fetch("nope", 0, 0),
+        "get_transaction": lambda: b.get_transaction("nope", 0, 1),
+        "transactions_range": lambda: b.transactions_range("nope", 0, 0, 10),
+        "last_transaction": lambda: b.last_transaction("nope", 0),
+        "last_txn_id": lambda: b.last_txn_id("nope", 0),
+        "get_offsets": lambda: b.get_offsets("nope", "c"),
+    }
+    for op in [(O.OPEN, "nope", 0, 1000, None, None), (O.INSTANT, "nope", 0, O.pack_items([b"x"]), None),
+               (O.DATA, "nope", 0, 1, O.pack_items([b"x"])), (O.CHECKPOINT, "nope", 0, 1, None),
+               (O.CANCEL, "nope", 0, 1), (O.CANCEL_IF_OPEN, "nope", 0, 1), (O.SET_OFFSETS, "nope", "c", {0: 1}),
+               (O.COMPACT, "nope", 0, 1), (O.DELETE_STREAM, "nope"), (O.INVALIDATE, "nope", 0, 1)]:
+        calls[f"submit {O.OP_NAMES[op[0]]}"] = lambda op=op: b.submit([op])
+    for name, call in calls.items():
+        with pytest.raises(errors.StreamNotFound):
+            call()
+            pytest.fail(f"{name} did not raise StreamNotFound")
+    assert isinstance(errors.StreamNotFound("x"), KeyError)
+
+
+def test_handles_of_a_deleted_stream_raise_stream_not_found(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=1)
+    producer = engine.producer("s")
+    consumer = engine.consumer("s", "c")
+    txn = producer.new_transaction()
+    txn.send(b"a")
+    registered = producer.new_transaction()
+    assert registered.id > 0
+    engine.delete_stream("s")
+    with pytest.raises(errors.StreamNotFound):
+        producer.instant([b"x"])
+    with pytest.raises(errors.StreamNotFound):
+        txn.checkpoint()
+    with pytest.raises(errors.StreamNotFound):
+        registered.checkpoint()
+    with pytest.raises(errors.StreamNotFound):
+        consumer.get_transaction(0)
+    with pytest.raises(errors.StreamNotFound):
+        consumer.checkpoint()
+    with pytest.raises(errors.StreamNotFound):
+        engine.producer("s")
+
+
+def test_delete_stream_removes_its_data_and_offsets(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=2)
+    engine.producer("s").instant([b"old"], partition=0)
+    c = engine.consumer("s", "c")
+    assert c.get_transaction(0).items == [b"old"]
+    c.checkpoint()
+    engine.delete_stream("s")
+    assert [s.name for s in engine.list_streams()] == []
+    engine.create_stream("s", partitions=2)
+    assert engine.backend.get_offsets("s", "c") == {}
+    assert engine.backend.last_txn_id("s", 0) == 0
+    assert engine.consumer("s", "c").get_transaction(0) is None
+
+
+def test_partition_out_of_range(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=2)
+    producer = engine.producer("s")
+    consumer = engine.consumer("s", "c")
+    b = engine.backend
+    calls = [
+        lambda: engine.producer("s", partition=2),
+        lambda: producer.new_transaction(2),
+        lambda: producer.new_transaction(-1),
+        lambda: producer.instant([b"x"], partition=2),
+        lambda: engine.consumer("s", "c", partitions=[0, 2]),
+        lambda: engine.subscribe("s", "x", callback=print, partitions=[5]),
+        lambda: consumer.get_transaction(2),
+        lambda: consumer.get_transaction_by_id(2, 1),
+        lambda: consumer.get_transactions_from_to(2, 0, 10),
+        lambda: consumer.get_last_transaction(2),
+        lambda: consumer.set_offset(2, 0),
+        lambda: b.fetch("s", 2, 0),
+        lambda: b.last_txn_id("s", 2),
+        lambda: b.submit([(O.INSTANT, "s", 2, O.pack_items([b"x"]), None)]),
+        lambda: b.submit([(O.OPEN, "s", 7, 1000, None, None)]),
+        lambda: b.submit([(O.SET_OFFSETS, "s", "c", {3: 1})]),
+    ]
+    for i, call in enumerate(calls):
+        with pytest.raises(errors.PartitionOutOfRange):
+            call()
+            pytest.fail(f"call #{i} did not raise")
+    assert producer.instant([b"ok"], partition=1) > 0
+
+
+# --------------------------------------------------------------------------- items
+def test_item_too_large_with_a_configurable_limit(make_engine) -> None:
+    engine = make_engine(max_item_size=100)
+    engine.create_stream("s")
+    producer = engine.producer("s")
+    assert producer.instant([b"x" * 100]) > 0  # exactly at the limit is fine
+    txn = producer.new_transaction()
+    with pytest.raises(errors.ItemTooLarge):
+        txn.send(b"x" * 101)
+    with pytest.raises(errors.ItemTooLarge):
+        txn.send_many([b"ok", b"x" * 101])
+    txn.send(b"fits")
+    txn.checkpoint()  # the transaction is still usable, and holds only what was accepted
+    with pytest.raises(errors.ItemTooLarge):
+        producer.instant([b"a", b"x" * 101])
+    with pytest.raises(errors.ItemTooLarge):  # the engine checks too, whatever the client sends
+        engine.backend.submit([(O.INSTANT, "s", 0, O.pack_items([b"x" * 101]), None)])
+    assert [items for _, _, items in _visible(engine, "s")] == [[b"x" * 100], [b"fits"]]
+    assert issubclass(errors.ItemTooLarge, ValueError)
+
+
+def test_item_too_large_default_limit_is_reported(engine: ts.Engine) -> None:
+    assert engine.backend.max_item_size == 10 * 1024 * 1024
+
+
+# --------------------------------------------------------------------------- closed engine
+def test_every_api_raises_engine_closed_after_close(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=2)
+    producer = engine.producer("s")
+    consumer = engine.consumer("s", "c")
+    open_txn = producer.new_transaction(0)
+    open_txn.send(b"a")
+    group = ts.CheckpointGroup(producer, consumer)
+    engine.close()
+    engine.close()  # idempotent
+    assert engine.closed
+    calls = {
+        "create_stream": lambda: engine.create_stream("t"),
+        "get_stream": lambda: engine.get_stream("s"),
+        "list_streams": lambda: engine.list_streams(),
+        "delete_stream": lambda: engine.delete_stream("s"),
+        "producer": lambda: engine.producer("s"),
+        "consumer": lambda: engine.consumer("s", "c"),
+        "subscribe": lambda: engine.subscribe("s", "x", callback=print),
+        "compact": lambda: engine.compact(),
+        "stats": lambda: engine.stats(),
+        "keep_alive": lambda: engine.keep_alive(),
+        "new_transaction": lambda: producer.new_transaction(),
+        "instant": lambda: producer.instant([b"x"]),
+        "send": lambda: open_txn.send(b"x"),
+        "send_many": lambda: open_txn.send_many([b"x"]),
+        "flush": lambda: open_txn.flush(),
+        "checkpoint": lambda: open_txn.checkpoint(),
+        "cancel": lambda: open_txn.cancel(),
+        "id": lambda: open_txn.id,
+        "get_transaction": lambda: consumer.get_transaction(),
+        "get_transaction_by_id": lambda: consumer.get_transaction_by_id(0, 1),
+        "get_transactions_from_to": lambda: consumer.get_transactions_from_to(0, 0, 1),
+        "get_last_transaction": lambda: consumer.get_last_transaction(0),
+        "consumer.checkpoint": lambda: consumer.checkpoint(),
+        "group.checkpoint": lambda: group.checkpoint(),
+        "submit": lambda: engine.backend.submit([(O.INSTANT, "s", 0, O.pack_items([b"x"]), None)]),
+        "fetch": lambda: engine.backend.fetch("s", 0, 0),
+    }
+    for name, call in calls.items():
+        with pytest.raises(errors.EngineClosed):
+            call()
+            pytest.fail(f"{name} did not raise EngineClosed")
+
+
+# --------------------------------------------------------------------------- transactions
+@pytest.mark.parametrize("finish", ["checkpoint", "cancel"])
+def test_transaction_finished(engine: ts.Engine, finish: str) -> None:
+    engine.create_stream("s")
+    txn = engine.producer("s").new_transaction()
+    txn.send(b"a")
+    getattr(txn, finish)()
+    for call in (lambda: txn.send(b"b"), lambda: txn.send_many([b"b"]), txn.flush, txn.checkpoint, txn.cancel):
+        with pytest.raises(errors.TransactionFinished):
+            call()
+    assert [items for _, _, items in _visible(engine, "s")] == ([[b"a"]] if finish == "checkpoint" else [])
+
+
+def test_checkpointing_an_empty_transaction_cancels_it(engine: ts.Engine) -> None:
+    engine.create_stream("s")
+    producer = engine.producer("s")
+    txn = producer.new_transaction()
+    assert txn.id > 0  # registered (blocks consumers until resolved)
+    c = engine.consumer("s", "c")
+    producer.instant([b"after"])
+    assert c.get_transaction(0) is None
+    txn.checkpoint()
+    assert c.get_transaction(0).items == [b"after"]
+    with pytest.raises(errors.TransactionFinished):
+        txn.send(b"x")
+
+
+def test_transaction_expired(make_engine, clock) -> None:
+    engine = make_engine(clock=clock, txn_ttl=1.0, keepalive_interval=None)
+    engine.create_stream("s")
+    producer = engine.producer("s", batch_size=1)
+    txns = []
+    for name in (b"a", b"b", b"c", b"d"):
+        t = producer.new_transaction()
+        t.send(name)
+        t.flush()  # registered now: its TTL runs
+        txns.append(t)
+    a, b, c, d = txns
+    clock.advance(999)
+    assert engine.keep_alive() == 4  # refreshed just before expiry: a new full TTL
+    clock.advance(999)
+    d.checkpoint()  # 1998 ms after opening: alive thanks to the keep-alive
+    clock.advance(1)  # 1000 ms after the keep-alive: expired
+    with pytest.raises(errors.TransactionExpired):
+        a.checkpoint()
+    assert not a.is_open
+    b.send(b"b2")  # buffered
+    with pytest.raises(errors.TransactionExpired):
+        b.send(b"b3")  # needs a flush of b2: expired
+    consumer = engine.consumer("s", "x")
+    assert consumer.get_transaction(0).items == [b"d"]  # passes over the expired ones
+    with pytest.raises(errors.TransactionExpired):  # also once a reader invalidated it
+        c.checkpoint()
+    assert [items for _, _, items in _visible(engine, "s")] == [[b"d"]]
+
+
+def test_an_unregistered_transaction_has_nothing_to_expire(make_engine, clock) -> None:
+    """Documented: a transaction is registered (gets its ID and TTL) at its first flush,
+    checkpoint or ``txn.id`` read; before that nothing is stored, so nothing can expire."""
+    engine = make_engine(clock=clock, txn_ttl=1.0, keepalive_interval=None)
+    engine.create_stream("s")
+    txn = engine.producer("s").new_transaction()
+    txn.send(b"late but fine")
+    clock.advance(10_000)
+    txn.checkpoint()
+    assert txn.id == clock.ms * 100_000
+    assert [items for _, _, items in _visible(engine, "s")] == [[b"late but fine"]]
+
+
+def test_group_with_an_expired_transaction_writes_nothing(make_engine, clock) -> None:
+    engine = make_engine(clock=clock, txn_ttl=1.0, keepalive_interval=None)
+    engine.create_stream("in")
+    engine.create_stream("out", partitions=2)
+    engine.producer("in").instant([b"input"])
+    consumer = engine.consumer("in", "c")
+    assert consumer.get_transaction().items == [b"input"]
+    fresh_producer = engine.producer("out", partition=1)
+    old_producer = engine.producer("out", partition=0)
+    old = old_producer.new_transaction()
+    old.send(b"old")
+    old.flush()  # registered: it has a TTL from now
+    clock.advance(1500)
+    fresh = fresh_producer.new_transaction()
+    fresh.send(b"fresh")
+    seq = engine.stats()["log_seq"]
+    group = ts.CheckpointGroup(fresh_producer, consumer, old_producer)
+    with pytest.raises(errors.TransactionExpired):
+        group.checkpoint()
+    assert engine.stats()["log_seq"] == seq
+    assert engine.backend.get_offsets("in", "c") == {}
+    assert _visible(engine, "out") == []
+    assert fresh.is_open and old.is_open  # the group can be fixed and retried
+    old.cancel()
+    group.checkpoint()
+    assert [items for _, _, items in _visible(engine, "out")] == [[b"fresh"]]
+    assert engine.backend.get_offsets("in", "c") == {0: consumer.offsets[0]}
+
+
+def test_transaction_already_opened(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=2)
+    producer = engine.producer("s")
+    t0 = producer.new_transaction(0)
+    with pytest.raises(errors.TransactionAlreadyOpened):
+        producer.new_transaction(0, policy=ts.ErrorIfOpened)
+    t1 = producer.new_transaction(1, policy=ts.ErrorIfOpened)  # another partition is fine
+    t0.cancel()
+    t0b = producer.new_transaction(0, policy=ts.ErrorIfOpened)
+    assert t0b.partition == 0 and t1.partition == 1
+
+
+def test_opening_policies(engine: ts.Engine) -> None:
+    engine.create_stream("s")
+    producer = engine.producer("s")
+    a = producer.new_transaction()
+    a.send(b"a")
+    b = producer.new_transaction(policy=ts.CheckpointIfOpened)
+    assert not a.is_open
+    b.send(b"b")
+    c = producer.new_transaction(policy=ts.CancelIfOpened)
+    assert not b.is_open
+    c.send(b"c")
+    d = producer.new_transaction(policy=ts.EnqueueIfOpened)
+    d.send(b"d")
+    assert [t for t in producer.open_transactions()] == [c, d]
+    producer.checkpoint()
+    assert [items for _, _, items in _visible(engine, "s")] == [[b"a"], [b"c"], [b"d"]]
+
+
+# --------------------------------------------------------------------------- bad arguments
+def test_invalid_arguments(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=2)
+    producer = engine.producer("s")
+    consumer = engine.consumer("s", "c")
+    txn = producer.new_transaction()
+    b = engine.backend
+    bad = {
+        "name ''": lambda: engine.create_stream(""),
+        "name int": lambda: engine.create_stream(1),
+        "name None": lambda: engine.create_stream(None),
+        "name NUL": lambda: engine.create_stream("a\x00b"),
+        "name too long": lambda: engine.create_stream("x" * 300),
+        "partitions 0": lambda: engine.create_stream("t", partitions=0),
+        "partitions -1": lambda: engine.create_stream("t", partitions=-1),
+        "partitions str": lambda: engine.create_stream("t", partitions="2"),
+        "partitions bool": lambda: engine.create_stream("t", partitions=True),
+        "partitions float": lambda: engine.create_stream("t", partitions=1.5),
+        "ttl 0": lambda: engine.create_stream("t", ttl=0),
+        "ttl str": lambda: engine.create_stream("t", ttl="60"),
+        "description": lambda: engine.create_stream("t", description=5),
+        "get_stream int": lambda: engine.get_stream(5),
+        "list_streams limit": lambda: engine.list_streams(limit=-1),
+        "list_streams prefix": lambda: engine.list_streams(prefix=3),
+        "serializer name": lambda: engine.producer("s", serializer="yaml"),
+        "serializer int": lambda: engine.producer("s", serializer=42),
+        "serializer pair": lambda: engine.consumer("s", "c", serializer=(1, 2)),
+        "producer partition str": lambda: engine.producer("s", partition="0"),
+        "batch_size 0": lambda: engine.producer("s", batch_size=0),
+        "batch_size bool": lambda: engine.producer("s", batch_size=True),
+        "batch_size str": lambda: engine.producer("s", batch_size="10"),
+        "txn_ttl": lambda: engine.producer("s", txn_ttl=-1),
+        "policy": lambda: producer.new_transaction(policy="error"),
+        "new_transaction partition": lambda: producer.new_transaction(partition=0.5),
+        "item str without serializer": lambda: txn.send("text"),
+        "item int": lambda: txn.send(5),
+        "send_many bytes": lambda: txn.send_many(b"abc"),
+        "send_many mixed": lambda: txn.send_many([b"ok", 5]),
+        "instant empty": lambda: producer.instant([]),
+        "instant str": lambda: producer.instant(["a"]),
+        "consumer name ''": lambda: engine.consumer("s", ""),
+        "consumer name int": lambda: engine.consumer("s", 7),
+        "start word": lambda: engine.consumer("s", "c", start="yesterday"),
+        "start negative": lambda: engine.consumer("s", "c", start=-1),
+        "start float": lambda: engine.consumer("s", "c", start=1.5),
+        "start bool": lambda: engine.consumer("s", "c", start=True),
+        "partitions empty": lambda: engine.consumer("s", "c", partitions=[]),
+        "consumer partitions str": lambda: engine.consumer("s", "c", partitions=["0"]),
+        "prefetch": lambda: engine.consumer("s", "c", prefetch=0),
+        "set_offset negative": lambda: consumer.set_offset(0, -1),
+        "set_offset str": lambda: consumer.set_offset(0, "1"),
+        "get_transaction str": lambda: consumer.get_transaction("0"),
+        "from_to str": lambda: consumer.get_transactions_from_to(0, "a", 5),
+        "by_id negative": lambda: consumer.get_transaction_by_id(0, -5),
+        "callback": lambda: engine.subscribe("s", "x", callback=None),
+        "poll_interval": lambda: engine.subscribe("s", "x", callback=print, poll_interval=0),
+        "submit not a list": lambda: b.submit("ops"),
+        "submit unknown opcode": lambda: b.submit([(999, "s")]),
+        "submit empty op": lambda: b.submit([()]),
+        "submit bad chunk": lambda: b.submit([(O.INSTANT, "s", 0, b"\xc1not msgpack", None)]),
+        "submit chunk of ints": lambda: b.submit([(O.INSTANT, "s", 0, O.pack_items([1, 2]), None)]),
+        "submit bad ttl": lambda: b.submit([(O.OPEN, "s", 0, -5, None, None)]),
+        "submit missing args": lambda: b.submit([(O.OPEN, "s")]),
+        "fetch after": lambda: b.fetch("s", 0, -1),
+        "txn_id_at": lambda: ts.txn_id_at("noon"),
+        "group member": lambda: ts.CheckpointGroup(producer, "not an agent"),
+    }
+    for what, call in bad.items():
+        with pytest.raises(errors.InvalidArgument):
+            call()
+            pytest.fail(f"{what}: no InvalidArgument")
+    # nothing of it was created or written
+    assert [s.name for s in engine.list_streams()] == ["s"]
+    assert _visible(engine, "s") == []
+
+
+def test_invalid_open_arguments(tmp_path) -> None:
+    bad = [
+        lambda: ts.open(tmp_path / "a", durability="eventually"),
+        lambda: ts.open(5),
+        lambda: ts.open(tmp_path / "b", map_size=10),
+        lambda: ts.open(tmp_path / "c", max_item_size=0),
+        lambda: ts.open(tmp_path / "d", txn_ttl=0),
+        lambda: ts.open(tmp_path / "e", log_retention=-1),
+    ]
+    for i, call in enumerate(bad):
+        with pytest.raises(errors.InvalidArgument):
+            call().close()
+            pytest.fail(f"#{i}: no InvalidArgument")
+
+
+def test_engine_busy_for_a_conflicting_second_open(tmp_path) -> None:
+    with ts.open(tmp_path, durability="sync") as e:
+        with ts.open(tmp_path, durability="sync") as same:  # shares the environment
+            e.create_stream("s")
+            assert same.get_stream("s").name == "s"
+        assert e.get_stream("s").name == "s"  # still open after the other handle closed
+        with pytest.raises(errors.EngineBusy):
+            ts.open(tmp_path, durability="async")
+
+
+# --------------------------------------------------------------------------- markers, atomicity
+def test_marker_conflict_applies_nothing(engine: ts.Engine) -> None:
+    engine.create_stream("s")
+    b = engine.backend
+    chunk = O.pack_items([b"batch-1"])
+    b.submit([(O.SET_MARKER, "sink", 1, True), (O.INSTANT, "s", 0, chunk, None)])
+    assert b.get_marker("sink") == 1
+    seq = engine.stats()["log_seq"]
+    for replay in (1, 0):
+        with pytest.raises(errors.MarkerConflict):
+            b.submit([(O.INSTANT, "s", 0, O.pack_items([b"dup"]), None), (O.SET_MARKER, "sink", replay, True)])
+    assert engine.stats()["log_seq"] == seq
+    assert [items for _, _, items in _visible(engine, "s")] == [[b"batch-1"]]
+    b.submit([(O.SET_MARKER, "sink", 0, False)])  # unguarded: always applies
+    assert b.get_marker("sink") == 0
+    assert b.get_marker("other") is None
+
+
+@pytest.mark.parametrize("bad_op", [
+    (O.INSTANT, "s", 5, O.pack_items([b"x"]), None),  # partition out of range
+    (O.INSTANT, "missing", 0, O.pack_items([b"x"]), None),  # unknown stream
+    (O.CHECKPOINT, "s", 0, 12345, None),  # unknown transaction
+    (O.CREATE_STREAM, "s", 1, 60, ""),  # stream exists
+    (O.INSTANT, "s", 0, O.pack_items(["not bytes"]), None),  # bad item type
+    (42,),  # unknown opcode
+])
+def test_a_failing_batch_leaves_nothing(engine: ts.Engine, bad_op: tuple) -> None:
+    engine.create_stream("s", partitions=2)
+    producer = engine.producer("s")
+    producer.instant([b"before"], partition=0)
+    open_txn = producer.new_transaction(1)
+    open_txn.send(b"pending")
+    assert open_txn.id > 0
+    c = engine.consumer("s", "c")
+    assert c.get_transaction(0).items == [b"before"]
+    stats = engine.stats()
+    last = [engine.backend.last_txn_id("s", p) for p in (0, 1)]
+    batch = [
+        (O.CREATE_STREAM, "new", 1, 60, ""),
+        (O.INSTANT, "s", 0, O.pack_items([b"should not appear"]), None),
+        (O.CHECKPOINT, "s", 1, open_txn.id, O.pack_items([b"more"])),
+        (O.SET_OFFSETS, "s", "c", {0: 2**40}),
+        (O.SET_MARKER, "m", 7, True),
+        bad_op,
+    ]
+    with pytest.raises(errors.TStreamsError):
+        engine.backend.submit(batch)
+    after = engine.stats()
+    assert (after["log_seq"], after["transactions"], after["streams"]) == (
+        stats["log_seq"], stats["transactions"], stats["streams"])
+    assert [engine.backend.last_txn_id("s", p) for p in (0, 1)] == last
+    assert not engine.has_stream("new")
+    assert engine.backend.get_offsets("s", "c") == {}
+    assert engine.backend.get_marker("m") is None
+    assert [items for _, _, items in _visible(engine, "s")] == [[b"before"]]
+    open_txn.checkpoint()  # the open transaction is intact
+    assert [items for _, _, items in _visible(engine, "s")] == [[b"before"], [b"pending"]]
+
+
+def test_error_classes_are_rebuilt_from_the_wire() -> None:
+    for cls in (errors.StreamExists, errors.StreamNotFound, errors.TransactionExpired, errors.MarkerConflict,
+                errors.StorageFull, errors.EngineClosed, errors.ItemTooLarge):
+        exc = errors.error_from_wire(*errors.error_to_wire(cls("msg")))
+        assert type(exc) is cls and str(exc) == "msg"
+    assert type(errors.error_from_wire(*errors.error_to_wire(TypeError("t")))) is errors.InvalidArgument
+
+
+def test_txn_id_at_and_time_round_trip() -> None:
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=dt.timezone.utc)
+    tid = ts.txn_id_at(when)
+    assert tid == 1767323045678 * 100_000
+    assert ts.txn_time(tid + 99_999) == when
+    assert ts.txn_id_at(when.replace(tzinfo=None)) == tid  # naive means UTC
