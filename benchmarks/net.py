@@ -55,8 +55,8 @@ PARTITIONS = 4
 
 MODES = {
     # seconds of warm-up / measurement per run; pipelined clients and window
-    "quick": {"warmup": 0.3, "measure": 1.0, "clients": 2, "window": 100, "sync_clients": 12},
-    "full": {"warmup": 1.0, "measure": 4.0, "clients": 4, "window": 100, "sync_clients": 12},
+    "quick": {"warmup": 0.2, "measure": 0.8, "clients": 4, "window": 100, "sync_clients": 12, "settle": 0.2},
+    "full": {"warmup": 1.0, "measure": 4.0, "clients": 4, "window": 100, "sync_clients": 12, "settle": 0.5},
 }
 
 
@@ -368,7 +368,7 @@ def run_clients(kind: str, endpoint: str, n: int, cfg: dict, server_pids: list[i
                                                start, out), daemon=True) for k in range(n)]
     for p in procs:
         p.start()
-    time.sleep(0.3)  # every client connected and did one request
+    time.sleep(cfg["settle"])  # every client connected and did one request
     start.set()
     time.sleep(cfg["warmup"])
     cpu0, t0 = cpu_seconds(server_pids), time.perf_counter()
@@ -498,6 +498,7 @@ def plot(report: dict[str, Any], path: Path) -> Path | None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:  # pragma: no cover
         return None
     figs = report["figures"]
@@ -511,6 +512,7 @@ def plot(report: dict[str, Any], path: Path) -> Path | None:
         ax.invert_yaxis()
         ax.set_title(name)
         ax.set_xlabel("requests/s (median)")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v / 1000:.0f}k"))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

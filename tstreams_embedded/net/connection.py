@@ -312,6 +312,7 @@ class Connection:
         sock = self._sock
         pending = self._pending
         events = zmqfast.events
+        requeued = False
         try:
             while events(sock) & POLLIN:
                 frames = recv(sock)
@@ -327,7 +328,8 @@ class Connection:
                 if flags & framing.ERROR:
                     if flags & NOT_EXECUTED:  # the server is stopping: send again on the next connection
                         r.epoch = -1
-                        self._backlog.appendleft(r)
+                        self._backlog.append(r)
+                        requeued = True
                         self._hold = True
                         continue
                     del pending[rid]
@@ -350,6 +352,9 @@ class Connection:
                     r.future.set_result(value)
         except zmq.Again:
             pass
+        finally:
+            if requeued:  # re-send in the original order
+                self._backlog = deque(sorted(self._backlog, key=lambda q: q.id))
 
     # ------------------------------------------------------------------ sending (caller holds _io)
     def _can_send(self) -> bool:
@@ -474,8 +479,7 @@ class Connection:
                     f"connection to {endpoint} lost while {r.method} was in flight; "
                     "it may or may not have been executed"))
         if retry:
-            retry.sort(key=lambda r: r.id)
-            self._backlog.extendleft(reversed(retry))
+            self._backlog = deque(sorted([*self._backlog, *retry], key=lambda q: q.id))
 
     def _timers(self) -> None:
         now = time.monotonic()
