@@ -1,0 +1,155 @@
+"""Stream TTL and compaction, space reuse, and LMDB map growth / StorageFull (embedded)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import tstreams_embedded as ts
+from tstreams_embedded import errors
+from tstreams_embedded.engine import ops as O
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+def _write(engine: ts.Engine, stream: str, txns: int, item_size: int, tag: bytes = b"") -> list[int]:
+    producer = engine.producer(stream)
+    return [producer.instant([tag + b"%d:" % i + b"x" * item_size]) for i in range(txns)]
+
+
+# --------------------------------------------------------------------------- TTL + compaction
+def test_expired_transactions_are_never_returned(make_engine, clock) -> None:
+    engine = make_engine(clock=clock, keepalive_interval=None)
+    engine.create_stream("s", ttl=10)
+    old = _write(engine, "s", 3, 10, b"old")
+    clock.advance(6_000)
+    new = _write(engine, "s", 2, 10, b"new")
+    c = engine.consumer("s", "c")
+    assert c.get_last_transaction(0).id == new[-1]
+    clock.advance(4_001)  # old ones are past the 10 s TTL, new ones are not
+    assert c.get_transaction_by_id(0, old[0]) is None
+    assert [t.id for t in c.get_transactions_from_to(0, 0, 2**62)] == new
+    assert c.get_transaction(0).id == new[0]
+    assert c.get_transaction(0).id == new[1]
+    assert c.get_transaction(0) is None
+    clock.advance(6_000)
+    assert c.get_last_transaction(0) is None
+    assert engine.consumer("s", "d").get_transaction(0) is None
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a consumer returns prefetched transactions whose stream "
+                                       "TTL passed after the prefetch (consumer.py _take)")
+def test_prefetched_transactions_past_their_ttl_are_not_returned(make_engine, clock) -> None:
+    engine = make_engine(clock=clock, keepalive_interval=None)
+    engine.create_stream("s", ttl=1)
+    _write(engine, "s", 3, 10)
+    c = engine.consumer("s", "c")  # default prefetch: reads ahead
+    assert c.get_transaction(0) is not None
+    clock.advance(5_000)
+    assert c.get_transaction(0) is None
+
+
+def test_compaction_deletes_expired_transactions_and_reuses_space(make_engine, clock) -> None:
+    # log_retention=0: compaction also trims the commit log (which holds a copy of every chunk)
+    engine = make_engine(clock=clock, keepalive_interval=None, durability="async", log_retention=0)
+    engine.create_stream("s", partitions=2, ttl=1)
+    engine.create_stream("keep", ttl=3600)
+    kept = _write(engine, "keep", 5, 100)
+    base = engine.stats()
+    _write(engine, "s", 400, 8 * KIB)
+    open_txn = engine.producer("s").new_transaction(0)
+    assert open_txn.id > 0  # an open transaction past the stream TTL is compacted too
+    first = engine.stats()
+    assert first["transactions"] == base["transactions"] + 401
+    clock.advance(2_000)
+    result = engine.compact()
+    assert result["transactions_removed"] == 401
+    after = engine.stats()
+    assert after["transactions"] == base["transactions"]
+    with pytest.raises(errors.TransactionNotFound):
+        open_txn.checkpoint()
+    # the freed pages are reused: writing the same again hardly grows the file
+    _write(engine, "s", 400, 8 * KIB)
+    second = engine.stats()
+    growth_first = first["last_pgno"] - base["last_pgno"]
+    growth_second = second["last_pgno"] - after["last_pgno"]
+    assert growth_second < growth_first / 4, (growth_first, growth_second)
+    assert [t.id for t in engine.consumer("keep", "c").get_transactions_from_to(0, 0, 2**62)] == kept
+    assert engine.compact()["transactions_removed"] == 0
+
+
+def test_background_compaction(make_engine, clock) -> None:
+    engine = make_engine(clock=clock, keepalive_interval=None, compaction_interval=0.05)
+    engine.create_stream("s", ttl=1)
+    _write(engine, "s", 20, 10)
+    clock.advance(2_000)
+    for _ in range(200):
+        if engine.stats()["transactions"] == 0:
+            break
+        time.sleep(0.05)
+    assert engine.stats()["transactions"] == 0
+
+
+def test_log_retention_trims_the_commit_log_on_compaction(make_engine) -> None:
+    engine = make_engine(log_retention=10, keepalive_interval=None)
+    engine.create_stream("s")
+    _write(engine, "s", 30, 10)
+    assert engine.stats()["log_entries"] == 31
+    assert engine.compact()["log_entries_trimmed"] == 21
+    st = engine.stats()
+    assert st["log_entries"] == 10 and st["log_seq"] == 31
+
+
+# --------------------------------------------------------------------------- map size
+def test_a_tiny_map_grows_and_keeps_every_byte(make_engine, tmp_path) -> None:
+    path = tmp_path / "tiny"
+    engine = make_engine(path, map_size=256 * KIB, durability="async")
+    engine.create_stream("s", partitions=2)
+    producer = engine.producer("s")
+    expected = {}
+    for i in range(80):  # ~5 MB in 64 KiB items, transactions of 1 and of several chunks
+        with producer.transaction() as txn:
+            items = [b"%d-%d:" % (i, j) + bytes([i % 256]) * (64 * KIB) for j in range(1 + i % 3)]
+            txn.send_many(items)
+        expected[(txn.partition, txn.id)] = items
+    assert engine.stats()["map_size"] >= 5 * MIB
+    engine.close()
+    engine = make_engine(path, map_size=256 * KIB)  # reopen: the grown size is kept
+    c = engine.consumer("s", "c")
+    got = {}
+    while (t := c.get_transaction()) is not None:
+        got[(t.partition, t.id)] = t.items
+    assert got == expected
+
+
+def test_storage_full_writes_nothing_and_reads_still_work(make_engine) -> None:
+    engine = make_engine(map_size=256 * KIB, max_map_size=1 * MIB, durability="async")
+    engine.create_stream("s")
+    producer = engine.producer("s")
+    written = []
+    with pytest.raises(errors.StorageFull):
+        for i in range(100):
+            written.append(producer.instant([b"%d:" % i + b"x" * (48 * KIB)]))
+    assert 5 < len(written) < 30
+    stats = engine.stats()
+    last = engine.backend.last_txn_id("s", 0)
+    with pytest.raises(errors.StorageFull):  # a big transaction fails as a whole
+        engine.backend.submit([(O.INSTANT, "s", 0, O.pack_items([b"y" * (400 * KIB)]), None)])
+    txn = producer.new_transaction()
+    txn.send_many([b"z" * (100 * KIB)] * 6)
+    with pytest.raises(errors.StorageFull):
+        txn.checkpoint()
+    after = engine.stats()
+    assert (after["log_seq"], after["transactions"]) == (stats["log_seq"], stats["transactions"])
+    assert engine.backend.last_txn_id("s", 0) == last
+    c = engine.consumer("s", "c")
+    got = [c.get_transaction(0) for _ in written]
+    assert [t.id for t in got] == written
+    assert all(t.items[0].startswith(b"%d:" % i) for i, t in enumerate(got))
+    assert c.get_transaction(0) is None
+    # deleting data and compacting frees room for small writes again
+    engine.delete_stream("s")
+    engine.create_stream("s2")
+    assert engine.producer("s2").instant([b"small"]) > 0
