@@ -1,0 +1,177 @@
+"""The commit log: every state change appends exactly one entry (in the same LMDB write as
+its effects), reads append nothing, the log is trimmable, and replaying it into another
+directory (``Core.apply_log``) reproduces the same visible state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import tstreams_embedded as ts
+from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.core import Core
+
+
+def _last_ops(core: Core) -> list[int]:
+    seq = core.log_seq()
+    ((got_seq, _, ops),) = core.read_log(seq, 10)
+    assert got_seq == seq
+    return [op[0] for op in ops]
+
+
+def test_every_state_change_appends_one_entry(make_engine, clock) -> None:
+    engine = make_engine(clock=clock, txn_ttl=1.0, keepalive_interval=None)
+    core: Core = engine.backend
+    state: dict = {}
+
+    def step(expected_op: int, action: Callable[[], object]) -> None:
+        seq = core.log_seq()
+        action()
+        assert core.log_seq() == seq + 1, O.OP_NAMES[expected_op]
+        assert expected_op in _last_ops(core), O.OP_NAMES[expected_op]
+
+    step(O.CREATE_STREAM, lambda: engine.create_stream("s", partitions=2))
+    producer = engine.producer("s", batch_size=1)
+    state["t"] = producer.new_transaction(0)
+    step(O.OPEN, lambda: state["t"].id)
+    state["t"].send(b"a")
+    step(O.DATA, lambda: state["t"].send(b"b"))  # flushes b"a"
+    step(O.CHECKPOINT, lambda: state["t"].checkpoint())
+    step(O.INSTANT, lambda: producer.instant([b"i"]))
+    state["c"] = producer.new_transaction(0)
+    state["c"].send(b"x")
+    state["c"].flush()
+    step(O.CANCEL_IF_OPEN, lambda: state["c"].cancel())
+    state["k"] = producer.new_transaction(1)
+    assert state["k"].id > 0
+    step(O.KEEPALIVE, lambda: engine.keep_alive())
+    clock.advance(5_000)
+    consumer = engine.consumer("s", "c")
+    step(O.INVALIDATE, lambda: consumer.get_transaction(1))  # the reader passes over the expired one
+    step(O.SET_OFFSETS, lambda: consumer.checkpoint())
+    step(O.SET_MARKER, lambda: core.submit([(O.SET_MARKER, "m", 1, True)]))
+    step(O.COMPACT, lambda: core.submit([(O.COMPACT, "s", 0, 1)]))
+    opened = core.submit([(O.OPEN, "s", 0, 1000, None, None)])[0]
+    step(O.CANCEL, lambda: core.submit([(O.CANCEL, "s", 0, opened)]))
+    g_out = engine.producer("s", partition=1)
+    g_txn = g_out.new_transaction()
+    g_txn.send(b"g")
+    step(O.INSTANT, lambda: ts.CheckpointGroup(g_out, consumer).checkpoint())
+    assert sorted(_last_ops(core)) == sorted([O.INSTANT, O.SET_OFFSETS])  # one entry for the whole group
+    step(O.DELETE_STREAM, lambda: engine.delete_stream("s"))
+
+
+def test_reads_append_nothing(embedded: ts.Engine) -> None:
+    embedded.create_stream("s")
+    ids = [embedded.producer("s").instant([b"%d" % i]) for i in range(3)]
+    core: Core = embedded.backend
+    seq = core.log_seq()
+    c = embedded.consumer("s", "c")
+    while c.get_transaction() is not None:
+        pass
+    c.get_transaction_by_id(0, ids[0])
+    c.get_transactions_from_to(0, 0, 2**62)
+    c.get_last_transaction(0)
+    embedded.list_streams()
+    embedded.get_stream("s")
+    embedded.stats()
+    core.read_log(1)
+    assert core.log_seq() == seq
+
+
+def test_failed_batches_append_nothing(embedded: ts.Engine) -> None:
+    embedded.create_stream("s")
+    core: Core = embedded.backend
+    seq = core.log_seq()
+    for bad in ([(O.CREATE_STREAM, "s", 1, 60, "")], [(O.INSTANT, "s", 0, O.pack_items([b"x"]), None), (99,)]):
+        try:
+            core.submit(bad)
+        except ts.errors.TStreamsError:
+            pass
+    assert core.log_seq() == seq and len(core.read_log(1)) == seq
+
+
+def test_trim_log(embedded: ts.Engine) -> None:
+    embedded.create_stream("s")
+    producer = embedded.producer("s")
+    for i in range(20):
+        producer.instant([b"%d" % i])
+    core: Core = embedded.backend
+    assert [e[0] for e in core.read_log(0, 1000)] == list(range(1, 22))
+    assert [e[0] for e in core.read_log(5, 3)] == [5, 6, 7]
+    assert core.trim_log(10) == 10
+    assert core.trim_log(10) == 0
+    assert [e[0] for e in core.read_log(0, 1000)] == list(range(11, 22))
+    assert core.log_seq() == 21
+    assert embedded.stats()["log_entries"] == 11
+    producer.instant([b"after"])
+    assert core.read_log(22)[0][0] == 22  # sequence numbers continue after a trim
+    # trimming the log never touches the data
+    assert len(embedded.consumer("s", "c").get_transactions_from_to(0, 0, 2**62)) == 21
+
+
+def _snapshot(engine: ts.Engine) -> dict:
+    """Everything a user can see: streams, every visible transaction, offsets, markers."""
+    core: Core = engine.backend
+    out: dict = {"streams": [(s.name, s.id, s.partitions, s.ttl, s.description, s.created)
+                             for s in engine.list_streams()]}
+    for s in engine.list_streams():
+        c = engine.consumer(s.name, "snapshot-reader", use_last_offset=False)
+        for p in range(s.partitions):
+            out[(s.name, p)] = (core.last_txn_id(s.name, p),
+                                [(t.id, t.items) for t in c.get_transactions_from_to(p, 0, 2**62)],
+                                _txn_tuple(c.get_last_transaction(p)))
+        out[(s.name, "offsets")] = {n: core.get_offsets(s.name, n) for n in ("c1", "c2", "snapshot-reader")}
+    out["markers"] = {k: core.get_marker(k) for k in ("m1", "m2")}
+    return out
+
+
+def _txn_tuple(t: ts.Transaction | None) -> tuple | None:
+    return None if t is None else (t.id, t.items)
+
+
+def test_replaying_the_log_into_another_directory_reproduces_the_data(tmp_path) -> None:
+    a = ts.open(tmp_path / "a", keepalive_interval=None, compaction_interval=None)
+    b_core = Core(tmp_path / "b", "async", compaction_interval=None)
+    try:
+        a.create_stream("clicks", partitions=3, ttl=3600, description="d")
+        a.create_stream("gone", partitions=1)
+        a.create_stream("views", partitions=2)
+        p = a.producer("clicks", batch_size=2)
+        for i in range(30):
+            with p.transaction() as txn:
+                txn.send_many([b"c%d-%d" % (i, j) for j in range(i % 5 + 1)])
+        p.new_transaction(0).cancel()
+        c = p.new_transaction(1)
+        c.send_many([b"x", b"y", b"z"])
+        c.cancel()
+        open_txn = p.new_transaction(2)
+        open_txn.send_many([b"open-1", b"open-2", b"open-3"])  # two flushed (batch_size=2), still open
+        a.producer("gone").instant([b"bye"])
+        a.delete_stream("gone")
+        views = a.producer("views")
+        consumer = a.consumer("clicks", "c1")
+        for _ in range(10):
+            t = consumer.get_transaction()
+            with views.transaction() as out:
+                out.send_many([b"v:" + i for i in t.items])
+        ts.CheckpointGroup(views, consumer).checkpoint()
+        a.consumer("views", "c2").checkpoint()
+        a.backend.submit([(O.SET_MARKER, "m1", 5, True)])
+
+        core_a: Core = a.backend
+        log = core_a.read_log(0, 100_000)
+        half = len(log) // 2
+        assert b_core.apply_log(log[:half]) == half  # a replica catching up in two steps
+        assert b_core.apply_log(core_a.read_log(log[half][0], 100_000)) == len(log) - half
+        b = ts.Engine(b_core, keepalive_interval=None)
+        assert _snapshot(b) == _snapshot(a)
+        assert b_core.read_log(0, 100_000) == log  # the replica's log is the same log
+        # the open transaction is open on the replica too: checkpoint it on both, same result
+        a.backend.submit([(O.CHECKPOINT, "clicks", 2, open_txn.id, None)])
+        b_core.apply_log(core_a.read_log(core_a.log_seq(), 10))
+        assert _snapshot(b) == _snapshot(a)
+        assert [t.items for t in b.consumer("clicks", "z").get_transactions_from_to(2, open_txn.id, open_txn.id)] \
+            == [[b"open-1", b"open-2"]]
+    finally:
+        a.close()
+        b_core.close()
