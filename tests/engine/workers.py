@@ -8,7 +8,6 @@ a reopened engine holds.
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 import time
 
@@ -99,32 +98,24 @@ def instants(path: str, stream: str, count: str, pause: str) -> None:
     print("done", flush=True)
 
 
+def load_recipe() -> dict:
+    """The exactly-once-into-SQLite recipe: the first python block of docs/RECIPES.md."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(repo, "docs", "RECIPES.md")
+    with open(path, encoding="utf-8") as f:
+        code = f.read().split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {"__name__": "recipe"}
+    exec(compile(code, path, "exec"), namespace)  # noqa: S102 - our own documentation
+    return namespace
+
+
 def sqlite_sink(path: str, db_path: str, stream: str) -> None:
-    """The exactly-once-into-sqlite recipe of docs/RECIPES.md, processing until the stream is
-    drained (prints ``done``)."""
+    """Run the recipe of docs/RECIPES.md until the stream is drained (prints ``done``)."""
+    recipe = load_recipe()
     with ts.open(path, durability="sync") as engine:
-        db = sqlite3.connect(db_path, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        db.execute("CREATE TABLE IF NOT EXISTS events (item BLOB NOT NULL)")
-        db.execute("CREATE TABLE IF NOT EXISTS tstreams_offsets (stream TEXT, consumer TEXT, partition INTEGER, "
-                   "txn_id INTEGER, PRIMARY KEY (stream, consumer, partition))")
-        consumer = engine.consumer(stream, "sqlite-sink", start="oldest", use_last_offset=False)
-        rows = db.execute("SELECT partition, txn_id FROM tstreams_offsets WHERE stream = ? AND consumer = ?",
-                          (stream, "sqlite-sink"))
-        for partition, txn_id in rows:
-            consumer.set_offset(partition, txn_id)
         print("ready", flush=True)
-        while True:
-            txn = consumer.get_transaction()
-            if txn is None:
-                print("done", flush=True)
-                return
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany("INSERT INTO events (item) VALUES (?)", [(i,) for i in txn.items])
-            db.execute("INSERT OR REPLACE INTO tstreams_offsets VALUES (?, ?, ?, ?)",
-                       (stream, "sqlite-sink", txn.partition, txn.id))
-            db.execute("COMMIT")
+        recipe["run"](engine, stream, db_path, stop_when_idle=True)
+    print("done", flush=True)
 
 
 ROLES = {"writer": writer, "xform": xform, "produce": produce, "instants": instants, "sqlite_sink": sqlite_sink}
