@@ -42,7 +42,7 @@ class _ResizeGate:
     def exit_read(self) -> None:
         with self._cv:
             self._readers -= 1
-            if self._readers == 0:
+            if self._readers == 0 and self._resizing:
                 self._cv.notify_all()
 
     @contextmanager
