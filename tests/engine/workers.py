@@ -98,6 +98,17 @@ def instants(path: str, stream: str, count: str, pause: str) -> None:
     print("done", flush=True)
 
 
+def bulk(path: str, stream: str, count: str, size: str, map_size: str, durability: str = "sync") -> None:
+    """Write ``count`` instant transactions of one ``size``-byte item (item i starts with
+    ``b"i:"``); prints ``partition id`` for each."""
+    with ts.open(path, durability=durability, map_size=int(map_size)) as engine:
+        producer = engine.producer(stream)
+        print("ready", flush=True)
+        for i in range(int(count)):
+            item = (b"%d:" % i).ljust(int(size), b"b")
+            print(producer.instant([item], partition=0), flush=True)
+
+
 def load_recipe() -> dict:
     """The exactly-once-into-SQLite recipe: the first python block of docs/RECIPES.md."""
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -118,7 +129,8 @@ def sqlite_sink(path: str, db_path: str, stream: str) -> None:
     print("done", flush=True)
 
 
-ROLES = {"writer": writer, "xform": xform, "produce": produce, "instants": instants, "sqlite_sink": sqlite_sink}
+ROLES = {"writer": writer, "bulk": bulk, "xform": xform, "produce": produce, "instants": instants,
+         "sqlite_sink": sqlite_sink}
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

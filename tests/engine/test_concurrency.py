@@ -1,0 +1,135 @@
+"""Concurrency: group commit isolates failing requests, readers run while the map grows,
+another process growing the map is adopted, and an ``async`` writer killed by SIGKILL loses
+nothing it acknowledged."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+import tstreams_embedded as ts
+from tstreams_embedded import errors
+from tstreams_embedded.engine import ops as O
+
+from .conftest import kill, run_worker, start_worker
+
+KIB = 1024
+
+
+def test_group_commit_applies_good_requests_and_isolates_bad_ones(make_engine) -> None:
+    engine = make_engine(durability="sync")
+    engine.create_stream("s", partitions=4)
+    core = engine.backend
+    results: dict[tuple[int, int], object] = {}
+    barrier = threading.Barrier(8)
+
+    def worker(w: int) -> None:
+        barrier.wait()
+        for i in range(60):
+            good = [(O.INSTANT, "s", w % 4, O.pack_items([b"w%d-%d" % (w, i)]), None)]
+            batch = good + ([(O.INSTANT, "s", 9, O.pack_items([b"bad"]), None)] if i % 5 == 0 else [])
+            try:
+                results[(w, i)] = core.submit(batch, durable=i % 2 == 0)[0]
+            except errors.PartitionOutOfRange as exc:
+                results[(w, i)] = exc
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 480
+    c = engine.consumer("s", "c")
+    visible = {}
+    while (t := c.get_transaction()) is not None:
+        visible[t.items[0]] = (t.partition, t.id)
+    for (w, i), r in results.items():
+        item = b"w%d-%d" % (w, i)
+        if i % 5 == 0:
+            assert isinstance(r, errors.PartitionOutOfRange) and item not in visible
+        else:
+            assert visible[item] == (w % 4, r)
+    assert len(visible) == 8 * 48
+    assert engine.stats()["log_seq"] == 1 + 8 * 48
+
+
+def test_reads_while_the_map_grows(make_engine) -> None:
+    engine = make_engine(map_size=128 * KIB, durability="async")
+    engine.create_stream("s")
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    seen = [0]
+
+    def reader() -> None:
+        c = engine.consumer("s", "r")
+        try:
+            while not stop.is_set():
+                t = c.get_transaction(0)
+                if t is None:
+                    time.sleep(0.001)
+                    continue
+                assert t.items[0].startswith(b"%d:" % seen[0])
+                seen[0] += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    readers = [threading.Thread(target=reader) for _ in range(1)]
+    for t in readers:
+        t.start()
+    producer = engine.producer("s")
+    for i in range(150):
+        producer.instant([(b"%d:" % i).ljust(20 * KIB, b"x")])
+    deadline = time.monotonic() + 60
+    while seen[0] < 150 and time.monotonic() < deadline and not failures:
+        time.sleep(0.01)
+    stop.set()
+    for t in readers:
+        t.join(30)
+    assert not failures, failures
+    assert seen[0] == 150
+    assert engine.stats()["map_size"] > 128 * KIB
+
+
+@pytest.mark.slow
+def test_a_map_grown_by_another_process_is_adopted(make_engine, tmp_path) -> None:
+    path = str(tmp_path / "data")
+    engine = make_engine(path, map_size=256 * KIB)
+    engine.create_stream("s")
+    before = engine.stats()["map_size"]
+    ids = [int(line) for line in run_worker("bulk", path, "s", 120, 32 * KIB, 256 * KIB)[1:]]
+    assert len(ids) == 120
+    c = engine.consumer("s", "c")
+    got = [c.get_transaction(0) for _ in ids]  # reads adopt the bigger map
+    assert [t.id for t in got] == ids
+    assert all(t.items[0].startswith(b"%d:" % i) and len(t.items[0]) == 32 * KIB for i, t in enumerate(got))
+    more = [engine.producer("s").instant([b"x" * (32 * KIB)]) for _ in range(40)]  # and so do writes
+    assert [t.id for t in c.get_transactions_from_to(0, more[0], more[-1])] == more
+    assert engine.stats()["map_size"] > before
+
+
+@pytest.mark.slow
+def test_sigkilled_async_writer_loses_nothing_it_acknowledged(tmp_path) -> None:
+    """``async`` promises durability against a process kill (not an OS crash)."""
+    path = str(tmp_path / "data")
+    with ts.open(path) as e:
+        e.create_stream("s")
+    rng = random.Random(5)
+    acked: list[int] = []
+    for _ in range(5):
+        proc = start_worker("bulk", path, "s", 100_000, 100, 1 << 30, "async")
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        time.sleep(rng.uniform(0.05, 0.3))
+        kill(proc)
+        acked += [int(line) for line in proc.stdout.read().split()]
+        proc.stdout.close()
+        proc.stderr.close()
+    with ts.open(path) as e:
+        c = e.consumer("s", "c")
+        ids = []
+        while (t := c.get_transaction(0)) is not None:
+            ids.append(t.id)
+    assert len(acked) > 50
+    assert set(acked) <= set(ids)
