@@ -166,6 +166,7 @@ class Consumer:
 
     def set_offset(self, partition: int, txn_id: int) -> None:
         """Move the position: the next transaction read will have an ID > ``txn_id``."""
+        self.engine._check()
         p = self._check_partition(partition)
         if isinstance(txn_id, bool) or not isinstance(txn_id, int) or txn_id < 0:
             raise errors.InvalidArgument(f"offset must be a non-negative integer, got {txn_id!r}")
