@@ -182,6 +182,7 @@ def test_every_api_raises_engine_closed_after_close(engine: ts.Engine) -> None:
         "get_transactions_from_to": lambda: consumer.get_transactions_from_to(0, 0, 1),
         "get_last_transaction": lambda: consumer.get_last_transaction(0),
         "consumer.checkpoint": lambda: consumer.checkpoint(),
+        "set_offset": lambda: consumer.set_offset(0, 0),
         "group.checkpoint": lambda: group.checkpoint(),
         "submit": lambda: engine.backend.submit([(O.INSTANT, "s", 0, O.pack_items([b"x"]), None)]),
         "fetch": lambda: engine.backend.fetch("s", 0, 0),
