@@ -495,3 +495,26 @@ def test_txn_id_at_and_time_round_trip() -> None:
     assert tid == 1767323045678 * 100_000
     assert ts.txn_time(tid + 99_999) == when
     assert ts.txn_id_at(when.replace(tzinfo=None)) == tid  # naive means UTC
+
+
+def test_list_streams_prefix_and_limit(engine: ts.Engine) -> None:
+    for name in ("b", "a2", "a1", "c", "a3"):
+        engine.create_stream(name, partitions=2, ttl=120, description=f"about {name}")
+    assert [s.name for s in engine.list_streams()] == ["a1", "a2", "a3", "b", "c"]
+    assert [s.name for s in engine.list_streams(prefix="a")] == ["a1", "a2", "a3"]
+    assert [s.name for s in engine.list_streams(prefix="a", limit=2)] == ["a1", "a2"]
+    assert engine.list_streams(prefix="zz") == [] and engine.list_streams(limit=0) == []
+    info = engine.get_stream("b")
+    assert (info.partitions, info.ttl, info.description) == (2, 120, "about b")
+    assert engine.has_stream("b") and not engine.has_stream("nope")
+
+
+def test_a_checkpoint_group_spans_one_engine_only(make_engine) -> None:
+    e1, e2 = make_engine(), make_engine()
+    for e in (e1, e2):
+        e.create_stream("s")
+    with pytest.raises(errors.InvalidArgument):
+        ts.CheckpointGroup(e1.producer("s"), e2.consumer("s", "c"))
+    group = ts.CheckpointGroup(e1.producer("s"))
+    with pytest.raises(errors.InvalidArgument):
+        group.add(e2.producer("s"))

@@ -153,3 +153,21 @@ def test_storage_full_writes_nothing_and_reads_still_work(make_engine) -> None:
     engine.delete_stream("s")
     engine.create_stream("s2")
     assert engine.producer("s2").instant([b"small"]) > 0
+
+
+def test_large_transactions_keep_item_order(make_engine) -> None:
+    engine = make_engine(durability="async")
+    engine.create_stream("s")
+    producer = engine.producer("s", batch_size=7)
+    items = [b"%05d" % i + b"." * (i % 50) for i in range(2000)]
+    big = [b"%d" % i + b"B" * (300 * KIB) for i in range(8)]  # flushed by size (1 MiB), not by count
+    with producer.transaction() as txn:
+        txn.send_many(items[:1000])
+        for item in items[1000:]:
+            txn.send(item)
+    with producer.transaction() as txn2:
+        txn2.send_many(big)
+    c = engine.consumer("s", "c")
+    assert c.get_transaction().items == items
+    assert c.get_transaction().items == big
+    assert c.get_transaction_by_id(0, txn.id).items == items

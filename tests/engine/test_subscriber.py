@@ -5,6 +5,7 @@ generous upper bound that only a lost or stuck delivery would reach."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -154,3 +155,27 @@ def test_several_subscribers_each_get_everything(engine: ts.Engine, n_subscriber
     finally:
         for s in subs:
             s.stop()
+
+
+@pytest.mark.slow
+def test_keep_alive_thread_keeps_open_transactions_alive_until_the_handle_closes(tmp_path) -> None:
+    """Real clock and the real keep-alive thread (txn_ttl=1 s, refreshed every 0.1 s)."""
+    with ts.open(tmp_path, txn_ttl=1.0) as reader:
+        reader.create_stream("s")
+        writer = ts.open(tmp_path, txn_ttl=1.0)  # a second handle on the same directory
+        txn = writer.producer("s").new_transaction()
+        txn.send(b"slow")
+        assert txn.id > 0  # registered: its TTL runs
+        time.sleep(2.5)  # well past the TTL: alive only thanks to the keep-alive
+        txn.checkpoint()
+        open_txn = writer.producer("s").new_transaction()
+        assert open_txn.id > txn.id
+        reader.producer("s").instant([b"after"])
+        c = reader.consumer("s", "c")
+        assert c.get_transaction(0).items == [b"slow"]
+        assert c.get_transaction(0) is None  # blocked by the open one
+        writer.close()  # its handle is gone: nothing refreshes the open transaction any more
+        deadline = time.monotonic() + 30
+        while (t := c.get_transaction(0)) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert t is not None and t.items == [b"after"]
