@@ -106,12 +106,17 @@ def test_sigkilled_read_transform_write_loop_outputs_each_input_exactly_once(tmp
     rng = random.Random(7)
     interrupted = 0
     done = False
-    for _ in range(12):
+    for _ in range(10):
         proc = start_worker("xform", path, rng.randint(1, 5))
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-        time.sleep(rng.uniform(0.02, 0.3))
+        # kill it after a random number of acknowledged groups, a random instant later
+        for _ in range(rng.randint(1, 60)):
+            line = proc.stdout.readline().strip()
+            if line != "group" and not line.startswith("group "):
+                break
+        time.sleep(rng.uniform(0.0, 0.005))
         kill(proc)
-        lines = proc.stdout.read().splitlines()
+        lines = [line] + proc.stdout.read().splitlines()
         proc.stdout.close()
         proc.stderr.close()
         if "done" in lines:
@@ -120,7 +125,7 @@ def test_sigkilled_read_transform_write_loop_outputs_each_input_exactly_once(tmp
         interrupted += 1
     if not done:
         assert "done" in run_worker("xform", path, 3)
-    assert interrupted >= 3, "the loop should have been killed mid-run several times"
+    assert interrupted >= 5, "the loop should have been killed mid-run several times"
 
     out = [item for txns in _read_all(path, "out").values() for _, items in txns for item in items]
     counts = collections.Counter(out)

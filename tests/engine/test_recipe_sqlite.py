@@ -18,6 +18,18 @@ from .workers import load_recipe
 pytestmark = pytest.mark.slow
 
 
+def _stored(db_path: str) -> int:
+    """How many transactions the sink has committed so far (read concurrently: WAL)."""
+    try:
+        db = sqlite3.connect(db_path, timeout=10)
+        try:
+            return db.execute("SELECT COUNT(DISTINCT txn_id) FROM events").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.OperationalError:  # the sink has not created its tables yet
+        return 0
+
+
 def test_recipe_in_process(tmp_path) -> None:
     recipe = load_recipe()
     db_path = str(tmp_path / "out.sqlite3")
@@ -53,7 +65,11 @@ def test_recipe_survives_sigkill(tmp_path) -> None:
     for _ in range(8):
         proc = start_worker("sqlite_sink", path, db_path, "events")
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-        time.sleep(rng.uniform(0.05, 0.4))
+        # kill it once it stored a random number of further transactions, a random instant later
+        target = _stored(db_path) + rng.randint(1, 300)
+        while _stored(db_path) < target and proc.poll() is None:
+            time.sleep(0.001)
+        time.sleep(rng.uniform(0.0, 0.005))
         kill(proc)
         lines = proc.stdout.read().splitlines()
         proc.stdout.close()
@@ -62,7 +78,7 @@ def test_recipe_survives_sigkill(tmp_path) -> None:
             break
         interrupted += 1
     assert "done" in run_worker("sqlite_sink", path, db_path, "events")
-    assert interrupted >= 3, "the sink should have been killed mid-run several times"
+    assert interrupted >= 5, "the sink should have been killed mid-run several times"
     db = sqlite3.connect(db_path)
     counts = collections.Counter(r[0] for r in db.execute("SELECT item FROM events"))
     db.close()

@@ -36,7 +36,7 @@ from tstreams_embedded.ids import ID_MULTIPLIER
 from .conftest import FakeClock
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.filter_too_much]
-settings.register_profile("tstreams-engine-ci", max_examples=60, stateful_step_count=50, deadline=None,
+settings.register_profile("tstreams-engine-ci", max_examples=100, stateful_step_count=50, deadline=None,
                           suppress_health_check=_HEALTH)
 settings.register_profile("tstreams-engine-thorough", max_examples=2000, stateful_step_count=100, deadline=None,
                           suppress_health_check=_HEALTH)
