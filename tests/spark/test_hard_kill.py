@@ -54,7 +54,7 @@ def test_sigkill_whole_job_and_restart_from_checkpoint(engine, data_dir, tmp_pat
     assert members(groups) == []
     committed_before = backend.get_marker(marker)
     partial = len(read_direct(engine, "out"))
-    assert 0 < partial < 1600, "the kill must land mid-stream"
+    assert 0 < partial < 1600, f"the kill must land mid-stream: {partial} items out, marker {committed_before}"
 
     proc = start_job(argv, str(log), env=spark_env())
     try:
@@ -64,6 +64,7 @@ def test_sigkill_whole_job_and_restart_from_checkpoint(engine, data_dir, tmp_pat
     finally:
         kill_tree(proc)
     got = sorted((p, v) for p, _, _, v in read_direct(engine, "out", wait_unblocked=30))
-    assert len(got) == len(want), f"{len(got) - len(want)} duplicates"
+    dups = len(got) - len(set(got))
+    assert len(got) == len(want), f"{len(got)} items for {len(want)} inputs ({dups} duplicates); log {log}"
     assert got == want
     assert backend.get_marker(marker) > committed_before
