@@ -39,8 +39,6 @@ def test_expired_transactions_are_never_returned(make_engine, clock) -> None:
     assert engine.consumer("s", "d").get_transaction(0) is None
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a consumer returns prefetched transactions whose stream "
-                                       "TTL passed after the prefetch (consumer.py _take)")
 def test_prefetched_transactions_past_their_ttl_are_not_returned(make_engine, clock) -> None:
     engine = make_engine(clock=clock, keepalive_interval=None)
     engine.create_stream("s", ttl=1)

@@ -12,13 +12,14 @@ there (unless ``use_last_offset=False``).
 from __future__ import annotations
 
 import datetime as _dt
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import errors, serde
-from ..ids import txn_id_at, txn_time
+from ..ids import ID_MULTIPLIER, txn_id_at, txn_time
 from . import ops as O
 from .apply import check_name
 from .backend import TxnData
@@ -57,7 +58,15 @@ class Consumer:
         backend = engine.backend
         info = backend.get_stream(stream)
         self.stream = info.name
+        self.ttl_ms = info.ttl * 1000
         self.name = check_name(name, "consumer name")
+        # Prefetched transactions are re-checked against the stream TTL when taken. The
+        # embedded engine's clock is cheap to ask; a remote one is estimated locally.
+        if getattr(backend, "local_clock", False):
+            self._now_ms: Callable[[], int] = backend.now_ms
+        else:
+            offset = backend.now_ms() - time.time_ns() // 1_000_000
+            self._now_ms = lambda: time.time_ns() // 1_000_000 + offset
         self._loads = serde.resolve(serializer)[1]
         self._raw = self._loads is serde.RAW[1]
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
@@ -144,6 +153,11 @@ class Consumer:
             if not buf:
                 self._position[p] = max(self._position[p], f.position)
                 return None
+        floor = (self._now_ms() - self.ttl_ms) * ID_MULTIPLIER
+        while buf and buf[0].id < floor:  # its stream TTL passed after it was prefetched
+            self._position[p] = buf.popleft().id
+        if not buf:
+            return self._take(p)
         t = buf.popleft()
         self._position[p] = t.id if buf else max(t.id, self._scanned[p])
         return self._wrap(t)

@@ -54,6 +54,9 @@ class Core:
     """The embedded engine on one LMDB directory. Thread-safe; several processes may open
     the same directory at once (LMDB serialises their writes)."""
 
+    #: ``now_ms()`` is a cheap local call (consumers may ask it per transaction).
+    local_clock = True
+
     def __init__(
         self,
         path: str | os.PathLike,
