@@ -1,0 +1,68 @@
+"""The planning scan: the embedded index fast path equals the generic ``fetch`` path."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tstreams_embedded.engine import ops as O
+from tstreams_embedded.spark import scan as S
+
+
+def _both(backend, monkeypatch, *args):
+    fast = S.scan_partition(backend, *args)
+    with monkeypatch.context() as m:
+        m.setattr(S, "_embedded_index_scan", lambda *a: None)
+        slow = S.scan_partition(backend, *args)
+    return fast, slow
+
+
+def _stage(backend, ttl_ms=60_000, items=(b"x",)):
+    (tid,) = backend.submit([(O.OPEN, "s", 0, ttl_ms, None, None)])
+    backend.submit([(O.DATA, "s", 0, tid, O.pack_items(list(items)))])
+    return tid
+
+
+def test_fast_scan_matches_fetch(engine, monkeypatch):
+    engine.create_stream("s", partitions=1)
+    backend = engine.backend
+    producer = engine.producer("s")
+    ids = [producer.instant([b"a"] * n, partition=0) for n in (3, 1, 5, 2)]
+    cancelled = _stage(backend)
+    backend.submit([(O.CANCEL, "s", 0, cancelled)])
+    ids += [producer.instant([b"b"] * n, partition=0) for n in (4, 4)]
+    opened = _stage(backend)
+    ids += [producer.instant([b"c"], partition=0)]
+    for after in (0, ids[0], ids[3], cancelled, ids[5]):
+        for upto in (None, ids[2], cancelled, ids[4] - 1, ids[-1]):
+            for max_rows in (None, 1, 4, 5, 9, 100):
+                fast, slow = _both(backend, monkeypatch, "s", 0, after, upto, max_rows)
+                assert fast == slow, (after, upto, max_rows)
+    full, _ = _both(backend, monkeypatch, "s", 0, 0)
+    assert full.blocked and full.position == ids[5] and [t for t, _ in full.txns] == ids[:6]
+    backend.submit([(O.CHECKPOINT, "s", 0, opened, None)])
+    full, slow = _both(backend, monkeypatch, "s", 0, 0)
+    assert full == slow and not full.blocked and [t for t, _ in full.txns] == ids[:6] + [opened, ids[6]]
+
+
+def test_expired_open_transaction_is_invalidated_then_passed(engine, monkeypatch):
+    engine.create_stream("s", partitions=1)
+    backend = engine.backend
+    first = engine.producer("s").instant([b"a"], partition=0)
+    _stage(backend, ttl_ms=300)
+    last = engine.producer("s").instant([b"b"], partition=0)
+    assert S.scan_partition(backend, "s", 0, 0).blocked  # still open
+    time.sleep(0.4)
+    fast = S.scan_partition(backend, "s", 0, 0)
+    assert [t for t, _ in fast.txns] == [first, last] and not fast.blocked
+
+
+def test_unknown_stream_and_partition(engine):
+    from tstreams_embedded.errors import PartitionOutOfRange, StreamNotFound
+
+    engine.create_stream("s", partitions=1)
+    with pytest.raises(StreamNotFound):
+        S.scan_partition(engine.backend, "nope", 0, 0)
+    with pytest.raises(PartitionOutOfRange):
+        S.scan_partition(engine.backend, "s", 3, 0)
