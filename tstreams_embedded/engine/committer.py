@@ -21,6 +21,7 @@ Guarantees:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -131,6 +132,19 @@ class GroupCommitter:
                     self._leading = False
                     self._cv.notify_all()
 
+    def _let_writers_join(self) -> None:
+        """Before an fsync, let a commit group that is being written (or queued) finish, so
+        that the fsync covers it too (bounded to ``JOIN_WAIT`` seconds)."""
+        deadline = time.monotonic() + self.JOIN_WAIT
+        with self._cv:
+            while self._leading or self._queue:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._cv.wait(remaining)
+
+    JOIN_WAIT = 0.002
+
     def _wait_durable(self, commit_no: int) -> None:
         """Return once an fsync that started after commit ``commit_no`` has finished.
 
@@ -143,9 +157,11 @@ class GroupCommitter:
                     self._sync_cv.wait()
                     continue
                 self._syncing = True
-                target = self._committed_no
                 self._sync_cv.release()
                 try:
+                    self._let_writers_join()
+                    with self._sync_cv:
+                        target = self._committed_no
                     self.store.sync()
                     self.fsyncs += 1
                 except Exception as exc:  # noqa: BLE001
