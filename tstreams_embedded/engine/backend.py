@@ -79,6 +79,11 @@ class Backend(Protocol):
     """What the public API needs from storage. Every method raises errors from
     :mod:`tstreams_embedded.errors` (``EngineClosed`` once closed)."""
 
+    #: True once closed; every call then raises ``EngineClosed``.
+    closed: bool
+    #: The largest item accepted, in bytes.
+    max_item_size: int
+
     # --- writes ---------------------------------------------------------------------
     def submit(self, ops: Sequence[tuple], durable: bool = True) -> list[Any]:
         """Apply ``ops`` atomically (all or nothing) and return one result per op."""

@@ -51,7 +51,7 @@ class Engine:
 
     @property
     def closed(self) -> bool:
-        return self._closed or getattr(self.backend, "closed", False)
+        return self._closed or self.backend.closed
 
     def _check(self) -> None:
         if self.closed:
