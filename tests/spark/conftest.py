@@ -7,39 +7,13 @@ skipped, with the reason, only when Java is missing.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from spark_helpers import JAVA_MISSING, spark_env
 
 import tstreams_embedded as ts
-
-
-def _java_missing() -> str | None:
-    java_home = os.environ.get("JAVA_HOME")
-    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
-    if not java or not os.path.exists(java):
-        return "Java is not installed (Spark needs a JVM: install a JDK 17+ or set JAVA_HOME)"
-    try:
-        subprocess.run([java, "-version"], capture_output=True, check=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"Java at {java} does not run: {exc}"
-    return None
-
-
-JAVA_MISSING = _java_missing()
-
-
-def spark_env() -> dict[str, str]:
-    """Environment for Spark driver processes (this one and the jobs tests start)."""
-    env = dict(os.environ)
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    env["PYSPARK_PYTHON"] = sys.executable
-    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    return env
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import JAVA_MISSING, spark_env
+from spark_helpers import JAVA_MISSING, spark_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(JAVA_MISSING), reason=JAVA_MISSING or "")]
 

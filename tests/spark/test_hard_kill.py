@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import JAVA_MISSING, spark_env
-from spark_helpers import fill, read_direct
+from spark_helpers import JAVA_MISSING, fill, read_direct, spark_env
 
 from tstreams_embedded.demo.procs import kill_tree, members, start_job
 from tstreams_embedded.spark import sink_marker_key
