@@ -199,7 +199,11 @@ class RemoteBackend:
             waits = [f for k in keys for f in self._inflight.pop(k, ())]
         first: BaseException | None = None
         for f in waits:
-            f.wait(self.timeout + 5.0)
+            if not f.done():
+                try:  # take the receiver role if free rather than wait for a hand-off
+                    self._conn.wait(f, self.timeout + 5.0)
+                except Exception:  # noqa: BLE001 - its error is read from the future below
+                    pass
             if first is None and f.exception() is not None:
                 first = f.exception()
         if first is not None:

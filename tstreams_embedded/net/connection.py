@@ -119,7 +119,8 @@ class Connection:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        self._wake_pending = False
+        self._wake_pending = False  # a byte is in the wake pipe, or is about to be (see _drain_pipe)
+        self._sends = 0  # messages sent (under _io)
         self._watching = False  # the I/O thread is blocked watching the socket's FD
         self._closed = False
         self._pending: dict[int, _Req] = {}
@@ -143,7 +144,7 @@ class Connection:
         hb_ms = max(100, int(heartbeat * 1000))
         s.setsockopt(zmq.HEARTBEAT_IVL, hb_ms)
         s.setsockopt(zmq.HEARTBEAT_TIMEOUT, hb_ms * 3)
-        s.setsockopt(zmq.HEARTBEAT_TTL, hb_ms * 3)
+        s.setsockopt(zmq.HEARTBEAT_TTL, min(hb_ms * 3, 6_553_500))  # ZMTP carries it in 0.1 s units, 16 bits
         if curve is not None:
             server_pub, client_pub, client_sec = curve
             s.curve_serverkey = server_pub
@@ -273,12 +274,22 @@ class Connection:
                 pass
 
     def _drain_pipe(self) -> None:
-        self._wake_pending = False
+        """Empty the wake pipe, then clear ``_wake_pending`` (only the receiver-role holder
+        calls this, and it looks at the socket right after).
+
+        The order matters. ``_wake`` skips the write while the flag is set, so the flag must
+        never stay set with the pipe empty: clearing it *before* reading let a wake written
+        in between be swallowed by the read, leaving the flag set and every later wake
+        suppressed until a poll timed out (the heartbeat, 2 s). Cleared after the read, a
+        wake skipped meanwhile was requested before the caller's following look at the
+        socket, which therefore covers it.
+        """
         try:
             while os.read(self._wake_r, 4096):
                 pass
         except OSError:
             pass
+        self._wake_pending = False
 
     def _receive_until(self, fut: Future, deadline: float) -> None:
         """Holding the receiver role: read replies until ``fut`` is resolved or the deadline."""
@@ -363,6 +374,7 @@ class Connection:
     def _try_send(self, frames: list) -> bool:
         try:
             zmqfast.send_multipart(self._sock, frames)
+            self._sends += 1
             return True
         except zmq.Again:
             return False
@@ -406,10 +418,12 @@ class Connection:
                 with self._io:
                     if self._closed:
                         break
+                    sends = self._sends
                     if self._mon in events:
                         self._on_monitor()
                     self._send_backlog()
                     self._timers()
+                    sent = self._sends != sends
                 # Receive (after our own sends, which may have spent the FD's edge). If a user
                 # thread is receiving, wait for it briefly instead of spinning on the pipe.
                 if self._token.acquire(True, 0.05):
@@ -420,6 +434,10 @@ class Connection:
                                 self._recv_all()
                     finally:
                         self._token.release()
+                elif sent:
+                    # A user thread holds the receiver role and may be blocked on the FD whose
+                    # edge our sends (backlog, ping) consumed: make it look (cf. wait()).
+                    self._wake()
         except Exception:  # pragma: no cover - a bug here must not hang callers forever
             log.exception("tstreams client I/O thread failed")
         finally:
