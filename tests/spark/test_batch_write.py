@@ -58,8 +58,8 @@ def test_failed_job_leaves_nothing_visible(spark, engine, data_dir):
 
     engine.create_stream("out", partitions=2)
 
-    @F.udf(StringType())
-    def explode_late(v: str) -> str:
+    @F.udf(StringType(), useArrow=False)
+    def explode_late(v):
         if v == "row-1999":
             raise RuntimeError("boom in the last task")
         return v
@@ -84,8 +84,8 @@ def test_staged_rows_are_invisible_until_the_job_commits(spark, engine, data_dir
     engine.create_stream("out", partitions=1)
     path = str(data_dir)
 
-    @F.udf(StringType())
-    def probe(v: str) -> str:
+    @F.udf(StringType(), useArrow=False)
+    def probe(v):
         if v != "probe":
             return v
         import time
