@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors, serde
 from ..policies import Policy
 from . import ops as O
+from .apply import check_partition
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -182,6 +183,7 @@ class Producer:
                  txn_ttl: float | None = None, batch_size: int = 100) -> None:
         self.engine = engine
         info = engine.backend.get_stream(stream)
+        self.info = info
         self.stream = info.name
         self.partitions = info.partitions
         if partition is not None:
@@ -217,13 +219,7 @@ class Producer:
         return data
 
     def _check_partition(self, partition: Any) -> int:
-        if isinstance(partition, bool) or not isinstance(partition, int):
-            raise errors.InvalidArgument(f"partition must be an integer, got {type(partition).__name__}")
-        if not 0 <= partition < self.partitions:
-            raise errors.PartitionOutOfRange(
-                f"partition {partition} is out of range for stream {self.stream!r} with {self.partitions} partitions"
-            )
-        return partition
+        return check_partition(self.info, partition)
 
     def _choose(self, partition: int | None) -> int:
         if partition is None:
