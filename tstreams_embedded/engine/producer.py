@@ -83,12 +83,14 @@ class ProducerTransaction:
 
     def send(self, item: Any) -> None:
         """Add one item (serialized with the producer's serializer)."""
-        self._check_open()
-        data = self.producer._dumps(item)
+        producer = self.producer
+        if self.state != OPEN or producer.engine.closed:
+            self._check_open()
+        data = item if type(item) is bytes and producer._raw else producer._dumps(item)
         size = len(data)
-        if size > self.producer.max_item_size:
-            raise errors.ItemTooLarge(f"item of {size} bytes exceeds max_item_size={self.producer.max_item_size}")
-        if len(self._buffer) >= self.producer.batch_size or self._buffered_bytes + size > FLUSH_BYTES:
+        if size > producer.max_item_size:
+            raise errors.ItemTooLarge(f"item of {size} bytes exceeds max_item_size={producer.max_item_size}")
+        if len(self._buffer) >= producer.batch_size or self._buffered_bytes + size > FLUSH_BYTES:
             self.flush()
         self._buffer.append(data)
         self._buffered_bytes += size
@@ -194,6 +196,7 @@ class Producer:
         self.batch_size = batch_size
         self.txn_ttl_ms = engine._ttl_ms(txn_ttl)
         self._dumps, _ = serde.resolve(serializer)
+        self._raw = self._dumps is serde.RAW[0]
         self.max_item_size = engine.backend.max_item_size
         self._rr = itertools.cycle(range(info.partitions))
         self._lock = threading.Lock()
@@ -206,7 +209,7 @@ class Producer:
         """Serialize and validate a batch of items (fast path for raw bytes)."""
         if isinstance(items, (bytes, str)):
             raise errors.InvalidArgument("items must be an iterable of items, not a single bytes/str value")
-        if self._dumps is serde.RAW[0]:
+        if self._raw:
             data = list(items)
             if data and set(map(type, data)) != {bytes}:
                 data = [self._dumps(i) for i in data]
