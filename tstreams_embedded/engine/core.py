@@ -145,10 +145,6 @@ class Core:
         with self._commit_cv:
             self._commit_cv.notify_all()
 
-    @property
-    def max_item_size_limit(self) -> int:
-        return self.max_item_size
-
     # ------------------------------------------------------------------ metadata
     def get_stream(self, name: str) -> StreamInfo:
         self._check()
