@@ -6,6 +6,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import socket
 import sqlite3
 import statistics
@@ -106,6 +107,19 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
+    """Stop a server started by a benchmark: SIGTERM by PID, SIGKILL if it has not exited
+    after ``timeout`` seconds. A process that already exited is left alone."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.02) -> bool:

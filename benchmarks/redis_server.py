@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 
-from benchmarks.measure import free_port
+from benchmarks.measure import free_port, stop_process
 
 
 class RedisServer:
@@ -75,14 +74,7 @@ class RedisServer:
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc, timeout=10)
 
     def __enter__(self) -> RedisServer:
         return self.start()

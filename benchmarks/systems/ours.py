@@ -7,12 +7,11 @@ their offsets with ``consumer.checkpoint()``; exactly-once uses ``ts.CheckpointG
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
 
+from benchmarks.measure import stop_process
 from benchmarks.systems.base import Outcome, System, items_range, make_item, run_threads, transform
 
 
@@ -216,14 +215,7 @@ class OursZmq(OursEmbedded):
     def _stop_server(self) -> None:
         proc = getattr(self, "proc", None)
         self.proc = None
-        if proc is None or proc.poll() is not None:
-            return
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc, timeout=15)
 
     def close(self) -> None:
         try:
