@@ -215,7 +215,7 @@ def prepare_stream(endpoint: str) -> None:
     b = RemoteBackend(endpoint, timeout=30)
     try:
         try:
-            b.submit([(O.CREATE_STREAM, STREAM, PARTITIONS, 86400, "")])
+            b.submit([O.CreateStream(STREAM, PARTITIONS, 86400)])
         except errors.StreamExists:
             pass
     finally:
@@ -263,7 +263,7 @@ def _client(kind: str, endpoint: str, k: int, window: int, warmup: float, measur
     s.connect(endpoint)
     part = k % PARTITIONS
     chunk = O.pack_items([b"x" * 100])
-    ins_body = framing.pack([[[O.INSTANT, STREAM, part, msgpack.ExtType(framing.BLOB, b"\0\0\0\0"), None]],
+    ins_body = framing.pack([[O.encode(O.Instant(STREAM, part, msgpack.ExtType(framing.BLOB, b"\0\0\0\0")))],
                              True])
     read_body = framing.pack([STREAM])
     empty_body = framing.pack([])

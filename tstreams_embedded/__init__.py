@@ -13,8 +13,8 @@ from . import errors
 from .engine.backend import StreamInfo
 from .engine.batch import Batch
 from .engine.consumer import Consumer, Transaction
+from .engine.embedded import open_engine as open  # noqa: A001 - the public name is ts.open
 from .engine.engine import Engine
-from .engine.engine import open_engine as open  # noqa: A001 - the public name is ts.open
 from .engine.group import CheckpointGroup
 from .engine.producer import Producer, ProducerTransaction
 from .engine.subscriber import Subscriber

@@ -11,11 +11,11 @@ from tstreams_embedded.engine import ops as O
 from tstreams_embedded.engine.core import Core
 
 
-def _last_ops(core: Core) -> list[int]:
+def _last_ops(core: Core) -> list[type]:
     seq = core.log_seq()
     ((got_seq, _, ops),) = core.read_log(seq, 10)
     assert got_seq == seq
-    return [op[0] for op in ops]
+    return [type(op) for op in ops]
 
 
 def test_every_state_change_appends_one_entry(make_engine, clock) -> None:
@@ -23,41 +23,46 @@ def test_every_state_change_appends_one_entry(make_engine, clock) -> None:
     core: Core = engine.backend
     state: dict = {}
 
-    def step(expected_op: int, action: Callable[[], object]) -> None:
+    def step(expected: type, action: Callable[[], object]) -> None:
         seq = core.log_seq()
         action()
-        assert core.log_seq() == seq + 1, O.OP_NAMES[expected_op]
-        assert expected_op in _last_ops(core), O.OP_NAMES[expected_op]
+        assert core.log_seq() == seq + 1, expected.__name__
+        assert expected in _last_ops(core), expected.__name__
 
-    step(O.CREATE_STREAM, lambda: engine.create_stream("s", partitions=2))
+    step(O.CreateStream, lambda: engine.create_stream("s", partitions=2))
+    engine.create_stream("short", ttl=1)
+    engine.producer("short").instant([b"expires with its stream's TTL"])
     producer = engine.producer("s", batch_size=1)
     state["t"] = producer.new_transaction(0)
-    step(O.OPEN, lambda: state["t"].id)
+    step(O.Open, lambda: state["t"].id)
     state["t"].send(b"a")
-    step(O.DATA, lambda: state["t"].send(b"b"))  # flushes b"a"
-    step(O.CHECKPOINT, lambda: state["t"].checkpoint())
-    step(O.INSTANT, lambda: producer.instant([b"i"]))
+    step(O.Data, lambda: state["t"].send(b"b"))  # flushes b"a"
+    step(O.Checkpoint, lambda: state["t"].checkpoint())
+    step(O.Instant, lambda: producer.instant([b"i"]))
     state["c"] = producer.new_transaction(0)
     state["c"].send(b"x")
     state["c"].flush()
-    step(O.CANCEL_IF_OPEN, lambda: state["c"].cancel())
+    step(O.CancelIfOpen, lambda: state["c"].cancel())
     state["k"] = producer.new_transaction(1)
     assert state["k"].id > 0
-    step(O.KEEPALIVE, lambda: engine.keep_alive())
+    step(O.KeepAlive, lambda: engine.keep_alive())
     clock.advance(5_000)
     consumer = engine.consumer("s", "c")
-    step(O.INVALIDATE, lambda: consumer.get_transaction(1))  # the reader passes over the expired one
-    step(O.SET_OFFSETS, lambda: consumer.checkpoint())
-    step(O.SET_MARKER, lambda: core.submit([(O.SET_MARKER, "m", 1, True)]))
-    step(O.COMPACT, lambda: core.submit([(O.COMPACT, "s", 0, 1)]))
-    opened = core.submit([(O.OPEN, "s", 0, 1000, None, None)])[0]
-    step(O.CANCEL, lambda: core.submit([(O.CANCEL, "s", 0, opened)]))
+    step(O.Invalidate, lambda: consumer.get_transaction(1))  # the reader passes over the expired one
+    step(O.SetOffsets, lambda: consumer.checkpoint())
+    step(O.SetMarker, lambda: core.submit([O.SetMarker("m", 1, True)]))
+    step(O.Compact, lambda: engine.compact())  # "short" is past its TTL
+    opened = core.submit([O.Open("s", 0, 1000)])[0]
+    step(O.Cancel, lambda: core.submit([O.Cancel("s", 0, opened)]))
     g_out = engine.producer("s", partition=1)
     g_txn = g_out.new_transaction()
     g_txn.send(b"g")
-    step(O.INSTANT, lambda: ts.CheckpointGroup(g_out, consumer).checkpoint())
-    assert sorted(_last_ops(core)) == sorted([O.INSTANT, O.SET_OFFSETS])  # one entry for the whole group
-    step(O.DELETE_STREAM, lambda: engine.delete_stream("s"))
+    step(O.Instant, lambda: ts.CheckpointGroup(g_out, consumer).checkpoint())
+    assert sorted(t.__name__ for t in _last_ops(core)) == ["Instant", "SetOffsets"]  # one entry for the group
+    step(O.DeleteStream, lambda: engine.delete_stream("s"))
+    covered = {O.CreateStream, O.Open, O.Data, O.Checkpoint, O.Instant, O.CancelIfOpen, O.KeepAlive, O.Invalidate,
+               O.SetOffsets, O.SetMarker, O.Compact, O.Cancel, O.DeleteStream}
+    assert covered == set(O.RECORDS), "every operation record has a step here"
 
 
 def test_reads_append_nothing(embedded: ts.Engine) -> None:
@@ -82,7 +87,7 @@ def test_failed_batches_append_nothing(embedded: ts.Engine) -> None:
     embedded.create_stream("s")
     core: Core = embedded.backend
     seq = core.log_seq()
-    for bad in ([(O.CREATE_STREAM, "s", 1, 60, "")], [(O.INSTANT, "s", 0, O.pack_items([b"x"]), None), (99,)]):
+    for bad in ([O.CreateStream("s", 1, 60)], [O.Instant("s", 0, O.pack_items([b"x"])), (99,)]):
         try:
             core.submit(bad)
         except ts.errors.TStreamsError:
@@ -156,7 +161,7 @@ def test_replaying_the_log_into_another_directory_reproduces_the_data(tmp_path) 
                 out.send_many([b"v:" + i for i in t.items])
         ts.CheckpointGroup(views, consumer).checkpoint()
         a.consumer("views", "c2").checkpoint()
-        a.backend.submit([(O.SET_MARKER, "m1", 5, True)])
+        a.backend.submit([O.SetMarker("m1", 5, True)])
 
         core_a: Core = a.backend
         log = core_a.read_log(0, 100_000)
@@ -167,7 +172,7 @@ def test_replaying_the_log_into_another_directory_reproduces_the_data(tmp_path) 
         assert _snapshot(b) == _snapshot(a)
         assert b_core.read_log(0, 100_000) == log  # the replica's log is the same log
         # the open transaction is open on the replica too: checkpoint it on both, same result
-        a.backend.submit([(O.CHECKPOINT, "clicks", 2, open_txn.id, None)])
+        a.backend.submit([O.Checkpoint("clicks", 2, open_txn.id)])
         b_core.apply_log(core_a.read_log(core_a.log_seq(), 10))
         assert _snapshot(b) == _snapshot(a)
         assert [t.items for t in b.consumer("clicks", "z").get_transactions_from_to(2, open_txn.id, open_txn.id)] \

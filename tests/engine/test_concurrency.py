@@ -29,8 +29,8 @@ def test_group_commit_applies_good_requests_and_isolates_bad_ones(make_engine) -
     def worker(w: int) -> None:
         barrier.wait()
         for i in range(60):
-            good = [(O.INSTANT, "s", w % 4, O.pack_items([b"w%d-%d" % (w, i)]), None)]
-            batch = good + ([(O.INSTANT, "s", 9, O.pack_items([b"bad"]), None)] if i % 5 == 0 else [])
+            good = [O.Instant("s", w % 4, O.pack_items([b"w%d-%d" % (w, i)]))]
+            batch = good + ([O.Instant("s", 9, O.pack_items([b"bad"]))] if i % 5 == 0 else [])
             try:
                 results[(w, i)] = core.submit(batch, durable=i % 2 == 0)[0]
             except errors.PartitionOutOfRange as exc:

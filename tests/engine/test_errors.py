@@ -43,11 +43,11 @@ def test_stream_not_found_on_every_api_taking_a_stream(engine: ts.Engine) -> Non
         "last_txn_id": lambda: b.last_txn_id("nope", 0),
         "get_offsets": lambda: b.get_offsets("nope", "c"),
     }
-    for op in [(O.OPEN, "nope", 0, 1000, None, None), (O.INSTANT, "nope", 0, O.pack_items([b"x"]), None),
-               (O.DATA, "nope", 0, 1, O.pack_items([b"x"])), (O.CHECKPOINT, "nope", 0, 1, None),
-               (O.CANCEL, "nope", 0, 1), (O.CANCEL_IF_OPEN, "nope", 0, 1), (O.SET_OFFSETS, "nope", "c", {0: 1}),
-               (O.COMPACT, "nope", 0, 1), (O.DELETE_STREAM, "nope"), (O.INVALIDATE, "nope", 0, 1)]:
-        calls[f"submit {O.OP_NAMES[op[0]]}"] = lambda op=op: b.submit([op])
+    for op in [O.Open("nope", 0, 1000), O.Instant("nope", 0, O.pack_items([b"x"])),
+               O.Data("nope", 0, 1, O.pack_items([b"x"])), O.Checkpoint("nope", 0, 1),
+               O.Cancel("nope", 0, 1), O.CancelIfOpen("nope", 0, 1), O.SetOffsets("nope", "c", {0: 1}),
+               O.DeleteStream("nope")]:
+        calls[f"submit {type(op).__name__}"] = lambda op=op: b.submit([op])
     for name, call in calls.items():
         with pytest.raises(errors.StreamNotFound):
             call()
@@ -111,9 +111,9 @@ def test_partition_out_of_range(engine: ts.Engine) -> None:
         lambda: consumer.set_offset(2, 0),
         lambda: b.fetch("s", 2, 0),
         lambda: b.last_txn_id("s", 2),
-        lambda: b.submit([(O.INSTANT, "s", 2, O.pack_items([b"x"]), None)]),
-        lambda: b.submit([(O.OPEN, "s", 7, 1000, None, None)]),
-        lambda: b.submit([(O.SET_OFFSETS, "s", "c", {3: 1})]),
+        lambda: b.submit([O.Instant("s", 2, O.pack_items([b"x"]))]),
+        lambda: b.submit([O.Open("s", 7, 1000)]),
+        lambda: b.submit([O.SetOffsets("s", "c", {3: 1})]),
     ]
     for i, call in enumerate(calls):
         with pytest.raises(errors.PartitionOutOfRange):
@@ -138,7 +138,7 @@ def test_item_too_large_with_a_configurable_limit(make_engine) -> None:
     with pytest.raises(errors.ItemTooLarge):
         producer.instant([b"a", b"x" * 101])
     with pytest.raises(errors.ItemTooLarge):  # the engine checks too, whatever the client sends
-        engine.backend.submit([(O.INSTANT, "s", 0, O.pack_items([b"x" * 101]), None)])
+        engine.backend.submit([O.Instant("s", 0, O.pack_items([b"x" * 101]))])
     assert [items for _, _, items in _visible(engine, "s")] == [[b"x" * 100], [b"fits"]]
     assert issubclass(errors.ItemTooLarge, ValueError)
 
@@ -184,7 +184,7 @@ def test_every_api_raises_engine_closed_after_close(engine: ts.Engine) -> None:
         "consumer.checkpoint": lambda: consumer.checkpoint(),
         "set_offset": lambda: consumer.set_offset(0, 0),
         "group.checkpoint": lambda: group.checkpoint(),
-        "submit": lambda: engine.backend.submit([(O.INSTANT, "s", 0, O.pack_items([b"x"]), None)]),
+        "submit": lambda: engine.backend.submit([O.Instant("s", 0, O.pack_items([b"x"]))]),
         "fetch": lambda: engine.backend.fetch("s", 0, 0),
     }
     for name, call in calls.items():
@@ -380,10 +380,11 @@ def test_invalid_arguments(engine: ts.Engine) -> None:
         "submit not a list": lambda: b.submit("ops"),
         "submit unknown opcode": lambda: b.submit([(999, "s")]),
         "submit empty op": lambda: b.submit([()]),
-        "submit bad chunk": lambda: b.submit([(O.INSTANT, "s", 0, b"\xc1not msgpack", None)]),
-        "submit chunk of ints": lambda: b.submit([(O.INSTANT, "s", 0, O.pack_items([1, 2]), None)]),
-        "submit bad ttl": lambda: b.submit([(O.OPEN, "s", 0, -5, None, None)]),
-        "submit missing args": lambda: b.submit([(O.OPEN, "s")]),
+        "submit bad chunk": lambda: b.submit([O.Instant("s", 0, b"\xc1not msgpack")]),
+        "submit chunk of ints": lambda: b.submit([O.Instant("s", 0, O.pack_items([1, 2]))]),
+        "submit bad ttl": lambda: b.submit([O.Open("s", 0, -5)]),
+        "submit ttl None": lambda: b.submit([O.Open("s", 0, None)]),  # type: ignore[arg-type]
+        "submit a bare tuple": lambda: b.submit([(3, "s", 0, 1000)]),
         "fetch after": lambda: b.fetch("s", 0, -1),
         "txn_id_at": lambda: ts.txn_id_at("noon"),
         "group member": lambda: ts.CheckpointGroup(producer, "not an agent"),
@@ -427,25 +428,25 @@ def test_marker_conflict_applies_nothing(engine: ts.Engine) -> None:
     engine.create_stream("s")
     b = engine.backend
     chunk = O.pack_items([b"batch-1"])
-    b.submit([(O.SET_MARKER, "sink", 1, True), (O.INSTANT, "s", 0, chunk, None)])
+    b.submit([O.SetMarker("sink", 1, True), O.Instant("s", 0, chunk)])
     assert b.get_marker("sink") == 1
     seq = engine.stats()["log_seq"]
     for replay in (1, 0):
         with pytest.raises(errors.MarkerConflict):
-            b.submit([(O.INSTANT, "s", 0, O.pack_items([b"dup"]), None), (O.SET_MARKER, "sink", replay, True)])
+            b.submit([O.Instant("s", 0, O.pack_items([b"dup"])), O.SetMarker("sink", replay, True)])
     assert engine.stats()["log_seq"] == seq
     assert [items for _, _, items in _visible(engine, "s")] == [[b"batch-1"]]
-    b.submit([(O.SET_MARKER, "sink", 0, False)])  # unguarded: always applies
+    b.submit([O.SetMarker("sink", 0, False)])  # unguarded: always applies
     assert b.get_marker("sink") == 0
     assert b.get_marker("other") is None
 
 
 @pytest.mark.parametrize("bad_op", [
-    (O.INSTANT, "s", 5, O.pack_items([b"x"]), None),  # partition out of range
-    (O.INSTANT, "missing", 0, O.pack_items([b"x"]), None),  # unknown stream
-    (O.CHECKPOINT, "s", 0, 12345, None),  # unknown transaction
-    (O.CREATE_STREAM, "s", 1, 60, ""),  # stream exists
-    (O.INSTANT, "s", 0, O.pack_items(["not bytes"]), None),  # bad item type
+    O.Instant("s", 5, O.pack_items([b"x"])),  # partition out of range
+    O.Instant("missing", 0, O.pack_items([b"x"])),  # unknown stream
+    O.Checkpoint("s", 0, 12345),  # unknown transaction
+    O.CreateStream("s", 1, 60),  # stream exists
+    O.Instant("s", 0, O.pack_items(["not bytes"])),  # bad item type
     (42,),  # unknown opcode
 ])
 def test_a_failing_batch_leaves_nothing(engine: ts.Engine, bad_op: tuple) -> None:
@@ -460,11 +461,11 @@ def test_a_failing_batch_leaves_nothing(engine: ts.Engine, bad_op: tuple) -> Non
     stats = engine.stats()
     last = [engine.backend.last_txn_id("s", p) for p in (0, 1)]
     batch = [
-        (O.CREATE_STREAM, "new", 1, 60, ""),
-        (O.INSTANT, "s", 0, O.pack_items([b"should not appear"]), None),
-        (O.CHECKPOINT, "s", 1, open_txn.id, O.pack_items([b"more"])),
-        (O.SET_OFFSETS, "s", "c", {0: 2**40}),
-        (O.SET_MARKER, "m", 7, True),
+        O.CreateStream("new", 1, 60),
+        O.Instant("s", 0, O.pack_items([b"should not appear"])),
+        O.Checkpoint("s", 1, open_txn.id, O.pack_items([b"more"])),
+        O.SetOffsets("s", "c", {0: 2**40}),
+        O.SetMarker("m", 7, True),
         bad_op,
     ]
     with pytest.raises(errors.TStreamsError):

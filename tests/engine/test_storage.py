@@ -134,7 +134,7 @@ def test_storage_full_writes_nothing_and_reads_still_work(make_engine) -> None:
     stats = engine.stats()
     last = engine.backend.last_txn_id("s", 0)
     with pytest.raises(errors.StorageFull):  # a big transaction fails as a whole
-        engine.backend.submit([(O.INSTANT, "s", 0, O.pack_items([b"y" * (400 * KIB)]), None)])
+        engine.backend.submit([O.Instant("s", 0, O.pack_items([b"y" * (400 * KIB)]))])
     txn = producer.new_transaction()
     txn.send_many([b"z" * (100 * KIB)] * 6)
     with pytest.raises(errors.StorageFull):

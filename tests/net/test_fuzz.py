@@ -112,7 +112,7 @@ def test_fuzz_10000_malformed_messages(make_server: Any) -> None:
         c = engine.consumer("s", name="c")
         c.get_transaction(0)
         c.checkpoint()
-        engine.backend.submit([(O.SET_MARKER, "m", 7, True)])
+        engine.backend.submit([O.SetMarker("m", 7, True)])
         before = snapshot(engine)
 
         r = random.Random(20261122)

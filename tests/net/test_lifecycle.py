@@ -22,14 +22,14 @@ from .conftest import REPO
 
 
 def _instant(i: int) -> list[tuple]:
-    return [(O.INSTANT, "s", 0, O.pack_items([b"%d" % i]), None)]
+    return [O.Instant("s", 0, O.pack_items([b"%d" % i]))]
 
 
 def test_sigterm_finishes_in_flight_requests_and_exits_0(make_server: Any, tmp_path: Path) -> None:
     srv = make_server()
     b = RemoteBackend(srv.endpoint, timeout=60)
     try:
-        b.submit([(O.CREATE_STREAM, "s", 1, 86400, "")])
+        b.submit([O.CreateStream("s", 1, 86400)])
         futs = [b.submit_async(_instant(i)) for i in range(3000)]  # durable writes in flight
         time.sleep(0.05)
         rc = srv.terminate()
@@ -91,7 +91,7 @@ def test_writes_in_flight_when_server_dies_fail_clearly(make_server: Any) -> Non
     srv = make_server()
     b = RemoteBackend(srv.endpoint, timeout=5)
     try:
-        b.submit([(O.CREATE_STREAM, "s", 1, 86400, "")])
+        b.submit([O.CreateStream("s", 1, 86400)])
         futs = [b.submit_async(_instant(i)) for i in range(5000)]
         srv.kill()
         outcomes = {"ok": 0, "unknown": 0}

@@ -99,20 +99,20 @@ BAD_CALLS: list[tuple[str, Callable[[Any], Any]]] = [
     ("duplicate stream", lambda e: e.create_stream("s")),
     ("partition out of range", lambda e: e.producer("s").instant([b"x"], partition=7)),
     ("fetch partition out of range", lambda e: e.backend.fetch("s", 9, 0)),
-    ("unknown transaction", lambda e: e.backend.submit([(O.CHECKPOINT, "s", 0, 12345, None)])),
+    ("unknown transaction", lambda e: e.backend.submit([O.Checkpoint("s", 0, 12345)])),
     ("bad argument type", lambda e: e.backend.fetch("s", "zero", 0)),
     ("bad after", lambda e: e.backend.fetch("s", 0, -5)),
     ("bad marker name", lambda e: e.backend.get_marker(""),),
     ("ops not a list", lambda e: e.backend.submit("nonsense")),
     ("unknown opcode", lambda e: e.backend.submit([(99, "s")])),
-    ("missing op args", lambda e: e.backend.submit([(O.OPEN, "s")])),
+    ("missing op args", lambda e: e.backend.submit([O.Open("s")])),
     ("item too large", lambda e: e.backend.submit(
-        [(O.INSTANT, "s", 0, O.pack_items([b"x" * (10 * 1024 * 1024 + 1)]), None)])),
-    ("marker conflict", lambda e: [e.backend.submit([(O.SET_MARKER, "m", 5, True)]) for _ in range(2)]),
+        [O.Instant("s", 0, O.pack_items([b"x" * (10 * 1024 * 1024 + 1)]))])),
+    ("marker conflict", lambda e: [e.backend.submit([O.SetMarker("m", 5, True)]) for _ in range(2)]),
     ("delete unknown stream", lambda e: e.delete_stream("ghost")),
     ("bad consumer name", lambda e: e.backend.get_offsets("s", "")),
     ("partial write rolled back", lambda e: e.backend.submit(
-        [(O.INSTANT, "s", 0, O.pack_items([b"ok"]), None), (O.CHECKPOINT, "s", 0, 1, None)])),
+        [O.Instant("s", 0, O.pack_items([b"ok"])), O.Checkpoint("s", 0, 1)])),
 ]
 
 

@@ -106,13 +106,13 @@ def test_split_into_chunks_without_cutting_transactions(spark, engine, data_dir)
 def test_read_stops_at_an_open_transaction(spark, engine, data_dir):
     fill(engine, "s", txns=2, items=2, partitions=1, prefix="a")
     backend = engine.backend
-    (open_id,) = backend.submit([(O.OPEN, "s", 0, 60_000, None, None)])
-    backend.submit([(O.DATA, "s", 0, open_id, O.pack_items([b"pending"]))])
+    (open_id,) = backend.submit([O.Open("s", 0, 60_000)])
+    backend.submit([O.Data("s", 0, open_id, O.pack_items([b"pending"]))])
     fill(engine, "s", txns=2, items=2, prefix="b")
     # Only checkpointed transactions, and never past an open one (consumer order).
     assert sorted(bytes(r.value) for r in _read(spark, data_dir).collect()) == sorted(
         [b"a-0-0", b"a-0-1", b"a-1-0", b"a-1-1"])
-    backend.submit([(O.CHECKPOINT, "s", 0, open_id, None)])
+    backend.submit([O.Checkpoint("s", 0, open_id)])
     values = [bytes(r.value) for r in _read(spark, data_dir).orderBy("txn_id", "seq").collect()]
     assert values == [b"a-0-0", b"a-0-1", b"a-1-0", b"a-1-1", b"pending", b"b-0-0", b"b-0-1", b"b-1-0", b"b-1-1"]
 
@@ -120,9 +120,9 @@ def test_read_stops_at_an_open_transaction(spark, engine, data_dir):
 def test_cancelled_transactions_are_skipped(spark, engine, data_dir):
     fill(engine, "s", txns=1, items=1, partitions=1, prefix="a")
     backend = engine.backend
-    (tid,) = backend.submit([(O.OPEN, "s", 0, 60_000, None, None)])
-    backend.submit([(O.DATA, "s", 0, tid, O.pack_items([b"never"]))])
-    backend.submit([(O.CANCEL, "s", 0, tid)])
+    (tid,) = backend.submit([O.Open("s", 0, 60_000)])
+    backend.submit([O.Data("s", 0, tid, O.pack_items([b"never"]))])
+    backend.submit([O.Cancel("s", 0, tid)])
     fill(engine, "s", txns=1, items=1, prefix="b")
     assert sorted(bytes(r.value) for r in _read(spark, data_dir).collect()) == [b"a-0-0", b"b-0-0"]
 

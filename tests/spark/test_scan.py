@@ -19,8 +19,8 @@ def _both(backend, monkeypatch, *args):
 
 
 def _stage(backend, ttl_ms=60_000, items=(b"x",)):
-    (tid,) = backend.submit([(O.OPEN, "s", 0, ttl_ms, None, None)])
-    backend.submit([(O.DATA, "s", 0, tid, O.pack_items(list(items)))])
+    (tid,) = backend.submit([O.Open("s", 0, ttl_ms)])
+    backend.submit([O.Data("s", 0, tid, O.pack_items(list(items)))])
     return tid
 
 
@@ -30,7 +30,7 @@ def test_fast_scan_matches_fetch(engine, monkeypatch):
     producer = engine.producer("s")
     ids = [producer.instant([b"a"] * n, partition=0) for n in (3, 1, 5, 2)]
     cancelled = _stage(backend)
-    backend.submit([(O.CANCEL, "s", 0, cancelled)])
+    backend.submit([O.Cancel("s", 0, cancelled)])
     ids += [producer.instant([b"b"] * n, partition=0) for n in (4, 4)]
     opened = _stage(backend)
     ids += [producer.instant([b"c"], partition=0)]
@@ -41,7 +41,7 @@ def test_fast_scan_matches_fetch(engine, monkeypatch):
                 assert fast == slow, (after, upto, max_rows)
     full, _ = _both(backend, monkeypatch, "s", 0, 0)
     assert full.blocked and full.position == ids[5] and [t for t, _ in full.txns] == ids[:6]
-    backend.submit([(O.CHECKPOINT, "s", 0, opened, None)])
+    backend.submit([O.Checkpoint("s", 0, opened)])
     full, slow = _both(backend, monkeypatch, "s", 0, 0)
     assert full == slow and not full.blocked and [t for t, _ in full.txns] == ids[:6] + [opened, ids[6]]
 

@@ -100,8 +100,8 @@ def test_stream_waits_at_an_open_transaction(spark, engine, data_dir, tmp_path):
 
     fill(engine, "s", txns=2, items=1, partitions=1, prefix="a")
     backend = engine.backend
-    (tid,) = backend.submit([(O.OPEN, "s", 0, 60_000, None, None)])
-    backend.submit([(O.DATA, "s", 0, tid, O.pack_items([b"late"]))])
+    (tid,) = backend.submit([O.Open("s", 0, 60_000)])
+    backend.submit([O.Data("s", 0, tid, O.pack_items([b"late"]))])
     fill(engine, "s", txns=1, items=1, prefix="b")
     collector = Collector()
     ck = str(tmp_path / "ck")
@@ -109,7 +109,7 @@ def test_stream_waits_at_an_open_transaction(spark, engine, data_dir, tmp_path):
         .trigger(availableNow=True).start()
     q.awaitTermination(300)
     assert sorted(v for *_, v in collector.rows()) == [b"a-0-0", b"a-1-0"]
-    backend.submit([(O.CHECKPOINT, "s", 0, tid, None)])
+    backend.submit([O.Checkpoint("s", 0, tid)])
     q = _stream(spark, data_dir).writeStream.foreachBatch(collector).option("checkpointLocation", ck) \
         .trigger(availableNow=True).start()
     q.awaitTermination(300)

@@ -1,96 +1,80 @@
 """Applying operation records to an LMDB write transaction.
 
-:func:`apply_batch` is the single place where stored state changes. It validates every
-operation, resolves clock-dependent values (new transaction IDs, deadlines) and returns the
-resolved operations for the commit log. Any error raises before the caller commits, so a
-failed batch leaves no partial write.
+:meth:`Applier.apply_batch` is the single place where stored state changes. It dispatches
+each record to the handler registered for its type with ``@handles(Record)``, which
+validates it, applies it, and returns ``(result, resolved record)``: the record with every
+clock- or state-dependent value (a new transaction ID, a deadline) written in, for the
+commit log. Any error raises before the caller commits, so a failed batch leaves no partial
+write.
+
+Two origins of batches:
+
+* **submitted** (``replay=False``): clients and the engine itself. Resolved fields must be
+  ``None`` (:func:`.ops.check_client_batch` enforces it at the client entry point); the
+  handlers compute them.
+* **replayed** (``replay=True``): resolved records from a commit log (a replica catching
+  up, see ``Core.apply_log``). The handlers take the resolved values as given, so the
+  replica reaches the same state.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import lmdb
-import msgpack
 
 from .. import errors
 from ..ids import ID_MULTIPLIER
 from . import keys
 from . import ops as O
 from .backend import StreamInfo
+from .catalog import encode_stream, lookup_stream
+from .ops import TxnState
 from .store import Store
+from .validate import (
+    check_int,
+    check_name,
+    check_partition,
+    check_stream_shape,
+    check_txn_id,
+    check_txn_ttl_ms,
+    chunk_count,
+)
 
-MAX_NAME_BYTES = 255
-MAX_PARTITIONS = 1_000_000
-MAX_TXN_TTL_MS = 7 * 24 * 3600 * 1000
-MAX_STREAM_TTL = 100 * 365 * 24 * 3600
-
-
-# --------------------------------------------------------------------------- validation
-def check_name(value: Any, what: str = "stream name") -> str:
-    if not isinstance(value, str) or not value:
-        raise errors.InvalidArgument(f"{what} must be a non-empty string, got {value!r}")
-    if "\x00" in value or len(value.encode("utf-8")) > MAX_NAME_BYTES:
-        raise errors.InvalidArgument(f"{what} must be at most {MAX_NAME_BYTES} UTF-8 bytes without NUL")
-    return value
-
-
-def check_int(value: Any, what: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise errors.InvalidArgument(f"{what} must be an integer, got {type(value).__name__}")
-    if not lo <= value <= hi:
-        raise errors.InvalidArgument(f"{what} must be in [{lo}, {hi}], got {value}")
-    return value
+R = TypeVar("R")
+Handler = Callable[["Applier", "BatchScope", Any], tuple[Any, Any]]
+_HANDLERS: dict[type, Handler] = {}
 
 
-def decode_stream(name: str, raw: bytes) -> StreamInfo:
-    sid, partitions, ttl, description, created = msgpack.unpackb(raw)
-    return StreamInfo(name, sid, partitions, ttl, description, created)
+def handles(record: type) -> Callable[[Callable[[Applier, BatchScope, R], tuple[Any, R]]],
+                                      Callable[[Applier, BatchScope, R], tuple[Any, R]]]:
+    """Register the apply handler of an operation record type (one handler per type)."""
+
+    def register(fn: Callable[[Applier, BatchScope, R], tuple[Any, R]]) -> Callable[[Applier, BatchScope, R],
+                                                                                   tuple[Any, R]]:
+        if record in _HANDLERS:
+            raise TypeError(f"{record.__name__} already has an apply handler")
+        _HANDLERS[record] = fn
+        return fn
+
+    return register
 
 
-def lookup_stream(txn: lmdb.Transaction, store: Store, name: Any) -> StreamInfo:
-    if not isinstance(name, str):
-        raise errors.InvalidArgument(f"stream name must be a string, got {type(name).__name__}")
-    raw = txn.get(name.encode("utf-8"), db=store.streams) if name else None
-    if raw is None:
-        raise errors.StreamNotFound(f"stream {name!r} does not exist")
-    return decode_stream(name, raw)
+class BatchScope:
+    """What the handlers of one batch share: the write transaction, the batch's clock, a
+    cache of the streams it touched, and whether it is a replay."""
+
+    __slots__ = ("txn", "now", "streams", "replay")
+
+    def __init__(self, txn: lmdb.Transaction, now: int, replay: bool) -> None:
+        self.txn = txn
+        self.now = now
+        self.replay = replay
+        self.streams: dict[str, StreamInfo] = {}
 
 
-def check_partition(info: StreamInfo, partition: Any) -> int:
-    if isinstance(partition, bool) or not isinstance(partition, int):
-        raise errors.InvalidArgument(f"partition must be an integer, got {type(partition).__name__}")
-    if not 0 <= partition < info.partitions:
-        raise errors.PartitionOutOfRange(
-            f"partition {partition} is out of range for stream {info.name!r} with {info.partitions} partitions"
-        )
-    return partition
-
-
-def chunk_count(chunk: Any, max_item_size: int) -> int:
-    """Validate a packed chunk of items and return how many it holds."""
-    if not isinstance(chunk, (bytes, bytearray, memoryview)):
-        raise errors.InvalidArgument(f"items chunk must be bytes, got {type(chunk).__name__}")
-    try:
-        items = msgpack.unpackb(chunk)
-    except Exception as exc:  # noqa: BLE001 - any decoding failure is bad input
-        raise errors.InvalidArgument(f"items chunk is not a msgpack array: {exc}") from None
-    if not isinstance(items, list):
-        raise errors.InvalidArgument("items chunk must be a msgpack array of binary items")
-    if items:
-        kinds = set(map(type, items))
-        if kinds != {bytes}:
-            bad = next(k for k in kinds if k is not bytes)
-            raise errors.InvalidArgument(f"items must be bytes, got {bad.__name__}")
-        biggest = max(map(len, items))
-        if biggest > max_item_size:
-            raise errors.ItemTooLarge(f"item of {biggest} bytes exceeds max_item_size={max_item_size}")
-    return len(items)
-
-
-# --------------------------------------------------------------------------- applier
 class Applier:
     """Applies operation batches against a :class:`Store` (one instance per engine)."""
 
@@ -98,156 +82,96 @@ class Applier:
         self.store = store
         self.max_item_size = max_item_size
 
-    def apply_batch(self, txn: lmdb.Transaction, now: int, batch: Sequence[Any]) -> tuple[list, list]:
-        """Apply ``batch`` in ``txn``; return ``(results, resolved ops)``. Raises on any error."""
-        if not isinstance(batch, (list, tuple)):
-            raise errors.InvalidArgument("a batch must be a list of operations")
-        results: list = []
-        resolved: list = []
-        streams: dict[str, StreamInfo] = {}
+    def apply_batch(self, txn: lmdb.Transaction, now: int, batch: Sequence[Any], replay: bool = False
+                    ) -> tuple[list[Any], list[Any]]:
+        """Apply ``batch`` in ``txn``; return ``(results, resolved records)``. Raises on any error."""
+        scope = BatchScope(txn, now, replay)
+        results: list[Any] = []
+        resolved: list[Any] = []
         for op in batch:
-            if not isinstance(op, (list, tuple)) or not op:
-                raise errors.InvalidArgument(f"an operation must be a non-empty tuple, got {op!r:.80}")
-            handler = self._handlers.get(op[0]) if isinstance(op[0], int) else None
+            handler = _HANDLERS.get(type(op))
             if handler is None:
-                raise errors.InvalidArgument(f"unknown operation code {op[0]!r}")
+                O.spec(op)  # raises the clear error for a non-record
+                raise errors.InvalidArgument(f"no apply handler for {type(op).__name__}")
             try:
-                result, done = handler(self, txn, now, streams, *op[1:])
+                result, done = handler(self, scope, op)
             except errors.TStreamsError:
                 raise
-            except (TypeError, ValueError, struct.error) as exc:
+            except (TypeError, ValueError, AttributeError, struct.error) as exc:
                 raise errors.InvalidArgument(f"bad arguments for {O.describe(op)}: {exc}") from None
             results.append(result)
             resolved.append(done)
         return results, resolved
 
     # -- helpers ---------------------------------------------------------------------
-    def _stream(self, txn: lmdb.Transaction, streams: dict, name: Any) -> StreamInfo:
-        info = streams.get(name) if isinstance(name, str) else None
+    def _stream(self, scope: BatchScope, name: Any) -> StreamInfo:
+        info = scope.streams.get(name) if isinstance(name, str) else None
         if info is None:
-            info = lookup_stream(txn, self.store, name)
-            streams[name] = info
+            info = lookup_stream(scope.txn, self.store, name)
+            scope.streams[name] = info
         return info
 
-    def _open_state(self, txn, info: StreamInfo, partition: int, txn_id: Any, now: int):
+    def _partition(self, scope: BatchScope, stream: Any, partition: Any) -> StreamInfo:
+        info = self._stream(scope, stream)
+        check_partition(info, partition)
+        return info
+
+    def _open_state(self, scope: BatchScope, info: StreamInfo, partition: int, txn_id: Any
+                    ) -> tuple[bytes, tuple[int, int, int, int]]:
         """Return (key, state tuple) of an open, unexpired transaction or raise."""
-        check_int(txn_id, "transaction id", 0, 2**63 - 1)
+        check_txn_id(txn_id)
         key = keys.txn_key(info.id, partition, txn_id)
-        raw = txn.get(key, db=self.store.txns)
+        raw = scope.txn.get(key, db=self.store.txns)
+        where = f"transaction {txn_id} in {info.name!r} partition {partition}"
         if raw is None:
-            raise errors.TransactionNotFound(
-                f"transaction {txn_id} does not exist in {info.name!r} partition {partition}"
-            )
+            raise errors.TransactionNotFound(f"{where} does not exist")
         state = keys.STATE.unpack(raw)
-        if state[0] == O.INVALID:  # expired, and a reader already passed over it
+        if state[0] == TxnState.INVALID:  # expired, and a reader already passed over it
+            raise errors.TransactionExpired(f"{where} expired (its producer stopped keeping it alive)")
+        if state[0] != TxnState.OPENED:
+            raise errors.TransactionFinished(f"{where} is already {TxnState(state[0]).label}")
+        if state[1] <= scope.now:
             raise errors.TransactionExpired(
-                f"transaction {txn_id} in {info.name!r} partition {partition} expired "
-                "(its producer stopped keeping it alive)"
-            )
-        if state[0] != O.OPENED:
-            raise errors.TransactionFinished(
-                f"transaction {txn_id} in {info.name!r} partition {partition} is already "
-                f"{_STATE_NAMES.get(state[0], state[0])}"
-            )
-        if state[1] <= now:
-            raise errors.TransactionExpired(
-                f"transaction {txn_id} in {info.name!r} partition {partition} expired "
-                f"{now - state[1]} ms ago (its producer stopped keeping it alive)"
+                f"{where} expired {scope.now - state[1]} ms ago (its producer stopped keeping it alive)"
             )
         return key, state
 
-    def _delete_chunks(self, txn, info: StreamInfo, partition: int, txn_id: int, chunks: int) -> None:
+    def _delete_chunks(self, txn: lmdb.Transaction, info: StreamInfo, partition: int, txn_id: int,
+                       chunks: int) -> None:
         for c in range(chunks):
             txn.delete(keys.chunk_key(info.id, partition, txn_id, c), db=self.store.data)
 
-    def _allocate(self, txn, info: StreamInfo, partition: int, now: int, given: Any) -> int:
+    def _allocate(self, scope: BatchScope, info: StreamInfo, partition: int, given: Any) -> int:
+        """A new transaction ID, or the resolved one when replaying."""
         pkey = keys.part_key(info.id, partition)
-        raw = txn.get(pkey, db=self.store.parts)
+        raw = scope.txn.get(pkey, db=self.store.parts)
         last = keys.U64.unpack(raw)[0] if raw else 0
-        if given is None:
-            txn_id = max(now * ID_MULTIPLIER, last + 1)
-        else:  # replaying a resolved op
+        if scope.replay and given is not None:
             txn_id = check_int(given, "transaction id", 1, 2**63 - 1)
+        else:
+            txn_id = max(scope.now * ID_MULTIPLIER, last + 1)
         if txn_id > last:
-            txn.put(pkey, keys.U64.pack(txn_id), db=self.store.parts)
+            scope.txn.put(pkey, keys.U64.pack(txn_id), db=self.store.parts)
         return txn_id
 
-    # -- operations ------------------------------------------------------------------
-    def _create_stream(self, txn, now, streams, name, partitions, ttl, description=""):
-        check_name(name)
-        check_int(partitions, "partitions", 1, MAX_PARTITIONS)
-        check_int(ttl, "ttl (seconds)", 1, MAX_STREAM_TTL)
-        if not isinstance(description, str) or len(description) > 4096:
-            raise errors.InvalidArgument("description must be a string of at most 4096 characters")
-        kname = name.encode("utf-8")
-        if txn.get(kname, db=self.store.streams) is not None:
-            raise errors.StreamExists(f"stream {name!r} already exists")
-        raw = txn.get(b"next_stream_id", db=self.store.meta)
-        sid = keys.U64.unpack(raw)[0] if raw else 1
-        txn.put(b"next_stream_id", keys.U64.pack(sid + 1), db=self.store.meta)
-        txn.put(kname, msgpack.packb([sid, partitions, ttl, description, now]), db=self.store.streams)
-        info = StreamInfo(name, sid, partitions, ttl, description, now)
-        streams[name] = info
-        return info.to_wire(), (O.CREATE_STREAM, name, partitions, ttl, description)
+    def _deadline(self, scope: BatchScope, ttl_ms: int, given: Any) -> int:
+        if scope.replay and given is not None:
+            return check_int(given, "deadline", 0, 2**63 - 1)
+        return scope.now + ttl_ms
 
-    def _delete_stream(self, txn, now, streams, name):
-        info = self._stream(txn, streams, name)
-        txn.delete(name.encode("utf-8"), db=self.store.streams)
-        prefix = keys.stream_prefix(info.id)
-        for db in (self.store.parts, self.store.txns, self.store.data, self.store.offsets):
-            cur = txn.cursor(db=db)
-            if cur.set_range(prefix):
-                while cur.key()[: len(prefix)] == prefix:
-                    if not cur.delete():
-                        break
-        streams.pop(name, None)
-        return None, (O.DELETE_STREAM, name)
+    def _put_chunk(self, scope: BatchScope, info: StreamInfo, partition: int, txn_id: int, index: int,
+                   chunk: Any) -> None:
+        scope.txn.put(keys.chunk_key(info.id, partition, txn_id, index), bytes(chunk), db=self.store.data)
 
-    def _open(self, txn, now, streams, stream, partition, ttl_ms, txn_id=None, deadline=None, chunk=None):
-        info = self._stream(txn, streams, stream)
-        check_partition(info, partition)
-        check_int(ttl_ms, "transaction ttl (ms)", 1, MAX_TXN_TTL_MS)
-        n = chunk_count(chunk, self.max_item_size) if chunk is not None else 0
-        txn_id = self._allocate(txn, info, partition, now, txn_id)
-        deadline = now + ttl_ms if deadline is None else deadline
-        if n:
-            txn.put(keys.chunk_key(info.id, partition, txn_id, 0), bytes(chunk), db=self.store.data)
-        txn.put(keys.txn_key(info.id, partition, txn_id), keys.STATE.pack(O.OPENED, deadline, 1 if n else 0, n),
-                db=self.store.txns)
-        return txn_id, (O.OPEN, stream, partition, ttl_ms, txn_id, deadline, chunk)
+    def _put_state(self, scope: BatchScope, key: bytes, state: TxnState, deadline: int, chunks: int,
+                   items: int) -> None:
+        scope.txn.put(key, keys.STATE.pack(state, deadline, chunks, items), db=self.store.txns)
 
-    def _data(self, txn, now, streams, stream, partition, txn_id, chunk):
-        info = self._stream(txn, streams, stream)
-        check_partition(info, partition)
-        key, (_, deadline, chunks, items) = self._open_state(txn, info, partition, txn_id, now)
-        n = chunk_count(chunk, self.max_item_size)
-        if n:
-            txn.put(keys.chunk_key(info.id, partition, txn_id, chunks), bytes(chunk), db=self.store.data)
-            txn.put(key, keys.STATE.pack(O.OPENED, deadline, chunks + 1, items + n), db=self.store.txns)
-        return items + n, (O.DATA, stream, partition, txn_id, chunk)
-
-    def _checkpoint(self, txn, now, streams, stream, partition, txn_id, chunk=None):
-        info = self._stream(txn, streams, stream)
-        check_partition(info, partition)
-        key, (_, _, chunks, items) = self._open_state(txn, info, partition, txn_id, now)
-        if chunk is not None:
-            n = chunk_count(chunk, self.max_item_size)
-            if n:
-                txn.put(keys.chunk_key(info.id, partition, txn_id, chunks), bytes(chunk), db=self.store.data)
-                chunks += 1
-                items += n
-        if items == 0:  # checkpointing an empty transaction cancels it
-            txn.put(key, keys.STATE.pack(O.CANCELLED, 0, 0, 0), db=self.store.txns)
-        else:
-            txn.put(key, keys.STATE.pack(O.CHECKPOINTED, 0, chunks, items), db=self.store.txns)
-        return items, (O.CHECKPOINT, stream, partition, txn_id, chunk)
-
-    def _cancel(self, txn, now, streams, stream, partition, txn_id, *, strict=True):
-        info = self._stream(txn, streams, stream)
-        check_partition(info, partition)
-        check_int(txn_id, "transaction id", 0, 2**63 - 1)
+    def cancel(self, scope: BatchScope, stream: Any, partition: Any, txn_id: Any, *, strict: bool) -> bool:
+        info = self._partition(scope, stream, partition)
+        check_txn_id(txn_id)
         key = keys.txn_key(info.id, partition, txn_id)
-        raw = txn.get(key, db=self.store.txns)
+        raw = scope.txn.get(key, db=self.store.txns)
         if raw is None:
             if strict:
                 raise errors.TransactionNotFound(
@@ -255,136 +179,210 @@ class Applier:
                 )
             return False
         state, deadline, chunks, _ = keys.STATE.unpack(raw)
-        if state != O.OPENED:
+        if state != TxnState.OPENED:
             if strict:
                 raise errors.TransactionFinished(
                     f"transaction {txn_id} in {info.name!r} partition {partition} is already "
-                    f"{_STATE_NAMES.get(state, state)}"
+                    f"{TxnState(state).label}"
                 )
             return False
-        self._delete_chunks(txn, info, partition, txn_id, chunks)
-        final = O.CANCELLED if deadline > now else O.INVALID
-        txn.put(key, keys.STATE.pack(final, 0, 0, 0), db=self.store.txns)
+        self._delete_chunks(scope.txn, info, partition, txn_id, chunks)
+        final = TxnState.CANCELLED if deadline > scope.now else TxnState.INVALID
+        self._put_state(scope, key, final, 0, 0, 0)
         return True
 
-    def _cancel_op(self, txn, now, streams, stream, partition, txn_id):
-        self._cancel(txn, now, streams, stream, partition, txn_id)
-        return None, (O.CANCEL, stream, partition, txn_id)
 
-    def _cancel_if_open(self, txn, now, streams, stream, partition, txn_id):
-        done = self._cancel(txn, now, streams, stream, partition, txn_id, strict=False)
-        return done, (O.CANCEL_IF_OPEN, stream, partition, txn_id)
+# ------------------------------------------------------------------------------ handlers
+@handles(O.CreateStream)
+def _create_stream(a: Applier, scope: BatchScope, op: O.CreateStream) -> tuple[Any, O.CreateStream]:
+    check_name(op.name)
+    check_stream_shape(op.partitions, op.ttl, op.description)
+    txn = scope.txn
+    kname = op.name.encode("utf-8")
+    if txn.get(kname, db=a.store.streams) is not None:
+        raise errors.StreamExists(f"stream {op.name!r} already exists")
+    raw = txn.get(b"next_stream_id", db=a.store.meta)
+    sid = keys.U64.unpack(raw)[0] if raw else 1
+    txn.put(b"next_stream_id", keys.U64.pack(sid + 1), db=a.store.meta)
+    info = StreamInfo(op.name, sid, op.partitions, op.ttl, op.description, scope.now)
+    txn.put(kname, encode_stream(info), db=a.store.streams)
+    scope.streams[op.name] = info
+    return info.to_wire(), op
 
-    def _instant(self, txn, now, streams, stream, partition, chunk, txn_id=None):
-        info = self._stream(txn, streams, stream)
-        check_partition(info, partition)
-        n = chunk_count(chunk, self.max_item_size)
-        if n == 0:
-            raise errors.InvalidArgument("an instant transaction needs at least one item")
-        txn_id = self._allocate(txn, info, partition, now, txn_id)
-        txn.put(keys.txn_key(info.id, partition, txn_id), keys.STATE.pack(O.CHECKPOINTED, 0, 1, n),
-                db=self.store.txns)
-        txn.put(keys.chunk_key(info.id, partition, txn_id, 0), bytes(chunk), db=self.store.data)
-        return txn_id, (O.INSTANT, stream, partition, chunk, txn_id)
 
-    def _keepalive(self, txn, now, streams, targets, ttl_ms, deadline=None):
-        check_int(ttl_ms, "transaction ttl (ms)", 1, MAX_TXN_TTL_MS)
-        if not isinstance(targets, (list, tuple)):
-            raise errors.InvalidArgument("keep-alive targets must be a list of (stream, partition, txn id)")
-        deadline = now + ttl_ms if deadline is None else deadline
-        alive = 0
-        for target in targets:
-            stream, partition, txn_id = target
-            try:
-                info = self._stream(txn, streams, stream)
-            except errors.StreamNotFound:
-                continue
-            if not isinstance(partition, int) or not 0 <= partition < info.partitions:
-                continue
-            key = keys.txn_key(info.id, partition, txn_id)
-            raw = txn.get(key, db=self.store.txns)
-            if raw is None:
-                continue
-            state, old, chunks, items = keys.STATE.unpack(raw)
-            if state == O.OPENED and old > now:
-                txn.put(key, keys.STATE.pack(O.OPENED, max(old, deadline), chunks, items), db=self.store.txns)
-                alive += 1
-        return alive, (O.KEEPALIVE, [list(t) for t in targets], ttl_ms, deadline)
-
-    def _invalidate(self, txn, now, streams, stream, partition, txn_id):
-        info = self._stream(txn, streams, stream)
-        check_partition(info, partition)
-        check_int(txn_id, "transaction id", 0, 2**63 - 1)
-        key = keys.txn_key(info.id, partition, txn_id)
-        raw = txn.get(key, db=self.store.txns)
-        done = False
-        if raw is not None:
-            state, deadline, chunks, _ = keys.STATE.unpack(raw)
-            if state == O.OPENED and deadline <= now:
-                self._delete_chunks(txn, info, partition, txn_id, chunks)
-                txn.put(key, keys.STATE.pack(O.INVALID, 0, 0, 0), db=self.store.txns)
-                done = True
-        return done, (O.INVALIDATE, stream, partition, txn_id)
-
-    def _set_offsets(self, txn, now, streams, stream, consumer, offsets):
-        info = self._stream(txn, streams, stream)
-        check_name(consumer, "consumer name")
-        if not isinstance(offsets, dict):
-            raise errors.InvalidArgument("offsets must be a mapping of partition to transaction id")
-        puts = []
-        for partition, txn_id in offsets.items():
-            check_partition(info, partition)
-            check_int(txn_id, "offset", 0, 2**63 - 1)
-            puts.append((keys.offset_key(info.id, consumer, partition), keys.U64.pack(txn_id)))
-        for k, v in puts:
-            txn.put(k, v, db=self.store.offsets)
-        return None, (O.SET_OFFSETS, stream, consumer, dict(offsets))
-
-    def _compact(self, txn, now, streams, stream, partition, before_id):
-        info = self._stream(txn, streams, stream)
-        check_partition(info, partition)
-        check_int(before_id, "before_id", 0, 2**63 - 1)
-        prefix = keys.part_key(info.id, partition)
-        end = keys.txn_key(info.id, partition, before_id)
-        removed = 0
-        cur = txn.cursor(db=self.store.txns)
+@handles(O.DeleteStream)
+def _delete_stream(a: Applier, scope: BatchScope, op: O.DeleteStream) -> tuple[None, O.DeleteStream]:
+    info = a._stream(scope, op.name)
+    txn = scope.txn
+    txn.delete(op.name.encode("utf-8"), db=a.store.streams)
+    prefix = keys.stream_prefix(info.id)
+    for db in (a.store.parts, a.store.txns, a.store.data, a.store.offsets):
+        cur = txn.cursor(db=db)
         if cur.set_range(prefix):
-            while True:
-                k = cur.key()
-                if k[: keys.PART_LEN] != prefix or k >= end:
-                    break
-                _, _, chunks, _ = keys.STATE.unpack(cur.value())
-                self._delete_chunks(txn, info, partition, keys.txn_id_of(k), chunks)
-                removed += 1
+            while cur.key()[: len(prefix)] == prefix:
                 if not cur.delete():
                     break
-        return removed, (O.COMPACT, stream, partition, before_id)
-
-    def _set_marker(self, txn, now, streams, key, value, guard=False):
-        check_name(key, "marker name")
-        check_int(value, "marker value", -(2**63), 2**63 - 1)
-        kb = key.encode("utf-8")
-        raw = txn.get(kb, db=self.store.markers)
-        if guard and raw is not None and keys.I64.unpack(raw)[0] >= value:
-            raise errors.MarkerConflict(f"marker {key!r} is already at {keys.I64.unpack(raw)[0]} >= {value}")
-        txn.put(kb, keys.I64.pack(value), db=self.store.markers)
-        return None, (O.SET_MARKER, key, value, bool(guard))
-
-    _handlers = {
-        O.CREATE_STREAM: _create_stream,
-        O.DELETE_STREAM: _delete_stream,
-        O.OPEN: _open,
-        O.DATA: _data,
-        O.CHECKPOINT: _checkpoint,
-        O.CANCEL: _cancel_op,
-        O.CANCEL_IF_OPEN: _cancel_if_open,
-        O.INSTANT: _instant,
-        O.KEEPALIVE: _keepalive,
-        O.INVALIDATE: _invalidate,
-        O.SET_OFFSETS: _set_offsets,
-        O.COMPACT: _compact,
-        O.SET_MARKER: _set_marker,
-    }
+    scope.streams.pop(op.name, None)
+    return None, op
 
 
-_STATE_NAMES = {O.OPENED: "open", O.CANCELLED: "cancelled", O.INVALID: "invalid", O.CHECKPOINTED: "checkpointed"}
+@handles(O.Open)
+def _open(a: Applier, scope: BatchScope, op: O.Open) -> tuple[int, O.Open]:
+    info = a._partition(scope, op.stream, op.partition)
+    check_txn_ttl_ms(op.ttl_ms)
+    n = chunk_count(op.chunk, a.max_item_size) if op.chunk is not None else 0
+    txn_id = a._allocate(scope, info, op.partition, op.txn_id)
+    deadline = a._deadline(scope, op.ttl_ms, op.deadline)
+    if n:
+        a._put_chunk(scope, info, op.partition, txn_id, 0, op.chunk)
+    a._put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.OPENED, deadline, 1 if n else 0, n)
+    return txn_id, op._replace(txn_id=txn_id, deadline=deadline)
+
+
+@handles(O.Data)
+def _data(a: Applier, scope: BatchScope, op: O.Data) -> tuple[int, O.Data]:
+    info = a._partition(scope, op.stream, op.partition)
+    key, (_, deadline, chunks, items) = a._open_state(scope, info, op.partition, op.txn_id)
+    n = chunk_count(op.chunk, a.max_item_size)
+    if n:
+        a._put_chunk(scope, info, op.partition, op.txn_id, chunks, op.chunk)
+        a._put_state(scope, key, TxnState.OPENED, deadline, chunks + 1, items + n)
+    return items + n, op
+
+
+@handles(O.Checkpoint)
+def _checkpoint(a: Applier, scope: BatchScope, op: O.Checkpoint) -> tuple[int, O.Checkpoint]:
+    info = a._partition(scope, op.stream, op.partition)
+    key, (_, _, chunks, items) = a._open_state(scope, info, op.partition, op.txn_id)
+    if op.chunk is not None:
+        n = chunk_count(op.chunk, a.max_item_size)
+        if n:
+            a._put_chunk(scope, info, op.partition, op.txn_id, chunks, op.chunk)
+            chunks += 1
+            items += n
+    if items == 0:  # checkpointing an empty transaction cancels it
+        a._put_state(scope, key, TxnState.CANCELLED, 0, 0, 0)
+    else:
+        a._put_state(scope, key, TxnState.CHECKPOINTED, 0, chunks, items)
+    return items, op
+
+
+@handles(O.Cancel)
+def _cancel(a: Applier, scope: BatchScope, op: O.Cancel) -> tuple[None, O.Cancel]:
+    a.cancel(scope, op.stream, op.partition, op.txn_id, strict=True)
+    return None, op
+
+
+@handles(O.CancelIfOpen)
+def _cancel_if_open(a: Applier, scope: BatchScope, op: O.CancelIfOpen) -> tuple[bool, O.CancelIfOpen]:
+    return a.cancel(scope, op.stream, op.partition, op.txn_id, strict=False), op
+
+
+@handles(O.Instant)
+def _instant(a: Applier, scope: BatchScope, op: O.Instant) -> tuple[int, O.Instant]:
+    info = a._partition(scope, op.stream, op.partition)
+    n = chunk_count(op.chunk, a.max_item_size)
+    if n == 0:
+        raise errors.InvalidArgument("an instant transaction needs at least one item")
+    txn_id = a._allocate(scope, info, op.partition, op.txn_id)
+    a._put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.CHECKPOINTED, 0, 1, n)
+    a._put_chunk(scope, info, op.partition, txn_id, 0, op.chunk)
+    return txn_id, op._replace(txn_id=txn_id)
+
+
+@handles(O.KeepAlive)
+def _keepalive(a: Applier, scope: BatchScope, op: O.KeepAlive) -> tuple[int, O.KeepAlive]:
+    check_txn_ttl_ms(op.ttl_ms)
+    if not isinstance(op.targets, (list, tuple)):
+        raise errors.InvalidArgument("keep-alive targets must be a list of (stream, partition, txn id)")
+    deadline = a._deadline(scope, op.ttl_ms, op.deadline)
+    alive = 0
+    txn = scope.txn
+    for target in op.targets:
+        stream, partition, txn_id = target
+        check_txn_id(txn_id)
+        try:
+            info = a._stream(scope, stream)
+        except errors.StreamNotFound:
+            continue
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < info.partitions:
+            continue
+        key = keys.txn_key(info.id, partition, txn_id)
+        raw = txn.get(key, db=a.store.txns)
+        if raw is None:
+            continue
+        state, old, chunks, items = keys.STATE.unpack(raw)
+        if state == TxnState.OPENED and old > scope.now:
+            a._put_state(scope, key, TxnState.OPENED, max(old, deadline), chunks, items)
+            alive += 1
+    return alive, op._replace(targets=[list(t) for t in op.targets], deadline=deadline)
+
+
+@handles(O.Invalidate)
+def _invalidate(a: Applier, scope: BatchScope, op: O.Invalidate) -> tuple[bool, O.Invalidate]:
+    info = a._partition(scope, op.stream, op.partition)
+    check_txn_id(op.txn_id)
+    key = keys.txn_key(info.id, op.partition, op.txn_id)
+    raw = scope.txn.get(key, db=a.store.txns)
+    done = False
+    if raw is not None:
+        state, deadline, chunks, _ = keys.STATE.unpack(raw)
+        if state == TxnState.OPENED and deadline <= scope.now:
+            a._delete_chunks(scope.txn, info, op.partition, op.txn_id, chunks)
+            a._put_state(scope, key, TxnState.INVALID, 0, 0, 0)
+            done = True
+    return done, op
+
+
+@handles(O.SetOffsets)
+def _set_offsets(a: Applier, scope: BatchScope, op: O.SetOffsets) -> tuple[None, O.SetOffsets]:
+    info = a._stream(scope, op.stream)
+    check_name(op.consumer, "consumer name")
+    if not isinstance(op.offsets, dict):
+        raise errors.InvalidArgument("offsets must be a mapping of partition to transaction id")
+    puts = []
+    for partition, txn_id in op.offsets.items():
+        check_partition(info, partition)
+        check_txn_id(txn_id, "offset")
+        puts.append((keys.offset_key(info.id, op.consumer, partition), keys.U64.pack(txn_id)))
+    for k, v in puts:
+        scope.txn.put(k, v, db=a.store.offsets)
+    return None, op._replace(offsets=dict(op.offsets))
+
+
+@handles(O.Compact)
+def _compact(a: Applier, scope: BatchScope, op: O.Compact) -> tuple[int, O.Compact]:
+    info = a._partition(scope, op.stream, op.partition)
+    check_txn_id(op.before_id, "before_id")
+    prefix = keys.part_key(info.id, op.partition)
+    end = keys.txn_key(info.id, op.partition, op.before_id)
+    removed = 0
+    cur = scope.txn.cursor(db=a.store.txns)
+    if cur.set_range(prefix):
+        while True:
+            k = cur.key()
+            if k[: keys.PART_LEN] != prefix or k >= end:
+                break
+            _, _, chunks, _ = keys.STATE.unpack(cur.value())
+            a._delete_chunks(scope.txn, info, op.partition, keys.txn_id_of(k), chunks)
+            removed += 1
+            if not cur.delete():
+                break
+    return removed, op
+
+
+@handles(O.SetMarker)
+def _set_marker(a: Applier, scope: BatchScope, op: O.SetMarker) -> tuple[None, O.SetMarker]:
+    check_name(op.key, "marker name")
+    check_int(op.value, "marker value", -(2**63), 2**63 - 1)
+    kb = op.key.encode("utf-8")
+    raw = scope.txn.get(kb, db=a.store.markers)
+    if op.guard and raw is not None and keys.I64.unpack(raw)[0] >= op.value:
+        raise errors.MarkerConflict(f"marker {op.key!r} is already at {keys.I64.unpack(raw)[0]} >= {op.value}")
+    scope.txn.put(kb, keys.I64.pack(op.value), db=a.store.markers)
+    return None, op._replace(guard=bool(op.guard))
+
+
+_missing = [r.__name__ for r in O.RECORDS if r not in _HANDLERS]
+if _missing:  # pragma: no cover - a declaration error, caught at import
+    raise TypeError(f"operation records without an apply handler: {_missing}")

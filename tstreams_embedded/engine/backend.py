@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .ops import Operation
 
 
 @dataclass(frozen=True)
@@ -79,14 +82,26 @@ class Backend(Protocol):
     """What the public API needs from storage. Every method raises errors from
     :mod:`tstreams_embedded.errors` (``EngineClosed`` once closed)."""
 
-    #: True once closed; every call then raises ``EngineClosed``.
-    closed: bool
-    #: The largest item accepted, in bytes.
-    max_item_size: int
+    @property
+    def closed(self) -> bool:
+        """True once closed; every call then raises ``EngineClosed``."""
+        ...
+
+    @property
+    def max_item_size(self) -> int:
+        """The largest item accepted, in bytes."""
+        ...
+
+    @property
+    def local_clock(self) -> bool:
+        """True when :meth:`now_ms` is a cheap local call (consumers may ask it per transaction)."""
+        ...
 
     # --- writes ---------------------------------------------------------------------
-    def submit(self, ops: Sequence[tuple], durable: bool = True) -> list[Any]:
-        """Apply ``ops`` atomically (all or nothing) and return one result per op."""
+    def submit(self, ops: Sequence[Operation], durable: bool = True) -> list[Any]:
+        """Apply the client records ``ops`` (:mod:`.ops`) atomically, all or nothing, and
+        return one result per record. Engine-only records and engine-resolved fields are
+        refused with :class:`~tstreams_embedded.errors.InvalidArgument`."""
         ...
 
     # --- metadata -------------------------------------------------------------------
@@ -131,5 +146,10 @@ class Backend(Protocol):
         ...
 
     def stats(self) -> dict[str, Any]: ...
+
+    # --- maintenance ----------------------------------------------------------------
+    def compact(self) -> dict[str, int]:
+        """Delete every transaction past its stream's TTL now; counts of what was removed."""
+        ...
 
     def close(self) -> None: ...

@@ -20,20 +20,20 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors, serde
 from . import ops as O
-from .apply import check_int, check_name
 from .backend import StreamInfo
+from .validate import check_name, check_stream_shape
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .context import AgentContext
 
 
 class Batch:
     """Collects operations; :meth:`commit` applies them atomically and durably."""
 
-    def __init__(self, engine: Engine, durable: bool = True) -> None:
+    def __init__(self, engine: AgentContext, durable: bool = True) -> None:
         self.engine = engine
         self.durable = durable
-        self._ops: list[tuple] = []
+        self._ops: list[O.Operation] = []
         self.results: list[Any] | None = None
 
     def __len__(self) -> int:
@@ -41,13 +41,12 @@ class Batch:
 
     def create_stream(self, name: str, partitions: int = 1, ttl: int = 86_400, description: str = "") -> None:
         check_name(name)
-        check_int(partitions, "partitions", 1, 1_000_000)
-        check_int(ttl, "ttl (seconds)", 1, 100 * 365 * 86400)
-        self._ops.append((O.CREATE_STREAM, name, partitions, ttl, description))
+        check_stream_shape(partitions, ttl, description)
+        self._ops.append(O.CreateStream(name, partitions, ttl, description))
 
     def delete_stream(self, name: str) -> None:
         check_name(name)
-        self._ops.append((O.DELETE_STREAM, name))
+        self._ops.append(O.DeleteStream(name))
 
     def instant(self, stream: str, items: Iterable[Any], partition: int = 0, serializer: Any = None) -> None:
         """A checkpointed transaction of ``items`` on ``partition`` (its ID is in :attr:`results`)."""
@@ -56,21 +55,21 @@ class Batch:
         data = [dumps(i) for i in items]
         if not data:
             raise errors.InvalidArgument("an instant transaction needs at least one item")
-        self._ops.append((O.INSTANT, stream, partition, O.pack_items(data), None))
+        self._ops.append(O.Instant(stream, partition, O.pack_items(data)))
 
     def set_offsets(self, stream: str, consumer: str, offsets: dict[int, int]) -> None:
         """Store a consumer's offsets (partition -> last processed transaction ID)."""
         check_name(consumer, "consumer name")
-        self._ops.append((O.SET_OFFSETS, stream, consumer, dict(offsets)))
+        self._ops.append(O.SetOffsets(stream, consumer, dict(offsets)))
 
     def commit(self) -> list[Any]:
         """Apply every collected operation in one atomic write; return their results
         (stream info for creations, transaction IDs for instants)."""
-        self.engine._check()
+        self.engine.check_open()
         if self.results is not None:
             raise errors.TransactionFinished("this batch was already committed")
         results = self.engine.backend.submit(self._ops, durable=self.durable) if self._ops else []
-        self.results = [StreamInfo.from_wire(r) if op[0] == O.CREATE_STREAM else r
+        self.results = [StreamInfo.from_wire(r) if type(op) is O.CreateStream else r
                         for op, r in zip(self._ops, results, strict=True)]
         return self.results
 

@@ -31,6 +31,7 @@ from .. import errors
 from . import keys
 from . import ops as O
 from .apply import Applier
+from .ops import Operation
 from .store import Store
 
 _LOG_SEQ = b"log_seq"
@@ -74,11 +75,12 @@ class GroupCommitter:
         self._syncing = False
 
     # ------------------------------------------------------------------ public
-    def submit(self, batch: Sequence[tuple], durable: bool = True) -> list[Any]:
-        """Apply ``batch`` atomically; return one result per operation or raise its error."""
+    def submit(self, batch: Sequence[Operation], durable: bool = True) -> list[Any]:
+        """Apply ``batch`` atomically; return one result per operation or raise its error.
+        The caller has validated where the batch comes from (see :mod:`.apply`)."""
         return self._run(_Request(batch, durable))
 
-    def replay(self, now_ms: int, batch: Sequence[tuple], durable: bool = True) -> list[Any]:
+    def replay(self, now_ms: int, batch: Sequence[Operation], durable: bool = True) -> list[Any]:
         """Apply an already-resolved batch (from another engine's log) at its original time."""
         return self._run(_Request(batch, durable, replay_now=now_ms))
 
@@ -87,7 +89,7 @@ class GroupCommitter:
         req = _Request(None, False, fn=fn)
         return self._run(req)
 
-    def submit_many(self, calls: Sequence[tuple[Sequence[tuple], bool]]) -> list[tuple[bool, Any]]:
+    def submit_many(self, calls: Sequence[tuple[Sequence[Operation], bool]]) -> list[tuple[bool, Any]]:
         """Apply several independent ``(ops, durable)`` requests in one commit group (each
         atomic on its own) and wait for one fsync covering the durable ones. Returns one
         ``(True, results)`` or ``(False, exception)`` per request, in order. Used by the
@@ -219,7 +221,8 @@ class GroupCommitter:
                         r.results = r.fn(child)
                     else:
                         at = now if r.replay_now is None else r.replay_now
-                        results, resolved = self.applier.apply_batch(child, at, r.batch)
+                        results, resolved = self.applier.apply_batch(child, at, r.batch,
+                                                                     replay=r.replay_now is not None)
                         seq += 1
                         child.put(keys.U64.pack(seq), O.pack_batch(at, resolved), db=self.store.log)
                         r.results, r.seq = results, seq

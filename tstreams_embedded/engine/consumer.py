@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 from .. import errors, serde
 from ..ids import ID_MULTIPLIER, txn_id_at, txn_time
 from . import ops as O
-from .apply import check_name
 from .backend import TxnData
+from .context import GroupPart
+from .validate import check_name
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .context import AgentContext
 
 Start = str | int | _dt.datetime
 
@@ -51,7 +52,7 @@ class Transaction:
 class Consumer:
     """Reads one stream under a name. Not thread-safe: use one consumer per thread."""
 
-    def __init__(self, engine: Engine, stream: str, name: str, start: Start = "oldest",
+    def __init__(self, engine: AgentContext, stream: str, name: str, start: Start = "oldest",
                  partitions: Iterable[int] | None = None, use_last_offset: bool = True,
                  serializer: Any = None, prefetch: int = 256) -> None:
         self.engine = engine
@@ -62,7 +63,7 @@ class Consumer:
         self.name = check_name(name, "consumer name")
         # Prefetched transactions are re-checked against the stream TTL when taken. The
         # embedded engine's clock is cheap to ask; a remote one is estimated locally.
-        if getattr(backend, "local_clock", False):
+        if backend.local_clock:
             self._now_ms: Callable[[], int] = backend.now_ms
         else:
             offset = backend.now_ms() - time.time_ns() // 1_000_000
@@ -132,7 +133,7 @@ class Consumer:
     def get_transaction(self, partition: int | None = None) -> Transaction | None:
         """The next checkpointed transaction of ``partition`` (of any partition, fairly, when
         None), or None if there is none yet or the next one is still open."""
-        self.engine._check()
+        self.engine.check_open()
         if partition is None:
             n = len(self.partitions)
             for i in range(n):
@@ -180,7 +181,7 @@ class Consumer:
 
     def set_offset(self, partition: int, txn_id: int) -> None:
         """Move the position: the next transaction read will have an ID > ``txn_id``."""
-        self.engine._check()
+        self.engine.check_open()
         p = self._check_partition(partition)
         if isinstance(txn_id, bool) or not isinstance(txn_id, int) or txn_id < 0:
             raise errors.InvalidArgument(f"offset must be a non-negative integer, got {txn_id!r}")
@@ -191,14 +192,15 @@ class Consumer:
     # ------------------------------------------------------------------ offsets
     def checkpoint(self) -> None:
         """Store every partition's position atomically and durably under this consumer's name."""
-        self.engine._check()
-        ops, done = self._group_prepare()
+        self.engine.check_open()
+        ops, done = self.prepare_group_checkpoint()
         done(self.engine.backend.submit(ops, durable=True))
 
-    def _group_prepare(self) -> tuple[list[tuple], Callable[[list], None]]:
+    def prepare_group_checkpoint(self) -> GroupPart:
+        """The record that stores every partition's position, for one group write."""
         positions = dict(self._position)
 
-        def done(results: list) -> None:
+        def done(results: list[Any]) -> None:
             self.committed = positions
 
-        return [(O.SET_OFFSETS, self.stream, self.name, positions)], done
+        return [O.SetOffsets(self.stream, self.name, positions)], done

@@ -35,10 +35,13 @@ import lmdb
 from .. import errors
 from . import keys, reads
 from . import ops as O
-from .apply import Applier, check_int, check_name, decode_stream
+from .apply import Applier
 from .backend import Fetched, StreamInfo, TxnData
+from .catalog import decode_stream, lookup_stream
 from .committer import GroupCommitter
+from .ops import Operation
 from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store
+from .validate import check_int, check_name
 
 log = logging.getLogger(__name__)
 
@@ -123,23 +126,29 @@ class Core:
             self.store.close()
 
     # ------------------------------------------------------------------ writes
-    def submit(self, ops: Sequence[tuple], durable: bool = True) -> list[Any]:
-        """Apply ``ops`` atomically; see :class:`~.backend.Backend`."""
+    def submit(self, ops: Sequence[Operation], durable: bool = True) -> list[Any]:
+        """Apply client ``ops`` atomically; see :class:`~.backend.Backend`. Engine-only
+        operations and engine-resolved fields are refused (:func:`.ops.check_client_batch`)."""
         self._check()
-        if not isinstance(ops, (list, tuple)):
-            raise errors.InvalidArgument("ops must be a list of operation tuples")
-        if not ops:
+        batch = O.check_client_batch(ops)
+        if not batch:
             return []
-        return self.committer.submit(ops, bool(durable))
+        return self.committer.submit(batch, bool(durable))
 
-    def submit_many(self, calls: Sequence[tuple[Sequence[tuple], bool]]) -> list[tuple[bool, Any]]:
-        """Several independent ``(ops, durable)`` requests in one commit group and one fsync;
-        one ``(True, results)`` or ``(False, exception)`` per request (see the committer)."""
+    def submit_many(self, calls: Sequence[tuple[Sequence[Operation], bool]]) -> list[tuple[bool, Any]]:
+        """Several independent client ``(ops, durable)`` requests in one commit group and one
+        fsync; one ``(True, results)`` or ``(False, exception)`` per request (see the committer)."""
         self._check()
-        for ops, _ in calls:
-            if not isinstance(ops, (list, tuple)):
-                raise errors.InvalidArgument("ops must be a list of operation tuples")
-        return self.committer.submit_many([(list(ops), bool(d)) for ops, d in calls])
+        checked: list[tuple[bool, Any] | None] = []
+        todo: list[tuple[list[Operation], bool]] = []
+        for ops, durable in calls:
+            try:
+                todo.append((O.check_client_batch(ops), bool(durable)))
+                checked.append(None)
+            except errors.TStreamsError as exc:
+                checked.append((False, exc))
+        done = iter(self.committer.submit_many(todo))
+        return [c if c is not None else next(done) for c in checked]
 
     def _notify_commit(self) -> None:
         with self._commit_cv:
@@ -149,7 +158,7 @@ class Core:
     def get_stream(self, name: str) -> StreamInfo:
         self._check()
         with self.store.read() as txn:
-            return reads.lookup_stream(txn, self.store, name)
+            return lookup_stream(txn, self.store, name)
 
     def list_streams(self, prefix: str = "", limit: int | None = None) -> list[StreamInfo]:
         self._check()
@@ -182,7 +191,7 @@ class Core:
             self._invalidate(stream, partition, s.expired)
 
     def _invalidate(self, stream: str, partition: int, txn_id: int) -> None:
-        self.committer.submit([(O.INVALIDATE, stream, partition, txn_id)], durable=False)
+        self.committer.submit([O.Invalidate(stream, partition, txn_id)], durable=False)
 
     def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:
         self._check()
@@ -283,7 +292,7 @@ class Core:
         }
 
     # ------------------------------------------------------------------ commit log
-    def read_log(self, from_seq: int, limit: int = 1000) -> list[tuple[int, int, list[tuple]]]:
+    def read_log(self, from_seq: int, limit: int = 1000) -> list[tuple[int, int, list[Operation]]]:
         """Log entries with ``seq >= from_seq`` as ``(seq, now_ms, ops)``, oldest first."""
         self._check()
         check_int(from_seq, "from_seq", 0, 2**63 - 1)
@@ -299,11 +308,14 @@ class Core:
                         break
         return out
 
-    def apply_log(self, entries: Sequence[tuple[int, int, list[tuple]]], durable: bool = True) -> int:
-        """Replay another engine's log entries (a replica catching up). Returns entries applied."""
+    def apply_log(self, entries: Sequence[tuple[int, int, Sequence[Operation]]], durable: bool = True) -> int:
+        """Replay another engine's log entries (a replica catching up): the privileged path
+        that accepts engine-resolved fields and engine-only records. Returns entries applied."""
         self._check()
         for _, now_ms, ops in entries:
-            self.committer.replay(now_ms, ops, durable)
+            for op in ops:
+                O.spec(op)
+            self.committer.replay(now_ms, list(ops), durable)
         return len(entries)
 
     def trim_log(self, upto_seq: int) -> int:
@@ -356,10 +368,10 @@ class Core:
 
     COMPACTION_SLICE = 5000
 
-    def _expired_slice(self, after: bytes, now: int) -> tuple[list[tuple], bytes | None]:
+    def _expired_slice(self, after: bytes, now: int) -> tuple[list[O.Compact], bytes | None]:
         """COMPACT operations for the next slice of streams after name ``after``; the name to
         continue from (None when done)."""
-        work: list[tuple] = []
+        work: list[O.Compact] = []
         seen = 0
         with self.store.read() as txn:
             cur = txn.cursor(db=self.store.streams)
@@ -375,12 +387,12 @@ class Core:
                         first = keys.part_key(info.id, p)
                         if tcur.set_range(first) and tcur.key()[: keys.PART_LEN] == first:
                             if keys.txn_id_of(tcur.key()) < floor:
-                                work.append((O.COMPACT, info.name, p, floor))
+                                work.append(O.Compact(info.name, p, floor))
                 if seen >= self.COMPACTION_SLICE:
                     return work, k
         return work, None
 
-    def _submit_compaction(self, work: list[tuple]) -> int:
+    def _submit_compaction(self, work: list[O.Compact]) -> int:
         try:
             return sum(self.committer.submit(work, durable=False))
         except errors.StreamNotFound:  # a stream was deleted meanwhile: go one by one

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from .. import errors
-
-
-class _Agent(Protocol):
-    engine: Any
-
-    def _group_prepare(self) -> tuple[list[tuple], Callable[[list], None]]:
-        """The agent's operations for the group, and a callback taking their results."""
-        ...
+from .context import GroupMember
+from .ops import Operation
+from .producer import Producer
 
 
 class CheckpointGroup:
@@ -24,15 +19,18 @@ class CheckpointGroup:
     write (one LMDB write transaction, one commit-log entry). Either all of it happens or none
     of it does: if any transaction expired, :class:`TransactionExpired` is raised and nothing
     is stored. This is what makes read-process-write exactly-once.
+
+    Members are objects with ``engine`` and ``prepare_group_checkpoint()``
+    (:class:`~.context.GroupMember`): producers and consumers.
     """
 
-    def __init__(self, *agents: Any) -> None:
-        self._agents: list[Any] = []
+    def __init__(self, *agents: GroupMember) -> None:
+        self._agents: list[GroupMember] = []
         for a in agents:
             self.add(a)
 
-    def add(self, agent: Any) -> CheckpointGroup:
-        if not hasattr(agent, "_group_prepare"):
+    def add(self, agent: GroupMember) -> CheckpointGroup:
+        if not isinstance(agent, GroupMember):
             raise errors.InvalidArgument(f"only producers and consumers can join a CheckpointGroup, got {agent!r}")
         if self._agents and agent.engine.backend is not self._agents[0].engine.backend:
             raise errors.InvalidArgument("every member of a CheckpointGroup must use the same engine")
@@ -40,11 +38,11 @@ class CheckpointGroup:
             self._agents.append(agent)
         return self
 
-    def remove(self, agent: Any) -> None:
+    def remove(self, agent: GroupMember) -> None:
         if agent in self._agents:
             self._agents.remove(agent)
 
-    def exists(self, agent: Any) -> bool:
+    def exists(self, agent: GroupMember) -> bool:
         return agent in self._agents
 
     def clear(self) -> None:
@@ -55,11 +53,11 @@ class CheckpointGroup:
         if not self._agents:
             return
         engine = self._agents[0].engine
-        engine._check()
-        ops: list[tuple] = []
-        finishers: list[tuple[Callable[[list], None], int, int]] = []
+        engine.check_open()
+        ops: list[Operation] = []
+        finishers: list[tuple[Callable[[list[Any]], None], int, int]] = []
         for agent in self._agents:
-            agent_ops, done = agent._group_prepare()
+            agent_ops, done = agent.prepare_group_checkpoint()
             finishers.append((done, len(ops), len(ops) + len(agent_ops)))
             ops.extend(agent_ops)
         results = engine.backend.submit(ops, durable=True) if ops else []
@@ -69,5 +67,5 @@ class CheckpointGroup:
     def cancel(self) -> None:
         """Cancel the open transactions of every producer in the group."""
         for agent in self._agents:
-            if hasattr(agent, "cancel") and hasattr(agent, "open_transactions"):
+            if isinstance(agent, Producer):
                 agent.cancel()

@@ -11,21 +11,23 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from . import ops as O
+from .backend import Backend
 
 if TYPE_CHECKING:
-    from .engine import Engine
     from .producer import Producer
 
 log = logging.getLogger(__name__)
 
 
 class KeepAlive:
-    def __init__(self, engine: Engine, interval: float | None) -> None:
-        self.engine = engine
+    """The keep-alive of one engine handle: tracks its producers, refreshes in a thread."""
+
+    def __init__(self, backend: Backend, interval: float | None) -> None:
+        self.backend = backend
         self.interval = interval
         self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()
         self._lock = threading.Lock()
@@ -43,14 +45,14 @@ class KeepAlive:
         """Refresh every open transaction now; return how many are still alive."""
         with self._lock:
             producers = list(self._producers)
-        by_ttl: dict[int, list[list]] = {}
+        by_ttl: dict[int, list[list[Any]]] = {}
         for p in producers:
             for t in p.open_transactions():
                 if t.registered:  # unregistered transactions have nothing in storage to keep alive
                     by_ttl.setdefault(p.txn_ttl_ms, []).append([p.stream, t.partition, t.id])
         alive = 0
         for ttl, targets in by_ttl.items():
-            alive += self.engine.backend.submit([(O.KEEPALIVE, targets, ttl, None)], durable=False)[0]
+            alive += self.backend.submit([O.KeepAlive(targets, ttl)], durable=False)[0]
         return alive
 
     def _run(self) -> None:

@@ -1,50 +1,336 @@
 """Operation records: the only way state changes.
 
-An operation is a plain tuple ``(opcode, *args)`` that msgpack can carry. A *batch* of
-operations is applied in exactly one (nested) LMDB write transaction and appended to the
-commit log in that same transaction; it either applies completely or not at all.
+Every state change is one typed record (a :class:`~typing.NamedTuple`) defined here, and
+only here. A *batch* of records is applied in exactly one (nested) LMDB write transaction
+and appended to the commit log in that same transaction; it applies completely or not at
+all.
 
-Before an operation is logged, the engine *resolves* it: values that depend on the clock
-or on stored state (a new transaction ID, a keep-alive deadline) are written into the
-record. Replaying a logged batch on a replica therefore gives the same state.
+Each record class is declared with :func:`operation`, which gives it an :class:`OpSpec`:
 
-Item payloads travel as ``chunk``: one msgpack array of ``bytes`` items, packed once by the
-producer and stored as one LMDB value (see :func:`pack_items`).
+``opcode``
+    its number on the wire and in the commit log (:class:`Opcode`);
+``client``
+    whether clients may submit it (:meth:`Backend.submit`); the others are written only by
+    the engine itself (maintenance, invalidation on read);
+``resolved``
+    fields that only the engine fills in: a client leaves them ``None``, the engine writes
+    the clock- or state-dependent value (a new transaction ID, a deadline) into the logged
+    record, and replaying that record on a replica therefore gives the same state. Only the
+    privileged replay path (:meth:`Core.apply_log`) accepts them set;
+``mergeable``
+    whether batches made only of such records may be concatenated without changing what
+    any of them does (the network server merges such bursts into one write);
+``addresses_txn``
+    whether the record acts on an existing transaction named by ``(stream, partition,
+    txn_id)`` (the network client orders its pipelined writes by that key).
+
+Encoding (wire and commit log) is a msgpack array ``[opcode, *fields]``; a logged batch is
+``[now_ms, [record, ...]]``. Item payloads travel as ``chunk``: one msgpack array of
+``bytes`` items, packed once by the producer and stored as one LMDB value
+(:func:`pack_items`).
+
+To add an operation: declare its record here with :func:`operation`, and register its
+handler in :mod:`.apply` with ``@handles(NewRecord)``. Nothing else dispatches on opcodes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, NamedTuple, TypeVar
 
 import msgpack
 
-# opcode                      args
-CREATE_STREAM = 1  # name, partitions, ttl_seconds, description -> stream info dict
-DELETE_STREAM = 2  # name -> None
-OPEN = 3  # stream, partition, ttl_ms, txn_id|None(resolved), deadline|None(resolved), chunk|None -> txn_id
-DATA = 4  # stream, partition, txn_id, chunk -> number of items stored so far
-CHECKPOINT = 5  # stream, partition, txn_id, chunk|None -> number of items in the transaction
-CANCEL = 6  # stream, partition, txn_id -> None
-INSTANT = 7  # stream, partition, chunk, txn_id|None(resolved) -> txn_id
-KEEPALIVE = 8  # [(stream, partition, txn_id), ...], ttl_ms, deadline|None(resolved) -> n still open
-INVALIDATE = 9  # stream, partition, txn_id -> True if it was open and expired, else False
-SET_OFFSETS = 10  # stream, consumer, {partition: txn_id} -> None
-COMPACT = 11  # stream, partition, before_txn_id -> number of transactions removed
-SET_MARKER = 12  # key, value, guard(bool) -> None; guard: fail with MarkerConflict if stored >= value
-CANCEL_IF_OPEN = 13  # stream, partition, txn_id -> True if it was open (no error when already resolved)
+from .. import errors
 
-OP_NAMES = {
-    v: k
-    for k, v in dict(globals()).items()
-    if k.isupper() and isinstance(v, int) and not k.startswith("_") and k != "OP_NAMES"
-}
 
-# Transaction states (T-streams numbering where it has one).
-OPENED = 1
-CANCELLED = 3
-INVALID = 4
-CHECKPOINTED = 5
+class Opcode(IntEnum):
+    """Operation numbers, as written on the wire and in the commit log."""
+
+    CREATE_STREAM = 1
+    DELETE_STREAM = 2
+    OPEN = 3
+    DATA = 4
+    CHECKPOINT = 5
+    CANCEL = 6
+    INSTANT = 7
+    KEEPALIVE = 8
+    INVALIDATE = 9
+    SET_OFFSETS = 10
+    COMPACT = 11
+    SET_MARKER = 12
+    CANCEL_IF_OPEN = 13
+
+
+class TxnState(IntEnum):
+    """Stored transaction states (T-streams' numbering)."""
+
+    OPENED = 1
+    CANCELLED = 3
+    INVALID = 4
+    CHECKPOINTED = 5
+
+    @property
+    def label(self) -> str:
+        return self.name.lower() if self is not TxnState.OPENED else "open"
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """The properties of one operation record class (see the module docstring)."""
+
+    opcode: Opcode
+    record: type
+    client: bool
+    mergeable: bool
+    addresses_txn: bool
+    resolved: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.opcode.name
+
+
+_SPECS: dict[type, OpSpec] = {}
+_BY_CODE: dict[int, OpSpec] = {}
+R = TypeVar("R")
+
+
+def operation(opcode: Opcode, *, client: bool = True, mergeable: bool = True, addresses_txn: bool = False,
+              resolved: tuple[str, ...] = ()) -> Callable[[type[R]], type[R]]:
+    """Class decorator declaring an operation record and its :class:`OpSpec`."""
+
+    def declare(cls: type[R]) -> type[R]:
+        fields: tuple[str, ...] = cls._fields  # type: ignore[attr-defined]
+        unknown = [f for f in resolved if f not in fields]
+        if unknown or opcode in _BY_CODE:
+            raise TypeError(f"bad operation declaration {cls.__name__}: {unknown or opcode}")
+        spec = OpSpec(opcode, cls, client, mergeable, addresses_txn, resolved)
+        _SPECS[cls] = spec
+        _BY_CODE[int(opcode)] = spec
+        return cls
+
+    return declare
+
+
+# --------------------------------------------------------------------------- the records
+@operation(Opcode.CREATE_STREAM, mergeable=False)
+class CreateStream(NamedTuple):
+    """Create a stream; result: its info in wire form (``StreamInfo.to_wire()``)."""
+
+    name: str
+    partitions: int
+    ttl: int  # seconds
+    description: str = ""
+
+
+@operation(Opcode.DELETE_STREAM, mergeable=False)
+class DeleteStream(NamedTuple):
+    """Delete a stream with its transactions, data and offsets; result: None."""
+
+    name: str
+
+
+@operation(Opcode.OPEN, resolved=("txn_id", "deadline"))
+class Open(NamedTuple):
+    """Register an open transaction, optionally with its first chunk; result: its ID."""
+
+    stream: str
+    partition: int
+    ttl_ms: int
+    txn_id: int | None = None
+    deadline: int | None = None
+    chunk: bytes | None = None
+
+
+@operation(Opcode.DATA, addresses_txn=True)
+class Data(NamedTuple):
+    """Add a chunk of items to an open transaction; result: its item count so far."""
+
+    stream: str
+    partition: int
+    txn_id: int
+    chunk: bytes
+
+
+@operation(Opcode.CHECKPOINT, addresses_txn=True)
+class Checkpoint(NamedTuple):
+    """Make an open transaction visible (with an optional last chunk); result: its item
+    count. Checkpointing an empty transaction cancels it."""
+
+    stream: str
+    partition: int
+    txn_id: int
+    chunk: bytes | None = None
+
+
+@operation(Opcode.CANCEL, addresses_txn=True)
+class Cancel(NamedTuple):
+    """Cancel an open transaction (error if it is not open); result: None."""
+
+    stream: str
+    partition: int
+    txn_id: int
+
+
+@operation(Opcode.INSTANT, resolved=("txn_id",))
+class Instant(NamedTuple):
+    """A whole checkpointed transaction in one record; result: its ID."""
+
+    stream: str
+    partition: int
+    chunk: bytes
+    txn_id: int | None = None
+
+
+@operation(Opcode.KEEPALIVE, resolved=("deadline",))
+class KeepAlive(NamedTuple):
+    """Push the deadline of open transactions ``[(stream, partition, txn_id), ...]`` to
+    ``now + ttl_ms``; result: how many are still open."""
+
+    targets: list[Any]
+    ttl_ms: int
+    deadline: int | None = None
+
+
+@operation(Opcode.INVALIDATE, client=False, addresses_txn=True)
+class Invalidate(NamedTuple):
+    """Mark an open transaction whose deadline passed as invalid (engine only); result:
+    True if it was open and expired."""
+
+    stream: str
+    partition: int
+    txn_id: int
+
+
+@operation(Opcode.SET_OFFSETS)
+class SetOffsets(NamedTuple):
+    """Store a consumer's offsets ``{partition: txn_id}``; result: None."""
+
+    stream: str
+    consumer: str
+    offsets: dict[int, int]
+
+
+@operation(Opcode.COMPACT, client=False)
+class Compact(NamedTuple):
+    """Delete a partition's transactions with ID < ``before_id`` (engine only, computed
+    from the stream's TTL); result: how many were removed."""
+
+    stream: str
+    partition: int
+    before_id: int
+
+
+@operation(Opcode.SET_MARKER)
+class SetMarker(NamedTuple):
+    """Store an integer marker; with ``guard``, fail with MarkerConflict unless the stored
+    value is lower. Result: None."""
+
+    key: str
+    value: int
+    guard: bool = False
+
+
+@operation(Opcode.CANCEL_IF_OPEN, addresses_txn=True)
+class CancelIfOpen(NamedTuple):
+    """Cancel a transaction if it is still open (no error otherwise); result: True if it was."""
+
+    stream: str
+    partition: int
+    txn_id: int
+
+
+Operation = (CreateStream | DeleteStream | Open | Data | Checkpoint | Cancel | Instant | KeepAlive | Invalidate
+             | SetOffsets | Compact | SetMarker | CancelIfOpen)
+"""Any operation record."""
+
+RECORDS: tuple[type, ...] = tuple(_SPECS)
+
+
+# --------------------------------------------------------------------------- properties
+def spec(op: Any) -> OpSpec:
+    """The :class:`OpSpec` of a record; :class:`InvalidArgument` if ``op`` is not one."""
+    s = _SPECS.get(type(op))
+    if s is None:
+        raise errors.InvalidArgument(
+            f"an operation must be a record from tstreams_embedded.engine.ops, got {type(op).__name__}: {op!r:.80}"
+        )
+    return s
+
+
+def spec_of_code(opcode: Any) -> OpSpec:
+    s = _BY_CODE.get(opcode) if type(opcode) is int else None
+    if s is None:
+        raise errors.InvalidArgument(f"unknown operation code {opcode!r:.40}")
+    return s
+
+
+def all_specs() -> list[OpSpec]:
+    return list(_SPECS.values())
+
+
+def is_mergeable(op: Any) -> bool:
+    s = _SPECS.get(type(op))
+    return s is not None and s.mergeable
+
+
+def txn_address(op: Any) -> tuple[str, int, int] | None:
+    """``(stream, partition, txn_id)`` of a record that acts on an existing transaction."""
+    s = _SPECS.get(type(op))
+    if s is None or not s.addresses_txn:
+        return None
+    return (op.stream, op.partition, op.txn_id)
+
+
+def check_client_batch(batch: Any) -> list[Operation]:
+    """Validate a batch a client submitted: records only, client operations only, and no
+    field that only the engine may set. Returns it as a list."""
+    if not isinstance(batch, (list, tuple)):
+        raise errors.InvalidArgument("ops must be a list of operation records")
+    for op in batch:
+        s = spec(op)
+        if not s.client:
+            raise errors.InvalidArgument(f"{s.name} records are written by the engine only; clients cannot submit them")
+        for field in s.resolved:
+            if getattr(op, field) is not None:
+                raise errors.InvalidArgument(
+                    f"{s.name}.{field} is set by the engine; leave it None (only log replay may carry it)"
+                )
+    return list(batch)
+
+
+def describe(op: Any) -> str:
+    """A short human-readable form of a record (for logs and errors)."""
+    s = _SPECS.get(type(op))
+    return f"{s.name}{tuple(op)[:2]}" if s is not None else f"{op!r:.60}"
+
+
+# --------------------------------------------------------------------------- encoding
+def encode(op: Operation) -> list[Any]:
+    """``[opcode, *fields]``: the wire and commit-log form of a record."""
+    return [_SPECS[type(op)].opcode.value, *op]
+
+
+def decode(row: Any) -> Operation:
+    """The record of a ``[opcode, *fields]`` row; :class:`InvalidArgument` if malformed."""
+    if type(row) not in (list, tuple) or not row:
+        raise errors.InvalidArgument(f"an operation must be a non-empty array, got {row!r:.80}")
+    s = spec_of_code(row[0])
+    try:
+        op: Operation = s.record(*row[1:])
+    except TypeError:
+        fields = ", ".join(s.record._fields)  # type: ignore[attr-defined]
+        raise errors.InvalidArgument(f"{s.name} takes ({fields}), got {len(row) - 1} values") from None
+    return op
+
+
+def decode_all(rows: Any) -> list[Operation]:
+    if type(rows) is not list and type(rows) is not tuple:
+        raise errors.InvalidArgument("ops must be a list of operations")
+    return [decode(r) for r in rows]
+
 
 _packer = msgpack.Packer(use_bin_type=True)
 
@@ -56,20 +342,16 @@ def pack_items(items: Sequence[bytes]) -> bytes:
 
 def unpack_items(chunk: bytes) -> list[bytes]:
     """Inverse of :func:`pack_items`."""
-    return msgpack.unpackb(chunk, raw=False)
+    items: list[bytes] = msgpack.unpackb(chunk, raw=False)
+    return items
 
 
-def pack_batch(now_ms: int, ops: Sequence[tuple]) -> bytes:
+def pack_batch(now_ms: int, ops: Iterable[Operation]) -> bytes:
     """Encode a resolved batch as one commit-log value."""
-    return msgpack.packb([now_ms, list(ops)], use_bin_type=True)
+    return msgpack.packb([now_ms, [encode(op) for op in ops]], use_bin_type=True)
 
 
-def unpack_batch(value: bytes) -> tuple[int, list[tuple]]:
-    """Decode a commit-log value into ``(now_ms, ops)``."""
-    now_ms, ops = msgpack.unpackb(value, raw=False, strict_map_key=False)
-    return now_ms, [tuple(op) for op in ops]
-
-
-def describe(op: Sequence[Any]) -> str:
-    """A short human-readable form of an operation (for logs and errors)."""
-    return f"{OP_NAMES.get(op[0], op[0])}{tuple(op[1:3])}"
+def unpack_batch(value: bytes) -> tuple[int, list[Operation]]:
+    """Decode a commit-log value into ``(now_ms, records)``."""
+    now_ms, rows = msgpack.unpackb(value, raw=False, strict_map_key=False)
+    return now_ms, [decode(r) for r in rows]

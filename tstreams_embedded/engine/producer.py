@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .. import errors, serde
 from ..policies import Policy
 from . import ops as O
-from .apply import check_partition
+from .context import GroupPart
+from .validate import check_partition
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .context import AgentContext
 
 OPEN, CHECKPOINTED, CANCELLED, FAILED = "open", "checkpointed", "cancelled", "failed"
 FLUSH_BYTES = 1 << 20
@@ -73,20 +74,19 @@ class ProducerTransaction:
     def _check_open(self) -> None:
         if self.state != OPEN:
             raise errors.TransactionFinished(f"transaction {self._id} is {self.state}; open a new one")
-        self.producer.engine._check()
+        self.producer.engine.check_open()
 
     def _register(self, chunk: bytes | None) -> None:
         p = self.producer
-        op = (O.OPEN, p.stream, self.partition, p.txn_ttl_ms, None, None, chunk)
-        self._id = self._run([op], durable=False)[0]
-        p.engine._keepalive.track(p)
+        self._id = self._run([O.Open(p.stream, self.partition, p.txn_ttl_ms, chunk=chunk)], durable=False)[0]
+        p.engine.track_producer(p)
 
     def send(self, item: Any) -> None:
         """Add one item (serialized with the producer's serializer)."""
         producer = self.producer
         if self.state != OPEN or producer.engine.closed:
             self._check_open()
-        data = item if type(item) is bytes and producer._raw else producer._dumps(item)
+        data = item if type(item) is bytes and producer.raw else producer.dumps(item)
         size = len(data)
         if size > producer.max_item_size:
             raise errors.ItemTooLarge(f"item of {size} bytes exceeds max_item_size={producer.max_item_size}")
@@ -99,7 +99,7 @@ class ProducerTransaction:
     def send_many(self, items: Iterable[Any]) -> None:
         """Add several items, in order. All are validated before any is buffered."""
         self._check_open()
-        batch = self.producer._serialize(items)
+        batch = self.producer.serialize(items)
         for data in batch:
             if len(self._buffer) >= self.producer.batch_size or self._buffered_bytes + len(data) > FLUSH_BYTES:
                 self.flush()
@@ -116,16 +116,16 @@ class ProducerTransaction:
         if self._id is None:
             self._register(chunk)
         else:
-            self._run([(O.DATA, self.producer.stream, self.partition, self._id, chunk)], durable=False)
+            self._run([O.Data(self.producer.stream, self.partition, self._id, chunk)], durable=False)
         self._buffer.clear()
         self._buffered_bytes = 0
 
-    def _final_op(self) -> tuple | None:
-        """The operation that checkpoints this transaction (None: nothing to write)."""
+    def _final_op(self) -> O.Instant | O.Checkpoint | None:
+        """The record that checkpoints this transaction (None: nothing to write)."""
         chunk = O.pack_items(self._buffer) if self._buffer else None
         if self._id is None:
-            return None if chunk is None else (O.INSTANT, self.producer.stream, self.partition, chunk, None)
-        return (O.CHECKPOINT, self.producer.stream, self.partition, self._id, chunk)
+            return None if chunk is None else O.Instant(self.producer.stream, self.partition, chunk)
+        return O.Checkpoint(self.producer.stream, self.partition, self._id, chunk)
 
     def _checkpointed(self, result: Any) -> None:
         """Record the outcome of :meth:`_final_op` (an INSTANT returns the new ID)."""
@@ -145,10 +145,10 @@ class ProducerTransaction:
         """Discard the transaction; none of its items will ever be visible."""
         self._check_open()
         if self._id is not None:
-            self._run([(O.CANCEL_IF_OPEN, self.producer.stream, self.partition, self._id)], durable=False)
+            self._run([O.CancelIfOpen(self.producer.stream, self.partition, self._id)], durable=False)
         self._finished(CANCELLED)
 
-    def _run(self, batch: list[tuple], durable: bool) -> list:
+    def _run(self, batch: list[O.Operation], durable: bool) -> list[Any]:
         try:
             return self.producer.engine.backend.submit(batch, durable=durable)
         except (errors.TransactionExpired, errors.TransactionFinished, errors.TransactionNotFound,
@@ -160,7 +160,7 @@ class ProducerTransaction:
         self.state = state
         self._buffer = []
         self._buffered_bytes = 0
-        self.producer._forget(self)
+        self.producer.forget(self)
 
     def __enter__(self) -> ProducerTransaction:
         return self
@@ -181,7 +181,7 @@ class Producer:
     """Writes transactions to one stream. Thread-safe for opening transactions; each
     transaction object belongs to the thread that uses it."""
 
-    def __init__(self, engine: Engine, stream: str, partition: int | None = None, serializer: Any = None,
+    def __init__(self, engine: AgentContext, stream: str, partition: int | None = None, serializer: Any = None,
                  txn_ttl: float | None = None, batch_size: int = 100) -> None:
         self.engine = engine
         info = engine.backend.get_stream(stream)
@@ -194,9 +194,10 @@ class Producer:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise errors.InvalidArgument(f"batch_size must be a positive integer, got {batch_size!r}")
         self.batch_size = batch_size
-        self.txn_ttl_ms = engine._ttl_ms(txn_ttl)
-        self._dumps, _ = serde.resolve(serializer)
-        self._raw = self._dumps is serde.RAW[0]
+        self.txn_ttl_ms = engine.txn_ttl_ms(txn_ttl)
+        self.dumps, _ = serde.resolve(serializer)
+        #: True when items are sent as raw ``bytes`` (no serializer)
+        self.raw = self.dumps is serde.RAW[0]
         self.max_item_size = engine.backend.max_item_size
         self._rr = itertools.cycle(range(info.partitions))
         self._lock = threading.Lock()
@@ -205,16 +206,16 @@ class Producer:
     def __repr__(self) -> str:
         return f"Producer(stream={self.stream!r})"
 
-    def _serialize(self, items: Iterable[Any]) -> list[bytes]:
+    def serialize(self, items: Iterable[Any]) -> list[bytes]:
         """Serialize and validate a batch of items (fast path for raw bytes)."""
         if isinstance(items, (bytes, str)):
             raise errors.InvalidArgument("items must be an iterable of items, not a single bytes/str value")
-        if self._raw:
+        if self.raw:
             data = list(items)
             if data and set(map(type, data)) != {bytes}:
-                data = [self._dumps(i) for i in data]
+                data = [self.dumps(i) for i in data]
         else:
-            data = [self._dumps(i) for i in items]
+            data = [self.dumps(i) for i in items]
         if data:
             biggest = max(map(len, data))
             if biggest > self.max_item_size:
@@ -236,7 +237,7 @@ class Producer:
                         ) -> ProducerTransaction:
         """Open a transaction on ``partition`` (round-robin when None), applying ``policy``
         to this producer's transactions already open there, in the same atomic write."""
-        self.engine._check()
+        self.engine.check_open()
         if not isinstance(policy, Policy):
             raise errors.InvalidArgument(f"policy must be a tstreams_embedded.Policy, got {policy!r}")
         p = self._choose(partition)
@@ -254,7 +255,7 @@ class Producer:
             for t in previous:
                 t._checkpointed(done.get(id(t)))
         elif previous and policy is Policy.CancelIfOpened:
-            cancels = [(O.CANCEL_IF_OPEN, self.stream, p, t._id) for t in previous if t._id is not None]
+            cancels = [O.CancelIfOpen(self.stream, p, t._id) for t in previous if t._id is not None]
             if cancels:
                 self.engine.backend.submit(cancels, durable=False)
             for t in previous:
@@ -274,12 +275,12 @@ class Producer:
 
     def instant(self, items: Iterable[Any], partition: int | None = None) -> int:
         """Open, fill and checkpoint a transaction in one atomic, durable step; return its ID."""
-        self.engine._check()
-        data = self._serialize(items)
+        self.engine.check_open()
+        data = self.serialize(items)
         if not data:
             raise errors.InvalidArgument("an instant transaction needs at least one item")
         p = self._choose(partition)
-        return self.engine.backend.submit([(O.INSTANT, self.stream, p, O.pack_items(data), None)], durable=True)[0]
+        return self.engine.backend.submit([O.Instant(self.stream, p, O.pack_items(data))], durable=True)[0]
 
     def open_transactions(self) -> list[ProducerTransaction]:
         """This producer's transactions that are still open, in the order they were opened."""
@@ -297,7 +298,8 @@ class Producer:
         for t in self.open_transactions():
             t.cancel()
 
-    def _forget(self, txn: ProducerTransaction) -> None:
+    def forget(self, txn: ProducerTransaction) -> None:
+        """Stop tracking ``txn`` (called by the transaction once it is finished)."""
         with self._lock:
             lst = self._open.get(txn.partition)
             if lst and txn in lst:
@@ -305,14 +307,15 @@ class Producer:
                 if not lst:
                     del self._open[txn.partition]
 
-    # -- CheckpointGroup hooks -----------------------------------------------------
-    def _group_prepare(self) -> tuple[list[tuple], Callable[[list], None]]:
+    # -- CheckpointGroup member ----------------------------------------------------
+    def prepare_group_checkpoint(self) -> GroupPart:
+        """The records that checkpoint every open transaction, for one group write."""
         txns = self.open_transactions()
         for t in txns:
             t._check_open()
         finals = [(t, t._final_op()) for t in txns]
 
-        def done(results: list) -> None:
+        def done(results: list[Any]) -> None:
             it = iter(results)
             for t, op in finals:
                 t._checkpointed(next(it) if op is not None else None)

@@ -15,10 +15,11 @@ import msgpack
 
 from ..ids import ID_MULTIPLIER
 from . import keys
-from . import ops as O
-from .apply import check_partition, lookup_stream
 from .backend import StreamInfo, TxnData
+from .catalog import lookup_stream
+from .ops import TxnState
 from .store import Store
+from .validate import check_partition
 
 
 def ttl_floor(info: StreamInfo, now: int) -> int:
@@ -72,13 +73,13 @@ def scan(txn: lmdb.Transaction, store: Store, stream: str, partition: int, after
         if tid > upto:
             break
         state, deadline, chunks, _ = unpack_state(v)
-        if state == O.CHECKPOINTED:
+        if state == TxnState.CHECKPOINTED:
             out.position = tid
             if tid >= floor:
                 out.txns.append(TxnData(stream, partition, tid, load_items(txn, store, info, partition, tid, chunks)))
                 if len(out.txns) >= max_txns:
                     break
-        elif state == O.OPENED:
+        elif state == TxnState.OPENED:
             if deadline <= now:
                 out.expired = tid
             out.blocked = True
@@ -96,7 +97,7 @@ def get_one(txn: lmdb.Transaction, store: Store, stream: str, partition: int, tx
     if raw is None:
         return None
     state, _, chunks, _ = keys.STATE.unpack(raw)
-    if state != O.CHECKPOINTED or txn_id < ttl_floor(info, now):
+    if state != TxnState.CHECKPOINTED or txn_id < ttl_floor(info, now):
         return None
     return TxnData(stream, partition, txn_id, load_items(txn, store, info, partition, txn_id, chunks))
 
@@ -120,7 +121,7 @@ def last_checkpointed(txn: lmdb.Transaction, store: Store, stream: str, partitio
         if tid < floor:
             return None
         state, _, chunks, _ = keys.STATE.unpack(v)
-        if state == O.CHECKPOINTED:
+        if state == TxnState.CHECKPOINTED:
             return TxnData(stream, partition, tid, load_items(txn, store, info, partition, tid, chunks))
     return None
 

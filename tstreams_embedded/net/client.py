@@ -35,27 +35,16 @@ from .connection import Connection
 from .future import Future
 
 _BLOB = msgpack.ExtType
-_TXN_OPS = {O.DATA, O.CHECKPOINT, O.CANCEL, O.INVALIDATE, O.CANCEL_IF_OPEN}
 
 
-def _txn_key(op: Sequence[Any]) -> tuple | None:
-    if op and op[0] in _TXN_OPS and len(op) >= 4:
-        return (op[1], op[2], op[3])
-    return None
-
-
-def encode_submit(ops: Sequence[Sequence[Any]], durable: bool) -> list:
-    """``[body, *blobs]`` for ``submit(ops, durable)``: every bytes-like operation argument
-    (item chunks) travels as its own frame."""
-    if not isinstance(ops, (list, tuple)):
-        raise errors.InvalidArgument("ops must be a list of operation tuples")
+def encode_submit(ops: Sequence[O.Operation], durable: bool) -> list:
+    """``[body, *blobs]`` for ``submit(ops, durable)``: each record as ``[opcode, *fields]``
+    (:func:`.ops.encode`), every bytes-like field (item chunks) as its own frame. The batch
+    is checked as a client batch first, so a bad one fails here with the server's message."""
     blobs: list[Any] = []
     wire: list[Any] = []
-    for op in ops:
-        if not isinstance(op, (list, tuple)):
-            wire.append(op)  # invalid: the engine rejects it with its own message
-            continue
-        row = list(op)
+    for op in O.check_client_batch(ops):
+        row = O.encode(op)
         for j in range(1, len(row)):
             v = row[j]
             if isinstance(v, (bytes, bytearray, memoryview)):
@@ -82,6 +71,10 @@ class RemoteBackend:
     ``tstreams keys generate``; ``curve_client`` names the client keypair in it) or the
     three Z85 keys ``server_public_key``, ``client_public_key`` and ``client_secret_key``.
     """
+
+    #: ``now_ms()`` is a round trip; consumers estimate the server clock locally instead.
+    local_clock = False
+
 
     def __init__(
         self,
@@ -165,7 +158,7 @@ class RemoteBackend:
         return time.perf_counter() - t
 
     # ------------------------------------------------------------------ writes
-    def submit(self, ops: Sequence[tuple], durable: bool = True) -> list[Any]:
+    def submit(self, ops: Sequence[O.Operation], durable: bool = True) -> list[Any]:
         """Apply ``ops`` atomically on the server; see the module docstring for pipelining."""
         self._check()
         if not isinstance(durable, bool):
@@ -173,8 +166,8 @@ class RemoteBackend:
         body = encode_submit(ops, durable)
         if not ops:
             return []
-        keys = [k for k in map(_txn_key, ops) if k is not None]
-        if self.pipeline_data and not durable and len(keys) == len(ops) and all(op[0] == O.DATA for op in ops):
+        keys = [k for k in map(O.txn_address, ops) if k is not None]
+        if self.pipeline_data and not durable and all(type(op) is O.Data for op in ops):
             fut = self._conn.request("submit", body, self.timeout, retry_safe=False)
             with self._lock:
                 for k in keys:
@@ -185,7 +178,7 @@ class RemoteBackend:
         self._barrier(keys)
         return self._conn.call_frames("submit", body, self.timeout, retry_safe=False)
 
-    def submit_async(self, ops: Sequence[tuple], durable: bool = True) -> Future:
+    def submit_async(self, ops: Sequence[O.Operation], durable: bool = True) -> Future:
         """Send a submit without waiting; the returned future gives its results (or error)."""
         self._check()
         body = encode_submit(ops, bool(durable))

@@ -30,19 +30,6 @@ from .session import Session
 MAX_WAIT = 300.0
 
 
-def _tuples(ops: Any) -> list:
-    """msgpack turned the operation tuples into lists; turn them back (anything else is
-    left for the engine to reject with its own error)."""
-    if type(ops) is not list:
-        raise errors.InvalidArgument("ops must be a list of operation tuples")
-    return [tuple(op) if type(op) is list else op for op in ops]
-
-
-# Operations that do not create or delete streams: batches made only of these may be
-# concatenated without changing what any of them does (the engine's per-batch stream cache
-# is only invalidated by stream creation and deletion).
-MERGEABLE = frozenset({O.OPEN, O.DATA, O.CHECKPOINT, O.CANCEL, O.CANCEL_IF_OPEN, O.INSTANT, O.KEEPALIVE,
-                       O.INVALIDATE, O.SET_OFFSETS, O.SET_MARKER})
 
 
 def submit_many(core: Any, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, Any]]:
@@ -51,7 +38,8 @@ def submit_many(core: Any, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, A
     Each call stays atomic on its own and sees the effects of the calls before it, exactly
     as if they were submitted one after the other. How:
 
-    1. When every call is made of :data:`MERGEABLE` operations, the calls are first tried
+    1. When every call is made of mergeable records (:attr:`.ops.OpSpec.mergeable`: they do
+       not create or delete streams, so concatenating them changes nothing), the calls are first tried
        as ONE engine batch (one nested transaction and one commit-log entry instead of one
        per call: half the engine's cost per call). If that batch fails, nothing of it was
        written, and the calls are submitted again separately (step 2) so that only the bad
@@ -63,7 +51,7 @@ def submit_many(core: Any, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, A
     reqs: list[tuple[int, tuple[list, bool]]] = []
     for i, args in enumerate(calls):
         try:
-            ops = _tuples(args[0])
+            ops = O.decode_all(args[0])
             durable = args[1] if len(args) > 1 else True
             if not isinstance(durable, bool):
                 raise errors.InvalidArgument(f"durable must be a boolean, got {type(durable).__name__}")
@@ -90,13 +78,12 @@ def submit_many(core: Any, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, A
     return out  # type: ignore[return-value]
 
 
-def _merged(core: Any, reqs: list[tuple[int, tuple[list, bool]]], out: list) -> bool:
+def _merged(core: Any, reqs: list[tuple[int, tuple[list[O.Operation], bool]]], out: list) -> bool:
     """Step 1 of :func:`submit_many`; False when not applicable or when the batch failed."""
-    merged: list[tuple] = []
+    merged: list[O.Operation] = []
     for _, (ops, _) in reqs:
-        for op in ops:
-            if type(op) is not tuple or not op or type(op[0]) is not int or op[0] not in MERGEABLE:
-                return False
+        if not all(map(O.is_mergeable, ops)):
+            return False
         merged.extend(ops)
     try:
         results = core.submit(merged, any(d for _, (_, d) in reqs))

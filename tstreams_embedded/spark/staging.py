@@ -59,12 +59,13 @@ def cancel_staged(backend: Any, txns: list[tuple[str, int, int]]) -> int:
     number actually cancelled."""
     if not txns:
         return 0
-    results = backend.submit([(O.CANCEL_IF_OPEN, s, p, t) for s, p, t in txns], durable=True)
+    results = backend.submit([O.CancelIfOpen(s, p, t) for s, p, t in txns], durable=True)
     return sum(1 for r in results if r)
 
 
-def checkpoint_ops(txns: list[tuple[str, int, int]]) -> list[tuple]:
-    return [(O.CHECKPOINT, s, p, t, None) for s, p, t in txns]
+def checkpoint_ops(txns: list[tuple[str, int, int]]) -> list[O.Operation]:
+    """The records that make staged transactions ``(stream, partition, txn_id)`` visible."""
+    return [O.Checkpoint(s, p, t) for s, p, t in txns]
 
 
 def input_columns(schema: Any) -> tuple[int, int | None]:
@@ -122,10 +123,10 @@ class _Stager:
         txn = self.open.get(partition)
         if txn is None:
             (txn_id,) = self.backend.submit(
-                [(O.OPEN, self.stream, partition, self.opts.staging_ttl_ms, None, None)], durable=False)
+                [O.Open(self.stream, partition, self.opts.staging_ttl_ms)], durable=False)
             self.staged.append((partition, txn_id))
             txn = (txn_id, 0)
-        self.backend.submit([(O.DATA, self.stream, partition, txn[0], O.pack_items(buf))], durable=False)
+        self.backend.submit([O.Data(self.stream, partition, txn[0], O.pack_items(buf))], durable=False)
         count = txn[1] + len(buf)
         self.buffers[partition] = []
         self.buffer_bytes[partition] = 0
@@ -140,7 +141,7 @@ class _Stager:
         if self.staged:
             # Restart the staging TTL from the end of the task (the driver commits next).
             self.backend.submit(
-                [(O.KEEPALIVE, [(self.stream, p, t) for p, t in self.staged], self.opts.staging_ttl_ms, None)],
+                [O.KeepAlive([[self.stream, p, t] for p, t in self.staged], self.opts.staging_ttl_ms)],
                 durable=False,
             )
 

@@ -45,7 +45,7 @@ def sink_marker_key(stream: str, producer_id: str) -> str:
     return f"spark-sink/{digest}"
 
 
-def _commit(backend: Any, ops: list[tuple], opts: WriteOptions) -> None:
+def _commit(backend: Any, ops: list[O.Operation], opts: WriteOptions) -> None:
     try:
         backend.submit(ops, durable=True)
     except TransactionExpired as exc:
@@ -90,7 +90,7 @@ class TStreamsStreamWriter(DataSourceStreamWriter):
         backend = engine_for(self.options.target).backend
         txns = staged_txns(messages)
         try:
-            _commit(backend, [(O.SET_MARKER, self.marker, int(batchId), True)] + checkpoint_ops(txns), self.options)
+            _commit(backend, [O.SetMarker(self.marker, int(batchId), True), *checkpoint_ops(txns)], self.options)
         except MarkerConflict:
             stored = backend.get_marker(self.marker)
             cancel_staged(backend, txns)

@@ -1,0 +1,31 @@
+"""Stream metadata as stored in the ``streams`` database (name -> msgpack record)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lmdb
+import msgpack
+
+from .. import errors
+from .backend import StreamInfo
+from .store import Store
+
+
+def encode_stream(info: StreamInfo) -> bytes:
+    return msgpack.packb([info.id, info.partitions, info.ttl, info.description, info.created])
+
+
+def decode_stream(name: str, raw: bytes) -> StreamInfo:
+    sid, partitions, ttl, description, created = msgpack.unpackb(raw)
+    return StreamInfo(name, sid, partitions, ttl, description, created)
+
+
+def lookup_stream(txn: lmdb.Transaction, store: Store, name: Any) -> StreamInfo:
+    """The stream ``name`` in snapshot ``txn``, or :class:`StreamNotFound`."""
+    if not isinstance(name, str):
+        raise errors.InvalidArgument(f"stream name must be a string, got {type(name).__name__}")
+    raw = txn.get(name.encode("utf-8"), db=store.streams) if name else None
+    if raw is None:
+        raise errors.StreamNotFound(f"stream {name!r} does not exist")
+    return decode_stream(name, raw)
