@@ -519,3 +519,35 @@ def test_a_checkpoint_group_spans_one_engine_only(make_engine) -> None:
     group = ts.CheckpointGroup(e1.producer("s"))
     with pytest.raises(errors.InvalidArgument):
         group.add(e2.producer("s"))
+
+
+def test_clients_cannot_forge_engine_resolved_fields_or_engine_records(engine: ts.Engine) -> None:
+    """Only log replay may carry resolved IDs and deadlines; compaction and invalidation
+    are the engine's own records. A client submit of any of them is refused whole."""
+    engine.create_stream("s", partitions=2)
+    engine.create_stream("keep", ttl=3600)
+    producer = engine.producer("s")
+    existing = producer.instant([b"committed"], partition=0)
+    engine.producer("keep").instant([b"unexpired"])
+    open_txn = producer.new_transaction(1)
+    open_txn.send(b"pending")
+    open_txn.flush()
+    before = (_visible(engine, "s"), _visible(engine, "keep"), engine.stats()["log_seq"])
+    chunk = O.pack_items([b"FORGED"])
+    forged = {
+        "instant over a committed id": O.Instant("s", 0, chunk, existing),
+        "instant far behind consumers": O.Instant("s", 0, chunk, 12345),
+        "open with a chosen id": O.Open("s", 0, 1000, txn_id=existing + 1),
+        "open that never expires": O.Open("s", 0, 1000, deadline=2**63 - 1),
+        "keep-alive forever": O.KeepAlive([["s", 1, open_txn.id]], 1000, 2**63 - 1),
+        "compaction of unexpired data": O.Compact("keep", 0, 2**63 - 1),
+        "invalidation": O.Invalidate("s", 1, open_txn.id),
+    }
+    for what, op in forged.items():
+        with pytest.raises(errors.InvalidArgument, match="engine"):
+            engine.backend.submit([O.Instant("s", 0, O.pack_items([b"innocent"])), op])
+            pytest.fail(f"{what}: accepted")
+    assert (_visible(engine, "s"), _visible(engine, "keep"), engine.stats()["log_seq"]) == before
+    open_txn.send(b"more")
+    open_txn.checkpoint()  # the open transaction was not touched either
+    assert engine.backend.get_transaction("s", 1, open_txn.id).items == [b"pending", b"more"]

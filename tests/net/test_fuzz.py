@@ -80,7 +80,7 @@ def malformed(r: random.Random, i: int) -> list[bytes]:
         ops.insert(r.randrange(0, len(ops) + 1), [99])
         return [framing.pack_request_header(i, "submit", 0), safe_pack([ops, rand_value(r)])]
     if kind == 7:  # blob references that do not match the frames
-        body = framing.pack([[[O.INSTANT, "s", 0, msgpack.ExtType(1, r.randbytes(4)), None]], True])
+        body = framing.pack([[O.encode(O.Instant("s", 0, msgpack.ExtType(1, r.randbytes(4))))], True])
         return [framing.pack_request_header(i, "submit", 0), body] + [b"\x91\xc4\x01x"] * r.randrange(0, 3)
     if kind == 8:  # oversized frame (ZMQ_MAXMSGSIZE: the server drops the connection)
         if i % 100 == 8:
@@ -160,5 +160,41 @@ def test_fuzz_10000_malformed_messages(make_server: Any) -> None:
             assert fresh.consumer("s", name="c").offsets == c.offsets
         finally:
             fresh.close()
+    finally:
+        engine.close()
+
+
+def test_forged_records_on_the_wire_are_refused(make_server: Any) -> None:
+    """A client that bypasses RemoteBackend and writes rows by hand still cannot set fields
+    only the engine resolves, nor submit engine-only records: the server refuses the batch."""
+    srv = make_server()
+    engine = ts.connect(srv.endpoint, timeout=20)
+    try:
+        engine.create_stream("s")
+        existing = engine.producer("s").instant([b"committed"])
+        before = snapshot(engine)
+        chunk = O.pack_items([b"FORGED"])
+        rows = [
+            [int(O.Opcode.INSTANT), "s", 0, chunk, existing],
+            [int(O.Opcode.OPEN), "s", 0, 1000, None, 2**63 - 1, None],
+            [int(O.Opcode.KEEPALIVE), [["s", 0, existing]], 1000, 2**63 - 1],
+            [int(O.Opcode.COMPACT), "s", 0, 2**63 - 1],
+            [int(O.Opcode.INVALIDATE), "s", 0, existing],
+            [int(O.Opcode.INSTANT), "s", 0],  # too few fields
+            [int(O.Opcode.INSTANT), "s", 0, chunk, None, "extra"],  # too many
+        ]
+        s = zmq.Context.instance().socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(srv.endpoint)
+        try:
+            for i, row in enumerate(rows):
+                s.send_multipart([framing.pack_request_header(i, "submit", 0), framing.pack([[row], True])])
+                assert s.poll(20_000), f"no reply to {row!r:.60}"
+                req_id, flags, value = framing.unpack_reply(s.recv_multipart())
+                assert req_id == i and flags & framing.ERROR, f"{row!r:.60} was accepted: {value!r}"
+                assert value[0] == "InvalidArgument", value
+        finally:
+            s.close(0)
+        assert snapshot(engine) == before
     finally:
         engine.close()
