@@ -170,8 +170,8 @@ def test_forged_records_on_the_wire_are_refused(make_server: Any) -> None:
     srv = make_server()
     engine = ts.connect(srv.endpoint, timeout=20)
     try:
-        engine.create_stream("s")
-        existing = engine.producer("s").instant([b"committed"])
+        engine.create_stream("s", partitions=2)
+        existing = engine.producer("s").instant([b"committed"], partition=0)
         before = snapshot(engine)
         chunk = O.pack_items([b"FORGED"])
         rows = [

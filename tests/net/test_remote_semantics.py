@@ -105,7 +105,8 @@ BAD_CALLS: list[tuple[str, Callable[[Any], Any]]] = [
     ("bad marker name", lambda e: e.backend.get_marker(""),),
     ("ops not a list", lambda e: e.backend.submit("nonsense")),
     ("unknown opcode", lambda e: e.backend.submit([(99, "s")])),
-    ("missing op args", lambda e: e.backend.submit([O.Open("s")])),
+    ("bad op field", lambda e: e.backend.submit([O.Open("s", 0, None)])),  # type: ignore[arg-type]
+    ("engine-resolved field", lambda e: e.backend.submit([O.Instant("s", 0, O.pack_items([b"x"]), 5)])),
     ("item too large", lambda e: e.backend.submit(
         [O.Instant("s", 0, O.pack_items([b"x" * (10 * 1024 * 1024 + 1)]))])),
     ("marker conflict", lambda e: [e.backend.submit([O.SetMarker("m", 5, True)]) for _ in range(2)]),

@@ -1,4 +1,5 @@
-"""The planning scan: the embedded index fast path equals the generic ``fetch`` path."""
+"""The planning scan reads the index only (``Backend.scan_index``) and finds exactly what
+reading the transactions finds, embedded and remote."""
 
 from __future__ import annotations
 
@@ -7,15 +8,22 @@ import time
 import pytest
 
 from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.iteration import iter_transactions
 from tstreams_embedded.spark import scan as S
 
 
-def _both(backend, monkeypatch, *args):
-    fast = S.scan_partition(backend, *args)
-    with monkeypatch.context() as m:
-        m.setattr(S, "_embedded_index_scan", lambda *a: None)
-        slow = S.scan_partition(backend, *args)
-    return fast, slow
+def _reference(backend, stream, partition, after, upto=None, max_rows=None) -> S.PartitionScan:
+    """What a scan must find, computed from full transactions read with ``fetch``."""
+    walk = iter_transactions(backend, stream, partition, after, S.MAX_ID if upto is None else upto)
+    txns = [(t.id, len(t.items)) for t in walk]
+    if max_rows is not None:
+        kept, rows = [], 0
+        for tid, n in txns:
+            if kept and rows + n > max_rows:
+                return S.PartitionScan(kept, kept[-1][0], False, True)
+            kept.append((tid, n))
+            rows += n
+    return S.PartitionScan(txns, walk.position, walk.blocked)
 
 
 def _stage(backend, ttl_ms=60_000, items=(b"x",)):
@@ -24,7 +32,7 @@ def _stage(backend, ttl_ms=60_000, items=(b"x",)):
     return tid
 
 
-def test_fast_scan_matches_fetch(engine, monkeypatch):
+def test_index_scan_matches_reading_the_transactions(engine):
     engine.create_stream("s", partitions=1)
     backend = engine.backend
     producer = engine.producer("s")
@@ -37,16 +45,17 @@ def test_fast_scan_matches_fetch(engine, monkeypatch):
     for after in (0, ids[0], ids[3], cancelled, ids[5]):
         for upto in (None, ids[2], cancelled, ids[4] - 1, ids[-1]):
             for max_rows in (None, 1, 4, 5, 9, 100):
-                fast, slow = _both(backend, monkeypatch, "s", 0, after, upto, max_rows)
-                assert fast == slow, (after, upto, max_rows)
-    full, _ = _both(backend, monkeypatch, "s", 0, 0)
+                got = S.scan_partition(backend, "s", 0, after, upto, max_rows)
+                assert got == _reference(backend, "s", 0, after, upto, max_rows), (after, upto, max_rows)
+    full = S.scan_partition(backend, "s", 0, 0)
     assert full.blocked and full.position == ids[5] and [t for t, _ in full.txns] == ids[:6]
     backend.submit([O.Checkpoint("s", 0, opened)])
-    full, slow = _both(backend, monkeypatch, "s", 0, 0)
-    assert full == slow and not full.blocked and [t for t, _ in full.txns] == ids[:6] + [opened, ids[6]]
+    full = S.scan_partition(backend, "s", 0, 0)
+    assert full == _reference(backend, "s", 0, 0) and not full.blocked
+    assert [t for t, _ in full.txns] == ids[:6] + [opened, ids[6]]
 
 
-def test_expired_open_transaction_is_invalidated_then_passed(engine, monkeypatch):
+def test_expired_open_transaction_is_invalidated_then_passed(engine):
     engine.create_stream("s", partitions=1)
     backend = engine.backend
     first = engine.producer("s").instant([b"a"], partition=0)

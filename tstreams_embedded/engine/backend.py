@@ -78,6 +78,29 @@ class Fetched:
         return cls([TxnData.from_wire(t) for t in v[0]], v[1], v[2])
 
 
+@dataclass(frozen=True)
+class IndexScan:
+    """The result of :meth:`Backend.scan_index`: what :meth:`Backend.fetch` would return,
+    without the items.
+
+    ``entries`` are ``(txn_id, item_count)`` of checkpointed transactions in ID order;
+    ``position`` and ``blocked`` mean what they mean in :class:`Fetched`; ``truncated`` is
+    true when the scan stopped at ``max_txns`` (more may follow from ``position``).
+    """
+
+    entries: list[tuple[int, int]]
+    position: int
+    blocked: bool
+    truncated: bool
+
+    def to_wire(self) -> list[Any]:
+        return [[list(e) for e in self.entries], self.position, self.blocked, self.truncated]
+
+    @classmethod
+    def from_wire(cls, v: Sequence[Any]) -> IndexScan:
+        return cls([(int(i), int(n)) for i, n in v[0]], v[1], v[2], v[3])
+
+
 class Backend(Protocol):
     """What the public API needs from storage. Every method raises errors from
     :mod:`tstreams_embedded.errors` (``EngineClosed`` once closed)."""
@@ -112,6 +135,13 @@ class Backend(Protocol):
     # --- reads ----------------------------------------------------------------------
     def fetch(self, stream: str, partition: int, after: int, max_txns: int = 256) -> Fetched:
         """Checkpointed transactions with ID > ``after``, stopping at an open one."""
+        ...
+
+    def scan_index(self, stream: str, partition: int, after: int, upto: int = 2**63 - 1,
+                   max_txns: int = 4096) -> IndexScan:
+        """Like :meth:`fetch` for ``after < id <= upto``, returning IDs and item counts only
+        (no item bytes): query planning reads the index, not the data. When the scan meets
+        a transaction beyond ``upto``, ``position`` is ``upto``."""
         ...
 
     def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:

@@ -36,9 +36,10 @@ from .. import errors
 from . import keys, reads
 from . import ops as O
 from .apply import Applier
-from .backend import Fetched, StreamInfo, TxnData
+from .backend import Fetched, IndexScan, StreamInfo, TxnData
 from .catalog import decode_stream, lookup_stream
 from .committer import GroupCommitter
+from .iteration import iter_transactions
 from .ops import Operation
 from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store
 from .validate import check_int, check_name
@@ -203,21 +204,26 @@ class Core:
         self._check()
         check_int(from_id, "from_id", 0, 2**63 - 1)
         check_int(to_id, "to_id", 0, 2**63 - 1)
-        out: list[TxnData] = []
-        after = max(from_id - 1, 0)
-        while after < to_id:
+        return list(iter_transactions(self, stream, partition, max(from_id - 1, 0), to_id, 4096))
+
+    def scan_index(self, stream: str, partition: int, after: int, upto: int = 2**63 - 1,
+                   max_txns: int = 4096) -> IndexScan:
+        self._check()
+        check_int(after, "after", 0, 2**63 - 1)
+        check_int(upto, "upto", 0, 2**63 - 1)
+        check_int(max_txns, "max_txns", 1, 1 << 20)
+        entries: list[tuple[int, int]] = []
+        position = after
+        while True:
             now = self.clock()
             with self.store.read() as txn:
-                s = reads.scan(txn, self.store, stream, partition, after, to_id, 4096, now)
-            out.extend(s.txns)
-            if s.expired is not None:  # an expired open transaction: invalidate it and read on past it
-                self._invalidate(stream, partition, s.expired)
-                after = s.position
-                continue
-            if s.blocked or len(s.txns) < 4096:
-                break
-            after = s.position
-        return out
+                s = reads.scan(txn, self.store, stream, partition, position, upto, max_txns - len(entries), now,
+                               load=False)
+            entries.extend(s.index)
+            position = max(position, s.position)
+            if s.expired is None:
+                return IndexScan(entries, position, s.blocked, s.full)
+            self._invalidate(stream, partition, s.expired)  # then scan on past it
 
     def last_transaction(self, stream: str, partition: int) -> TxnData | None:
         self._check()

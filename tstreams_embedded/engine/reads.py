@@ -21,6 +21,9 @@ from .ops import TxnState
 from .store import Store
 from .validate import check_partition
 
+CHECKPOINTED = int(TxnState.CHECKPOINTED)
+OPENED = int(TxnState.OPENED)
+
 
 def ttl_floor(info: StreamInfo, now: int) -> int:
     """Transactions with an ID below this are past the stream's TTL and never returned."""
@@ -41,45 +44,60 @@ def load_items(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition:
 
 
 class Scan:
-    """Result of :func:`scan`: returned txns, the position passed, whether it stopped at an
-    open transaction, and the ID of an expired open transaction that needs invalidating."""
+    """Result of :func:`scan`: the checkpointed transactions found (``txns`` with their
+    items, or ``index`` as ``(id, item count)`` when not loading), the position passed,
+    whether it stopped at an open transaction, whether it stopped at ``max_txns``
+    (``full``), and the ID of an expired open transaction that needs invalidating."""
 
-    __slots__ = ("txns", "position", "blocked", "expired")
+    __slots__ = ("txns", "index", "position", "blocked", "full", "expired")
 
-    def __init__(self) -> None:
+    def __init__(self, position: int) -> None:
         self.txns: list[TxnData] = []
-        self.position = 0
+        self.index: list[tuple[int, int]] = []
+        self.position = position
         self.blocked = False
+        self.full = False
         self.expired: int | None = None
 
 
 def scan(txn: lmdb.Transaction, store: Store, stream: str, partition: int, after: int, upto: int,
-         max_txns: int, now: int) -> Scan:
-    """Visit transactions ``after < id <= upto`` of a partition (see module docstring)."""
+         max_txns: int, now: int, load: bool = True) -> Scan:
+    """Visit transactions ``after < id <= upto`` of a partition (see module docstring).
+
+    With ``load`` the items of each checkpointed transaction are read; without it only the
+    transaction records are (an index-only scan). Meeting a transaction beyond ``upto``
+    moves the position to ``upto``: IDs only grow, so nothing can appear in between."""
     info = lookup_stream(txn, store, stream)
     check_partition(info, partition)
-    out = Scan()
-    out.position = after
+    out = Scan(after)
     floor = ttl_floor(info, now)
     prefix = keys.part_key(info.id, partition)
     cur = txn.cursor(db=store.txns)
     if after >= 2**63 - 1 or not cur.set_range(keys.txn_key(info.id, partition, after + 1)):
         return out
     unpack_state = keys.STATE.unpack
+    found = 0
     for k, v in cur.iternext():
         if k[: keys.PART_LEN] != prefix:
             break
         tid = keys.txn_id_of(k)
         if tid > upto:
+            out.position = upto
             break
-        state, deadline, chunks, _ = unpack_state(v)
-        if state == TxnState.CHECKPOINTED:
+        state, deadline, chunks, items = unpack_state(v)
+        if state == CHECKPOINTED:
             out.position = tid
             if tid >= floor:
-                out.txns.append(TxnData(stream, partition, tid, load_items(txn, store, info, partition, tid, chunks)))
-                if len(out.txns) >= max_txns:
+                if load:
+                    items_ = load_items(txn, store, info, partition, tid, chunks)
+                    out.txns.append(TxnData(stream, partition, tid, items_))
+                else:
+                    out.index.append((tid, items))
+                found += 1
+                if found >= max_txns:
+                    out.full = True
                     break
-        elif state == TxnState.OPENED:
+        elif state == OPENED:
             if deadline <= now:
                 out.expired = tid
             out.blocked = True

@@ -29,7 +29,7 @@ import zmq
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.backend import Fetched, StreamInfo, TxnData
+from ..engine.backend import Fetched, IndexScan, StreamInfo, TxnData
 from . import framing
 from .connection import Connection
 from .future import Future
@@ -211,6 +211,10 @@ class RemoteBackend:
 
     def fetch(self, stream: str, partition: int, after: int, max_txns: int = 256) -> Fetched:
         return Fetched.from_wire(self._call("fetch", stream, partition, after, max_txns))
+
+    def scan_index(self, stream: str, partition: int, after: int, upto: int = 2**63 - 1,
+                   max_txns: int = 4096) -> IndexScan:
+        return IndexScan.from_wire(self._call("scan_index", stream, partition, after, upto, max_txns))
 
     def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:
         v = self._call("get_transaction", stream, partition, txn_id)

@@ -132,6 +132,11 @@ def backend_registry(core: Any, server_info: dict[str, Any] | None = None) -> Re
     def fetch(session: Session, stream: str, partition: int, after: int, max_txns: int = 256) -> list:
         return core.fetch(stream, partition, after, max_txns).to_wire()
 
+    @reg.call("scan_index")
+    def scan_index(session: Session, stream: str, partition: int, after: int, upto: int = 2**63 - 1,
+                   max_txns: int = 4096) -> list:
+        return core.scan_index(stream, partition, after, upto, max_txns).to_wire()
+
     @reg.call("get_transaction")
     def get_transaction(session: Session, stream: str, partition: int, txn_id: int) -> list | None:
         t = core.get_transaction(stream, partition, txn_id)

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from ..engine.iteration import iter_transactions
 from ..errors import StreamNotFound
 from .connection import engine_for
 from .options import ReadOptions, Target
@@ -88,23 +89,9 @@ def read_chunk(target: Target, value_format: str, chunk: ChunkPartition) -> Iter
         return
     backend = engine_for(target).backend
     for partition, after, last, _ in segments:
-        yield from record_batches(_txns(backend, target.stream, partition, after, last), target.stream, partition,
+        yield from record_batches(iter_transactions(backend, target.stream, partition, after, last, FETCH_TXNS),
+                                  target.stream, partition,
                                   value_format)
-
-
-def _txns(backend: Any, stream: str, partition: int, after: int, last: int) -> Iterator[Any]:
-    pos = after
-    while pos < last:
-        fetched = backend.fetch(stream, partition, pos, FETCH_TXNS)
-        for txn in fetched.txns:
-            if txn.id > last:
-                return
-            yield txn
-            pos = txn.id
-        if not fetched.txns or fetched.blocked:
-            # Everything up to ``last`` was resolved at planning time; an empty answer means
-            # the rest has expired (stream TTL) or been deleted since.
-            return
 
 
 class TStreamsBatchReader(DataSourceReader):

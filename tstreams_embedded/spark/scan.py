@@ -16,10 +16,12 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine.backend import Backend
+from ..engine.validate import MAX_ID
 from ..errors import InvalidArgument, PartitionOutOfRange
 from ..ids import txn_id_at
 
-SCAN_BATCH = 512
+SCAN_BATCH = 4096
 
 
 @dataclass
@@ -84,7 +86,7 @@ def check_spec_partitions(specs: dict[str, Any], option: str, info: Any) -> None
             )
 
 
-def scan_partition(backend: Any, stream: str, partition: int, after: int, upto: int | None = None,
+def scan_partition(backend: Backend, stream: str, partition: int, after: int, upto: int | None = None,
                    max_rows: int | None = None) -> PartitionScan:
     """Scan ``partition`` for checkpointed transactions with ``after < id <= upto``.
 
@@ -92,38 +94,24 @@ def scan_partition(backend: Any, stream: str, partition: int, after: int, upto: 
     collected (always at least one transaction, so progress is made even when a single
     transaction is larger than ``max_rows``; a transaction is never split).
 
-    Against the embedded engine the scan reads only the transaction records (ID, state,
-    item count), not the items (:func:`_embedded_index_scan`); any other backend is scanned
-    through ``Backend.fetch``.
+    Reads only the transaction index (IDs and item counts, :meth:`Backend.scan_index`),
+    never the items, embedded and remote alike.
     """
-    fast = _embedded_index_scan(backend, stream, partition, after, upto, max_rows)
-    if fast is not None:
-        return fast
     txns: list[tuple[int, int]] = []
     pos = after
     rows = 0
+    end = MAX_ID if upto is None else upto
     while True:
-        fetched = backend.fetch(stream, partition, pos, SCAN_BATCH)
-        for txn in fetched.txns:
-            if upto is not None and txn.id > upto:
-                return PartitionScan(txns, max(pos, upto), False)
-            n = len(txn.items)
+        scan = backend.scan_index(stream, partition, pos, end, SCAN_BATCH)
+        for tid, n in scan.entries:
             if max_rows is not None and txns and rows + n > max_rows:
                 return PartitionScan(txns, pos, False, True)
-            txns.append((txn.id, n))
-            pos = txn.id
+            txns.append((tid, n))
+            pos = tid
             rows += n
-        if fetched.blocked and fetched.txns:
-            continue  # ask again from here: a blocker whose TTL passed is invalidated at the head
-        if fetched.blocked or len(fetched.txns) < SCAN_BATCH:
-            # The end of the partition, or an open transaction: everything up to the fetch
-            # position (including cancelled/invalid records after the last txn) is passed.
-            end = max(pos, int(fetched.position))
-            if upto is not None and end > upto:
-                return PartitionScan(txns, max(pos, upto), False)
-            return PartitionScan(txns, end, bool(fetched.blocked))
-        if max_rows is not None and rows >= max_rows:
-            return PartitionScan(txns, pos, False, True)
+        pos = max(pos, scan.position)
+        if not scan.truncated:  # the end, an open transaction, or ``upto``
+            return PartitionScan(txns, pos, scan.blocked)
 
 
 def split_chunks(txns: list[tuple[int, int]], after: int, end: int, rows_per_split: int) -> list[tuple[int, int, int]]:
@@ -142,58 +130,3 @@ def split_chunks(txns: list[tuple[int, int]], after: int, end: int, rows_per_spl
     if rows:
         chunks.append((lo, max(end, lo), rows))
     return chunks
-
-
-def _embedded_index_scan(backend: Any, stream: str, partition: int, after: int, upto: int | None,
-                         max_rows: int | None) -> PartitionScan | None:
-    """:func:`scan_partition` on an embedded ``Core`` from its transaction records alone.
-
-    Follows the engine's read rule exactly (``engine/reads.py``: checkpointed and within the
-    stream TTL -> returned; cancelled/invalid/past TTL -> passed; open -> stop). Returns None
-    (the caller then uses ``fetch``) for other backends, and when it meets an open
-    transaction whose TTL has passed, which only the engine's write path may invalidate.
-    """
-    try:
-        from ..engine import keys, reads
-        from ..engine import ops as O
-        from ..engine.core import Core
-    except ImportError:  # pragma: no cover - engine layout changed
-        return None
-    if not isinstance(backend, Core):
-        return None
-    backend._check()
-    now = backend.clock()
-    store = backend.store
-    txns: list[tuple[int, int]] = []
-    pos = after  # the last transaction taken
-    passed = after  # the last record examined and passed (any state)
-    rows = 0
-    with store.read() as txn:
-        info = reads.lookup_stream(txn, store, stream)
-        reads.check_partition(info, partition)
-        floor = reads.ttl_floor(info, now)
-        prefix = keys.part_key(info.id, partition)
-        cur = txn.cursor(db=store.txns)
-        if after >= 2**63 - 1 or not cur.set_range(keys.txn_key(info.id, partition, after + 1)):
-            return PartitionScan(txns, pos, False)
-        unpack = keys.STATE.unpack
-        for k, v in cur.iternext():
-            if k[: keys.PART_LEN] != prefix:
-                break
-            tid = keys.txn_id_of(k)
-            if upto is not None and tid > upto:
-                return PartitionScan(txns, max(pos, upto), False)
-            state, deadline, _, items = unpack(v)
-            if state == O.CHECKPOINTED and tid >= floor:
-                if max_rows is not None and txns and rows + items > max_rows:
-                    return PartitionScan(txns, pos, False, True)
-                txns.append((tid, items))
-                rows += items
-                pos = passed = tid
-            elif state == O.OPENED:
-                if deadline <= now:
-                    return None  # expired: let fetch invalidate it through the write path
-                return PartitionScan(txns, max(pos, passed), True)
-            else:
-                passed = tid
-    return PartitionScan(txns, max(pos, passed), False)
