@@ -38,7 +38,6 @@ class WriteExecutor:
         self._jobs: deque[Job] = deque()
         self._cond = threading.Condition()
         self._stopping = False
-        self._busy = False
         self.batches = 0
         self.calls = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -49,11 +48,6 @@ class WriteExecutor:
             self._jobs.append(job)
             if len(self._jobs) == 1:
                 self._cond.notify()
-
-    @property
-    def idle(self) -> bool:
-        with self._cond:
-            return not self._jobs and not self._busy
 
     def stop(self, timeout: float | None = None) -> None:
         """Finish every queued job, then end the thread."""
@@ -71,12 +65,7 @@ class WriteExecutor:
                     return
                 n = min(len(self._jobs), self._max_batch)
                 jobs = [self._jobs.popleft() for _ in range(n)]
-                self._busy = True
-            try:
-                self._deliver(self._execute(jobs))
-            finally:
-                with self._cond:
-                    self._busy = False
+            self._deliver(self._execute(jobs))
 
     def _execute(self, jobs: list[Job]) -> list[Done]:
         out = execute(jobs)

@@ -467,7 +467,6 @@ class Server:
             self._finish_running(r)
             self._send_error(s.identity, r.req_id, e)
             return
-        r.steps += 1
         if isinstance(v, Directive):
             self._park(r, v)
         else:
