@@ -31,6 +31,7 @@ CALL = "call"
 STREAM = "stream"
 NOTIFY = "notify"
 EXECUTORS = ("inline", "pool", "write")
+VARIADIC = 1 << 30  # max_args of a handler taking *args
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,19 @@ class Handler:
     batch: Callable[[Sequence[tuple]], list[tuple[bool, Any]]] | None = None
     min_args: int = 0
     max_args: int = 0
+
+    @property
+    def route(self) -> str:
+        """How the server runs it: the ``executor`` of a ``CALL``, else its ``kind``."""
+        return self.executor if self.kind == CALL else self.kind
+
+    def arity_text(self) -> str:
+        """The number of arguments it takes, in words (for error messages)."""
+        if self.max_args >= VARIADIC:
+            return f"at least {self.min_args}"
+        if self.min_args == self.max_args:
+            return str(self.min_args)
+        return f"{self.min_args} to {self.max_args}"
 
 
 class Directive:
@@ -134,7 +148,7 @@ def _arity(fn: Callable) -> tuple[int, int]:
     lo = hi = 0
     for p in params:
         if p.kind == p.VAR_POSITIONAL:
-            return lo, 1 << 30
+            return lo, VARIADIC
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             hi += 1
             if p.default is p.empty:
