@@ -216,7 +216,7 @@ class Connection:
             return
         r.future.set_exception(EngineClosed("request cancelled"))
         if not self._closed:
-            self.notify("cancel", [framing.pack([r.id])])
+            self.notify("cancel", framing.encode_args([r.id]))
 
     def call(self, method: str, *args: Any, timeout: float | None = None, retry_safe: bool = True) -> Any:
         """Blocking request with msgpack-encoded ``args``; return the reply value or raise its error."""

@@ -14,20 +14,41 @@ in their ``to_wire()`` forms.
 * ``watch(seen)`` is a subscription: one response per commit-sequence change, until the
   client cancels it (``cancel(request_id)``) or goes away.
 * ``compact()`` runs on the thread pool.
+
+The served object must provide :class:`ServedBackend`: the Backend, plus what the server
+reports (``path``, ``durability``) and runs (``compact``, ``submit_many``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Generator, Sequence
+from typing import Any, Protocol
 
 from .. import errors
 from ..engine import ops as O
+from ..engine.backend import Backend
 from .registry import Registry, WaitCommit
 from .session import Session
 
 MAX_WAIT = 300.0
+
+
+class ServedBackend(Backend, Protocol):
+    """What :func:`backend_registry` serves (the embedded :class:`~tstreams_embedded.engine.core.Core`)."""
+
+    #: The data directory.
+    path: str
+    #: ``"sync"``, ``"strict"`` or ``"async"``.
+    durability: str
+
+    def compact(self) -> dict[str, int]:
+        """Remove expired data now; return what was removed."""
+        ...
+
+    def submit_many(self, calls: Sequence[tuple[Sequence[tuple[Any, ...]], bool]]) -> list[tuple[bool, Any]]:
+        """Several ``submit(ops, durable)`` calls in one commit group; one ``(ok, value)`` each."""
+        ...
 
 
 def _tuples(ops: Any) -> list:
@@ -120,8 +141,8 @@ def _one_by_one(core: Any, calls: list[tuple[list, bool]]) -> list[tuple[bool, A
     return out
 
 
-def backend_registry(core: Any, server_info: dict[str, Any] | None = None) -> Registry:
-    """A :class:`Registry` exposing ``core`` (a Core or any Backend)."""
+def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = None) -> Registry:
+    """A :class:`Registry` exposing ``core``."""
     reg = Registry()
     info = dict(server_info or {})
 
@@ -211,8 +232,8 @@ def backend_registry(core: Any, server_info: dict[str, Any] | None = None) -> Re
         return {
             **info,
             "pid": os.getpid(),
-            "max_item_size": getattr(core, "max_item_size", None),
-            "durability": getattr(core, "durability", None),
+            "max_item_size": core.max_item_size,
+            "durability": core.durability,
             "methods": reg.names(),
         }
 
