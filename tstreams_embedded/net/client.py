@@ -138,28 +138,29 @@ class RemoteBackend:
         timeout: float = 30.0,
         heartbeat: float = 2.0,
         *,
-        curve_dir: str | os.PathLike | None = None,
+        curve_dir: str | os.PathLike[str] | None = None,
         curve_client: str = "client",
         server_public_key: bytes | str | None = None,
         client_public_key: bytes | str | None = None,
         client_secret_key: bytes | str | None = None,
         pipeline_data: bool = True,
-        context: zmq.Context | None = None,
+        context: zmq.Context[Any] | None = None,
     ) -> None:
-        curve = None
+        curve: tuple[bytes, bytes, bytes] | None = None
         if curve_dir is not None:
             curve = _curve_from_dir(os.fspath(curve_dir), curve_client)
         elif server_public_key is not None:
             if client_public_key is None or client_secret_key is None:
                 raise errors.InvalidArgument("CURVE needs server_public_key, client_public_key and client_secret_key")
-            curve = tuple(k.encode() if isinstance(k, str) else bytes(k)
-                          for k in (server_public_key, client_public_key, client_secret_key))
+            server_pub, client_pub, client_sec = (k.encode() if isinstance(k, str) else bytes(k)
+                                                  for k in (server_public_key, client_public_key, client_secret_key))
+            curve = (server_pub, client_pub, client_sec)
         self.endpoint = endpoint
         self.timeout = timeout
         self.pipeline_data = pipeline_data
         self._conn = Connection(endpoint, timeout=timeout, heartbeat=heartbeat, curve=curve, context=context)
         self._lock = threading.Lock()
-        self._inflight: dict[tuple, list[Future]] = {}  # pipelined DATA per (stream, partition, txn)
+        self._inflight: dict[tuple[Any, ...], list[Future]] = {}  # pipelined DATA per (stream, partition, txn)
         self._info: dict[str, Any] | None = None
         self._closed = False
 
@@ -203,7 +204,8 @@ class RemoteBackend:
 
     def server_stats(self) -> dict[str, Any]:
         """Network counters of the server process that answers."""
-        return self._call("server_stats")
+        stats: dict[str, Any] = self._call("server_stats")
+        return stats
 
     def ping(self) -> float:
         """Round-trip one request; return the seconds it took."""
@@ -232,13 +234,13 @@ class RemoteBackend:
         self._barrier(keys)
         return self._conn.call_frames("submit", body, self.timeout, retry_safe=False)
 
-    def submit_async(self, ops: Sequence[tuple], durable: bool = True) -> Future:
+    def submit_async(self, ops: Sequence[tuple[Any, ...]], durable: bool = True) -> Future:
         """Send a submit without waiting; the returned future gives its results (or error)."""
         self._check()
         body = encode_submit(ops, bool(durable))
         return self._conn.request("submit", body, self.timeout, retry_safe=False)
 
-    def _barrier(self, keys: list[tuple]) -> None:
+    def _barrier(self, keys: list[tuple[Any, ...]]) -> None:
         """Wait for pipelined DATA of these transactions; raise the first failure."""
         if not self._inflight or not keys:
             return
@@ -273,9 +275,10 @@ class RemoteBackend:
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         """Long poll on the server (it never blocks its loop for it)."""
         t = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else 0.0
-        return self._call("wait_for_commit", seen, timeout, timeout=self.timeout + max(t, 0.0))
+        generation: int = self._call("wait_for_commit", seen, timeout, timeout=self.timeout + max(t, 0.0))
+        return generation
 
-    def watch(self, seen: int, callback: Any) -> Subscription:
+    def watch(self, seen: int, callback: Callable[[int], Any]) -> Subscription:
         """Call ``callback(sequence)`` (on the client's I/O thread) for every commit-log
         sequence change after ``seen``, until :meth:`Subscription.cancel`."""
         self._check()
@@ -284,7 +287,9 @@ class RemoteBackend:
         return Subscription(self._conn, fut)
 
     def compact(self) -> dict[str, int]:
-        return self._call("compact", retry_safe=False)
+        """Remove expired data on the server now; return what was removed."""
+        removed: dict[str, int] = self._call("compact", retry_safe=False)
+        return removed
 
     def close(self) -> None:
         """Close the connection (the server and its data are unaffected). Idempotent."""

@@ -71,7 +71,7 @@ _MONITOR_EVENTS = (
 class _Req:
     __slots__ = ("id", "method", "frames", "future", "deadline", "retry_safe", "on_item", "epoch", "timeout")
 
-    def __init__(self, rid: int, method: str, frames: list, future: Future, timeout: float,
+    def __init__(self, rid: int, method: str, frames: list[Any], future: Future, timeout: float,
                  retry_safe: bool, on_item: Callable[[Any], Any] | None) -> None:
         self.id = rid
         self.method = method
@@ -99,7 +99,7 @@ class Connection:
         curve: tuple[bytes, bytes, bytes] | None = None,
         reconnect_ivl_ms: int = 100,
         reconnect_ivl_max_ms: int = 1000,
-        context: zmq.Context | None = None,
+        context: zmq.Context[Any] | None = None,
     ) -> None:
         eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         if not eps or not all(isinstance(e, str) and "://" in e for e in eps):
@@ -390,7 +390,7 @@ class Connection:
     def _can_send(self) -> bool:
         return not self._hold and any(self._live.values())
 
-    def _try_send(self, frames: list) -> bool:
+    def _try_send(self, frames: list[Any]) -> bool:
         try:
             zmqfast.send_multipart(self._sock, frames)
             self._sends += 1
@@ -475,9 +475,8 @@ class Connection:
             except zmq.Again:
                 return
             ev = parse_monitor_message(msg)
-            event, endpoint = ev["event"], ev["endpoint"]
-            if isinstance(endpoint, bytes):
-                endpoint = endpoint.decode("utf-8", "replace")
+            event, raw = ev["event"], ev["endpoint"]
+            endpoint = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._live[endpoint] = self._live.get(endpoint, 0) + 1
                 self._epoch += 1

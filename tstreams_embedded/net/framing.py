@@ -24,7 +24,7 @@ Everything that can be wrong with a message raises :class:`ProtocolError`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -44,8 +44,8 @@ NOT_EXECUTED = 4  # with ERROR: the request was not executed (server stopping); 
 
 MAX_METHOD_LEN = 64
 
-_pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
-_EMPTY_ARGS: list = []
+_pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_EMPTY_ARGS: list[Any] = []
 
 
 def pack(value: Any) -> bytes:

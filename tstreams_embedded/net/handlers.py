@@ -155,28 +155,28 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
     reg.add("submit", submit, executor="write", batch=lambda calls: submit_many(core, calls))
 
     @reg.call("get_stream")
-    def get_stream(session: Session, name: str) -> list:
+    def get_stream(session: Session, name: str) -> list[Any]:
         return core.get_stream(name).to_wire()
 
     @reg.call("list_streams")
-    def list_streams(session: Session, prefix: str = "", limit: int | None = None) -> list:
+    def list_streams(session: Session, prefix: str = "", limit: int | None = None) -> list[Any]:
         return [s.to_wire() for s in core.list_streams(prefix, limit)]
 
     @reg.call("fetch")
-    def fetch(session: Session, stream: str, partition: int, after: int, max_txns: int = 256) -> list:
+    def fetch(session: Session, stream: str, partition: int, after: int, max_txns: int = 256) -> list[Any]:
         return core.fetch(stream, partition, after, max_txns).to_wire()
 
     @reg.call("get_transaction")
-    def get_transaction(session: Session, stream: str, partition: int, txn_id: int) -> list | None:
+    def get_transaction(session: Session, stream: str, partition: int, txn_id: int) -> list[Any] | None:
         t = core.get_transaction(stream, partition, txn_id)
         return None if t is None else t.to_wire()
 
     @reg.call("transactions_range")
-    def transactions_range(session: Session, stream: str, partition: int, from_id: int, to_id: int) -> list:
+    def transactions_range(session: Session, stream: str, partition: int, from_id: int, to_id: int) -> list[Any]:
         return [t.to_wire() for t in core.transactions_range(stream, partition, from_id, to_id)]
 
     @reg.call("last_transaction")
-    def last_transaction(session: Session, stream: str, partition: int) -> list | None:
+    def last_transaction(session: Session, stream: str, partition: int) -> list[Any] | None:
         t = core.last_transaction(stream, partition)
         return None if t is None else t.to_wire()
 
@@ -185,7 +185,7 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
         return core.last_txn_id(stream, partition)
 
     @reg.call("get_offsets")
-    def get_offsets(session: Session, stream: str, consumer: str) -> dict:
+    def get_offsets(session: Session, stream: str, consumer: str) -> dict[int, int]:
         return core.get_offsets(stream, consumer)
 
     @reg.call("get_marker")
@@ -193,7 +193,7 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
         return core.get_marker(key)
 
     @reg.call("stats")
-    def stats(session: Session) -> dict:
+    def stats(session: Session) -> dict[str, Any]:
         return core.stats()
 
     @reg.call("now_ms")
@@ -201,11 +201,11 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
         return core.now_ms()
 
     @reg.call("compact", executor="pool")
-    def compact(session: Session) -> dict:
+    def compact(session: Session) -> dict[str, int]:
         return core.compact()
 
     @reg.stream("wait_for_commit")
-    def wait_for_commit(session: Session, seen: int, timeout: float):
+    def wait_for_commit(session: Session, seen: int, timeout: float) -> Generator[WaitCommit, int, int]:
         _check_wait(seen, timeout)
         if core.closed:
             raise errors.EngineClosed(f"engine at {core.path!r} is closed")
@@ -215,7 +215,7 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
         return core.wait_for_commit(seen, 0)  # the newest sequence, read now
 
     @reg.stream("watch")
-    def watch(session: Session, seen: int):
+    def watch(session: Session, seen: int) -> Generator[WaitCommit | int, int, None]:
         _check_wait(seen, 0)
         while True:
             current = yield WaitCommit(seen, 30.0)
@@ -228,7 +228,7 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
         return "pong"
 
     @reg.call("server_info")
-    def server_info(session: Session) -> dict:
+    def get_server_info(session: Session) -> dict[str, Any]:
         return {
             **info,
             "pid": os.getpid(),

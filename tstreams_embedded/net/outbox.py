@@ -39,7 +39,7 @@ class Outbox:
 
     def __init__(self, stats: ServerStats, on_unroutable: Callable[[bytes], None],
                  after_burst: Callable[[], None]) -> None:
-        self.sock: zmq.Socket[bytes] | None = None  # set by the server while it serves
+        self.sock: zmq.Socket[Any] | None = None  # set by the server while it serves
         self._stats = stats
         self._on_unroutable = on_unroutable
         self._after_burst = after_burst

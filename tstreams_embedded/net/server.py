@@ -101,7 +101,7 @@ class Server:
         bind: str | Sequence[str],
         options: ServerOptions | None = None,
         commit_watch: CommitWatch | None = None,
-        context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        context: zmq.Context[Any] | None = None,
     ) -> None:
         self.registry = registry
         self.binds = [bind] if isinstance(bind, str) else list(bind)
@@ -109,8 +109,8 @@ class Server:
         self.stats = ServerStats()
         self.endpoints: list[str] = []
         self._commit_watch = commit_watch
-        self._ctx: zmq.Context[zmq.Socket[bytes]] = context or zmq.Context.instance()
-        self._sock: zmq.Socket[bytes] | None = None
+        self._ctx: zmq.Context[Any] = context or zmq.Context.instance()
+        self._sock: zmq.Socket[Any] | None = None
         self._fd: int | None = None
         self._sessions = Sessions(self.opts.session_timeout)
         self._outbox = Outbox(self.stats, self._on_unroutable, self._check_events)
