@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .client import RemoteBackend
+
+if TYPE_CHECKING:
+    from ..engine.engine import Engine
 
 __all__ = ["RemoteBackend", "connect"]
 
@@ -21,11 +24,11 @@ def connect(
     *,
     timeout: float = 30.0,
     heartbeat: float = 2.0,
-    curve_dir: str | os.PathLike | None = None,
+    curve_dir: str | os.PathLike[str] | None = None,
     txn_ttl: float | None = None,
     keepalive_interval: float | None = -1,
     **options: Any,
-) -> Any:
+) -> Engine:
     """Connect to ``tstreams serve`` at ``endpoint`` (e.g. ``"tcp://127.0.0.1:7000"``).
 
     Returns an ``Engine`` with the embedded API. Closing it closes the connection only.
@@ -34,5 +37,7 @@ def connect(
     from ..engine.engine import DEFAULT_TXN_TTL, Engine
 
     backend = RemoteBackend(endpoint, timeout=timeout, heartbeat=heartbeat, curve_dir=curve_dir, **options)
-    return Engine(backend, txn_ttl=DEFAULT_TXN_TTL if txn_ttl is None else txn_ttl,
-                  keepalive_interval=keepalive_interval)
+    # Backend declares closed and max_item_size as settable attributes; RemoteBackend (like
+    # Core) has read-only properties.
+    ttl = DEFAULT_TXN_TTL if txn_ttl is None else txn_ttl
+    return Engine(backend, txn_ttl=ttl, keepalive_interval=keepalive_interval)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import Any
 
 import zmq
 import zmq.auth
@@ -26,7 +27,7 @@ from ..errors import InvalidArgument
 AUTHORIZED = "authorized"
 
 
-def generate_keys(directory: str | os.PathLike, clients: tuple[str, ...] = ("client",)) -> dict[str, str]:
+def generate_keys(directory: str | os.PathLike[str], clients: tuple[str, ...] = ("client",)) -> dict[str, str]:
     """Create the server keypair, one keypair per client name, and authorize the clients.
 
     Existing key files are overwritten. Returns ``{name: public key file}``.
@@ -54,7 +55,7 @@ def _load(path: str, secret: bool) -> tuple[bytes, bytes | None]:
     return pub, sec
 
 
-def load_server_curve(directory: str | os.PathLike) -> tuple[bytes, bytes, str]:
+def load_server_curve(directory: str | os.PathLike[str]) -> tuple[bytes, bytes, str]:
     """``(public, secret, authorized_dir)`` of the server in ``directory``."""
     d = os.fspath(directory)
     pub, sec = _load(os.path.join(d, "server.key_secret"), True)
@@ -64,7 +65,7 @@ def load_server_curve(directory: str | os.PathLike) -> tuple[bytes, bytes, str]:
     return pub, sec, auth_dir  # type: ignore[return-value]
 
 
-def load_client_curve(directory: str | os.PathLike, name: str = "client") -> tuple[bytes, bytes, bytes]:
+def load_client_curve(directory: str | os.PathLike[str], name: str = "client") -> tuple[bytes, bytes, bytes]:
     """``(server public, client public, client secret)`` from ``directory``."""
     d = os.fspath(directory)
     server_pub, _ = _load(os.path.join(d, "server.key"), False)
@@ -72,7 +73,7 @@ def load_client_curve(directory: str | os.PathLike, name: str = "client") -> tup
     return server_pub, pub, sec  # type: ignore[return-value]
 
 
-def start_authenticator(context: zmq.Context, authorized_dir: str) -> ThreadAuthenticator:
+def start_authenticator(context: zmq.Context[Any], authorized_dir: str) -> ThreadAuthenticator:
     """Start a ZAP handler accepting CURVE clients whose public key file is in ``authorized_dir``."""
     auth = ThreadAuthenticator(context)
     auth.start()

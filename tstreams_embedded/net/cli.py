@@ -1,9 +1,7 @@
 """Click commands of the network layer: ``serve`` and the ``keys`` group (``keys generate``).
 
-The lead attaches them to the ``tstreams`` group::
-
-    from .net.cli import serve, keys
-    main.add_command(serve); main.add_command(keys)
+They are commands of the ``tstreams`` program (:mod:`tstreams_embedded.cli`); running this
+module (``python -m tstreams_embedded.net.cli``) offers them alone.
 """
 
 from __future__ import annotations
@@ -56,7 +54,7 @@ def generate(directory: str, clients: tuple[str, ...]) -> None:
         click.echo(f"{name}: {path}")
 
 
-def main() -> None:  # pragma: no cover - convenience until attached to the tstreams group
+def main() -> None:  # pragma: no cover
     @click.group()
     def cli() -> None:
         pass

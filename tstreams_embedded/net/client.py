@@ -15,21 +15,27 @@ writes in the order sent.
 Reads and long polls are retried transparently after a reconnection; a write whose
 connection dropped while it was in flight raises :class:`RemoteError` (its outcome is
 unknown — use a ``SET_MARKER`` guard or a CheckpointGroup to make retries exactly-once).
+
+The read methods are made by :func:`_remote` from their declarations in
+:class:`~tstreams_embedded.engine.backend.Backend`: each calls the server method of the
+same name (:mod:`~tstreams_embedded.net.handlers`) and decodes the reply.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
-from collections.abc import Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import msgpack
 import zmq
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.backend import Fetched, IndexScan, StreamInfo, TxnData
+from ..engine.backend import Backend, Fetched, IndexScan, StreamInfo, TxnData
 from . import framing
 from .connection import Connection
 from .future import Future
@@ -64,6 +70,49 @@ def _curve_from_dir(curve_dir: str, name: str) -> tuple[bytes, bytes, bytes]:
     return load_client_curve(curve_dir, name)
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+def _remote(declared: Callable[Concatenate[Any, P], R],
+            decode: Callable[[Any], R]) -> Callable[Concatenate[RemoteBackend, P], R]:
+    """A method of :class:`RemoteBackend` with the signature of the Backend method
+    ``declared``: it calls the server method of the same name with every argument
+    (defaults filled in) and returns the reply through ``decode``. Reads are safe to retry."""
+    name = declared.__name__
+    sig = inspect.signature(declared)
+    params = list(sig.parameters.values())[1:]  # after self
+    lo = sum(1 for p in params if p.default is p.empty)
+    hi = len(params)
+    defaults = tuple(p.default for p in params[lo:])
+
+    def method(self: RemoteBackend, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        if kwargs or not lo <= len(args) <= hi:
+            bound = sig.bind(self, *args, **kwargs)  # a TypeError for a bad call, as usual
+            bound.apply_defaults()
+            full = tuple(bound.arguments.values())[1:]
+        else:
+            full = args + defaults[len(args) - lo :]
+        return decode(self._call(name, *full))
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = declared.__doc__
+    return method
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _each(decode: Callable[[Any], T]) -> Callable[[Any], list[T]]:
+    return lambda values: [decode(v) for v in values]
+
+
+def _optional(decode: Callable[[Any], T]) -> Callable[[Any], T | None]:
+    return lambda value: None if value is None else decode(value)
+
+
 class RemoteBackend:
     """A Backend served by ``tstreams serve`` at ``endpoint`` (or a list of endpoints).
 
@@ -82,28 +131,29 @@ class RemoteBackend:
         timeout: float = 30.0,
         heartbeat: float = 2.0,
         *,
-        curve_dir: str | os.PathLike | None = None,
+        curve_dir: str | os.PathLike[str] | None = None,
         curve_client: str = "client",
         server_public_key: bytes | str | None = None,
         client_public_key: bytes | str | None = None,
         client_secret_key: bytes | str | None = None,
         pipeline_data: bool = True,
-        context: zmq.Context | None = None,
+        context: zmq.Context[Any] | None = None,
     ) -> None:
-        curve = None
+        curve: tuple[bytes, bytes, bytes] | None = None
         if curve_dir is not None:
             curve = _curve_from_dir(os.fspath(curve_dir), curve_client)
         elif server_public_key is not None:
             if client_public_key is None or client_secret_key is None:
                 raise errors.InvalidArgument("CURVE needs server_public_key, client_public_key and client_secret_key")
-            curve = tuple(k.encode() if isinstance(k, str) else bytes(k)
-                          for k in (server_public_key, client_public_key, client_secret_key))
+            server_pub, client_pub, client_sec = (k.encode() if isinstance(k, str) else bytes(k)
+                                                  for k in (server_public_key, client_public_key, client_secret_key))
+            curve = (server_pub, client_pub, client_sec)
         self.endpoint = endpoint
         self.timeout = timeout
         self.pipeline_data = pipeline_data
         self._conn = Connection(endpoint, timeout=timeout, heartbeat=heartbeat, curve=curve, context=context)
         self._lock = threading.Lock()
-        self._inflight: dict[tuple, list[Future]] = {}  # pipelined DATA per (stream, partition, txn)
+        self._inflight: dict[tuple[Any, ...], list[Future]] = {}  # pipelined DATA per (stream, partition, txn)
         self._info: dict[str, Any] | None = None
         self._closed = False
 
@@ -147,12 +197,11 @@ class RemoteBackend:
 
     def server_stats(self) -> dict[str, Any]:
         """Network counters of the server process that answers."""
-        return self._call("server_stats")
+        stats: dict[str, Any] = self._call("server_stats")
+        return stats
 
     def ping(self) -> float:
         """Round-trip one request; return the seconds it took."""
-        import time
-
         t = time.perf_counter()
         self._call("ping")
         return time.perf_counter() - t
@@ -184,7 +233,7 @@ class RemoteBackend:
         body = encode_submit(ops, bool(durable))
         return self._conn.request("submit", body, self.timeout, retry_safe=False)
 
-    def _barrier(self, keys: list[tuple]) -> None:
+    def _barrier(self, keys: list[tuple[Any, ...]]) -> None:
         """Wait for pipelined DATA of these transactions; raise the first failure."""
         if not self._inflight or not keys:
             return
@@ -203,45 +252,27 @@ class RemoteBackend:
             raise first
 
     # ------------------------------------------------------------------ metadata and reads
-    def get_stream(self, name: str) -> StreamInfo:
-        return StreamInfo.from_wire(self._call("get_stream", name))
-
-    def list_streams(self, prefix: str = "", limit: int | None = None) -> list[StreamInfo]:
-        return [StreamInfo.from_wire(v) for v in self._call("list_streams", prefix, limit)]
-
-    def fetch(self, stream: str, partition: int, after: int, max_txns: int = 256) -> Fetched:
-        return Fetched.from_wire(self._call("fetch", stream, partition, after, max_txns))
-
-    def scan_index(self, stream: str, partition: int, after: int, upto: int = 2**63 - 1,
-                   max_txns: int = 4096) -> IndexScan:
-        return IndexScan.from_wire(self._call("scan_index", stream, partition, after, upto, max_txns))
-
-    def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:
-        v = self._call("get_transaction", stream, partition, txn_id)
-        return None if v is None else TxnData.from_wire(v)
-
-    def transactions_range(self, stream: str, partition: int, from_id: int, to_id: int) -> list[TxnData]:
-        return [TxnData.from_wire(v) for v in self._call("transactions_range", stream, partition, from_id, to_id)]
-
-    def last_transaction(self, stream: str, partition: int) -> TxnData | None:
-        v = self._call("last_transaction", stream, partition)
-        return None if v is None else TxnData.from_wire(v)
-
-    def last_txn_id(self, stream: str, partition: int) -> int:
-        return self._call("last_txn_id", stream, partition)
-
-    def get_offsets(self, stream: str, consumer: str) -> dict[int, int]:
-        return self._call("get_offsets", stream, consumer)
-
-    def get_marker(self, key: str) -> int | None:
-        return self._call("get_marker", key)
+    # method = _remote(its declaration, the decoder of its reply)
+    get_stream = _remote(Backend.get_stream, StreamInfo.from_wire)
+    list_streams = _remote(Backend.list_streams, _each(StreamInfo.from_wire))
+    fetch = _remote(Backend.fetch, Fetched.from_wire)
+    scan_index = _remote(Backend.scan_index, IndexScan.from_wire)
+    get_transaction = _remote(Backend.get_transaction, _optional(TxnData.from_wire))
+    transactions_range = _remote(Backend.transactions_range, _each(TxnData.from_wire))
+    last_transaction = _remote(Backend.last_transaction, _optional(TxnData.from_wire))
+    last_txn_id = _remote(Backend.last_txn_id, _as_is)
+    get_offsets = _remote(Backend.get_offsets, _as_is)
+    get_marker = _remote(Backend.get_marker, _as_is)
+    now_ms = _remote(Backend.now_ms, _as_is)
+    stats = _remote(Backend.stats, _as_is)
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         """Long poll on the server (it never blocks its loop for it)."""
         t = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else 0.0
-        return self._call("wait_for_commit", seen, timeout, timeout=self.timeout + max(t, 0.0))
+        generation: int = self._call("wait_for_commit", seen, timeout, timeout=self.timeout + max(t, 0.0))
+        return generation
 
-    def watch(self, seen: int, callback: Any) -> Subscription:
+    def watch(self, seen: int, callback: Callable[[int], Any]) -> Subscription:
         """Call ``callback(sequence)`` (on the client's I/O thread) for every commit-log
         sequence change after ``seen``, until :meth:`Subscription.cancel`."""
         self._check()
@@ -249,14 +280,10 @@ class RemoteBackend:
                                  retry_safe=True, on_item=callback)
         return Subscription(self._conn, fut)
 
-    def now_ms(self) -> int:
-        return self._call("now_ms")
-
-    def stats(self) -> dict[str, Any]:
-        return self._call("stats")
-
     def compact(self) -> dict[str, int]:
-        return self._call("compact", retry_safe=False)
+        """Remove expired data on the server now; return what was removed."""
+        removed: dict[str, int] = self._call("compact", retry_safe=False)
+        return removed
 
     def close(self) -> None:
         """Close the connection (the server and its data are unaffected). Idempotent."""

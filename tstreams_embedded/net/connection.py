@@ -11,8 +11,8 @@ hand-off in each direction); pipelined and multi-threaded callers are served by 
 thread holds the role, usually the I/O thread, which drains every queued reply per wakeup.
 
 The socket's ``zmq.FD`` is edge-triggered, so every holder of the socket re-checks
-``zmq.EVENTS`` after using it and wakes the I/O thread (a pipe) if input is pending that
-nobody will read.
+``zmq.EVENTS`` after using it and wakes the receiver (a pipe) if input is pending that
+nobody will read: one rule, in :meth:`Connection._ensure_reader`.
 
 Failure handling — what the caller sees:
 
@@ -57,7 +57,6 @@ from .future import Future
 log = logging.getLogger(__name__)
 
 POLLIN = int(zmq.POLLIN)
-NOT_EXECUTED = 4  # mirrors server.NOT_EXECUTED (kept here so the client needs no server import)
 
 _MONITOR_EVENTS = (
     zmq.EVENT_HANDSHAKE_SUCCEEDED
@@ -72,7 +71,7 @@ _MONITOR_EVENTS = (
 class _Req:
     __slots__ = ("id", "method", "frames", "future", "deadline", "retry_safe", "on_item", "epoch", "timeout")
 
-    def __init__(self, rid: int, method: str, frames: list, future: Future, timeout: float,
+    def __init__(self, rid: int, method: str, frames: list[Any], future: Future, timeout: float,
                  retry_safe: bool, on_item: Callable[[Any], Any] | None) -> None:
         self.id = rid
         self.method = method
@@ -100,7 +99,7 @@ class Connection:
         curve: tuple[bytes, bytes, bytes] | None = None,
         reconnect_ivl_ms: int = 100,
         reconnect_ivl_max_ms: int = 1000,
-        context: zmq.Context | None = None,
+        context: zmq.Context[Any] | None = None,
     ) -> None:
         eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         if not eps or not all(isinstance(e, str) and "://" in e for e in eps):
@@ -189,11 +188,10 @@ class Connection:
                 self._backlog.append(r)
             else:
                 r.epoch = self._epoch
-            # Sending may have consumed the FD's edge for replies that arrived meanwhile; a
-            # caller about to receive will look itself (see wait()).
-            spent = not _will_receive and zmqfast.events(self._sock) & POLLIN
-        if spent or (not _will_receive and not self._watching):
-            self._wake()  # wake whoever receives (or let the I/O thread watch the socket)
+            # A caller about to receive looks at the socket itself (see wait()).
+            input_pending = not _will_receive and self._input_pending()
+        if not _will_receive:
+            self._ensure_reader(input_pending)
         return fut
 
     def notify(self, method: str, body: Sequence[bytes] = ()) -> None:
@@ -207,9 +205,8 @@ class Connection:
                 raise EngineClosed("the remote connection is closed")
             if self._backlog or not self._can_send() or not self._try_send(r.frames):
                 self._backlog.append(r)
-            spent = self._sock.get(zmq.EVENTS) & zmq.POLLIN
-        if spent or (self._pending and not self._watching):
-            self._wake()
+            input_pending = self._input_pending()
+        self._ensure_reader(input_pending)
 
     def cancel(self, future: Future) -> None:
         """End a generator request: the server closes it; no callback runs after this returns."""
@@ -219,7 +216,7 @@ class Connection:
             return
         r.future.set_exception(EngineClosed("request cancelled"))
         if not self._closed:
-            self.notify("cancel", [framing.pack([r.id])])
+            self.notify("cancel", framing.encode_args([r.id]))
 
     def call(self, method: str, *args: Any, timeout: float | None = None, retry_safe: bool = True) -> Any:
         """Blocking request with msgpack-encoded ``args``; return the reply value or raise its error."""
@@ -246,9 +243,9 @@ class Connection:
                 finally:
                     self._release_token()
             else:
-                if not nudged:  # our send may have spent the FD edge the receiver waits on
+                if not nudged:
                     nudged = True
-                    self._wake()
+                    self._ensure_reader(receiver_busy=True)
                 fut.wait(min(remaining, 0.05))
         if not fut.done():
             raise RemoteError(f"no reply from {', '.join(self.endpoints)} within {timeout:g}s")
@@ -263,6 +260,30 @@ class Connection:
         self._wake(force=True)
         if self._thread is not threading.current_thread():
             self._thread.join(10)
+
+    # ------------------------------------------------------------------ the edge-triggered FD
+    def _input_pending(self) -> bool:
+        """Whether a reply is queued on the socket (caller holds ``_io``). Reading
+        ``zmq.EVENTS`` also processes ZeroMQ's pending commands, which re-arms the FD."""
+        return bool(zmqfast.events(self._sock) & POLLIN)
+
+    def _ensure_reader(self, input_pending: bool = False, receiver_busy: bool = False) -> None:
+        """Make sure some thread will read the replies owed; call after any use of the
+        socket outside :meth:`_recv_all` (and without holding ``_io``).
+
+        The socket's ``zmq.FD`` is edge-triggered and any send may consume its edge, so a
+        thread blocked on it may never learn of input that arrived meanwhile (pyzmq's
+        ``ZMQStream._update_handler`` applies the same rule). Wake the receiver (or the I/O
+        thread) through the pipe when:
+
+        * ``input_pending``: the caller found input queued (:meth:`_input_pending`) after
+          using the socket;
+        * ``receiver_busy``: the caller sent while another thread holds the receiver role,
+          which may be blocked on the FD whose edge the send consumed;
+        * replies are owed and the I/O thread is not watching the socket.
+        """
+        if input_pending or receiver_busy or (self._pending and not self._watching):
+            self._wake()
 
     # ------------------------------------------------------------------ receiving
     def _wake(self, force: bool = False) -> None:
@@ -310,10 +331,8 @@ class Connection:
 
     def _release_token(self, wake: bool = True) -> None:
         self._token.release()
-        # Replies still owed to others (or input whose edge is spent): make sure the I/O
-        # thread watches the socket.
-        if wake and self._pending and not self._watching:
-            self._wake()
+        if wake:  # replies still owed to others: make sure the I/O thread watches the socket
+            self._ensure_reader()
 
     def _recv_all(self) -> None:
         """Read every queued reply (caller holds ``_io``). Checks ``zmq.EVENTS`` rather than
@@ -337,7 +356,7 @@ class Connection:
                 if r is None:
                     continue  # a reply to a request that already timed out or failed over
                 if flags & framing.ERROR:
-                    if flags & NOT_EXECUTED:  # the server is stopping: send again on the next connection
+                    if flags & framing.NOT_EXECUTED:  # the server is stopping: send again on the next connection
                         r.epoch = -1
                         self._backlog.append(r)
                         requeued = True
@@ -371,7 +390,7 @@ class Connection:
     def _can_send(self) -> bool:
         return not self._hold and any(self._live.values())
 
-    def _try_send(self, frames: list) -> bool:
+    def _try_send(self, frames: list[Any]) -> bool:
         try:
             zmqfast.send_multipart(self._sock, frames)
             self._sends += 1
@@ -434,10 +453,8 @@ class Connection:
                                 self._recv_all()
                     finally:
                         self._token.release()
-                elif sent:
-                    # A user thread holds the receiver role and may be blocked on the FD whose
-                    # edge our sends (backlog, ping) consumed: make it look (cf. wait()).
-                    self._wake()
+                elif sent:  # our sends (backlog, ping) while a user thread holds the receiver role
+                    self._ensure_reader(receiver_busy=True)
         except Exception:  # pragma: no cover - a bug here must not hang callers forever
             log.exception("tstreams client I/O thread failed")
         finally:
@@ -458,9 +475,8 @@ class Connection:
             except zmq.Again:
                 return
             ev = parse_monitor_message(msg)
-            event, endpoint = ev["event"], ev["endpoint"]
-            if isinstance(endpoint, bytes):
-                endpoint = endpoint.decode("utf-8", "replace")
+            event, raw = ev["event"], ev["endpoint"]
+            endpoint = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._live[endpoint] = self._live.get(endpoint, 0) + 1
                 self._epoch += 1

@@ -1,4 +1,4 @@
-"""Where slow handlers run, off the server loop.
+"""Where the handlers that may not run on the server loop run.
 
 :class:`WriteExecutor` is one thread that runs write calls **in arrival order**. Each time
 it wakes it takes every queued call and hands consecutive calls of the same handler to
@@ -6,7 +6,10 @@ that handler's ``batch`` function at once, so a burst of small writes from many 
 (or many pipelined writes from one client) becomes one engine group commit with one
 fsync. Results go back to the loop in one callback per batch.
 
-Blocking reads and other slow calls use a plain ``ThreadPoolExecutor`` (see the server).
+:class:`Executors` is the server's side of it: it sends ``write`` calls to the
+:class:`WriteExecutor` (or runs them on the loop at the end of a drain, when writes never
+wait for the disk), ``pool`` calls to a thread pool, counts the calls in flight (a
+graceful stop waits for them) and hands results back to the loop.
 """
 
 from __future__ import annotations
@@ -14,9 +17,13 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from tornado.ioloop import IOLoop
+
 from .registry import Handler
+from .session import Session
 
 # (handler, identity, request id, args)
 Job = tuple[Handler, bytes, int, Sequence[Any]]
@@ -38,7 +45,6 @@ class WriteExecutor:
         self._jobs: deque[Job] = deque()
         self._cond = threading.Condition()
         self._stopping = False
-        self._busy = False
         self.batches = 0
         self.calls = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -49,11 +55,6 @@ class WriteExecutor:
             self._jobs.append(job)
             if len(self._jobs) == 1:
                 self._cond.notify()
-
-    @property
-    def idle(self) -> bool:
-        with self._cond:
-            return not self._jobs and not self._busy
 
     def stop(self, timeout: float | None = None) -> None:
         """Finish every queued job, then end the thread."""
@@ -71,12 +72,7 @@ class WriteExecutor:
                     return
                 n = min(len(self._jobs), self._max_batch)
                 jobs = [self._jobs.popleft() for _ in range(n)]
-                self._busy = True
-            try:
-                self._deliver(self._execute(jobs))
-            finally:
-                with self._cond:
-                    self._busy = False
+            self._deliver(self._execute(jobs))
 
     def _execute(self, jobs: list[Job]) -> list[Done]:
         out = execute(jobs)
@@ -107,3 +103,102 @@ def execute(jobs: list[Job]) -> list[Done]:
             out.append((job[1], job[2], ok, value))
         i = j
     return out
+
+
+class Executors:
+    """The write executor and the thread pool of a server, as seen from its loop.
+
+    ``reply(list[Done])`` is called on the loop with the results of finished calls: in one
+    callback per batch handed back by the threads, and at the end of each drain for writes
+    run inline (``inline_writes``). Every method except the threads' own is called on the
+    loop.
+    """
+
+    def __init__(self, loop: IOLoop, reply: Callable[[list[Done]], None], pool_threads: int,
+                 inline_writes: bool) -> None:
+        self._loop = loop
+        self._reply = reply
+        self._inline_writes = inline_writes
+        self._inline_jobs: list[Job] = []
+        self._inline_batches = 0
+        self._inline_calls = 0
+        self._lock = threading.Lock()  # guards what the threads hand back
+        self._done: list[Done] = []
+        self._done_posted = False  # a callback that replies self._done is scheduled
+        self._pending_write = 0
+        self._pending_pool = 0
+        self._writer = WriteExecutor(self._deliver_writes)
+        self._pool = ThreadPoolExecutor(pool_threads, thread_name_prefix="tstreams-pool")
+
+    def write(self, h: Handler, identity: bytes, req_id: int, args: Sequence[Any]) -> None:
+        """Queue a call of a ``write`` handler (run in arrival order, batched)."""
+        if self._inline_writes:
+            self._inline_jobs.append((h, identity, req_id, args))
+            return
+        with self._lock:
+            self._pending_write += 1
+        self._writer.put((h, identity, req_id, args))
+
+    def pool(self, h: Handler, session: Session, req_id: int, args: Sequence[Any]) -> None:
+        """Run a call of a ``pool`` handler on the thread pool."""
+        with self._lock:
+            self._pending_pool += 1
+        self._pool.submit(self._run_pooled, h, session, req_id, args)
+
+    def run_inline_writes(self) -> None:
+        """Run the writes queued during this drain, as one batch (``inline_writes`` only)."""
+        if not self._inline_jobs:
+            return
+        jobs, self._inline_jobs = self._inline_jobs, []
+        self._inline_batches += 1
+        self._inline_calls += len(jobs)
+        self._reply(execute(jobs))
+
+    @property
+    def busy(self) -> bool:
+        """Whether calls are in flight or their replies not yet handed to ``reply``.
+        Read racily by a stopping server, which polls it."""
+        return bool(self._pending_write or self._pending_pool or self._done)
+
+    @property
+    def write_batches(self) -> int:
+        return self._writer.batches + self._inline_batches
+
+    @property
+    def write_calls(self) -> int:
+        return self._writer.calls + self._inline_calls
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Finish the queued writes, drop the queued pool calls, reply what finished."""
+        self._writer.stop(timeout)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._reply_done()
+
+    # ------------------------------------------------------------------ threads
+    def _run_pooled(self, h: Handler, session: Session, req_id: int, args: Sequence[Any]) -> None:
+        try:
+            done: Done = (session.identity, req_id, True, h.fn(session, *args))
+        except BaseException as e:  # noqa: BLE001
+            done = (session.identity, req_id, False, e)
+        self._deliver([done], pooled=True)
+
+    def _deliver_writes(self, done: list[Done]) -> None:
+        self._deliver(done, pooled=False)
+
+    def _deliver(self, done: list[Done], pooled: bool) -> None:
+        with self._lock:
+            self._done.extend(done)
+            if pooled:
+                self._pending_pool -= len(done)
+            else:
+                self._pending_write -= len(done)
+            if self._done_posted:
+                return
+            self._done_posted = True
+        self._loop.add_callback(self._reply_done)
+
+    def _reply_done(self) -> None:
+        with self._lock:
+            done, self._done = self._done, []
+            self._done_posted = False
+        self._reply(done)

@@ -16,13 +16,15 @@ A reply is ``[identity, header, body, blob...]`` with header msgpack ``[request_
 ``flags & MORE`` marks one of several responses of a generator method; the last response
 has no ``MORE``. ``flags & ERROR`` marks an error reply whose body is ``[class name,
 message]`` from :func:`tstreams_embedded.errors.error_to_wire`; it is always final.
+``flags & NOT_EXECUTED`` (with ``ERROR``) says the server did not execute the request
+because it is stopping: the client may send it again, to this or another server.
 
 Everything that can be wrong with a message raises :class:`ProtocolError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -36,13 +38,14 @@ BLOB = 1
 NO_REPLY = 1  # the client does not want a reply (fire-and-forget use of a reply-giving method)
 
 # Reply flags.
-MORE = 1
-ERROR = 2
+MORE = 1  # one of several responses of a generator method; more follow
+ERROR = 2  # an error reply; always final
+NOT_EXECUTED = 4  # with ERROR: the request was not executed (server stopping); the client may send it again
 
 MAX_METHOD_LEN = 64
 
-_pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
-_EMPTY_ARGS: list = []
+_pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_EMPTY_ARGS: list[Any] = []
 
 
 def pack(value: Any) -> bytes:
@@ -129,6 +132,18 @@ def unpack_body(body: bytes, blobs: Sequence[bytes]) -> Any:
     if len(used) != len(blobs):
         raise ProtocolError(f"{len(blobs)} blob frames but {len(used)} references")
     return value
+
+
+def guess_request_id(frames: Sequence[bytes], first: int = 1) -> int:
+    """The request ID of a malformed request ``frames[first:]``, when its header is readable (else -1)."""
+    if len(frames) > first:
+        try:
+            h = msgpack.unpackb(frames[first], raw=False)
+            if type(h) is list and h and type(h[0]) is int:
+                return h[0]
+        except Exception:
+            pass
+    return -1
 
 
 def _no_blobs(code: int, data: bytes) -> Any:

@@ -14,41 +14,62 @@ in their ``to_wire()`` forms.
 * ``watch(seen)`` is a subscription: one response per commit-sequence change, until the
   client cancels it (``cancel(request_id)``) or goes away.
 * ``compact()`` runs on the thread pool.
+
+The served object must provide :class:`ServedBackend`: the Backend, plus what the server
+reports (``path``, ``durability``) and runs (``compact``, ``submit_many``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Generator, Sequence
+from typing import Any, Protocol
 
 from .. import errors
 from ..engine import ops as O
+from ..engine.backend import Backend
 from .registry import Registry, WaitCommit
 from .session import Session
 
 MAX_WAIT = 300.0
 
 
+class ServedBackend(Backend, Protocol):
+    """What :func:`backend_registry` serves (the embedded :class:`~tstreams_embedded.engine.core.Core`)."""
+
+    #: The data directory.
+    path: str
+    #: ``"sync"``, ``"strict"`` or ``"async"``.
+    durability: str
+
+    def submit_many(self, calls: Sequence[tuple[Sequence[O.Operation], bool]]) -> list[tuple[bool, Any]]:
+        """Several ``submit(ops, durable)`` calls in one commit group; one ``(ok, value)`` each."""
+        ...
 
 
-def submit_many(core: Any, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, Any]]:
-    """Submit several ``(ops, durable)`` calls in arrival order; one ``(ok, value)`` each.
+Outcome = tuple[bool, Any]
+"""``(True, results)`` or ``(False, exception)`` for one submit call."""
 
-    Each call stays atomic on its own and sees the effects of the calls before it, exactly
-    as if they were submitted one after the other. How:
+
+def submit_many(core: ServedBackend, calls: Sequence[Sequence[Any]]) -> list[Outcome]:
+    """Submit several wire ``(ops, durable)`` calls in arrival order; one outcome each.
+
+    Each call's rows are decoded into operation records (:func:`.ops.decode_all`); the
+    engine then checks them as a client batch. Each call stays atomic on its own and sees
+    the effects of the calls before it, exactly as if they were submitted one after the
+    other. How:
 
     1. When every call is made of mergeable records (:attr:`.ops.OpSpec.mergeable`: they do
-       not create or delete streams, so concatenating them changes nothing), the calls are first tried
-       as ONE engine batch (one nested transaction and one commit-log entry instead of one
-       per call: half the engine's cost per call). If that batch fails, nothing of it was
-       written, and the calls are submitted again separately (step 2) so that only the bad
-       one fails.
+       not create or delete streams, so concatenating them changes nothing), the calls are
+       first tried as ONE engine batch (one nested transaction and one commit-log entry
+       instead of one per call: half the engine's cost per call). If that batch fails,
+       nothing of it was written, and the calls are submitted again separately (step 2) so
+       that only the bad one fails.
     2. Otherwise they go to ``core.submit_many``: one commit group (one LMDB commit, one
        fsync) for all, one nested transaction per call.
     """
-    out: list[tuple[bool, Any] | None] = [None] * len(calls)
-    reqs: list[tuple[int, tuple[list, bool]]] = []
+    out: list[Outcome | None] = [None] * len(calls)
+    reqs: list[tuple[int, tuple[list[O.Operation], bool]]] = []
     for i, args in enumerate(calls):
         try:
             ops = O.decode_all(args[0])
@@ -69,16 +90,15 @@ def submit_many(core: Any, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, A
             out[i] = (True, core.submit(ops, durable))
         except Exception as e:
             out[i] = (False, e)
-    elif reqs:
-        if not _merged(core, reqs, out):
-            many = getattr(core, "submit_many", None)
-            results = many([c for _, c in reqs]) if many is not None else _one_by_one(core, [c for _, c in reqs])
-            for (i, _), res in zip(reqs, results, strict=True):
-                out[i] = res
-    return out  # type: ignore[return-value]
+    elif reqs and not _merged(core, reqs, out):
+        results = core.submit_many([c for _, c in reqs])
+        for (i, _), res in zip(reqs, results, strict=True):
+            out[i] = res
+    return [o if o is not None else (False, errors.TStreamsError("no outcome")) for o in out]
 
 
-def _merged(core: Any, reqs: list[tuple[int, tuple[list[O.Operation], bool]]], out: list) -> bool:
+def _merged(core: ServedBackend, reqs: list[tuple[int, tuple[list[O.Operation], bool]]],
+            out: list[Outcome | None]) -> bool:
     """Step 1 of :func:`submit_many`; False when not applicable or when the batch failed."""
     merged: list[O.Operation] = []
     for _, (ops, _) in reqs:
@@ -96,19 +116,8 @@ def _merged(core: Any, reqs: list[tuple[int, tuple[list[O.Operation], bool]]], o
     return True
 
 
-def _one_by_one(core: Any, calls: list[tuple[list, bool]]) -> list[tuple[bool, Any]]:
-    """For backends without ``submit_many``."""
-    out: list[tuple[bool, Any]] = []
-    for ops, durable in calls:
-        try:
-            out.append((True, core.submit(ops, durable)))
-        except Exception as e:
-            out.append((False, e))
-    return out
-
-
-def backend_registry(core: Any, server_info: dict[str, Any] | None = None) -> Registry:
-    """A :class:`Registry` exposing ``core`` (a Core or any Backend)."""
+def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = None) -> Registry:
+    """A :class:`Registry` exposing ``core``."""
     reg = Registry()
     info = dict(server_info or {})
 
@@ -121,33 +130,33 @@ def backend_registry(core: Any, server_info: dict[str, Any] | None = None) -> Re
     reg.add("submit", submit, executor="write", batch=lambda calls: submit_many(core, calls))
 
     @reg.call("get_stream")
-    def get_stream(session: Session, name: str) -> list:
+    def get_stream(session: Session, name: str) -> list[Any]:
         return core.get_stream(name).to_wire()
 
     @reg.call("list_streams")
-    def list_streams(session: Session, prefix: str = "", limit: int | None = None) -> list:
+    def list_streams(session: Session, prefix: str = "", limit: int | None = None) -> list[Any]:
         return [s.to_wire() for s in core.list_streams(prefix, limit)]
 
     @reg.call("fetch")
-    def fetch(session: Session, stream: str, partition: int, after: int, max_txns: int = 256) -> list:
+    def fetch(session: Session, stream: str, partition: int, after: int, max_txns: int = 256) -> list[Any]:
         return core.fetch(stream, partition, after, max_txns).to_wire()
 
     @reg.call("scan_index")
     def scan_index(session: Session, stream: str, partition: int, after: int, upto: int = 2**63 - 1,
-                   max_txns: int = 4096) -> list:
+                   max_txns: int = 4096) -> list[Any]:
         return core.scan_index(stream, partition, after, upto, max_txns).to_wire()
 
     @reg.call("get_transaction")
-    def get_transaction(session: Session, stream: str, partition: int, txn_id: int) -> list | None:
+    def get_transaction(session: Session, stream: str, partition: int, txn_id: int) -> list[Any] | None:
         t = core.get_transaction(stream, partition, txn_id)
         return None if t is None else t.to_wire()
 
     @reg.call("transactions_range")
-    def transactions_range(session: Session, stream: str, partition: int, from_id: int, to_id: int) -> list:
+    def transactions_range(session: Session, stream: str, partition: int, from_id: int, to_id: int) -> list[Any]:
         return [t.to_wire() for t in core.transactions_range(stream, partition, from_id, to_id)]
 
     @reg.call("last_transaction")
-    def last_transaction(session: Session, stream: str, partition: int) -> list | None:
+    def last_transaction(session: Session, stream: str, partition: int) -> list[Any] | None:
         t = core.last_transaction(stream, partition)
         return None if t is None else t.to_wire()
 
@@ -156,7 +165,7 @@ def backend_registry(core: Any, server_info: dict[str, Any] | None = None) -> Re
         return core.last_txn_id(stream, partition)
 
     @reg.call("get_offsets")
-    def get_offsets(session: Session, stream: str, consumer: str) -> dict:
+    def get_offsets(session: Session, stream: str, consumer: str) -> dict[int, int]:
         return core.get_offsets(stream, consumer)
 
     @reg.call("get_marker")
@@ -164,7 +173,7 @@ def backend_registry(core: Any, server_info: dict[str, Any] | None = None) -> Re
         return core.get_marker(key)
 
     @reg.call("stats")
-    def stats(session: Session) -> dict:
+    def stats(session: Session) -> dict[str, Any]:
         return core.stats()
 
     @reg.call("now_ms")
@@ -172,11 +181,11 @@ def backend_registry(core: Any, server_info: dict[str, Any] | None = None) -> Re
         return core.now_ms()
 
     @reg.call("compact", executor="pool")
-    def compact(session: Session) -> dict:
+    def compact(session: Session) -> dict[str, int]:
         return core.compact()
 
     @reg.stream("wait_for_commit")
-    def wait_for_commit(session: Session, seen: int, timeout: float):
+    def wait_for_commit(session: Session, seen: int, timeout: float) -> Generator[WaitCommit, int, int]:
         _check_wait(seen, timeout)
         if core.closed:
             raise errors.EngineClosed(f"engine at {core.path!r} is closed")
@@ -186,7 +195,7 @@ def backend_registry(core: Any, server_info: dict[str, Any] | None = None) -> Re
         return core.wait_for_commit(seen, 0)  # the newest sequence, read now
 
     @reg.stream("watch")
-    def watch(session: Session, seen: int):
+    def watch(session: Session, seen: int) -> Generator[WaitCommit | int, int, None]:
         _check_wait(seen, 0)
         while True:
             current = yield WaitCommit(seen, 30.0)
@@ -199,12 +208,12 @@ def backend_registry(core: Any, server_info: dict[str, Any] | None = None) -> Re
         return "pong"
 
     @reg.call("server_info")
-    def server_info(session: Session) -> dict:
+    def get_server_info(session: Session) -> dict[str, Any]:
         return {
             **info,
             "pid": os.getpid(),
-            "max_item_size": getattr(core, "max_item_size", None),
-            "durability": getattr(core, "durability", None),
+            "max_item_size": core.max_item_size,
+            "durability": core.durability,
             "methods": reg.names(),
         }
 

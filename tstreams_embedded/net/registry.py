@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import InvalidArgument
 
@@ -31,6 +31,12 @@ CALL = "call"
 STREAM = "stream"
 NOTIFY = "notify"
 EXECUTORS = ("inline", "pool", "write")
+VARIADIC = 1 << 30  # max_args of a handler taking *args
+
+#: A ``write`` handler's batch function: the argument lists of several calls, in arrival
+#: order, to one ``(ok, value or exception)`` each.
+BatchFn = Callable[[Sequence[Sequence[Any]]], list[tuple[bool, Any]]]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -39,9 +45,22 @@ class Handler:
     kind: str
     fn: Callable[..., Any]
     executor: str = "inline"
-    batch: Callable[[Sequence[tuple]], list[tuple[bool, Any]]] | None = None
+    batch: BatchFn | None = None
     min_args: int = 0
     max_args: int = 0
+
+    @property
+    def route(self) -> str:
+        """How the server runs it: the ``executor`` of a ``CALL``, else its ``kind``."""
+        return self.executor if self.kind == CALL else self.kind
+
+    def arity_text(self) -> str:
+        """The number of arguments it takes, in words (for error messages)."""
+        if self.max_args >= VARIADIC:
+            return f"at least {self.min_args}"
+        if self.min_args == self.max_args:
+            return str(self.min_args)
+        return f"{self.min_args} to {self.max_args}"
 
 
 class Directive:
@@ -84,7 +103,7 @@ class Registry:
         fn: Callable[..., Any],
         kind: str = CALL,
         executor: str = "inline",
-        batch: Callable[[Sequence[tuple]], list[tuple[bool, Any]]] | None = None,
+        batch: BatchFn | None = None,
     ) -> Handler:
         """Register ``fn`` under ``name``. See the module docstring for kinds and executors."""
         if kind not in (CALL, STREAM, NOTIFY):
@@ -100,41 +119,41 @@ class Registry:
         self._handlers[name] = h
         return h
 
-    def call(self, name: str, executor: str = "inline") -> Callable[[Callable], Callable]:
+    def call(self, name: str, executor: str = "inline") -> Callable[[F], F]:
         """Decorator: register a plain (one response) handler."""
 
-        def deco(fn: Callable) -> Callable:
+        def deco(fn: F) -> F:
             self.add(name, fn, CALL, executor)
             return fn
 
         return deco
 
-    def stream(self, name: str) -> Callable[[Callable], Callable]:
+    def stream(self, name: str) -> Callable[[F], F]:
         """Decorator: register a generator (N responses) handler."""
 
-        def deco(fn: Callable) -> Callable:
+        def deco(fn: F) -> F:
             self.add(name, fn, STREAM)
             return fn
 
         return deco
 
-    def notify(self, name: str) -> Callable[[Callable], Callable]:
+    def notify(self, name: str) -> Callable[[F], F]:
         """Decorator: register a fire-and-forget (no response) handler."""
 
-        def deco(fn: Callable) -> Callable:
+        def deco(fn: F) -> F:
             self.add(name, fn, NOTIFY)
             return fn
 
         return deco
 
 
-def _arity(fn: Callable) -> tuple[int, int]:
+def _arity(fn: Callable[..., Any]) -> tuple[int, int]:
     """(min, max) positional arguments after the session; max is large for ``*args``."""
     params = list(inspect.signature(fn).parameters.values())[1:]
     lo = hi = 0
     for p in params:
         if p.kind == p.VAR_POSITIONAL:
-            return lo, 1 << 30
+            return lo, VARIADIC
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             hi += 1
             if p.default is p.empty:

@@ -25,10 +25,10 @@ log = logging.getLogger(__name__)
 
 
 def serve(
-    data: str | os.PathLike,
+    data: str | os.PathLike[str],
     bind: str | Sequence[str] = "tcp://127.0.0.1:7000",
     durability: str = "sync",
-    curve_dir: str | os.PathLike | None = None,
+    curve_dir: str | os.PathLike[str] | None = None,
     max_msg_size: int | None = None,
     ready_file: str | None = None,
     stop_timeout: float = 10.0,
@@ -49,7 +49,8 @@ def serve(
         opts.curve_public_key, opts.curve_secret_key = pub, sec
         auth = start_authenticator(ctx, authorized)
     core = Core(os.fspath(data), durability, **core_options)
-    registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))})
+    # Backend declares closed as a settable attribute; Core has a read-only property.
+    registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))})  # type: ignore[arg-type]
     server = Server(registry, bind, opts, commit_watch=core.wait_for_commit, context=ctx)
 
     async def main() -> None:

@@ -27,20 +27,17 @@ class Running:
     gen: Generator[Any, None, Any]
     parked: object | None = None  # the timeout handle while parked
     resume: Any = None  # the value the generator receives when resumed
-    steps: int = 0
 
 
 @dataclass
 class Session:
     identity: bytes
     last_seen: float = field(default_factory=time.monotonic)
-    requests: int = 0
     running: dict[int, Running] = field(default_factory=dict)
     closed: bool = False
 
     def touch(self, now: float) -> None:
         self.last_seen = now
-        self.requests += 1
 
 
 class Sessions:
@@ -59,9 +56,6 @@ class Sessions:
             s = self._by_id[identity] = Session(identity, now)
         s.touch(now)
         return s
-
-    def peek(self, identity: bytes) -> Session | None:
-        return self._by_id.get(identity)
 
     def drop(self, identity: bytes) -> Session | None:
         s = self._by_id.pop(identity, None)

@@ -10,7 +10,7 @@ errors (``zmq.Again`` …) propagate unchanged.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import zmq
 from zmq.backend import Socket as _Base
@@ -24,7 +24,7 @@ SNDMORE = int(zmq.SNDMORE)
 COPY_THRESHOLD = 65536  # larger frames are sent without a copy
 
 
-def send_multipart(sock: zmq.Socket, frames: Sequence[Any], flags: int = NOBLOCK) -> None:
+def send_multipart(sock: zmq.Socket[Any], frames: Sequence[Any], flags: int = NOBLOCK) -> None:
     """Send ``frames`` as one message. With ``NOBLOCK`` (default) a full queue raises
     ``zmq.Again`` before anything is sent (ZeroMQ queues multipart messages atomically)."""
     more = flags | SNDMORE
@@ -34,7 +34,7 @@ def send_multipart(sock: zmq.Socket, frames: Sequence[Any], flags: int = NOBLOCK
         _send(sock, f, more if i < last else flags, not big)
 
 
-def recv_multipart(sock: zmq.Socket, flags: int = NOBLOCK) -> list[bytes]:
+def recv_multipart(sock: zmq.Socket[Any], flags: int = NOBLOCK) -> list[bytes]:
     """Receive one whole message as a list of ``bytes``."""
     f = _recv(sock, flags, False)
     parts = [f.bytes]
@@ -44,7 +44,7 @@ def recv_multipart(sock: zmq.Socket, flags: int = NOBLOCK) -> list[bytes]:
     return parts
 
 
-def send3(sock: zmq.Socket, a: Any, b: Any, c: Any, flags: int = NOBLOCK) -> None:
+def send3(sock: zmq.Socket[Any], a: Any, b: Any, c: Any, flags: int = NOBLOCK) -> None:
     """``send_multipart(sock, [a, b, c])`` for the common 3-frame reply (small a and b)."""
     more = flags | SNDMORE
     _send(sock, a, more)
@@ -52,6 +52,6 @@ def send3(sock: zmq.Socket, a: Any, b: Any, c: Any, flags: int = NOBLOCK) -> Non
     _send(sock, c, flags, len(c) < COPY_THRESHOLD)
 
 
-def events(sock: zmq.Socket) -> int:
+def events(sock: zmq.Socket[Any]) -> int:
     """``sock.get(zmq.EVENTS)`` as a plain int (processes pending commands: re-arms the FD)."""
-    return _get(sock, _EVENTS)
+    return cast(int, _get(sock, _EVENTS))

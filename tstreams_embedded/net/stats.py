@@ -1,0 +1,22 @@
+"""Counters of a running :class:`~tstreams_embedded.net.server.Server`.
+
+The server's parts (the socket loop, the :class:`~tstreams_embedded.net.outbox.Outbox`,
+the :class:`~tstreams_embedded.net.scheduler.GeneratorScheduler`) update one shared
+:class:`ServerStats`; the ``server_stats`` method reports it to clients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ServerStats:
+    received: int = 0  # requests received
+    replies: int = 0  # replies sent
+    errors: int = 0  # error replies sent, and failed notifications
+    malformed: int = 0  # requests that could not be decoded, or named no known method
+    unroutable: int = 0  # replies to clients that had gone (their sessions were dropped)
+    dropped: int = 0  # replies not sent for any other reason (e.g. the client's queue was full)
+    wakeups: int = 0  # drains of the socket
+    running_generators: int = 0  # generator requests in progress
