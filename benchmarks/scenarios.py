@@ -59,6 +59,7 @@ class Scenario:
     unit: str = "items/s"
     isolation: str = "process"
     per_item: bool = False
+    warmup: bool = False
 
     def params(self, mode: str, variant: Variant | None = None) -> dict[str, Any]:
         return {**self.sizes[mode], **(variant.params if variant else {})}
@@ -346,12 +347,13 @@ SPARK_SCENARIOS = (
         "answers count() from its footers. The floor is a Python data source yielding prebuilt Arrow "
         "batches of the same rows without storage: the cost of Spark's Python data source path alone.",
         _v("spark-tstreams", "spark-parquet", "spark-python-floor"), _SPARK, unit="rows/s", isolation="shared",
+        warmup=True,
     ),
     Scenario(
         "spark", "batch_scan", "Batch read, full scan", "scan",
         "The same rows aggregated with sum(length(value)), sum(seq), max(txn_id), which makes both read "
         "every row.",
-        _v("spark-tstreams", "spark-parquet"), _SPARK, unit="rows/s", isolation="shared",
+        _v("spark-tstreams", "spark-parquet"), _SPARK, unit="rows/s", isolation="shared", warmup=True,
     ),
     Scenario(
         "spark", "streaming", "Streaming end to end", "streaming",
@@ -359,7 +361,7 @@ SPARK_SCENARIOS = (
         "availableNow with maxRowsPerTrigger 25,000, against the same query reading the same events from "
         "JSON-lines files into Spark's exactly-once Parquet file sink. Every run checks that all windows "
         "came out exactly once.",
-        _v("spark-tstreams", "spark-files"), _SPARK, unit="rows/s", isolation="shared",
+        _v("spark-tstreams", "spark-files"), _SPARK, unit="rows/s", isolation="shared", warmup=True,
     ),
 )
 

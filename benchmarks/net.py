@@ -1,0 +1,365 @@
+"""Processes for the network suite: the servers under test and the load-generating clients.
+
+* :func:`_echo_server`: the same :class:`~tstreams_embedded.net.server.Server` loop and framing
+  as ``tstreams serve``, with handlers that do nothing (the baseline of the pipelined figure);
+* :func:`_moebius_server`: a Moebius-style loop (``zmq.Poller``, one message per wakeup, JSON,
+  linear handler scan, ROUTER_MANDATORY);
+* :func:`start_ours` / :func:`start_haproxy`: ``tstreams serve`` and HAProxy (``cluster/haproxy.cfg``);
+* :func:`run_clients`: N client processes (fork) that start together, warm up, then count
+  replies in a common window; the servers' CPU time per request is measured alongside.
+
+The systems built on these are in :mod:`benchmarks.systems.net_servers`.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from benchmarks.measure import latency_summary, wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
+STREAM = "bench"
+PARTITIONS = 4
+
+# ------------------------------------------------------------------------------ servers
+def _echo_server(bind: str, ready: Any) -> None:
+    """The baseline of the pipelined figure: our Server loop and framing, handlers that do nothing."""
+    import asyncio
+
+    from tornado.ioloop import IOLoop
+
+    from tstreams_embedded.net.registry import Registry
+    from tstreams_embedded.net.server import Server
+
+    reg = Registry()
+    reg.add("submit", lambda session, ops, durable=True: [0])
+    reg.add("get_stream", lambda session, name: [name, 1, PARTITIONS, 86400, "", 0])
+
+    async def main() -> None:
+        Server(reg, bind).start(IOLoop.current())
+        ready.set()
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def _moebius_server(bind: str, ready: Any) -> None:
+    """A Moebius-style loop (bwsw/moebius server.py, ported to Python 3): zmq.Poller with a
+    5 ms poll, ONE message per ready socket per wakeup, JSON payloads, handlers found by a
+    linear scan of the registered commands, ROUTER_MANDATORY."""
+    import json as _json
+
+    import zmq
+
+    class Handler:
+        command = ""
+
+        def run(self, client: bytes, data: dict) -> dict:
+            raise NotImplementedError
+
+    class Echo(Handler):
+        command = "echo"
+
+        def run(self, client: bytes, data: dict) -> dict:
+            return {"id": data.get("id"), "result": data.get("args")}
+
+    class Stream(Handler):
+        command = "get_stream"
+
+        def run(self, client: bytes, data: dict) -> dict:
+            return {"id": data.get("id"), "result": [data["args"][0], 1, PARTITIONS, 86400, "", 0]}
+
+    handlers = [Handler(), Stream(), Echo()]
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    sock.bind(bind)
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    ready.set()
+    while True:
+        events = dict(poller.poll(5))
+        if sock in events:
+            client, data = sock.recv_multipart()  # one message per wakeup
+            msg = _json.loads(data)
+            for h in handlers:
+                if h.command == msg.get("command"):
+                    reply = h.run(client, msg)
+                    break
+            else:
+                reply = {"error": "unknown command"}
+            try:
+                sock.send_multipart([client, _json.dumps(reply).encode()])
+            except zmq.ZMQError:
+                pass
+
+
+class Proc:
+    """A server process stopped by PID."""
+
+    def __init__(self, target: Callable | None = None, bind: str = "", args: list[str] | None = None,
+                 log: Path | None = None, popen: subprocess.Popen | None = None) -> None:
+        self.bind = bind
+        if popen is not None:
+            self.popen, self.pid, self.mp = popen, popen.pid, None
+        elif target is not None:
+            ctx = mp.get_context("fork")
+            ready = ctx.Event()
+            self.mp = ctx.Process(target=target, args=(bind, ready), daemon=True)
+            self.mp.start()
+            self.pid = self.mp.pid
+            if not ready.wait(30):
+                raise RuntimeError(f"{target.__name__} did not start")
+            self.popen = None
+        else:
+            self._log = open(log, "wb") if log else subprocess.DEVNULL
+            self.popen = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(REPO))
+            self.pid = self.popen.pid
+            self.mp = None
+
+    @classmethod
+    def of(cls, popen: subprocess.Popen, bind: str) -> Proc:
+        """Wrap a process started elsewhere."""
+        p = cls(bind=bind, args=None, popen=popen)
+        return p
+
+    def stop(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        if self.popen is not None:
+            try:
+                self.popen.wait(20)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.popen.wait(10)
+        else:
+            self.mp.join(10)
+            if self.mp.is_alive():
+                os.kill(self.pid, signal.SIGKILL)
+                self.mp.join(10)
+
+
+def start_ours(data: Path, port: int, durability: str, workdir: Path, name: str) -> Proc:
+    ready = workdir / f"{name}.ready"
+    if ready.exists():
+        ready.unlink()
+    p = Proc(args=[sys.executable, "-m", "tstreams_embedded.net.cli", "serve", "--data", str(data), "--bind",
+                   f"tcp://127.0.0.1:{port}", "--durability", durability, "--ready-file", str(ready),
+                   "--log-level", "WARNING"], bind=f"tcp://127.0.0.1:{port}", log=workdir / f"{name}.log")
+    if not wait_until(ready.exists, 60):
+        p.stop()
+        raise RuntimeError(f"tstreams serve did not start: {(workdir / f'{name}.log').read_text()}")
+    return p
+
+
+def start_haproxy(front: int, servers: list[int], workdir: Path) -> Proc:
+    env = dict(os.environ, TSTREAMS_BIND=f"127.0.0.1:{front}", TSTREAMS_SERVER1=f"127.0.0.1:{servers[0]}",
+               TSTREAMS_SERVER2=f"127.0.0.1:{servers[1]}")
+    log = open(workdir / "haproxy.log", "wb")
+    popen = subprocess.Popen([HAPROXY, "-f", str(REPO / "cluster" / "haproxy.cfg"), "-db"], env=env, stdout=log,
+                             stderr=subprocess.STDOUT)
+    p = Proc.of(popen, f"tcp://127.0.0.1:{front}")
+
+    def listening() -> bool:
+        import socket
+
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", front)) == 0
+
+    if not wait_until(listening, 20):
+        p.stop()
+        raise RuntimeError("haproxy did not start")
+    time.sleep(1.2)  # health checks mark both servers up (rise 2 x 500 ms)
+    return p
+
+
+def prepare_stream(endpoint: str) -> None:
+    from tstreams_embedded import errors
+    from tstreams_embedded.engine import ops as O
+    from tstreams_embedded.net.client import RemoteBackend
+
+    b = RemoteBackend(endpoint, timeout=30)
+    try:
+        try:
+            b.submit([(O.CREATE_STREAM, STREAM, PARTITIONS, 86400, "")])
+        except errors.StreamExists:
+            pass
+    finally:
+        b.close()
+
+
+# ------------------------------------------------------------------------------ clients
+def _client(kind: str, endpoint: str, k: int, window: int, warmup: float, measure: float, start: Any,
+            out: Any) -> None:
+    """One client process: ``kind`` is pipelined | sync-read | sync-write | moebius | remote-sync."""
+    import msgpack
+    import zmq
+
+    from tstreams_embedded.engine import ops as O
+    from tstreams_embedded.net import framing
+    from tstreams_embedded.net.zmqfast import recv_multipart, send_multipart
+
+    ctx = zmq.Context()
+    block = 0  # blocking sends/receives (same helpers for every system: the clients cost the same)
+    lat: list[int] = []
+    count = 0
+    if kind == "remote-sync":
+        from tstreams_embedded.net.client import RemoteBackend
+
+        b = RemoteBackend(endpoint, timeout=30)
+        b.now_ms()
+        start.wait()
+        t_end_warm = time.perf_counter() + warmup
+        while time.perf_counter() < t_end_warm:
+            b.now_ms()
+        t0 = time.perf_counter()
+        t_end = t0 + measure
+        now = t0
+        while now < t_end:
+            a = time.perf_counter_ns()
+            b.now_ms()
+            lat.append(time.perf_counter_ns() - a)
+            count += 1
+            now = time.perf_counter()
+        out.put((count, now - t0, lat))
+        b.close()
+        return
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(endpoint)
+    part = k % PARTITIONS
+    chunk = O.pack_items([b"x" * 100])
+    ins_body = framing.pack([[[O.INSTANT, STREAM, part, msgpack.ExtType(framing.BLOB, b"\0\0\0\0"), None]],
+                             True])
+    read_body = framing.pack([STREAM])
+    empty_body = framing.pack([])
+    hdr = framing.pack_request_header
+
+    def request(i: int) -> list[bytes]:
+        if kind in ("pipelined", "sync-write"):
+            return [hdr(i, "submit", 0), ins_body, chunk]
+        if kind == "sync-read":
+            return [hdr(i, "get_stream", 0), read_body]
+        if kind == "sync-now":
+            return [hdr(i, "now_ms", 0), empty_body]
+        return [json.dumps({"command": "echo", "id": i, "args": [STREAM]}).encode()]
+
+    def check(frames: list[bytes]) -> int:
+        if kind == "moebius":
+            reply = json.loads(frames[0])
+            if "error" in reply:
+                raise RuntimeError(reply)
+            return reply["id"]
+        rid, flags, value = framing.unpack_reply(frames)
+        if flags & framing.ERROR:
+            raise RuntimeError(value)
+        return rid
+
+    # connect, then wait for the common start
+    send_multipart(s, request(0), block)
+    check(recv_multipart(s, block))
+    start.wait()
+    i = 1
+    if kind == "pipelined":
+        sent: dict[int, int] = {}
+        t_warm_end = time.perf_counter() + warmup
+        t0 = t_end = None
+        while True:
+            while len(sent) < window:
+                sent[i] = time.perf_counter_ns()
+                send_multipart(s, request(i), block)
+                i += 1
+            s.poll(10_000)
+            now_ns = time.perf_counter_ns()
+            try:
+                while True:
+                    rid = check(recv_multipart(s))
+                    t = sent.pop(rid)
+                    if t0 is not None:
+                        lat.append(now_ns - t)
+                        count += 1
+            except zmq.Again:
+                pass
+            now = time.perf_counter()
+            if t0 is None and now >= t_warm_end:
+                t0, t_end = now, now + measure
+            elif t0 is not None and now >= t_end:
+                break
+        elapsed = time.perf_counter() - t0
+        while sent:  # drain what is in flight
+            if not s.poll(10_000):
+                break
+            sent.pop(check(recv_multipart(s, block)), None)
+    else:
+        t_warm_end = time.perf_counter() + warmup
+        while time.perf_counter() < t_warm_end:
+            send_multipart(s, request(i), block)
+            check(recv_multipart(s, block))
+            i += 1
+        t0 = time.perf_counter()
+        t_end = t0 + measure
+        now = t0
+        while now < t_end:
+            a = time.perf_counter_ns()
+            send_multipart(s, request(i), block)
+            check(recv_multipart(s, block))
+            lat.append(time.perf_counter_ns() - a)
+            i += 1
+            count += 1
+            now = time.perf_counter()
+        elapsed = now - t0
+    out.put((count, elapsed, lat))
+    s.close(0)
+    ctx.term()
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time consumed so far by processes ``pids``."""
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def run_clients(kind: str, endpoint: str, n: int, cfg: dict, server_pids: list[int]) -> dict[str, Any]:
+    ctx = mp.get_context("fork")
+    start = ctx.Event()
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_client, args=(kind, endpoint, k, cfg["window"], cfg["warmup"], cfg["measure"],
+                                               start, out), daemon=True) for k in range(n)]
+    for p in procs:
+        p.start()
+    time.sleep(cfg["settle"])  # every client connected and did one request
+    start.set()
+    time.sleep(cfg["warmup"])
+    cpu0, t0 = cpu_seconds(server_pids), time.perf_counter()
+    time.sleep(cfg["measure"])
+    cpu1, t1 = cpu_seconds(server_pids), time.perf_counter()
+    results = [out.get(timeout=60 + cfg["warmup"] + cfg["measure"]) for _ in procs]
+    for p in procs:
+        p.join(30)
+    total = sum(r[0] for r in results)
+    window = max(r[1] for r in results)
+    lat = [x for r in results for x in r[2]]
+    rate = total / window if window else 0.0
+    server_us = (cpu1 - cpu0) / (rate * (t1 - t0)) * 1e6 if rate else None
+    return {"rate": rate, "requests": total, "server_cpu_us_per_req": server_us, **latency_summary(lat)}
