@@ -11,7 +11,7 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip wheel setuptools
 
-$(STAMP): setup.py | $(PY)
+$(STAMP): pyproject.toml | $(PY)
 	$(PIP) install --quiet -e '.[all]'
 	touch $(STAMP)
 

@@ -1,10 +1,8 @@
-"""Benchmarks: tstreams-embedded measured side by side with its peers.
+"""Benchmarks: tstreams-embedded measured side by side with its baselines.
 
-* ``python -m benchmarks [--quick]`` runs the peer scoreboard (Redis Streams, SQLite WAL,
-  raw py-lmdb, this project embedded and over ZeroMQ) and writes
-  ``benchmarks/results/peers.{json,md}`` plus one PNG per scenario.
-* ``python -m benchmarks.engine [--quick]`` measures the engine's own figures against raw
-  py-lmdb and writes ``benchmarks/results/engine.{json,md}``.
+``python -m benchmarks [--suite peers|engine|net|spark] [--quick]`` runs one suite (see
+:mod:`benchmarks.scenarios`) with the one harness in :mod:`benchmarks.harness` and writes
+``benchmarks/results/<suite>.{json,md}`` plus charts (:mod:`benchmarks.report`).
 
 Speed is measured only here, never in tests. Every figure is taken side by side with its
 baseline in the same run, repeated (interleaved) and reported as medians with spread.

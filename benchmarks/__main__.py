@@ -1,4 +1,4 @@
-"""``python -m benchmarks``: the peer scoreboard (see :mod:`benchmarks.cli`)."""
+"""``python -m benchmarks``: see :mod:`benchmarks.cli`."""
 
 from benchmarks.cli import main
 

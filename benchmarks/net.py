@@ -1,29 +1,14 @@
-"""Network-layer figures (issue 3), each side by side with its baseline in the same run.
+"""Processes for the network suite: the servers under test and the load-generating clients.
 
-    python -m benchmarks.net [--quick] [--reps 3] [--out benchmarks/results]
+* :func:`_echo_server`: the same :class:`~tstreams_embedded.net.server.Server` loop and framing
+  as ``tstreams serve``, with handlers that do nothing (the baseline of the pipelined figure);
+* :func:`_moebius_server`: a Moebius-style loop (``zmq.Poller``, one message per wakeup, JSON,
+  linear handler scan, ROUTER_MANDATORY);
+* :func:`start_ours` / :func:`start_haproxy`: ``tstreams serve`` and HAProxy (``cluster/haproxy.cfg``);
+* :func:`run_clients`: N client processes (fork) that start together, warm up, then count
+  replies in a common window; the servers' CPU time per request is measured alongside.
 
-1. **pipelined**: 1-item ``INSTANT`` transactions (``submit``), ``CLIENTS`` client processes
-   with ``WINDOW`` requests in flight each, through one ``tstreams serve`` process — vs an
-   echo server running the very same :class:`~tstreams_embedded.net.server.Server` loop and
-   framing whose ``submit`` handler does nothing (goal: ours >= 0.8x echo). p50/p99 latency
-   per request (send to reply, queueing in the window included).
-2. **sync12**: 12 synchronous client processes (one request in flight each, as in Moebius'
-   own test) — ours vs a Moebius-style loop (``zmq.Poller``, one message per wakeup, JSON,
-   linear handler scan, ROUTER_MANDATORY) answering a trivial JSON request (goal: ours >= 1.5x).
-   Ours answers real engine requests: ``get_stream`` (an LMDB read) and, as a second row,
-   1-item ``instant`` writes.
-3. **haproxy**: the pipelined workload and the sync12 read workload through HAProxy
-   (``cluster/haproxy.cfg``, TCP mode) in front of 2 server processes on one data directory,
-   vs 1 server direct; the ratio is reported (2 cores here: the clients, HAProxy and both
-   servers share them).
-
-Every client runs in its own process (multiprocessing, fork); all clients of a run start
-together, warm up, then count replies in a common window. Systems are interleaved within
-each repetition; medians over repetitions are reported with their spread. The servers run
-with ``--durability async`` for the headline figures (the network layer is measured, not
-the disk); the pipelined workload is also run against a ``sync`` server.
-
-Writes ``benchmarks/results/net.json`` (and ``net.png``).
+The systems built on these are in :mod:`benchmarks.systems.net_servers`.
 """
 
 from __future__ import annotations
@@ -35,34 +20,23 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import click
+import psutil
 
-from benchmarks.measure import NOISY_SPREAD, free_port, latency_summary, machine_info, median, spread, wait_until
-from benchmarks.report import fmt_num, fmt_rate, fmt_ratio, write_json
+from benchmarks.measure import latency_summary, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 STREAM = "bench"
 PARTITIONS = 4
 
-MODES = {
-    # seconds of warm-up / measurement per run; pipelined clients and window
-    "quick": {"warmup": 0.2, "measure": 0.8, "clients": 4, "window": 100, "sync_clients": 12, "settle": 0.2},
-    "full": {"warmup": 1.0, "measure": 4.0, "clients": 4, "window": 100, "sync_clients": 12, "settle": 0.5},
-}
-
-
 # ------------------------------------------------------------------------------ servers
 def _echo_server(bind: str, ready: Any) -> None:
-    """The baseline for figure 1: our Server loop and framing, handlers that do nothing."""
+    """The baseline of the pipelined figure: our Server loop and framing, handlers that do nothing."""
     import asyncio
 
     from tornado.ioloop import IOLoop
@@ -137,9 +111,11 @@ class Proc:
     """A server process stopped by PID."""
 
     def __init__(self, target: Callable | None = None, bind: str = "", args: list[str] | None = None,
-                 log: Path | None = None) -> None:
+                 log: Path | None = None, popen: subprocess.Popen | None = None) -> None:
         self.bind = bind
-        if target is not None:
+        if popen is not None:
+            self.popen, self.pid, self.mp = popen, popen.pid, None
+        elif target is not None:
             ctx = mp.get_context("fork")
             ready = ctx.Event()
             self.mp = ctx.Process(target=target, args=(bind, ready), daemon=True)
@@ -153,6 +129,12 @@ class Proc:
             self.popen = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(REPO))
             self.pid = self.popen.pid
             self.mp = None
+
+    @classmethod
+    def of(cls, popen: subprocess.Popen, bind: str) -> Proc:
+        """Wrap a process started elsewhere."""
+        p = cls(bind=bind, args=None, popen=popen)
+        return p
 
     def stop(self) -> None:
         try:
@@ -191,8 +173,7 @@ def start_haproxy(front: int, servers: list[int], workdir: Path) -> Proc:
     log = open(workdir / "haproxy.log", "wb")
     popen = subprocess.Popen([HAPROXY, "-f", str(REPO / "cluster" / "haproxy.cfg"), "-db"], env=env, stdout=log,
                              stderr=subprocess.STDOUT)
-    p = Proc.__new__(Proc)
-    p.bind, p.popen, p.pid, p.mp = f"tcp://127.0.0.1:{front}", popen, popen.pid, None
+    p = Proc.of(popen, f"tcp://127.0.0.1:{front}")
 
     def listening() -> bool:
         import socket
@@ -348,16 +329,15 @@ def _client(kind: str, endpoint: str, k: int, window: int, warmup: float, measur
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time consumed so far by processes ``pids`` (Linux /proc)."""
-    total = 0
+    """User + system CPU time consumed so far by processes ``pids``."""
+    total = 0.0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            pass
-    return total / os.sysconf("SC_CLK_TCK")
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
 
 
 def run_clients(kind: str, endpoint: str, n: int, cfg: dict, server_pids: list[int]) -> dict[str, Any]:
@@ -383,175 +363,3 @@ def run_clients(kind: str, endpoint: str, n: int, cfg: dict, server_pids: list[i
     rate = total / window if window else 0.0
     server_us = (cpu1 - cpu0) / (rate * (t1 - t0)) * 1e6 if rate else None
     return {"rate": rate, "requests": total, "server_cpu_us_per_req": server_us, **latency_summary(lat)}
-
-
-# ------------------------------------------------------------------------------ the run
-def run(mode: str, reps: int, workdir: Path, progress: Callable[[str], None]) -> dict[str, Any]:
-    cfg = MODES[mode]
-    m_start = machine_info()
-    figures: dict[str, dict[str, list[dict]]] = {}
-
-    def record(fig: str, system: str, res: dict) -> None:
-        figures.setdefault(fig, {}).setdefault(system, []).append(res)
-        progress(f"  {fig:10s} {system:40s} {fmt_rate(res['rate']):>7s} req/s  "
-                 f"p50 {fmt_num(res.get('p50_ms'))} ms  p99 {fmt_num(res.get('p99_ms'))} ms  "
-                 f"server {fmt_num(res.get('server_cpu_us_per_req'), 0)} us/req")
-
-    servers: dict[str, Proc] = {}
-    try:
-        # --- servers, started once and reused by every repetition -----------------------
-        servers["ours"] = start_ours(workdir / "ours", free_port(), "async", workdir, "ours")
-        servers["ours-sync"] = start_ours(workdir / "ours-sync", free_port(), "sync", workdir, "ours-sync")
-        servers["echo"] = Proc(_echo_server, f"tcp://127.0.0.1:{free_port()}")
-        servers["moebius"] = Proc(_moebius_server, f"tcp://127.0.0.1:{free_port()}")
-        shared = workdir / "shared"
-        a, b = free_port(), free_port()
-        servers["s1"] = start_ours(shared, a, "async", workdir, "s1")
-        servers["s2"] = start_ours(shared, b, "async", workdir, "s2")
-        servers["haproxy"] = start_haproxy(free_port(), [a, b], workdir)
-        for name in ("ours", "ours-sync", "s1"):
-            prepare_stream(servers[name].bind)
-        ep = {k: v.bind for k, v in servers.items()}
-        pids = {v.bind: [v.pid] for v in servers.values()}
-        pids[ep["haproxy"]] = [servers[k].pid for k in ("haproxy", "s1", "s2")]
-        n, sync_n = cfg["clients"], cfg["sync_clients"]
-        plan = [
-            ("pipelined", "echo (same loop, no engine)", "pipelined", ep["echo"], n),
-            ("pipelined", "ours (async durability)", "pipelined", ep["ours"], n),
-            ("pipelined", "ours (sync durability)", "pipelined", ep["ours-sync"], n),
-            ("sync12", "moebius-style (JSON echo)", "moebius", ep["moebius"], sync_n),
-            ("sync12", "ours now_ms", "sync-now", ep["ours"], sync_n),
-            ("sync12", "ours get_stream (LMDB read)", "sync-read", ep["ours"], sync_n),
-            ("sync12", "ours instant (async write)", "sync-write", ep["ours"], sync_n),
-            ("sync12", "ours now_ms via RemoteBackend", "remote-sync", ep["ours"], sync_n),
-            ("haproxy", "1 server direct, pipelined", "pipelined", ep["s1"], n),
-            ("haproxy", "2 servers + HAProxy, pipelined", "pipelined", ep["haproxy"], n),
-            ("haproxy", "1 server direct, sync12 get_stream", "sync-read", ep["s1"], sync_n),
-            ("haproxy", "2 servers + HAProxy, sync12 get_stream", "sync-read", ep["haproxy"], sync_n),
-        ]
-        for rep in range(reps):
-            progress(f"repetition {rep + 1}/{reps}")
-            order = plan if rep % 2 == 0 else list(reversed(plan))
-            for fig, system, kind, endpoint, clients in order:
-                record(fig, system, run_clients(kind, endpoint, clients, cfg, pids[endpoint]))
-    finally:
-        for p in servers.values():
-            p.stop()
-
-    summary: dict[str, Any] = {}
-    for fig, systems in figures.items():
-        summary[fig] = {}
-        for system, runs in systems.items():
-            rates = [r["rate"] for r in runs]
-            summary[fig][system] = {
-                "rate_median": median(rates),
-                "rates": rates,
-                "spread": spread(rates),
-                "noisy": spread(rates) > NOISY_SPREAD,
-                "p50_ms_median": median([r.get("p50_ms") for r in runs]),
-                "p99_ms_median": median([r.get("p99_ms") for r in runs]),
-                "server_cpu_us_per_req_median": median([r.get("server_cpu_us_per_req") for r in runs]),
-            }
-
-    def ratio(fig: str, a: str, b: str) -> float | None:
-        x, y = summary[fig][a]["rate_median"], summary[fig][b]["rate_median"]
-        return x / y if x and y else None
-
-    goals = [
-        {"figure": "pipelined", "goal": "ours >= 0.8x echo",
-         "ratio": ratio("pipelined", "ours (async durability)", "echo (same loop, no engine)"), "target": 0.8},
-        {"figure": "pipelined (sync server)", "goal": "informational",
-         "ratio": ratio("pipelined", "ours (sync durability)", "echo (same loop, no engine)"), "target": None},
-        {"figure": "sync12", "goal": "ours >= 1.5x moebius-style",
-         "ratio": ratio("sync12", "ours now_ms", "moebius-style (JSON echo)"), "target": 1.5},
-        {"figure": "sync12 (LMDB reads)", "goal": "informational",
-         "ratio": ratio("sync12", "ours get_stream (LMDB read)", "moebius-style (JSON echo)"), "target": None},
-        {"figure": "sync12 (writes)", "goal": "informational",
-         "ratio": ratio("sync12", "ours instant (async write)", "moebius-style (JSON echo)"), "target": None},
-        {"figure": "sync12 (RemoteBackend client)", "goal": "informational",
-         "ratio": ratio("sync12", "ours now_ms via RemoteBackend", "moebius-style (JSON echo)"), "target": None},
-        {"figure": "haproxy pipelined", "goal": "report the ratio",
-         "ratio": ratio("haproxy", "2 servers + HAProxy, pipelined", "1 server direct, pipelined"), "target": None},
-        {"figure": "haproxy sync12", "goal": "report the ratio",
-         "ratio": ratio("haproxy", "2 servers + HAProxy, sync12 get_stream", "1 server direct, sync12 get_stream"),
-         "target": None},
-    ]
-    for g in goals:
-        g["met"] = None if g["target"] is None or g["ratio"] is None else g["ratio"] >= g["target"]
-    m_end = machine_info()
-    m_start["loadavg_at_end"] = m_end.get("loadavg_at_start")
-    return {
-        "benchmark": "net",
-        "mode": mode,
-        "reps": reps,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": m_start,
-        "config": cfg,
-        "figures": summary,
-        "goals": goals,
-    }
-
-
-def plot(report: dict[str, Any], path: Path) -> Path | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import matplotlib.ticker
-    except ImportError:  # pragma: no cover
-        return None
-    figs = report["figures"]
-    fig, axes = plt.subplots(1, len(figs), figsize=(5 * len(figs), 4.5))
-    for ax, (name, systems) in zip(axes, figs.items(), strict=True):
-        labels = list(systems)
-        vals = [systems[s]["rate_median"] or 0 for s in labels]
-        ax.barh(range(len(labels)), vals, color=["#888" if ("echo" in s or "moebius" in s or "direct" in s)
-                                                 else "#2a7" for s in labels])
-        ax.set_yticks(range(len(labels)), [s.replace(", ", ",\n") for s in labels], fontsize=7)
-        ax.invert_yaxis()
-        ax.set_title(name)
-        ax.set_xlabel("requests/s (median)")
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v / 1000:.0f}k"))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-@click.command()
-@click.option("--quick", is_flag=True, help="Short runs: under a minute.")
-@click.option("--reps", default=3, show_default=True, type=click.IntRange(1, 20))
-@click.option("--out", "out_dir", default=str(RESULTS_DIR), show_default=True, type=click.Path(file_okay=False))
-@click.option("--no-plot", is_flag=True)
-def main(quick: bool, reps: int, out_dir: str, no_plot: bool) -> None:
-    """Network layer vs an echo server, a Moebius-style loop and HAProxy (see module docstring)."""
-    if not os.path.exists(HAPROXY):
-        raise click.ClickException("haproxy is not installed (apt-get install haproxy)")
-    t0 = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix="tsnet-"))
-    try:
-        report = run("quick" if quick else "full", reps, workdir, click.echo)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    report["seconds"] = round(time.monotonic() - t0, 1)
-    out = Path(out_dir)
-    write_json(report, out / "net.json")
-    if not no_plot:
-        plot(report, out / "net.png")
-    click.echo("\nmedians:")
-    for fig, systems in report["figures"].items():
-        for system, r in systems.items():
-            click.echo(f"  {fig:10s} {system:40s} {fmt_rate(r['rate_median']):>7s} req/s  "
-                       f"p50 {fmt_num(r['p50_ms_median'])} ms  p99 {fmt_num(r['p99_ms_median'])} ms  "
-                       f"server {fmt_num(r['server_cpu_us_per_req_median'], 0)} us/req"
-                       f"{'  NOISY' if r['noisy'] else ''}")
-    click.echo("goals:")
-    for g in report["goals"]:
-        verdict = {True: "met", False: "MISSED", None: "info"}[g["met"]]
-        click.echo(f"  [{verdict}] {g['figure']}: {g['goal']} -> {fmt_ratio(g['ratio'])}")
-    click.echo(f"wrote {out / 'net.json'} in {report['seconds']} s")
-
-
-if __name__ == "__main__":
-    main()

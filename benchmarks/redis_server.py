@@ -49,7 +49,7 @@ class RedisServer:
                     "--logfile", str(self.directory / "redis.log"), "--protected-mode", "yes",
                 ],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+            )
             client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
             deadline = time.monotonic() + timeout
             try:

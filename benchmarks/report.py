@@ -1,4 +1,8 @@
-"""Writing results: JSON, a markdown table for the README, and one PNG bar chart per scenario."""
+"""Writing a suite's report: ``<suite>.json``, ``<suite>.md`` and its charts.
+
+The peers suite draws one PNG per scenario (``peers_<scenario>.png``); the engine and net
+suites one grid of every scenario (``engine.png``, ``net.png``); the Spark suite none.
+"""
 
 from __future__ import annotations
 
@@ -54,140 +58,222 @@ def machine_line(m: dict[str, Any]) -> str:
     )
 
 
-# --- peers ----------------------------------------------------------------------------------
-def peers_markdown(report: dict[str, Any]) -> str:
+# --- markdown -------------------------------------------------------------------------------
+_INTRO = {
+    "peers": "this project against Redis Streams, SQLite and raw py-lmdb (100-byte items, durable settings). "
+             "Peak RSS is the benchmark process plus the peer's server process.",
+    "engine": "the engine's own figures, each side by side with raw py-lmdb doing the same work.",
+    "net": "the network layer: `tstreams serve` against an echo server on the same loop, a Moebius-style "
+           "loop and HAProxy. Server CPU is per request, summed over the server processes.",
+    "spark": "the Spark connector against Spark's own Parquet and file sources (one local[2] session, "
+             "one warm-up run of each variant).",
+}
+
+
+def command(report: dict[str, Any]) -> str:
+    suite = "" if report["suite"] == "peers" else f" --suite {report['suite']}"
+    return f"python -m benchmarks{suite}{' --quick' if report['mode'] == 'quick' else ''}"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The suite's report as markdown: one table per scenario, then the goals."""
     systems = report["systems"]
-    ours_names = [n for n, s in systems.items() if s["ours"]]
     out = [
-        f"Peer scoreboard: `python -m benchmarks{' --quick' if report['mode'] == 'quick' else ''}` "
-        f"({report['mode']} run, {report['generated']}, {report['duration_s']:.0f} s). "
-        f"Medians of {report['reps']} interleaved repetitions; spread = (max − min) / median, "
-        f"**noisy** when above {report['noisy_threshold']:.0%}. Ratios are ours ÷ peer (higher is better "
-        "for us). 100-byte items, durable settings. Peak RSS is the benchmark process plus the "
-        "peer's server process.",
+        f"`{command(report)}` ({report['mode']} run, {report['generated']}, {report['duration_s']:.0f} s): "
+        f"{_INTRO.get(report['suite'], '')} Medians of {report['reps']} interleaved repetitions; spread = "
+        f"(max − min) / median, **noisy** when above {report['noisy_threshold']:.0%}. Ratios are ours ÷ the "
+        "row (higher is better for us).",
         "",
         f"Machine: {machine_line(report['machine'])}.",
         "",
     ]
     if report.get("skipped"):
         out += [f"Not run: {', '.join(f'`{k}` ({v})' for k, v in report['skipped'].items())}.", ""]
-    for sc_id, sc in report["scenarios"].items():
-        out += [f"#### {sc['title']}", "", sc["description"] + _params_note(sc), ""]
-        ratio_cols = [f"{_short(o)} ÷ it" for o in ours_names]
-        if sc_id == "many_streams":
-            head = ["system", "streams/s", "spread", *ratio_cols, "time s", "disk/stream", "memory/stream",
-                    "peak RSS MB"]  # fmt: skip
-        else:
-            head = ["system", sc["unit"], "spread", *ratio_cols, "p50 ms", "p99 ms", "peak RSS MB"]
-        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for name, r in sc["results"].items():
-            label = systems[name]["label"]
-            label = f"**{label}**" if systems[name]["ours"] else label
-            ratios = [fmt_ratio(sc["ratios"].get(o, {}).get(name)) if o != name else "" for o in ours_names]
-            sp = "—" if r.get("rate_median") is None else f"{r['spread']:.0%}" + (" **noisy**" if r["noisy"] else "")
-            if not r.get("ok"):
-                sp += " (FAILED)"
-            row = [label, fmt_rate(r.get("rate_median")), sp, *ratios]
-            if sc_id == "many_streams":
-                row += [fmt_num(r.get("seconds"), 1), fmt_bytes(r.get("disk_bytes_per_stream")),
-                        fmt_bytes(r.get("mem_bytes_per_stream")), fmt_num(r.get("peak_rss_mb"), 0)]  # fmt: skip
-            else:
-                row += [fmt_num(r.get("p50_ms"), 3), fmt_num(r.get("p99_ms"), 3), fmt_num(r.get("peak_rss_mb"), 0)]
-            out.append("| " + " | ".join(row) + " |")
-        if sc.get("latency_of"):
-            out += ["", f"Latency is per {sc['latency_of']}."]
-        if sc_id == "many_streams":
-            out += ["", "Memory per stream is the growth of RSS (benchmark process + server) during the run "
-                    "divided by N; disk per stream is the space allocated on disk after close divided by N."]
-            for name, r in sc["results"].items():
-                if r.get("redis_used_memory_per_stream"):
-                    out.append(f"{systems[name]['label']} keeps every stream in RAM: Redis `used_memory` grew "
-                               f"{fmt_bytes(r['redis_used_memory_per_stream'])} per stream.")
-        out.append("")
-    out += ["#### Goals (issue 5)", "", "| scenario | goal | measured | verdict |", "|---|---|---|---|"]
+    for sc in report["scenarios"].values():
+        out += _scenario_table(sc, systems)
+    out += ["#### Goals", "", "| scenario | goal | measured | verdict |", "|---|---|---|---|"]
     for g in report["goals"]:
-        verdict = {True: "met", False: "**missed**", None: "not measured"}[g["met"]]
-        out.append(f"| {g['scenario']} | {g['goal']} | {fmt_ratio(g['ratio'])} | {verdict} |")
+        verdict = {True: "met", False: "**missed**", None: "—"}[g["met"]]
+        out.append(f"| {g['scenario']} | {g['goal']} | {fmt_goal(g)} | {verdict} |")
     out.append("")
     return "\n".join(out)
 
 
-def _params_note(sc: dict[str, Any]) -> str:
-    p = sc["params"]
+def _scenario_table(sc: dict[str, Any], systems: dict[str, Any]) -> list[str]:
+    ours_names = list(sc["ratios"])
+    out = [f"#### {sc['title']}", "", sc["description"] + _params_note(sc["params"]), ""]
+    ratio_cols = [f"{_short(o)} ÷ it" for o in ours_names]
+    if sc.get("per_item"):
+        extra_cols = ["time s", "disk/item", "memory/item", "peak RSS MB"]
+    else:
+        extra_cols = ["p50 ms", "p99 ms", "peak RSS MB"]
+    head = ["variant", sc["unit"], "spread", *ratio_cols, *extra_cols]
+    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, r in sc["results"].items():
+        label = systems[name]["label"]
+        label = f"**{label}**" if systems[name]["ours"] else label
+        ratios = [fmt_ratio(sc["ratios"][o].get(name)) if o != name else "" for o in ours_names]
+        sp = "—" if r.get("rate_median") is None else f"{r['spread']:.0%}" + (" **noisy**" if r["noisy"] else "")
+        if not r.get("ok"):
+            sp += " (FAILED)"
+        row = [label, fmt_rate(r.get("rate_median")), sp, *ratios]
+        if sc.get("per_item"):
+            row += [fmt_num(r.get("seconds"), 1), fmt_bytes(r.get("disk_bytes_per_item")),
+                    fmt_bytes(r.get("mem_bytes_per_item")), fmt_num(r.get("peak_rss_mb"), 0)]
+        else:
+            row += [fmt_num(r.get("p50_ms"), 3), fmt_num(r.get("p99_ms"), 3), fmt_num(r.get("peak_rss_mb"), 0)]
+        out.append("| " + " | ".join(row) + " |")
+    if sc.get("latency_of"):
+        out += ["", f"Latency is per {sc['latency_of']}."]
+    if sc.get("per_item"):
+        out += ["", "Memory per item is the growth of RSS (benchmark process + server) during the run divided "
+                "by N; disk per item is the space allocated on disk after close divided by N."]
+        for name, r in sc["results"].items():
+            if r.get("redis_used_memory_per_stream"):
+                out.append(f"{systems[name]['label']} keeps every stream in RAM: Redis `used_memory` grew "
+                           f"{fmt_bytes(r['redis_used_memory_per_stream'])} per stream.")
+    out.append("")
+    return out
+
+
+def fmt_goal(g: dict[str, Any]) -> str:
+    v = g["value"]
+    if g["unit"] == "x":
+        return fmt_ratio(v)
+    if g["unit"] == "items/s":
+        return f"{fmt_rate(v)} items/s"
+    if g["unit"] == "B":
+        return fmt_bytes(v)
+    return f"{fmt_num(v, 1)} {g['unit']}"
+
+
+def _params_note(p: dict[str, Any]) -> str:
     if "n_streams" in p:
         return f" N = {p['n_streams']:,} streams."
     if "threads" in p:
         return f" {p['threads']} threads × {p['per_thread']:,} transactions."
-    return f" {p['n_items']:,} items per run."
+    if "n_items" in p:
+        return f" {p['n_items']:,} items per run."
+    if "rows" in p:
+        return f" {p['rows']:,} rows, {p['events']:,} events."
+    if "measure" in p:
+        return f" {p['measure']} s measured after {p['warmup']} s of warm-up per run."
+    return ""
 
 
 def _short(name: str) -> str:
     return {"ours-embedded": "ours", "ours-zmq": "ours/zmq"}.get(name, name)
 
 
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The console summary: every variant's median and ratio, then the goal verdicts."""
+    lines = []
+    for sc in report["scenarios"].values():
+        lines.append(f"\n{sc['title']}")
+        first_ours = next(iter(sc["ratios"]), None)
+        for name, r in sc["results"].items():
+            ratio = sc["ratios"].get(first_ours, {}).get(name) if first_ours else None
+            noisy = " NOISY" if r.get("noisy") else ""
+            lines.append(
+                f"  {name:40s} {fmt_rate(r.get('rate_median')):>8s} {sc['unit']:9s} spread {r['spread']:4.0%}{noisy}"
+                + (f"  {_short(first_ours)}/it {fmt_ratio(ratio)}" if ratio is not None else "")
+                + ("" if r["ok"] else "  FAILED")
+            )
+    lines.append("\nGoals:")
+    for g in report["goals"]:
+        verdict = {True: "met", False: "MISSED", None: "info"}[g["met"]]
+        lines.append(f"  [{verdict}] {g['scenario']}: {g['goal']} -> {fmt_goal(g)}")
+    return lines
+
+
+# --- charts ---------------------------------------------------------------------------------
 def wrap_label(text: str, width: int = 16) -> str:
     import textwrap
 
     return "\n".join(textwrap.wrap(text, width)) or text
 
 
-def rate_formatter():
+def rate_formatter():  # noqa: ANN201
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda v, _pos: fmt_rate(v) if v else "0")
 
 
-def peers_plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
-    """One bar chart per scenario: median rate per system, min–max whiskers, ratios labelled."""
+def _bars(ax, sc: dict[str, Any], systems: dict[str, Any], width: int) -> None:  # noqa: ANN001
+    """One scenario's bars: median per variant, min–max whiskers, noisy hatched, ratios labelled."""
+    names = list(sc["results"])
+    res = sc["results"]
+    vals = [res[n].get("rate_median") or 0 for n in names]
+    lo = [v - (res[n].get("rate_min") or v) for n, v in zip(names, vals, strict=True)]
+    hi = [(res[n].get("rate_max") or v) - v for n, v in zip(names, vals, strict=True)]
+    colors = ["#1f77b4" if systems[n]["ours"] else "#b0b0b0" for n in names]
+    bars = ax.bar(range(len(names)), vals, color=colors, yerr=[lo, hi], capsize=4, edgecolor="black")
+    first_ours = next(iter(sc["ratios"]), None)
+    for bar, n, h in zip(bars, names, hi, strict=True):
+        r = res[n]
+        if r.get("noisy"):
+            bar.set_hatch("//")
+        lines = [fmt_rate(r.get("rate_median"))]
+        ratio = sc["ratios"].get(first_ours, {}).get(n) if first_ours else None
+        if ratio is not None:
+            lines.append(f"{_short(first_ours)} {ratio:.2f}×")
+        if r.get("noisy"):
+            lines.append("noisy")
+        ax.annotate("\n".join(lines), (bar.get_x() + bar.get_width() / 2, bar.get_height() + h), xytext=(0, 3),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([wrap_label(systems[n]["label"], width) for n in names], fontsize=7)
+    ax.set_ylabel(sc["unit"])
+    ax.yaxis.set_major_formatter(rate_formatter())
+    ax.set_ylim(0, max(vals + [1]) * 1.3 + max(hi + [0]))
+    ax.grid(axis="y", alpha=0.3)
+
+
+def plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
+    """The suite's charts (see the module docstring)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    suite, systems = report["suite"], report["systems"]
+    title = f"({report['mode']}, median of {report['reps']})"
     paths = []
-    systems = report["systems"]
-    for sc_id, sc in report["scenarios"].items():
-        names = list(sc["results"])
-        vals = [sc["results"][n].get("rate_median") or 0 for n in names]
-        lo = [v - (sc["results"][n].get("rate_min") or v) for n, v in zip(names, vals, strict=True)]
-        hi = [(sc["results"][n].get("rate_max") or v) - v for n, v in zip(names, vals, strict=True)]
-        colors = ["#1f77b4" if systems[n]["ours"] else "#b0b0b0" for n in names]
-        fig, ax = plt.subplots(figsize=(8.5, 4.6), dpi=110)
-        bars = ax.bar(range(len(names)), vals, color=colors, yerr=[lo, hi], capsize=4, edgecolor="black")
-        for bar, n in zip(bars, names, strict=True):
-            r = sc["results"][n]
-            if r.get("noisy"):
-                bar.set_hatch("//")
-            lines = [fmt_rate(r.get("rate_median"))]
-            ratio = sc["ratios"].get("ours-embedded", {}).get(n)
-            if ratio is not None:
-                lines.append(f"ours {ratio:.2f}×")
-            if r.get("noisy"):
-                lines.append("noisy")
-            top = bar.get_height() + hi[names.index(n)]
-            ax.annotate("\n".join(lines), (bar.get_x() + bar.get_width() / 2, top),
-                        xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8)  # fmt: skip
-        ax.set_xticks(range(len(names)))
-        ax.set_xticklabels([wrap_label(systems[n]["label"]) for n in names], fontsize=7)
-        ax.set_ylabel(sc["unit"])
-        ax.yaxis.set_major_formatter(rate_formatter())
-        ax.set_title(f"{sc['title']} ({report['mode']}, median of {report['reps']})", fontsize=10)
-        ax.set_ylim(0, max(vals + [1]) * 1.3 + max(hi + [0]))
-        ax.grid(axis="y", alpha=0.3)
+    if suite == "peers":
+        for sc_id, sc in report["scenarios"].items():
+            fig, ax = plt.subplots(figsize=(8.5, 4.6), dpi=110)
+            _bars(ax, sc, systems, 16)
+            ax.set_title(f"{sc['title']} {title}", fontsize=10)
+            fig.tight_layout()
+            paths.append(out_dir / f"peers_{sc_id}.png")
+            fig.savefig(paths[-1])
+            plt.close(fig)
+    elif suite in ("engine", "net"):
+        scs = list(report["scenarios"].values())
+        cols = 3
+        rows = (len(scs) + cols - 1) // cols
+        fig, grid = plt.subplots(rows, cols, figsize=(5.0 * cols, 4.6 * rows), dpi=100, squeeze=False)
+        axes = [ax for row in grid for ax in row]
+        for ax in axes[len(scs):]:
+            ax.axis("off")
+        for ax, sc in zip(axes, scs, strict=False):
+            _bars(ax, sc, systems, 18)
+            ax.set_title(wrap_label(sc["title"], 48), fontsize=9)
+        fig.suptitle(f"{suite} {title}", fontsize=10)
         fig.tight_layout()
-        path = out_dir / f"peers_{sc_id}.png"
-        fig.savefig(path)
+        paths.append(out_dir / f"{suite}.png")
+        fig.savefig(paths[-1])
         plt.close(fig)
-        paths.append(path)
     return paths
 
 
-def write_peers(report: dict[str, Any], out_dir: Path, plots: bool = True) -> list[Path]:
-    """Write ``peers.json``, ``peers.md`` and (optionally) the PNGs; return the paths."""
+def write(report: dict[str, Any], out_dir: Path, charts: bool = True) -> list[Path]:
+    """Write ``<suite>.json``, ``<suite>.md`` and (optionally) the charts; return the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "peers.json", out_dir / "peers.md"]
+    suite = report["suite"]
+    paths = [out_dir / f"{suite}.json", out_dir / f"{suite}.md"]
     write_json(report, paths[0])
-    paths[1].write_text(peers_markdown(report))
-    if plots:
-        paths += peers_plots(report, out_dir)
+    paths[1].write_text(markdown(report))
+    if charts:
+        paths += plots(report, out_dir)
     return paths

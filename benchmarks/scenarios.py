@@ -1,69 +1,383 @@
-"""The five peer scenarios and their sizes per mode (100-byte items, durable settings)."""
+"""Every benchmark suite as scenarios of variants, and the goals judged on them.
+
+A :class:`Scenario` is one figure: its variants (:class:`Variant`: a system from
+:mod:`benchmarks.systems` and the ``setup_<method>``/``run_<method>`` pair it runs) are
+measured side by side in the same run, interleaved, with the sizes of the chosen mode
+(``tiny`` for tests, ``quick``, ``full``). A :class:`Goal` is a verdict on the medians.
+
+Suites:
+
+* ``peers``: this project against Redis Streams, SQLite and raw py-lmdb (100-byte items, durable);
+* ``engine``: the engine's own figures, each beside raw py-lmdb doing the same work;
+* ``net``: ``tstreams serve`` against an echo server on the same loop, a Moebius-style loop and HAProxy;
+* ``spark``: the Spark connector against Spark's own Parquet and file sources.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks.systems import OURS, PEERS
+
+MODES = ("tiny", "quick", "full")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of a scenario: ``system`` (a registry name) running ``method`` with ``params``
+    added to the scenario's sizes. ``name`` is the row label (the system name by default)."""
+
+    system: str
+    name: str = ""
+    method: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.system
+
 
 @dataclass(frozen=True)
 class Scenario:
-    """One scenario: ``method`` names the ``setup_<method>``/``run_<method>`` pair of a system."""
+    """One figure: ``variants`` run ``method`` (unless a variant names its own) at ``sizes[mode]``.
 
+    ``isolation`` is ``"process"`` (every run in a fresh worker process with a fresh data
+    directory) or ``"shared"`` (each system opened once per suite run, e.g. servers or a Spark
+    session, and every repetition run in this process). ``per_item`` reports time, disk and
+    memory per item (per stream) instead of latency.
+    """
+
+    suite: str
     id: str
     title: str
     method: str
     description: str
-    latency: str | None
-    sizes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    variants: tuple[Variant, ...]
+    sizes: dict[str, dict[str, Any]]
+    latency: str | None = None
     unit: str = "items/s"
+    isolation: str = "process"
+    per_item: bool = False
+    warmup: bool = False
 
-    def params(self, mode: str) -> dict[str, Any]:
-        return dict(self.sizes[mode])
+    def params(self, mode: str, variant: Variant | None = None) -> dict[str, Any]:
+        return {**self.sizes[mode], **(variant.params if variant else {})}
+
+    def method_of(self, variant: Variant) -> str:
+        return variant.method or self.method
 
 
-SCENARIOS: tuple[Scenario, ...] = (
+@dataclass(frozen=True)
+class Goal:
+    """A verdict on one scenario's medians.
+
+    With ``vs``: the ratio ``of`` ÷ ``vs`` of ``metric`` (default the median rate). Without:
+    the value of ``metric`` of ``of``, times ``scale``. Met when ``at_least`` <= value (strictly
+    greater if ``strict``) and value <= ``at_most``; with neither bound it is informational.
+    """
+
+    scenario: str
+    text: str
+    of: str
+    vs: str | None = None
+    metric: str = "rate_median"
+    at_least: float | None = None
+    at_most: float | None = None
+    strict: bool = False
+    scale: float = 1.0
+    unit: str = "x"
+
+    def evaluate(self, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        mine = results.get(self.of, {})
+        value = mine.get(self.metric)
+        if self.vs is not None:
+            base = results.get(self.vs, {}).get(self.metric)
+            value = value / base if value and base else None
+        elif value is not None:
+            value *= self.scale
+        met: bool | None = None
+        if value is not None and (self.at_least is not None or self.at_most is not None):
+            met = True
+            if self.at_least is not None:
+                met = value > self.at_least if self.strict else value >= self.at_least
+            if self.at_most is not None:
+                met = met and value <= self.at_most
+        required = self.at_least if self.at_least is not None else self.at_most
+        return {"scenario": self.scenario, "goal": self.text, "of": self.of, "vs": self.vs, "value": value,
+                "required": required, "unit": self.unit, "met": met}
+
+
+def _v(*names: str) -> tuple[Variant, ...]:
+    return tuple(Variant(n) for n in names)
+
+
+# --- peers: 100-byte items, durable settings ----------------------------------------------------
+_PEER_VARIANTS = _v(*OURS, *PEERS)
+_ITEMS = {"tiny": {"n_items": 300, "batch": 100}, "quick": {"n_items": 30_000, "batch": 100},
+          "full": {"n_items": 300_000, "batch": 100}}
+
+PEER_SCENARIOS = (
     Scenario(
-        "produce", "1. Produce, 100-item transactions", "produce",
+        "peers", "produce", "1. Produce, 100-item transactions", "produce",
         "One producer writes 100-byte items in durable transactions of 100 items.",
-        "commit of one 100-item transaction",
-        {"tiny": {"n_items": 300, "batch": 100}, "quick": {"n_items": 30_000, "batch": 100},
-         "full": {"n_items": 300_000, "batch": 100}},
+        _PEER_VARIANTS, _ITEMS, latency="commit of one 100-item transaction",
     ),
     Scenario(
-        "concurrent", "2. Produce 1-item transactions, 8 threads", "concurrent",
+        "peers", "concurrent", "2. Produce 1-item transactions, 8 threads", "concurrent",
         "8 threads write durable 1-item transactions to one partition (client/server systems: one "
         "connection per thread; embedded: one producer per thread).",
-        "one 1-item transaction",
+        _PEER_VARIANTS,
         {"tiny": {"threads": 8, "per_thread": 5}, "quick": {"threads": 8, "per_thread": 250},
          "full": {"threads": 8, "per_thread": 2000}},
+        latency="one 1-item transaction",
     ),
     Scenario(
-        "consume", "3. Consume, offset commit every 100 items", "consume",
+        "peers", "consume", "3. Consume, offset commit every 100 items", "consume",
         "A consumer reads a pre-loaded backlog 100 items at a time and durably commits its offset "
         "after each 100 items.",
-        "read 100 items + durable offset commit",
-        {"tiny": {"n_items": 300, "batch": 100}, "quick": {"n_items": 30_000, "batch": 100},
-         "full": {"n_items": 300_000, "batch": 100}},
+        _PEER_VARIANTS, _ITEMS, latency="read 100 items + durable offset commit",
     ),
     Scenario(
-        "exactly_once", "4. Exactly-once read-transform-write", "exactly_once",
+        "peers", "exactly_once", "4. Exactly-once read-transform-write", "exactly_once",
         "Read 100 items, transform them, write them to an output stream and commit the input offset in "
         "one atomic durable write (Redis MULTI/EXEC with the offset in a key, SQLite one transaction, "
         "LMDB one write transaction, ours CheckpointGroup).",
-        "one read-transform-write batch of 100 items",
+        _PEER_VARIANTS,
         {"tiny": {"n_items": 300, "batch": 100}, "quick": {"n_items": 20_000, "batch": 100},
          "full": {"n_items": 200_000, "batch": 100}},
+        latency="one read-transform-write batch of 100 items",
     ),
     Scenario(
-        "many_streams", "5. Many streams, 1 transaction each", "many_streams",
+        "peers", "many_streams", "5. Many streams, 1 transaction each", "many_streams",
         "Create N streams with one 1-item transaction each, 1000 streams per durable commit/pipeline. "
         "Reports time, disk bytes and memory per stream.",
-        None,
+        _PEER_VARIANTS,
         {"tiny": {"n_streams": 2_000, "batch": 1000}, "quick": {"n_streams": 100_000, "batch": 1000},
          "full": {"n_streams": 1_000_000, "batch": 1000}},
-        unit="streams/s",
+        unit="streams/s", per_item=True,
     ),
-)  # fmt: skip
+)
 
-BY_ID = {s.id: s for s in SCENARIOS}
+PEER_GOALS = (
+    Goal("produce", "ours >= 3x Redis Streams (everysec, MULTI/EXEC)", "ours-embedded", "redis-everysec",
+         at_least=3.0),
+    Goal("produce", "ours >= 1.2x SQLite WAL FULL", "ours-embedded", "sqlite-wal-full", at_least=1.2),
+    Goal("consume", "ours >= 5x Redis Streams", "ours-embedded", "redis-everysec", at_least=5.0),
+    Goal("consume", "ours >= 2x SQLite", "ours-embedded", "sqlite-wal-full", at_least=2.0),
+    Goal("exactly_once", "ours ahead of Redis (everysec)", "ours-embedded", "redis-everysec", at_least=1.0,
+         strict=True),
+    Goal("exactly_once", "ours ahead of Redis (always)", "ours-embedded", "redis-always", at_least=1.0,
+         strict=True),
+    Goal("exactly_once", "ours ahead of SQLite", "ours-embedded", "sqlite-wal-full", at_least=1.0, strict=True),
+    Goal("many_streams", "ours completes every stream, disk per stream reported", "ours-embedded",
+         metric="disk_bytes_per_item", at_least=0.0, strict=True, unit="B"),
+)
+
+# --- engine: each figure beside raw py-lmdb doing the same work ---------------------------------
+_ENGINE_SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"durable": 1_000, "async": 5_000, "consume": 10_000, "single": 100, "per_thread": 20,
+             "streams": 2_000, "api_streams": 500},
+    "quick": {"durable": 30_000, "async": 500_000, "consume": 1_000_000, "single": 1_000, "per_thread": 300,
+              "streams": 100_000, "api_streams": 20_000},
+    "full": {"durable": 300_000, "async": 2_000_000, "consume": 3_000_000, "single": 3_000, "per_thread": 2_000,
+             "streams": 1_000_000, "api_streams": 100_000},
+}
+THREADS = 8
+
+
+def _engine_sizes(**keys: str) -> dict[str, dict[str, Any]]:
+    """Per mode, the scenario parameters named by ``keys`` (parameter -> key of ``_ENGINE_SIZES``)."""
+    return {mode: {param: sz[key] for param, key in keys.items()} for mode, sz in _ENGINE_SIZES.items()}
+
+
+ENGINE_SCENARIOS = (
+    Scenario(
+        "engine", "durable_produce", "Durable produce, 100-byte items in 100-item transactions", "produce",
+        "instant(items) and new_transaction/send/checkpoint against raw putmulti with a durable commit "
+        "per 100 items.",
+        (Variant("lmdb-raw", "raw putmulti, durable commit"),
+         Variant("ours-embedded", "ours instant()"),
+         Variant("ours-embedded", "ours open/send/checkpoint", method="produce_txn")),
+        {m: {"n_items": p["n_items"], "batch": 100} for m, p in _engine_sizes(n_items="durable").items()},
+    ),
+    Scenario(
+        "engine", "async_produce", "Async produce, 100-byte items in 100-item transactions", "produce",
+        'durability="async" against raw putmulti without sync.',
+        (Variant("lmdb-raw-nosync", "raw putmulti, no sync"),
+         Variant("ours-embedded-async", "ours instant(), async"),
+         Variant("ours-embedded-async", "ours open/send/checkpoint, async", method="produce_txn")),
+        {m: {"n_items": p["n_items"], "batch": 100} for m, p in _engine_sizes(n_items="async").items()},
+    ),
+    Scenario(
+        "engine", "consume", "Consume with an offset checkpoint every 100 transactions", "scan",
+        "A consumer reading every 100-item transaction, checkpoint() after every 100 transactions, against "
+        "a raw cursor scan with a durable offset write every 10,000 items.",
+        (Variant("lmdb-raw", "raw cursor scan + offset"), Variant("ours-embedded", "ours consumer + checkpoint")),
+        {m: {"n_items": p["n_items"], "batch": 100, "commit_every": 100}
+         for m, p in _engine_sizes(n_items="consume").items()},
+    ),
+    Scenario(
+        "engine", "group_commit", "Group commit: durable 1-item instant transactions", "group_commit",
+        f"{THREADS} threads of durable 1-item instant transactions against the single-thread unbatched "
+        "durable commit rate of raw LMDB; ours single-threaded is shown too.",
+        (Variant("lmdb-raw", "raw 1 thread, 1 item/commit", method="single_commits"),
+         Variant("ours-embedded", "ours 1 thread instant([item])", method="single_commits"),
+         Variant("ours-embedded", f"ours {THREADS} threads instant([item])", params={"threads": THREADS})),
+        {m: {"n_items": p["n_items"], "per_thread": p["per_thread"]}
+         for m, p in _engine_sizes(n_items="single", per_thread="per_thread").items()},
+    ),
+    Scenario(
+        "engine", "streams", "Streams with one instant transaction each", "many_streams",
+        "N streams with one 1-item instant transaction each, 1000 streams per durable atomic write "
+        "(engine.batch()); the public API one stream at a time (async) is shown too.",
+        (Variant("lmdb-raw", "raw, 1000 streams/commit"),
+         Variant("ours-embedded", "ours engine.batch(), 1000 streams/commit"),
+         Variant("ours-embedded-async", "ours create_stream+instant, async", method="streams_api")),
+        {m: {"n_streams": p["n_streams"], "api_streams": p["api_streams"], "batch": 1000}
+         for m, p in _engine_sizes(n_streams="streams", api_streams="api_streams").items()},
+        unit="streams/s", per_item=True,
+    ),
+)
+
+ENGINE_GOALS = (
+    Goal("durable_produce", "instant(): >= 0.8x raw durable putmulti", "ours instant()",
+         "raw putmulti, durable commit", at_least=0.8),
+    Goal("durable_produce", "open/send/checkpoint: >= 0.8x raw durable putmulti", "ours open/send/checkpoint",
+         "raw putmulti, durable commit", at_least=0.8),
+    Goal("async_produce", "instant(), async: >= 1,000,000 items/s", "ours instant(), async", at_least=1e6,
+         unit="items/s"),
+    Goal("async_produce", "instant(), async: >= 0.5x raw no-sync putmulti", "ours instant(), async",
+         "raw putmulti, no sync", at_least=0.5),
+    Goal("async_produce", "open/send/checkpoint, async: >= 1,000,000 items/s", "ours open/send/checkpoint, async",
+         at_least=1e6, unit="items/s"),
+    Goal("consume", ">= 3,000,000 items/s", "ours consumer + checkpoint", at_least=3e6, unit="items/s"),
+    Goal("consume", ">= 0.5x raw cursor scan", "ours consumer + checkpoint", "raw cursor scan + offset",
+         at_least=0.5),
+    Goal("group_commit", f"{THREADS} threads >= 5x single-thread unbatched durable commits (raw LMDB)",
+         f"ours {THREADS} threads instant([item])", "raw 1 thread, 1 item/commit", at_least=5.0),
+    Goal("group_commit", f"{THREADS} threads vs ours single-thread (informational)",
+         f"ours {THREADS} threads instant([item])", "ours 1 thread instant([item])"),
+    Goal("streams", "time for 1,000,000 streams <= 60 s (projected from N)", "ours engine.batch(), 1000 streams/commit",
+         metric="seconds_per_item", scale=1e6, at_most=60.0, unit="s"),
+    Goal("streams", "disk < 1 KiB per stream", "ours engine.batch(), 1000 streams/commit",
+         metric="disk_bytes_per_item", at_most=1024.0, unit="B"),
+)
+
+# --- net: the network layer, servers started once per run ---------------------------------------
+_NET = {
+    # seconds of warm-up / measurement per run, requests in flight per pipelined client
+    "tiny": {"warmup": 0.05, "measure": 0.2, "window": 20, "settle": 0.2},
+    "quick": {"warmup": 0.2, "measure": 0.8, "window": 100, "settle": 0.2},
+    "full": {"warmup": 1.0, "measure": 4.0, "window": 100, "settle": 0.5},
+}
+CLIENTS, SYNC_CLIENTS = 4, 12
+
+
+def _req(system: str, name: str, kind: str, clients: int, target: str = "") -> Variant:
+    return Variant(system, name, params={"kind": kind, "clients": clients, "target": target})
+
+
+NET_SCENARIOS = (
+    Scenario(
+        "net", "pipelined", "Pipelined 1-item instants", "requests",
+        f"{CLIENTS} client processes, each with a window of requests in flight, send 1-item INSTANT "
+        "transactions through one `tstreams serve` (async, and sync durability) against an echo server "
+        "running the same Server loop and framing whose handlers do nothing.",
+        (_req("echo-server", "echo (same loop, no engine)", "pipelined", CLIENTS),
+         _req("ours-serve", "ours (async durability)", "pipelined", CLIENTS),
+         _req("ours-serve-sync", "ours (sync durability)", "pipelined", CLIENTS)),
+        _NET, latency="request (send to reply, queueing in the window included)", unit="req/s", isolation="shared",
+    ),
+    Scenario(
+        "net", "sync12", f"{SYNC_CLIENTS} synchronous clients", "requests",
+        f"{SYNC_CLIENTS} client processes with one request in flight each, against a Moebius-style loop "
+        "(zmq.Poller, one message per wakeup, JSON, linear handler scan, ROUTER_MANDATORY) answering a "
+        "trivial JSON request. Ours answers now_ms, get_stream (an LMDB read) and 1-item instant writes.",
+        (_req("moebius-server", "moebius-style (JSON echo)", "moebius", SYNC_CLIENTS),
+         _req("ours-serve", "ours now_ms", "sync-now", SYNC_CLIENTS),
+         _req("ours-serve", "ours get_stream (LMDB read)", "sync-read", SYNC_CLIENTS),
+         _req("ours-serve", "ours instant (async write)", "sync-write", SYNC_CLIENTS),
+         _req("ours-serve", "ours now_ms via RemoteBackend", "remote-sync", SYNC_CLIENTS)),
+        _NET, latency="request", unit="req/s", isolation="shared",
+    ),
+    Scenario(
+        "net", "haproxy", "HAProxy in front of 2 servers", "requests",
+        "The pipelined and the synchronous read workloads through HAProxy (cluster/haproxy.cfg, TCP mode) "
+        "in front of 2 server processes on one data directory, against 1 server direct.",
+        (_req("ours-haproxy", "1 server direct, pipelined", "pipelined", CLIENTS, "direct"),
+         _req("ours-haproxy", "2 servers + HAProxy, pipelined", "pipelined", CLIENTS, "proxy"),
+         _req("ours-haproxy", f"1 server direct, sync{SYNC_CLIENTS} get_stream", "sync-read", SYNC_CLIENTS,
+              "direct"),
+         _req("ours-haproxy", f"2 servers + HAProxy, sync{SYNC_CLIENTS} get_stream", "sync-read", SYNC_CLIENTS,
+              "proxy")),
+        _NET, latency="request", unit="req/s", isolation="shared",
+    ),
+)
+
+NET_GOALS = (
+    Goal("pipelined", "ours >= 0.8x echo", "ours (async durability)", "echo (same loop, no engine)", at_least=0.8),
+    Goal("pipelined", "sync server vs echo (informational)", "ours (sync durability)",
+         "echo (same loop, no engine)"),
+    Goal("sync12", "ours >= 1.5x moebius-style", "ours now_ms", "moebius-style (JSON echo)", at_least=1.5),
+    Goal("sync12", "LMDB reads vs moebius-style (informational)", "ours get_stream (LMDB read)",
+         "moebius-style (JSON echo)"),
+    Goal("sync12", "writes vs moebius-style (informational)", "ours instant (async write)",
+         "moebius-style (JSON echo)"),
+    Goal("sync12", "RemoteBackend client vs moebius-style (informational)", "ours now_ms via RemoteBackend",
+         "moebius-style (JSON echo)"),
+    Goal("haproxy", "pipelined through HAProxy vs direct (report the ratio)", "2 servers + HAProxy, pipelined",
+         "1 server direct, pipelined"),
+    Goal("haproxy", "sync reads through HAProxy vs direct (report the ratio)",
+         f"2 servers + HAProxy, sync{SYNC_CLIENTS} get_stream", f"1 server direct, sync{SYNC_CLIENTS} get_stream"),
+)
+
+# --- spark: one local[2] session, data loaded once ----------------------------------------------
+_SPARK = {
+    "tiny": {"rows": 8_000, "events": 4_000},
+    "quick": {"rows": 200_000, "events": 50_000},
+    "full": {"rows": 1_000_000, "events": 200_000},
+}
+
+SPARK_SCENARIOS = (
+    Scenario(
+        "spark", "batch_count", "Batch read into count()", "count",
+        "N rows (100-byte values in 1,000-item transactions over 4 partitions) read into a DataFrame "
+        "count(), against Spark reading the same rows (same six columns) from local Parquet files, which "
+        "answers count() from its footers. The floor is a Python data source yielding prebuilt Arrow "
+        "batches of the same rows without storage: the cost of Spark's Python data source path alone.",
+        _v("spark-tstreams", "spark-parquet", "spark-python-floor"), _SPARK, unit="rows/s", isolation="shared",
+        warmup=True,
+    ),
+    Scenario(
+        "spark", "batch_scan", "Batch read, full scan", "scan",
+        "The same rows aggregated with sum(length(value)), sum(seq), max(txn_id), which makes both read "
+        "every row.",
+        _v("spark-tstreams", "spark-parquet"), _SPARK, unit="rows/s", isolation="shared", warmup=True,
+    ),
+    Scenario(
+        "spark", "streaming", "Streaming end to end", "streaming",
+        "The demo pipeline (page-view JSON -> 5-minute windowed counts with a watermark -> exactly-once sink), "
+        "availableNow with maxRowsPerTrigger 25,000, against the same query reading the same events from "
+        "JSON-lines files into Spark's exactly-once Parquet file sink. Every run checks that all windows "
+        "came out exactly once.",
+        _v("spark-tstreams", "spark-files"), _SPARK, unit="rows/s", isolation="shared", warmup=True,
+    ),
+)
+
+SPARK_GOALS = (
+    Goal("batch_count", "count(): >= 0.5x Parquet", "spark-tstreams", "spark-parquet", at_least=0.5),
+    Goal("batch_count", "count(): vs the Python data source floor (informational)", "spark-tstreams",
+         "spark-python-floor"),
+    Goal("batch_scan", "full scan: >= 0.5x Parquet", "spark-tstreams", "spark-parquet", at_least=0.5),
+    Goal("streaming", "streaming vs files + Parquet sink (report the ratio)", "spark-tstreams", "spark-files"),
+)
+
+SUITES: dict[str, tuple[tuple[Scenario, ...], tuple[Goal, ...]]] = {
+    "peers": (PEER_SCENARIOS, PEER_GOALS),
+    "engine": (ENGINE_SCENARIOS, ENGINE_GOALS),
+    "net": (NET_SCENARIOS, NET_GOALS),
+    "spark": (SPARK_SCENARIOS, SPARK_GOALS),
+}
+SCENARIOS = PEER_SCENARIOS
+BY_ID = {s.id: s for s in PEER_SCENARIOS}

@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from benchmarks.measure import latency_summary, peak_rss_bytes, reset_peak_rss, rss_bytes
+from benchmarks.measure import peak_rss_bytes, reset_peak_rss, rss_bytes
 
 RESULT_PREFIX = "BENCH-RESULT "
 
@@ -44,13 +44,7 @@ def run_one(system_name: str, method: str, params: dict[str, Any], workdir: str)
         client_peak = peak_rss_bytes()
         server_peak = sum(peak_rss_bytes(p) for p in pids)
         out.update(
-            items=outcome.items,
-            seconds=outcome.seconds,
-            rate=outcome.items / outcome.seconds if outcome.seconds > 0 else None,
-            latency=latency_summary(outcome.latencies_ns),
-            stored=outcome.stored,
-            expected=outcome.expected,
-            extra=outcome.extra,
+            outcome.record(),
             client_rss_before=client_before,
             client_peak_rss=client_peak,
             server_rss_before=server_before,
@@ -58,7 +52,6 @@ def run_one(system_name: str, method: str, params: dict[str, Any], workdir: str)
         )
         system.close()
         out["disk_bytes"] = system.disk_bytes()
-        out["ok"] = outcome.stored == outcome.expected
         if not out["ok"]:
             out["error"] = f"check failed: stored/read {outcome.stored}, expected {outcome.expected}"
     except BaseException:

@@ -3,7 +3,7 @@
 It runs every peer scenario on every system for real (redis-server, SQLite, LMDB, ours
 embedded and over ZeroMQ, each in its own worker process), then checks that the report is
 well-formed JSON covering every system and scenario, and that each run stored or read
-exactly the expected number of items. The engine figures are checked the same way.
+exactly the expected number of items. The engine suite is checked the same way.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ import shutil
 
 import pytest
 
-from benchmarks.engine import run_engine, write_engine
-from benchmarks.peers import GOALS, run_peers, run_worker
-from benchmarks.report import write_peers
-from benchmarks.scenarios import BY_ID, SCENARIOS
+from benchmarks.harness import run_suite, run_worker
+from benchmarks.report import write
+from benchmarks.scenarios import BY_ID, ENGINE_SCENARIOS, PEER_GOALS, SCENARIOS
 from benchmarks.systems import OURS, PEERS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -35,9 +34,9 @@ def peers_report(tmp_path_factory):
     if shutil.which("redis-server") is None:
         pytest.fail("redis-server is required (make test installs it)")
     work = tmp_path_factory.mktemp("bench-work")
-    report = run_peers(mode="tiny", reps=2, workdir=work, progress=False)
+    report = run_suite("peers", mode="tiny", reps=2, workdir=work, progress=False)
     out = tmp_path_factory.mktemp("bench-out")
-    paths = write_peers(report, out)
+    paths = write(report, out)
     return report, out, paths
 
 
@@ -66,7 +65,7 @@ def test_every_system_and_scenario_ran_and_stored_what_it_should(peers_report):
             if BY_ID[sc_id].latency:
                 assert 0 < result["p50_ms"] <= result["p99_ms"]
             if sc_id == "many_streams":
-                assert result["disk_bytes_per_stream"] > 0 and result["mem_bytes_per_stream"] >= 0
+                assert result["disk_bytes_per_item"] > 0 and result["mem_bytes_per_item"] >= 0
         for ours in (n for n in systems if n in OURS):
             assert set(sc["ratios"][ours]) == systems - {ours}
             assert all(r is not None and r > 0 for r in sc["ratios"][ours].values())
@@ -76,7 +75,7 @@ def test_every_system_and_scenario_ran_and_stored_what_it_should(peers_report):
     assert machine["cores"] >= 1 and machine["cpu_model"]
     assert machine["servers"]["redis-server"] and machine["servers"]["sqlite"]
     assert machine["packages"]["lmdb"] and machine["packages"]["redis"]
-    assert len(loaded["goals"]) == len(GOALS) + 1
+    assert len(loaded["goals"]) == len(PEER_GOALS)
     assert all(g["met"] in (True, False) for g in loaded["goals"])
 
 
@@ -96,25 +95,26 @@ def test_a_failed_check_is_reported_not_hidden(tmp_path):
     # than it claims: the harness must flag the run as failed.
     from benchmarks.scenarios import Scenario
 
-    odd = Scenario("produce", "odd", "produce", "", None, {"tiny": {"n_items": 150, "batch": 100}})
-    result = run_worker("lmdb-raw", odd, odd.params("tiny"), tmp_path, timeout=120)
+    odd = Scenario("peers", "odd", "odd", "produce", "", (), {"tiny": {"n_items": 150, "batch": 100}})
+    result = run_worker("lmdb-raw", odd.method, odd.params("tiny"), tmp_path, timeout=120)
     assert result["ok"] is False
     assert "check failed" in result["error"]
 
 
 def test_engine_figures_tiny(tmp_path):
-    report = run_engine("tiny", reps=1, workdir=tmp_path, progress=False)
-    paths = write_engine(report, tmp_path / "out")
+    report = run_suite("engine", mode="tiny", reps=1, workdir=tmp_path, progress=False)
+    paths = write(report, tmp_path / "out")
     loaded = json.loads((tmp_path / "out" / "engine.json").read_text())
-    assert set(loaded["figures"]) == {"durable_produce", "async_produce", "consume", "group_commit", "streams"}
-    for fid, fig in loaded["figures"].items():
-        assert fig["title"] and fig["goals"]
-        assert any(n.startswith("raw") for n in fig["rows"]) and any(n.startswith("ours") for n in fig["rows"])
-        for name, row in fig["rows"].items():
-            assert row["ok"], (fid, name, row.get("errors"))
-            for run in row["runs"]:
+    assert set(loaded["scenarios"]) == {s.id for s in ENGINE_SCENARIOS}
+    for sc_id, sc in loaded["scenarios"].items():
+        assert sc["title"] and any(g["scenario"] == sc_id for g in loaded["goals"])
+        assert any(n.startswith("raw") for n in sc["results"]) and any(n.startswith("ours") for n in sc["results"])
+        for name, row in sc["results"].items():
+            assert row["ok"], (sc_id, name, row.get("errors"))
+            for run in sc["raw_runs"][name]:
                 assert run["stored"] == run["items"] and run["rate"] > 0
-        for g in fig["goals"]:
-            assert g["value"] is not None and g["value"] > 0, (fid, g)
-    assert loaded["figures"]["streams"]["rows"]["ours engine.batch(), 1000 streams/commit"]["disk_bytes_per_stream"] > 0
-    assert paths[-1].read_bytes()[:8] == PNG_MAGIC
+    for g in loaded["goals"]:
+        assert g["value"] is not None and g["value"] > 0, g
+    assert loaded["scenarios"]["streams"]["results"]["ours engine.batch(), 1000 streams/commit"][
+        "disk_bytes_per_item"] > 0
+    assert paths[-1].name == "engine.png" and paths[-1].read_bytes()[:8] == PNG_MAGIC

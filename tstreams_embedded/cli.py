@@ -1,4 +1,4 @@
-"""The ``tstreams`` command line: stream administration, the examples, the server, benchmarks."""
+"""The ``tstreams`` command line: stream administration, the examples and the server."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import click
 import tstreams_embedded as ts
 
 from . import errors
+from .quickstart import quickstart
 
 
 @click.group()
@@ -69,15 +70,6 @@ def stats(data: str) -> None:
         click.echo(json.dumps(engine.stats(), indent=2))
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.pass_context
-def quickstart(ctx: click.Context) -> None:
-    """Run the embedded exactly-once example (SIGKILLs a worker, proves no loss/duplicates)."""
-    from . import quickstart as qs
-
-    sys.exit(qs.main(list(ctx.args)))
-
-
 def _attach(module: str, names: list[str]) -> None:
     """Attach click commands that live in optional parts of the package."""
     try:
@@ -90,9 +82,9 @@ def _attach(module: str, names: list[str]) -> None:
             main.add_command(cmd)
 
 
+main.add_command(quickstart)
 _attach("tstreams_embedded.net.cli", ["serve", "keys"])
 _attach("tstreams_embedded.demo.cli", ["demo"])
-_attach("benchmarks.cli", ["bench"])
 
 
 def run() -> None:

@@ -10,7 +10,6 @@ Run: ``python -m tstreams_embedded.quickstart [--orders N] [--data DIR]``.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import random
@@ -19,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import click
 
 import tstreams_embedded as ts
 
@@ -43,52 +44,60 @@ def worker(data: str) -> None:
             group.checkpoint()  # output transaction + input offsets: one atomic write
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--orders", type=int, default=100_000)
-    ap.add_argument("--data", default=None, help="data directory (default: a new temporary one)")
-    ap.add_argument("--kills", type=int, default=5)
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.worker:
-        worker(args.data)
-        return 0
-    data = args.data or tempfile.mkdtemp(prefix="tstreams-quickstart-")
+@click.command("quickstart")
+@click.option("--orders", default=100_000, show_default=True, type=click.IntRange(1))
+@click.option("--data", default=None, type=click.Path(file_okay=False),
+              help="Data directory (default: a new temporary one).")
+@click.option("--kills", default=5, show_default=True, type=click.IntRange(0))
+@click.option("--worker", "worker_mode", is_flag=True, hidden=True)
+def quickstart(orders: int, data: str | None, kills: int, worker_mode: bool) -> None:
+    """Run the embedded exactly-once example (SIGKILLs a worker, proves no loss/duplicates)."""
+    if worker_mode:
+        if data is None:
+            raise click.UsageError("--worker needs --data")
+        worker(data)
+        return
+    sys.exit(run_example(orders, data, kills))
+
+
+def run_example(orders: int, data: str | None, kills: int) -> int:
+    """Write ``orders``, run the worker with ``kills`` SIGKILLs, audit the invoices; 0 if exactly-once."""
+    data = data or tempfile.mkdtemp(prefix="tstreams-quickstart-")
     rng = random.Random(7)
     with ts.open(data) as engine:
         for name in ("orders", "invoices"):
             if not engine.has_stream(name):
                 engine.create_stream(name, partitions=4)
         producer = engine.producer("orders", serializer="json")
-        for start in range(0, args.orders, 100):
+        for start in range(0, orders, 100):
             producer.instant([{"id": i, "qty": rng.randint(1, 5), "price": rng.randint(100, 9999) / 100}
-                              for i in range(start, min(start + 100, args.orders))])
-    print(f"wrote {args.orders} orders to {data}")
+                              for i in range(start, min(start + 100, orders))])
+    print(f"wrote {orders} orders to {data}")
     cmd = [sys.executable, "-m", "tstreams_embedded.quickstart", "--worker", "--data", data]
-    for k in range(args.kills):
+    for k in range(kills):
         proc = subprocess.Popen(cmd)
         time.sleep(rng.uniform(0.4, 1.5))
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-            print(f"  worker SIGKILLed mid-run ({k + 1}/{args.kills}); restarting from stored offsets")
+            print(f"  worker SIGKILLed mid-run ({k + 1}/{kills}); restarting from stored offsets")
     subprocess.run(cmd, check=True)
     with ts.open(data) as engine:
         seen: collections.Counter[int] = collections.Counter()
         reader = engine.consumer("invoices", name="audit", use_last_offset=False, serializer="json")
         deadline = time.monotonic() + 30  # a killed worker's open transaction blocks until it expires
-        while len(seen) < args.orders and time.monotonic() < deadline:
+        while len(seen) < orders and time.monotonic() < deadline:
             txn = reader.get_transaction()
             if txn is None:
                 time.sleep(0.05)
                 continue
             seen.update(inv["order"] for inv in txn.items)
-    missing = args.orders - len(seen)
+    missing = orders - len(seen)
     duplicated = sum(n - 1 for n in seen.values() if n > 1)
-    print(f"invoices for {len(seen)} of {args.orders} orders: missing={missing} duplicated={duplicated}")
+    print(f"invoices for {len(seen)} of {orders} orders: missing={missing} duplicated={duplicated}")
     print("exactly-once: OK" if missing == 0 and duplicated == 0 else "exactly-once: FAILED")
     return 0 if missing == 0 and duplicated == 0 else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    quickstart(prog_name="python -m tstreams_embedded.quickstart")

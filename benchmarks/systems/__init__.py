@@ -7,12 +7,27 @@ import importlib
 from benchmarks.systems.base import System
 
 REGISTRY: dict[str, str] = {
+    # peers
     "ours-embedded": "benchmarks.systems.ours:OursEmbedded",
     "ours-zmq": "benchmarks.systems.ours:OursZmq",
     "redis-everysec": "benchmarks.systems.redis_streams:RedisEverysec",
     "redis-always": "benchmarks.systems.redis_streams:RedisAlways",
     "sqlite-wal-full": "benchmarks.systems.sqlite_queue:SqliteWalFull",
     "lmdb-raw": "benchmarks.systems.raw_lmdb:RawLmdb",
+    # engine
+    "ours-embedded-async": "benchmarks.systems.ours:OursEmbeddedAsync",
+    "lmdb-raw-nosync": "benchmarks.systems.raw_lmdb:RawLmdbNoSync",
+    # net
+    "echo-server": "benchmarks.systems.net_servers:EchoServer",
+    "moebius-server": "benchmarks.systems.net_servers:MoebiusServer",
+    "ours-serve": "benchmarks.systems.net_servers:OursServe",
+    "ours-serve-sync": "benchmarks.systems.net_servers:OursServeSync",
+    "ours-haproxy": "benchmarks.systems.net_servers:OursHAProxy",
+    # spark
+    "spark-tstreams": "benchmarks.systems.spark_sources:SparkTstreams",
+    "spark-parquet": "benchmarks.systems.spark_sources:SparkParquet",
+    "spark-python-floor": "benchmarks.systems.spark_sources:SparkPythonFloor",
+    "spark-files": "benchmarks.systems.spark_sources:SparkFiles",
 }
 OURS = ("ours-embedded", "ours-zmq")
 PEERS = ("redis-everysec", "redis-always", "sqlite-wal-full", "lmdb-raw")

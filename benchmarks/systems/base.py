@@ -47,6 +47,23 @@ class Outcome:
     stored: int = 0
     expected: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    latency: dict[str, float] = field(default_factory=dict)
+    """p50/p99 already summarised elsewhere (client processes); used when ``latencies_ns`` is empty."""
+
+    def record(self) -> dict[str, Any]:
+        """The JSON-able fields of one run, as the harness stores them."""
+        from benchmarks.measure import latency_summary
+
+        return {
+            "items": self.items,
+            "seconds": self.seconds,
+            "rate": self.items / self.seconds if self.seconds > 0 else None,
+            "latency": latency_summary(self.latencies_ns) if self.latencies_ns else dict(self.latency),
+            "stored": self.stored,
+            "expected": self.expected,
+            "extra": self.extra,
+            "ok": self.stored == self.expected,
+        }
 
 
 class System:

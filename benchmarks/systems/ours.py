@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from typing import Any
 
 from benchmarks.measure import stop_process
 from benchmarks.systems.base import Outcome, System, items_range, make_item, run_threads, transform
@@ -20,12 +21,13 @@ class OursEmbedded(System):
     label = "tstreams-embedded (in-process)"
     description = "ts.open(dir, durability='sync'); producer.instant, consumer.checkpoint, CheckpointGroup"
     is_ours = True
+    durability = "sync"
 
     def open(self) -> None:
         import tstreams_embedded as ts
 
         self.ts = ts
-        self.engine = ts.open(str(self.workdir / "data"), durability="sync")
+        self.engine = ts.open(str(self.workdir / "data"), durability=self.durability)
 
     def close(self) -> None:
         engine = getattr(self, "engine", None)
@@ -39,7 +41,7 @@ class OursEmbedded(System):
             import tstreams_embedded as ts
         except ImportError as e:
             return f"tstreams_embedded cannot be imported: {e}"
-        return None if hasattr(ts, "open") else "the engine (ts.open) has not landed yet"
+        return None if hasattr(ts, "open") else "tstreams_embedded has no ts.open"
 
     # helpers ---------------------------------------------------------------------------
     def client_for_thread(self):
@@ -154,7 +156,7 @@ class OursEmbedded(System):
         return Outcome(n, seconds, lat, stored=stored, expected=n_items)
 
     # 5 ---------------------------------------------------------------------------------
-    def run_many_streams(self, n_streams: int, batch: int) -> Outcome:
+    def run_many_streams(self, n_streams: int, batch: int, **_: Any) -> Outcome:
         item = [make_item(0)]
         t0 = time.perf_counter()
         for start in range(0, n_streams, batch):
@@ -165,6 +167,86 @@ class OursEmbedded(System):
         seconds = time.perf_counter() - t0
         stored = len(self.engine.list_streams(prefix="s"))
         return Outcome(n_streams, seconds, [], stored=stored, expected=n_streams)
+
+
+    # engine figures ----------------------------------------------------------------------
+    def run_produce_txn(self, n_items: int, batch: int) -> Outcome:
+        """``new_transaction(); send(item) x batch; checkpoint()`` per transaction."""
+        self.engine.create_stream("s", partitions=1)
+        producer = self.engine.producer("s", partition=0)
+        items = items_range(0, batch)
+        t0 = time.perf_counter()
+        for _ in range(n_items // batch):
+            txn = producer.new_transaction(partition=0)
+            for item in items:
+                txn.send(item)
+            txn.checkpoint()
+        seconds = time.perf_counter() - t0
+        return Outcome(n_items, seconds, stored=self._count_items("s")[0], expected=n_items)
+
+    def setup_scan(self, n_items: int, batch: int, commit_every: int) -> None:
+        """Pre-load the backlog with async durability (set-up speed), then reopen as configured."""
+        self.engine.close()
+        with self.ts.open(str(self.workdir / "data"), durability="async") as engine:
+            engine.create_stream("in", partitions=1)
+            producer = engine.producer("in", partition=0)
+            for start in range(0, n_items, batch):
+                producer.instant(items_range(start, min(batch, n_items - start)), partition=0)
+        self.engine = self.ts.open(str(self.workdir / "data"), durability=self.durability)
+
+    def run_scan(self, n_items: int, batch: int, commit_every: int) -> Outcome:
+        """A consumer reading every transaction, ``checkpoint()`` after every ``commit_every`` transactions."""
+        consumer = self.engine.consumer("in", name="c", start="oldest")
+        n = txns = 0
+        t0 = time.perf_counter()
+        while True:
+            txn = consumer.get_transaction(0)
+            if txn is None:
+                break
+            for item in txn.items:
+                item  # noqa: B018 - "process" the item
+            n += len(txn.items)
+            txns += 1
+            if txns % commit_every == 0:
+                consumer.checkpoint()
+        consumer.checkpoint()
+        seconds = time.perf_counter() - t0
+        _, last = self._count_items("in")
+        ok = self.engine.backend.get_offsets("in", "c").get(0) == last
+        return Outcome(n, seconds, stored=n if ok else -1, expected=n_items)
+
+    def run_group_commit(self, n_items: int, per_thread: int, threads: int) -> Outcome:
+        """``threads`` threads, each calling ``producer.instant([item])`` in a loop; commits and fsyncs counted."""
+        before = self.engine.backend.stats()
+        outcome = self.run_concurrent(threads, per_thread)
+        after = self.engine.backend.stats()
+        outcome.extra.update({k: after[k] - before[k] for k in ("fsyncs", "commits") if k in after and k in before})
+        return outcome
+
+    def run_single_commits(self, n_items: int, per_thread: int) -> Outcome:
+        """One thread of durable 1-item instant transactions."""
+        return self.run_group_commit(n_items, n_items, 1)
+
+    def run_streams_api(self, n_streams: int, batch: int, api_streams: int) -> Outcome:
+        """The public API one stream at a time: ``create_stream`` + ``producer(...).instant``."""
+        item = [make_item(0)]
+        t0 = time.perf_counter()
+        for i in range(api_streams):
+            name = f"s{i}"
+            self.engine.create_stream(name, partitions=1)
+            self.engine.producer(name, partition=0).instant(item, partition=0)
+        seconds = time.perf_counter() - t0
+        stored = len(self.engine.list_streams(prefix="s"))
+        return Outcome(api_streams, seconds, stored=stored, expected=api_streams)
+
+
+class OursEmbeddedAsync(OursEmbedded):
+    """Embedded with ``durability="async"`` (acknowledged before the fsync)."""
+
+    name = "ours-embedded-async"
+    label = "tstreams-embedded (in-process, async durability)"
+    description = "ts.open(dir, durability='async')"
+    durability = "async"
 
 
 class OursZmq(OursEmbedded):
@@ -187,11 +269,10 @@ class OursZmq(OursEmbedded):
             ready = self.workdir / "ready"
             ready.unlink(missing_ok=True)
             log = open(self.workdir / "serve.log", "wb")
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tstreams_embedded.cli", "serve", "--data", str(data), "--bind", self.endpoint,
-                 "--durability", "sync", "--ready-file", str(ready), "--log-level", "WARNING"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+            argv = [sys.executable, "-m", "tstreams_embedded.cli", "serve", "--data", str(data),
+                    "--bind", self.endpoint, "--durability", "sync", "--ready-file", str(ready),
+                    "--log-level", "WARNING"]
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
             log.close()
             wait_until(lambda r=ready: r.exists() or self.proc.poll() is not None, 30)
             if self.proc.poll() is None and ready.exists():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import struct
 import time
+from typing import Any
 
 from benchmarks.systems.base import Outcome, System, items_range, make_item, run_threads, transform
 
@@ -25,14 +26,13 @@ class RawLmdb(System):
     description = "py-lmdb, sync=True, named DBs, key per item, putmulti(append=True)"
 
     map_size = 16 << 30
+    sync = True
 
     def open(self) -> None:
         import lmdb
 
-        self.env = lmdb.open(
-            str(self.workdir / "lmdb"), map_size=self.map_size, max_dbs=8, sync=True, metasync=True,
-            readahead=False, lock=True,
-        )  # fmt: skip
+        self.env = lmdb.open(str(self.workdir / "lmdb"), map_size=self.map_size, max_dbs=8, sync=self.sync,
+                             metasync=self.sync, readahead=False, lock=True)
         self.items = self.env.open_db(b"items")
         self.offsets = self.env.open_db(b"offsets")
         self.streams = self.env.open_db(b"streams")
@@ -54,11 +54,9 @@ class RawLmdb(System):
 
     def _preload(self, n_items: int) -> None:
         for start in range(0, n_items, 10_000):
+            pairs = [(KEY.pack(IN, 0, i), make_item(i)) for i in range(start, min(n_items, start + 10_000))]
             with self.env.begin(write=True) as txn:
-                self._append(
-                    txn, self.items,
-                    [(KEY.pack(IN, 0, i), make_item(i)) for i in range(start, min(n_items, start + 10_000))],
-                )  # fmt: skip
+                self._append(txn, self.items, pairs)
 
     # 1 ---------------------------------------------------------------------------------
     def run_produce(self, n_items: int, batch: int) -> Outcome:
@@ -165,7 +163,7 @@ class RawLmdb(System):
         return Outcome(n, seconds, lat, stored=stored if ok else -1, expected=n_items)
 
     # 5 ---------------------------------------------------------------------------------
-    def run_many_streams(self, n_streams: int, batch: int) -> Outcome:
+    def run_many_streams(self, n_streams: int, batch: int, **_: Any) -> Outcome:
         item = make_item(0)
         pack = KEY.pack
         base = 10
@@ -182,3 +180,51 @@ class RawLmdb(System):
         if self._entries(self.items) != stored:
             stored = -1
         return Outcome(n_streams, seconds, [], stored=stored, expected=n_streams)
+
+    # engine figures ----------------------------------------------------------------------
+    def run_single_commits(self, n_items: int, per_thread: int) -> Outcome:
+        """One 1-item durable write transaction at a time (the unbatched durable commit rate)."""
+        item, pack = make_item(0), KEY.pack
+        t0 = time.perf_counter()
+        for i in range(n_items):
+            with self.env.begin(write=True, db=self.items) as txn:
+                txn.put(pack(IN, 0, i), item, append=True)
+        seconds = time.perf_counter() - t0
+        return Outcome(n_items, seconds, stored=self._entries(self.items), expected=n_items)
+
+    def setup_scan(self, n_items: int, batch: int, commit_every: int) -> None:
+        self._preload(n_items)
+        self.env.sync(True)
+
+    def run_scan(self, n_items: int, batch: int, commit_every: int) -> Outcome:
+        """Cursor scan of every item; a durable offset write after each ``commit_every`` x ``batch`` items."""
+        env, items_db, offsets_db = self.env, self.items, self.offsets
+        chunk = commit_every * batch
+        nxt, n, last = KEY.pack(IN, 0, 0), 0, b""
+        t0 = time.perf_counter()
+        while True:
+            with env.begin(db=items_db) as txn:
+                cur = txn.cursor()
+                got = 0
+                if cur.set_range(nxt):
+                    for k, v in itertools.islice(cur.iternext(), chunk):
+                        v  # noqa: B018 - "process" the item
+                        last = k
+                        got += 1
+            if not got:
+                break
+            n += got
+            nxt = KEY.pack(IN, 0, KEY.unpack(last)[2] + 1)
+            with env.begin(write=True, db=offsets_db) as w:
+                w.put(b"c", last)
+        seconds = time.perf_counter() - t0
+        return Outcome(n, seconds, stored=n, expected=n_items)
+
+
+class RawLmdbNoSync(RawLmdb):
+    """The same without any fsync (``sync=False``, ``metasync=False``)."""
+
+    name = "lmdb-raw-nosync"
+    label = "raw py-lmdb (no sync)"
+    description = "py-lmdb, sync=False, named DBs, key per item, putmulti(append=True)"
+    sync = False

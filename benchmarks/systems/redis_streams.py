@@ -180,7 +180,7 @@ class _RedisStreams(System):
         return Outcome(
             n_streams, seconds, [], stored=self.client.dbsize(), expected=n_streams,
             extra={"redis_used_memory_per_stream": used / n_streams},
-        )  # fmt: skip
+        )
 
 
 class RedisEverysec(_RedisStreams):

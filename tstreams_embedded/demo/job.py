@@ -10,10 +10,11 @@ T-stream (append mode: a window is emitted once, when the watermark passes its e
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
+
+import click
 
 EVENT_SCHEMA = "user string, page string, event_time timestamp, referrer string, device string"
 
@@ -48,21 +49,27 @@ def window_counts(events, watermark: str, partitions: int = 4):  # noqa: ANN001,
     )
 
 
-def build_query(spark, args: argparse.Namespace):  # noqa: ANN001, ANN201 - pyspark objects
-    """The streaming query (not started): tstreams source -> window counts -> tstreams sink."""
-    where = ("endpoint", args.endpoint) if args.endpoint else ("path", args.path)
+def build_query(spark, *, input: str, output: str, checkpoint: str, path: str | None = None,  # noqa: ANN001, ANN201
+                endpoint: str | None = None, max_rows: int = 25_000, trigger: str = "1 second",
+                watermark: str = "2 minutes", staging_ttl: int = 20):
+    """The streaming query (not started): tstreams source -> window counts -> tstreams sink.
+
+    ``endpoint`` (a ``tstreams serve``) or else ``path`` (an embedded directory) locates the engine;
+    ``trigger`` is a processingTime interval or ``availableNow``.
+    """
+    where = ("endpoint", endpoint) if endpoint else ("path", path)
     raw = (
-        spark.readStream.format("tstreams").option(*where).option("stream", args.input)
-        .option("valueFormat", "json").option("maxRowsPerTrigger", str(args.max_rows)).load()
+        spark.readStream.format("tstreams").option(*where).option("stream", input)
+        .option("valueFormat", "json").option("maxRowsPerTrigger", str(max_rows)).load()
     )
     writer = (
-        window_counts(parse_events(raw), args.watermark)
-        .writeStream.format("tstreams").outputMode("append").option(*where).option("stream", args.output)
-        .option("checkpointLocation", args.checkpoint).option("stagingTtl", str(args.staging_ttl))
+        window_counts(parse_events(raw), watermark)
+        .writeStream.format("tstreams").outputMode("append").option(*where).option("stream", output)
+        .option("checkpointLocation", checkpoint).option("stagingTtl", str(staging_ttl))
     )
-    if args.trigger == "availableNow":
+    if trigger == "availableNow":
         return writer.trigger(availableNow=True)
-    return writer.trigger(processingTime=args.trigger)
+    return writer.trigger(processingTime=trigger)
 
 
 def session(app: str = "tstreams-demo"):  # noqa: ANN201
@@ -86,25 +93,23 @@ def session(app: str = "tstreams-demo"):  # noqa: ANN201
     return spark
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    where = ap.add_mutually_exclusive_group(required=True)
-    where.add_argument("--path", help="embedded engine directory")
-    where.add_argument("--endpoint", help="tcp://host:port of a `tstreams serve`")
-    ap.add_argument("--input", default="pageviews")
-    ap.add_argument("--output", default="pageview_counts")
-    ap.add_argument("--checkpoint", required=True)
-    ap.add_argument("--max-rows", type=int, default=25_000, help="maxRowsPerTrigger")
-    ap.add_argument("--trigger", default="1 second", help="processingTime interval, or availableNow")
-    ap.add_argument("--watermark", default="2 minutes")
-    ap.add_argument("--staging-ttl", type=int, default=20, help="stagingTtl of the sink, seconds")
-    return ap.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+@click.command("job", help=__doc__)
+@click.option("--path", default=None, help="Embedded engine directory.")
+@click.option("--endpoint", default=None, help="tcp://host:port of a `tstreams serve`.")
+@click.option("--input", "input_", default="pageviews", show_default=True)
+@click.option("--output", default="pageview_counts", show_default=True)
+@click.option("--checkpoint", required=True)
+@click.option("--max-rows", default=25_000, show_default=True, type=int, help="maxRowsPerTrigger")
+@click.option("--trigger", default="1 second", show_default=True, help="processingTime interval, or availableNow")
+@click.option("--watermark", default="2 minutes", show_default=True)
+@click.option("--staging-ttl", default=20, show_default=True, type=int, help="stagingTtl of the sink, seconds")
+def main(path: str | None, endpoint: str | None, input_: str, output: str, checkpoint: str, max_rows: int,
+         trigger: str, watermark: str, staging_ttl: int) -> None:
+    if (path is None) == (endpoint is None):
+        raise click.UsageError("give exactly one of --path and --endpoint")
     spark = session()
-    query = build_query(spark, args).start()
+    query = build_query(spark, input=input_, output=output, checkpoint=checkpoint, path=path, endpoint=endpoint,
+                        max_rows=max_rows, trigger=trigger, watermark=watermark, staging_ttl=staging_ttl).start()
     print(f"{time.strftime('%H:%M:%S')} query {query.id} started", flush=True)
     while query.isActive:
         query.awaitTermination(10)
@@ -118,4 +123,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="python -m tstreams_embedded.demo.job")

@@ -1,7 +1,8 @@
 """The demo pipeline: produce page views, run the Spark job, kill it, restart it, verify.
 
-:func:`run` is what ``make demo`` (``python -m tstreams_embedded.demo``) runs; the Spark
-benchmark reuses it without the kill to time the pipeline end to end.
+:func:`run` is what ``make demo`` (``python -m tstreams_embedded.demo``) runs: a :class:`_Producer`
+writes the events, the Spark job runs as a child process tree (:class:`_Job`), and :func:`_monitor`
+follows the output and kills and restarts the job once halfway.
 """
 
 from __future__ import annotations
@@ -127,6 +128,138 @@ def _stream_names(engine: Any) -> tuple[str, str]:
     return base_in, base_out
 
 
+class _Producer:
+    """Writes the events in ``cfg.txn_events``-event transactions round-robin over the partitions,
+    paced over ``cfg.produce_seconds``, then the flush event; inline or in a background thread."""
+
+    def __init__(self, engine: Any, stream: str, cfg: Config, start: dt.datetime) -> None:
+        self.producer = engine.producer(stream)
+        self.cfg = cfg
+        self.start = start
+        self.produced = 0
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        cfg = self.cfg
+        try:
+            t0 = time.monotonic()
+            batch: list[bytes] = []
+            p = 0
+            for i, ev in enumerate(generate(cfg.events, self.start, seed=cfg.seed)):
+                batch.append(encode(ev))
+                if len(batch) >= cfg.txn_events:
+                    self.producer.instant(batch, partition=p)
+                    p = (p + 1) % PARTITIONS
+                    self.produced += len(batch)
+                    batch = []
+                    if cfg.produce_seconds > 0:
+                        ahead = t0 + cfg.produce_seconds * (i + 1) / cfg.events - time.monotonic()
+                        if ahead > 0:
+                            time.sleep(ahead)
+            if batch:
+                self.producer.instant(batch, partition=p)
+                self.produced += len(batch)
+            self.producer.instant([encode(flush_event(self.start + dt.timedelta(hours=2)))], partition=0)
+        except BaseException as exc:  # noqa: BLE001 - reported by the monitor
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def start_thread(self) -> None:
+        threading.Thread(target=self.run, name="demo-producer", daemon=True).start()
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+class _Job:
+    """The Spark job as a child process tree: started, SIGKILLed and restarted on one checkpoint."""
+
+    def __init__(self, cfg: Config, work: Path, src: str, dst: str, data: str) -> None:
+        where = ["--endpoint", cfg.endpoint] if cfg.endpoint else ["--path", data]
+        self.checkpoint = work / "checkpoint"
+        self.argv = [sys.executable, "-m", "tstreams_embedded.demo.job", *where, "--input", src, "--output", dst,
+                     "--checkpoint", str(self.checkpoint), "--max-rows", str(cfg.max_rows), "--trigger", cfg.trigger,
+                     "--watermark", cfg.watermark, "--staging-ttl", str(cfg.staging_ttl)]
+        self.env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+                        PYSPARK_DRIVER_PYTHON=sys.executable)
+        self.log = work / "spark-job.log"
+        self.proc: Any = None
+
+    def start(self) -> None:
+        self.proc = start_job(self.argv, str(self.log), env=self.env)
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"the Spark job exited ({self.proc.returncode}); see {self.log}:\n"
+                               f"{self.log.read_text(errors='replace')[-3000:]}")
+
+    def kill_and_restart(self, engine: Any, dst: str, windows: int) -> dict[str, Any]:
+        """SIGKILL every process group of the job, note where Spark and the sink stood, start it again."""
+        marker_before = _marker(engine, dst, self.checkpoint)
+        groups = kill_tree(self.proc)
+        info = {
+            "at_windows": windows,
+            "groups": groups,
+            "engine_marker": _marker(engine, dst, self.checkpoint),
+            "marker_before_kill": marker_before,
+            "spark_last_planned": _latest(self.checkpoint / "offsets"),
+            "spark_last_committed": _latest(self.checkpoint / "commits"),
+        }
+        self.start()
+        return info
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            kill_tree(proc)
+
+
+def _monitor(cfg: Config, engine: Any, dst: str, job: _Job, producer: _Producer, expected_windows: int,
+             t_start: float, res: Result) -> tuple[_Output, float | None, float | None]:
+    """Follow the output until every window is out (or nothing moves); kill the job once on the way.
+
+    Returns the output reader, when the first window appeared and when the last one did.
+    """
+    out = _Output(engine.backend, dst)
+    bars = _Bars(cfg.progress, cfg.events, expected_windows)
+    last_change = time.monotonic()
+    first_output: float | None = None
+    done_at: float | None = None
+    try:
+        while True:
+            job.check_alive()
+            producer.raise_error()
+            if out.poll():
+                last_change = time.monotonic()
+                if first_output is None:
+                    first_output = last_change
+            bars.update(producer.produced, len(out.rows),
+                        "waiting at staged txns of the killed job" if res.kill and out.blocked else "")
+            if cfg.kill and not res.kill and len(out.rows) >= cfg.kill_at * expected_windows:
+                res.kill = k = job.kill_and_restart(engine, dst, len(out.rows))
+                bars.write(
+                    f"SIGKILL -> Spark job process groups {k['groups']} after {k['at_windows']} windows; "
+                    f"Spark had planned batch {k['spark_last_planned']}, recorded batch "
+                    f"{k['spark_last_committed']}; the engine's sink marker is at batch {k['engine_marker']}")
+                bars.write(f"restarted the Spark job from its checkpoint: pid {job.proc.pid}")
+                last_change = time.monotonic()
+            if producer.done.is_set() and len(out.rows) >= expected_windows and done_at is None:
+                done_at = time.monotonic()
+            if done_at is not None and time.monotonic() - done_at > 3.0:
+                break  # a few more triggers: any duplicate would have shown up
+            stalled = producer.done.is_set() and time.monotonic() - last_change > 120
+            if stalled or time.monotonic() - t_start > cfg.timeout:
+                bars.write("no new output for a long time: stopping to report what is missing")
+                break
+            time.sleep(0.25)
+    finally:
+        bars.close()
+    return out, first_output, done_at
+
+
 def run(cfg: Config, say: Callable[[str], None] = print) -> Result:
     """Run the pipeline once (see the package docstring); return what it measured."""
     from .. import spark as _spark  # noqa: F401 - fail early with the [spark] extra message
@@ -138,130 +271,41 @@ def run(cfg: Config, say: Callable[[str], None] = print) -> Result:
     res.workdir = str(work)
     data = cfg.data or str(work / "data")
     engine = ts.connect(cfg.endpoint) if cfg.endpoint else ts.open(data)
-    job = None
+    job: _Job | None = None
     try:
         src, dst = _stream_names(engine)
         engine.create_stream(src, partitions=PARTITIONS, description="demo page views (JSON)")
         engine.create_stream(dst, partitions=PARTITIONS, description="views per page per 5-minute window")
-        where = ["--endpoint", cfg.endpoint] if cfg.endpoint else ["--path", data]
         say(f"engine: {'remote ' + cfg.endpoint if cfg.endpoint else 'embedded ' + data}; streams {src!r} -> "
             f"{dst!r} ({PARTITIONS} partitions each)")
         start = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
-        expected_keys = len(true_counts(encode(e) for e in generate(cfg.events, start, seed=cfg.seed)))
         res.events = cfg.events
-        res.expected_windows = expected_keys
+        res.expected_windows = len(true_counts(encode(e) for e in generate(cfg.events, start, seed=cfg.seed)))
 
-        checkpoint = work / "checkpoint"
-        argv = [sys.executable, "-m", "tstreams_embedded.demo.job", *where, "--input", src, "--output", dst,
-                "--checkpoint", str(checkpoint), "--max-rows", str(cfg.max_rows), "--trigger", cfg.trigger,
-                "--watermark", cfg.watermark, "--staging-ttl", str(cfg.staging_ttl)]
-        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-                   PYSPARK_DRIVER_PYTHON=sys.executable)
-        log = work / "spark-job.log"
-
-        producer = engine.producer(src)
-        produced = [0]
-        producing_done = threading.Event()
-        produce_error: list[BaseException] = []
-
-        def produce() -> None:
-            try:
-                t0 = time.monotonic()
-                batch: list[bytes] = []
-                p = 0
-                for i, ev in enumerate(generate(cfg.events, start, seed=cfg.seed)):
-                    batch.append(encode(ev))
-                    if len(batch) >= cfg.txn_events:
-                        producer.instant(batch, partition=p)
-                        p = (p + 1) % PARTITIONS
-                        produced[0] += len(batch)
-                        batch = []
-                        if cfg.produce_seconds > 0:
-                            ahead = t0 + cfg.produce_seconds * (i + 1) / cfg.events - time.monotonic()
-                            if ahead > 0:
-                                time.sleep(ahead)
-                if batch:
-                    producer.instant(batch, partition=p)
-                    produced[0] += len(batch)
-                producer.instant([encode(flush_event(start + dt.timedelta(hours=2)))], partition=0)
-            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-                produce_error.append(exc)
-            finally:
-                producing_done.set()
-
+        producer = _Producer(engine, src, cfg, start)
+        job = _Job(cfg, work, src, dst, data)
         t_start = time.monotonic()
         if cfg.produce_seconds <= 0:
-            produce()
-            if produce_error:
-                raise produce_error[0]
+            producer.run()
+            producer.raise_error()
             res.seconds["produce"] = time.monotonic() - t_start
-        job = start_job(argv, str(log), env=env)
+        job.start()
         t_job = time.monotonic()
-        say(f"spark job started: pid {job.pid} (process group {os.getpgid(job.pid)}), log {log}")
+        say(f"spark job started: pid {job.proc.pid} (process group {os.getpgid(job.proc.pid)}), log {job.log}")
         if cfg.produce_seconds > 0:
-            threading.Thread(target=produce, name="demo-producer", daemon=True).start()
+            producer.start_thread()
 
-        out = _Output(engine.backend, dst)
-        bars = _Bars(cfg.progress, cfg.events, expected_keys)
-        last_change = time.monotonic()
-        first_output: float | None = None
-        killed = False
-        done_at: float | None = None
-        try:
-            while True:
-                if job.poll() is not None:
-                    raise RuntimeError(f"the Spark job exited ({job.returncode}); see {log}:\n"
-                                       f"{log.read_text(errors='replace')[-3000:]}")
-                if produce_error:
-                    raise produce_error[0]
-                if out.poll():
-                    last_change = time.monotonic()
-                    if first_output is None:
-                        first_output = last_change
-                bars.update(produced[0], len(out.rows),
-                            "waiting at staged txns of the killed job" if killed and out.blocked else "")
-                if cfg.kill and not killed and len(out.rows) >= cfg.kill_at * expected_keys:
-                    marker_before = _marker(engine, dst, checkpoint)
-                    groups = kill_tree(job)
-                    killed = True
-                    res.kill = {
-                        "at_windows": len(out.rows),
-                        "groups": groups,
-                        "engine_marker": _marker(engine, dst, checkpoint),
-                        "marker_before_kill": marker_before,
-                        "spark_last_planned": _latest(checkpoint / "offsets"),
-                        "spark_last_committed": _latest(checkpoint / "commits"),
-                    }
-                    k = res.kill
-                    bars.write(
-                        f"SIGKILL -> Spark job process groups {groups} after {len(out.rows)} windows; "
-                        f"Spark had planned batch {k['spark_last_planned']}, recorded batch "
-                        f"{k['spark_last_committed']}; the engine's sink marker is at batch {k['engine_marker']}")
-                    job = start_job(argv, str(log), env=env)
-                    bars.write(f"restarted the Spark job from its checkpoint: pid {job.pid}")
-                    last_change = time.monotonic()
-                if producing_done.is_set() and len(out.rows) >= expected_keys and done_at is None:
-                    done_at = time.monotonic()
-                if done_at is not None and time.monotonic() - done_at > 3.0:
-                    break  # a few more triggers: any duplicate would have shown up
-                stalled = producing_done.is_set() and time.monotonic() - last_change > 120
-                if stalled or time.monotonic() - t_start > cfg.timeout:
-                    bars.write("no new output for a long time: stopping to report what is missing")
-                    break
-                time.sleep(0.25)
-        finally:
-            bars.close()
+        out, first_output, done_at = _monitor(cfg, engine, dst, job, producer, res.expected_windows, t_start, res)
         res.seconds["job_start_to_all_windows"] = (done_at or time.monotonic()) - t_job
         if first_output is not None and done_at is not None:
             res.seconds["first_to_last_window"] = done_at - first_output
-        kill_tree(job)
-        job = None
+        job.stop()
         res.seconds["total"] = time.monotonic() - t_start
         _verify(engine.backend, src, out.rows, res)
         return res
     finally:
-        if job is not None and job.poll() is None:
-            kill_tree(job)
+        if job is not None:
+            job.stop()
         engine.close()
         if not cfg.keep and not cfg.workdir:
             shutil.rmtree(tmp_root, ignore_errors=True)

@@ -17,47 +17,37 @@ import subprocess
 import time
 from collections.abc import Sequence
 
+import psutil
+
 
 def _proc_table() -> dict[int, tuple[int, int]]:
-    """``pid -> (ppid, pgid)`` of every process (Linux ``/proc``)."""
+    """``pid -> (ppid, pgid)`` of every live process."""
     table: dict[int, tuple[int, int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    for proc in psutil.process_iter(["ppid"]):
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read().decode("utf-8", "replace")
-        except OSError:
+            table[proc.pid] = (proc.info["ppid"], os.getpgid(proc.pid))
+        except (ProcessLookupError, psutil.Error):
             continue
-        # The command may contain spaces and parentheses: split after the last ')'.
-        fields = stat[stat.rfind(")") + 2:].split()
-        table[int(name)] = (int(fields[1]), int(fields[2]))
     return table
 
 
 def descendants(pid: int) -> set[int]:
     """Every live descendant of ``pid``."""
-    table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for p, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(p)
-    out: set[int] = set()
-    stack = [pid]
-    while stack:
-        for c in children.get(stack.pop(), []):
-            if c not in out:
-                out.add(c)
-                stack.append(c)
-    return out
+    try:
+        return {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
 
 
 def process_groups(pid: int) -> list[int]:
     """The process groups of ``pid`` and its descendants (``pid``'s own group first)."""
-    table = _proc_table()
     first = os.getpgid(pid)
     groups = [first]
     for d in sorted(descendants(pid)):
-        g = table.get(d, (0, 0))[1]
+        try:
+            g = os.getpgid(d)
+        except ProcessLookupError:
+            continue
         if g and g not in groups:
             groups.append(g)
     return groups
@@ -70,12 +60,10 @@ def members(groups: Sequence[int]) -> list[int]:
     for p, (_, g) in _proc_table().items():
         if g in wanted:
             try:
-                with open(f"/proc/{p}/stat", "rb") as f:
-                    state = f.read().decode("utf-8", "replace").rsplit(")", 1)[1].split()[0]
-            except OSError:
+                if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.NoSuchProcess:
                 continue
-            if state != "Z":
-                out.append(p)
     return out
 
 
