@@ -36,5 +36,10 @@ setup(
         "dev": DEV,
         "all": SPARK + CLUSTER + DEV,
     },
-    entry_points={"console_scripts": ["tstreams=tstreams_embedded.cli:run"]},
+    entry_points={
+        "console_scripts": ["tstreams=tstreams_embedded.cli:run"],
+        # named after the module, so that `pytest_plugins = [that module]` in a conftest.py
+        # finds it already registered instead of registering it twice
+        "pytest11": ["tstreams_embedded.testing.pytest_plugin = tstreams_embedded.testing.pytest_plugin"],
+    },
 )

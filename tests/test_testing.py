@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 
 import tstreams_embedded as ts
 from tstreams_embedded.testing import (
@@ -175,3 +175,37 @@ def test_zookeeper_server_stops_by_pid(tmp_path: Path) -> None:
         import os
 
         os.kill(pid, 0)
+
+
+# ------------------------------------------------------- README "Testing your application"
+def copy_batches(engine: ts.Engine, crash_after: int | None = None) -> bool:
+    """The code under test: copy "in" to "out" exactly once; "crashes" after N batches."""
+    consumer = engine.consumer("in", name="copier")
+    producer = engine.producer("out", partition=0)
+    done = 0
+    while (t := consumer.get_transaction(0)) is not None:
+        out = producer.new_transaction()
+        out.send_many(t.items)
+        if done == crash_after:
+            return False  # crash: output staged, nothing committed
+        ts.CheckpointGroup(producer, consumer).checkpoint()
+        done += 1
+    return True
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=tst.transaction_lists(max_transactions=8), crash_after=tst.crash_points(max_operations=8))
+def test_copy_is_exactly_once(tstreams_make_engine, tstreams_clock, batches, crash_after):  # type: ignore[no-untyped-def]
+    engine = tstreams_make_engine(clock=tstreams_clock, txn_ttl=1.0, keepalive_interval=None)
+    engine.create_stream("in")
+    engine.create_stream("out")
+    for items in batches:
+        engine.producer("in").instant(items)
+    if not copy_batches(engine, crash_after):
+        tstreams_clock.advance(seconds=2)  # the crashed run's open output transaction expires
+        assert copy_batches(engine)  # restart from the stored offsets
+    out = engine.consumer("out", name="check")
+    got = []
+    while (t := out.get_transaction(0)) is not None:
+        got.extend(t.items)
+    assert got == [item for items in batches for item in items]
