@@ -6,17 +6,18 @@ import os
 import platform
 import re
 import shutil
-import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+# Processes (free_port, stop_process, wait_until): one implementation for tests, benchmarks
+# and the demo, in tstreams_embedded.testing; re-exported for the benchmark modules.
+from tstreams_embedded.testing import free_port, stop_process, wait_until  # noqa: F401
 
 NOISY_SPREAD = 0.25
 """A figure whose spread ((max - min) / median over repetitions) exceeds this is marked noisy."""
@@ -99,36 +100,6 @@ def spread(values: Sequence[float]) -> float:
 def median(values: Sequence[float]) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None
-
-
-# --- processes ----------------------------------------------------------------------------
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stop_process(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
-    """Stop a server started by a benchmark: SIGTERM by PID, SIGKILL if it has not exited
-    after ``timeout`` seconds. A process that already exited is left alone."""
-    if proc is None or proc.poll() is not None:
-        return
-    os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def wait_until(predicate, timeout: float, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
 
 
 # --- machine description ------------------------------------------------------------------

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +24,8 @@ from typing import Any
 
 import psutil
 
-from benchmarks.measure import latency_summary, wait_until
+from benchmarks.measure import latency_summary
+from tstreams_embedded.testing import HAProxyProcess, ManagedProcess, ServeProcess, stop_process
 
 REPO = Path(__file__).resolve().parents[1]
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -108,14 +106,14 @@ def _moebius_server(bind: str, ready: Any) -> None:
 
 
 class Proc:
-    """A server process stopped by PID."""
+    """A server process stopped by PID: a forked ``target(bind, ready)`` or a started
+    :class:`tstreams_embedded.testing.ManagedProcess`."""
 
-    def __init__(self, target: Callable | None = None, bind: str = "", args: list[str] | None = None,
-                 log: Path | None = None, popen: subprocess.Popen | None = None) -> None:
+    def __init__(self, target: Callable | None = None, bind: str = "", server: ManagedProcess | None = None) -> None:
         self.bind = bind
-        if popen is not None:
-            self.popen, self.pid, self.mp = popen, popen.pid, None
-        elif target is not None:
+        self.server = server
+        self.mp = None
+        if target is not None:
             ctx = mp.get_context("fork")
             ready = ctx.Event()
             self.mp = ctx.Process(target=target, args=(bind, ready), daemon=True)
@@ -123,12 +121,9 @@ class Proc:
             self.pid = self.mp.pid
             if not ready.wait(30):
                 raise RuntimeError(f"{target.__name__} did not start")
-            self.popen = None
         else:
-            self._log = open(log, "wb") if log else subprocess.DEVNULL
-            self.popen = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(REPO))
-            self.pid = self.popen.pid
-            self.mp = None
+            assert server is not None
+            self.pid = server.pid
 
     @classmethod
     def of(cls, popen: subprocess.Popen, bind: str) -> Proc:
@@ -137,55 +132,21 @@ class Proc:
         return p
 
     def stop(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        if self.popen is not None:
-            try:
-                self.popen.wait(20)
-            except subprocess.TimeoutExpired:
-                os.kill(self.pid, signal.SIGKILL)
-                self.popen.wait(10)
+        if self.server is not None:
+            self.server.stop(20)
         else:
-            self.mp.join(10)
-            if self.mp.is_alive():
-                os.kill(self.pid, signal.SIGKILL)
-                self.mp.join(10)
+            stop_process(self.mp, 10)
 
 
 def start_ours(data: Path, port: int, durability: str, workdir: Path, name: str) -> Proc:
-    ready = workdir / f"{name}.ready"
-    if ready.exists():
-        ready.unlink()
-    p = Proc(args=[sys.executable, "-m", "tstreams_embedded.net.cli", "serve", "--data", str(data), "--bind",
-                   f"tcp://127.0.0.1:{port}", "--durability", durability, "--ready-file", str(ready),
-                   "--log-level", "WARNING"], bind=f"tcp://127.0.0.1:{port}", log=workdir / f"{name}.log")
-    if not wait_until(ready.exists, 60):
-        p.stop()
-        raise RuntimeError(f"tstreams serve did not start: {(workdir / f'{name}.log').read_text()}")
-    return p
+    server = ServeProcess(data, workdir, port=port, durability=durability, name=name).start(60)
+    return Proc(bind=server.endpoint, server=server)
 
 
 def start_haproxy(front: int, servers: list[int], workdir: Path) -> Proc:
-    env = dict(os.environ, TSTREAMS_BIND=f"127.0.0.1:{front}", TSTREAMS_SERVER1=f"127.0.0.1:{servers[0]}",
-               TSTREAMS_SERVER2=f"127.0.0.1:{servers[1]}")
-    log = open(workdir / "haproxy.log", "wb")
-    popen = subprocess.Popen([HAPROXY, "-f", str(REPO / "cluster" / "haproxy.cfg"), "-db"], env=env, stdout=log,
-                             stderr=subprocess.STDOUT)
-    p = Proc.of(popen, f"tcp://127.0.0.1:{front}")
-
-    def listening() -> bool:
-        import socket
-
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", front)) == 0
-
-    if not wait_until(listening, 20):
-        p.stop()
-        raise RuntimeError("haproxy did not start")
-    time.sleep(1.2)  # health checks mark both servers up (rise 2 x 500 ms)
-    return p
+    proxy = HAProxyProcess(servers, workdir, frontend_port=front, config=REPO / "cluster" / "haproxy.cfg").start(20)
+    proxy.wait_servers_up()  # health checks mark both servers up (rise 2 x 500 ms)
+    return Proc(bind=proxy.endpoint, server=proxy)
 
 
 def prepare_stream(endpoint: str) -> None:

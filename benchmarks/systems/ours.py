@@ -7,12 +7,9 @@ their offsets with ``consumer.checkpoint()``; exactly-once uses ``ts.CheckpointG
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from typing import Any
 
-from benchmarks.measure import stop_process
 from benchmarks.systems.base import Outcome, System, items_range, make_item, run_threads, transform
 
 
@@ -258,28 +255,21 @@ class OursZmq(OursEmbedded):
 
     def open(self) -> None:
         import tstreams_embedded as ts
-        from benchmarks.measure import free_port, wait_until
+        from tstreams_embedded.testing import ServeProcess
 
         self.ts = ts
         self._thread_clients: list = []
-        data = self.workdir / "data"
-        last_err = ""
-        for _attempt in range(3):
-            self.endpoint = f"tcp://127.0.0.1:{free_port()}"
-            ready = self.workdir / "ready"
-            ready.unlink(missing_ok=True)
-            log = open(self.workdir / "serve.log", "wb")
-            argv = [sys.executable, "-m", "tstreams_embedded.cli", "serve", "--data", str(data),
-                    "--bind", self.endpoint, "--durability", "sync", "--ready-file", str(ready),
-                    "--log-level", "WARNING"]
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-            log.close()
-            wait_until(lambda r=ready: r.exists() or self.proc.poll() is not None, 30)
-            if self.proc.poll() is None and ready.exists():
-                self.engine = ts.connect(self.endpoint)
-                return
-            last_err = (self.workdir / "serve.log").read_text(errors="replace")[-2000:]
-            self._stop_server()
+        last_err: Exception | None = None
+        for _attempt in range(3):  # a free port can be taken between probing and binding
+            self.proc = ServeProcess(self.workdir / "data", self.workdir, durability="sync")
+            try:
+                self.proc.start(30)
+            except RuntimeError as e:
+                last_err = e
+                continue
+            self.endpoint = self.proc.endpoint
+            self.engine = ts.connect(self.endpoint)
+            return
         raise RuntimeError(f"tstreams serve did not start: {last_err}")
 
     def client_for_thread(self):
@@ -296,7 +286,8 @@ class OursZmq(OursEmbedded):
     def _stop_server(self) -> None:
         proc = getattr(self, "proc", None)
         self.proc = None
-        stop_process(proc, timeout=15)
+        if proc is not None:
+            proc.stop(15)
 
     def close(self) -> None:
         try:

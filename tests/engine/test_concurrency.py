@@ -13,8 +13,10 @@ import pytest
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
+from tstreams_embedded.testing import eventually
+from tstreams_embedded.testing import kill_process as kill
 
-from .conftest import kill, run_worker, start_worker
+from .procs import run_worker, start_worker
 
 KIB = 1024
 
@@ -82,9 +84,7 @@ def test_reads_while_the_map_grows(make_engine) -> None:
     producer = engine.producer("s")
     for i in range(150):
         producer.instant([(b"%d:" % i).ljust(20 * KIB, b"x")])
-    deadline = time.monotonic() + 60
-    while seen[0] < 150 and time.monotonic() < deadline and not failures:
-        time.sleep(0.01)
+    eventually(lambda: failures or seen[0] >= 150, 60, 0.01)
     stop.set()
     for t in readers:
         t.join(30)

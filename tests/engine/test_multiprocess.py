@@ -9,7 +9,7 @@ import pytest
 
 import tstreams_embedded as ts
 
-from .conftest import start_worker
+from .procs import start_worker
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,9 @@ import time
 import pytest
 
 import tstreams_embedded as ts
+from tstreams_embedded.testing import kill_process as kill
 
-from .conftest import kill, run_worker, start_worker
+from .procs import run_worker, start_worker
 from .workers import load_recipe
 
 pytestmark = pytest.mark.slow

@@ -32,8 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.ids import ID_MULTIPLIER
-
-from .conftest import FakeClock
+from tstreams_embedded.testing import FakeClock
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.filter_too_much]
 settings.register_profile("tstreams-engine-ci", max_examples=100, stateful_step_count=50, deadline=None,

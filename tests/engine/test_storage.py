@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
+from tstreams_embedded.testing import eventually
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -83,11 +82,7 @@ def test_background_compaction(make_engine, clock) -> None:
     engine.create_stream("s", ttl=1)
     _write(engine, "s", 20, 10)
     clock.advance(2_000)
-    for _ in range(200):
-        if engine.stats()["transactions"] == 0:
-            break
-        time.sleep(0.05)
-    assert engine.stats()["transactions"] == 0
+    eventually(lambda: engine.stats()["transactions"] == 0, 10, 0.05)
 
 
 def test_log_retention_trims_the_commit_log_on_compaction(make_engine) -> None:

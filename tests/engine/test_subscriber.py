@@ -10,8 +10,9 @@ import time
 import pytest
 
 import tstreams_embedded as ts
+from tstreams_embedded.testing import eventually
 
-from .conftest import start_worker
+from .procs import start_worker
 
 WAIT = 30.0
 
@@ -175,7 +176,5 @@ def test_keep_alive_thread_keeps_open_transactions_alive_until_the_handle_closes
         assert c.get_transaction(0).items == [b"slow"]
         assert c.get_transaction(0) is None  # blocked by the open one
         writer.close()  # its handle is gone: nothing refreshes the open transaction any more
-        deadline = time.monotonic() + 30
-        while (t := c.get_transaction(0)) is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert t is not None and t.items == [b"after"]
+        t = eventually(lambda: c.get_transaction(0), 30, 0.1)  # the open one expired
+        assert t.items == [b"after"]

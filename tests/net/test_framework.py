@@ -14,13 +14,14 @@ from tstreams_embedded import errors
 from tstreams_embedded.net import framing
 from tstreams_embedded.net.connection import Connection
 from tstreams_embedded.net.registry import Registry, Sleep
+from tstreams_embedded.testing import eventually
 
 from .helpers import ThreadServer
 
 
 def stand_in_registry() -> tuple[Registry, dict]:
     reg = Registry()
-    state = {"count": 0, "blocked": 0}
+    state: dict = {"count": 0, "blocked": 0, "in_block": threading.Event()}
 
     @reg.call("echo")
     def echo(session, *args):
@@ -34,6 +35,7 @@ def stand_in_registry() -> tuple[Registry, dict]:
 
     @reg.call("block")
     def block(session, seconds: float):
+        state["in_block"].set()
         time.sleep(seconds)  # deliberately blocks the loop: lets requests queue up
         state["blocked"] += 1
         return True
@@ -177,7 +179,7 @@ def test_each_wakeup_drains_every_queued_message(ts_server, conn):
     """2,000 requests queue while the loop is blocked; they are then handled in a handful
     of wakeups, not one callback per message."""
     blocker = conn.request("block", framing.encode_args([0.5]))
-    time.sleep(0.1)  # the loop is now inside `block`
+    assert ts_server.state["in_block"].wait(10)  # the loop is now inside `block`
     before = ts_server.server.stats.wakeups  # read racily: the loop is blocked
     futs = [conn.request("add", framing.encode_args([i, 0])) for i in range(2000)]
     assert conn.wait(blocker, 10) is True
@@ -189,15 +191,10 @@ def test_each_wakeup_drains_every_queued_message(ts_server, conn):
 def test_cancel_ends_a_generator(ts_server, conn):
     items: list = []
     fut = conn.request("forever", framing.encode_args([]), on_item=items.append)
-    deadline = time.monotonic() + 10
-    while len(items) < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually(lambda: len(items) >= 3, 10, 0.01)
     assert ts_server.stats()["running_generators"] == 1
     conn.cancel(fut)
-    deadline = time.monotonic() + 10
-    while ts_server.stats()["running_generators"] and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert ts_server.stats()["running_generators"] == 0
+    eventually(lambda: ts_server.stats()["running_generators"] == 0, 10, 0.01)
     with pytest.raises(errors.EngineClosed, match="cancelled"):
         fut.result(0)
 
@@ -209,22 +206,17 @@ def test_reply_to_departed_client_never_crashes(ts_server):
         s.connect(ts_server.endpoint)
         s.send_multipart([framing.pack_request_header(1, "slow", 0), framing.pack([0.2])])
         s.send_multipart([framing.pack_request_header(2, "range", 0), framing.pack([1000, 0.001])])
-        time.sleep(0.05)
+        received = ts_server.stats()["received"]
+        eventually(lambda: ts_server.stats()["received"] >= received + 2, 10, 0.01)  # noqa: B023
         s.close(0)  # gone before the replies
-    deadline = time.monotonic() + 10
-    while ts_server.stats()["unroutable"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    st = ts_server.stats()
-    assert st["unroutable"] >= 1
+    eventually(lambda: ts_server.stats()["unroutable"] >= 1, 10, 0.05)
     c = Connection(ts_server.endpoint, timeout=10)
     try:
         assert c.call("add", 1, 2) == 3
     finally:
         c.close()
-    deadline = time.monotonic() + 10
-    while ts_server.stats()["running_generators"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert ts_server.stats()["running_generators"] == 0  # the departed clients' generators ended
+    # the departed clients' generators ended
+    eventually(lambda: ts_server.stats()["running_generators"] == 0, 10, 0.05)
 
 
 def test_malformed_messages_get_protocol_errors(ts_server):

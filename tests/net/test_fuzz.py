@@ -102,7 +102,7 @@ def snapshot(engine: Any) -> Any:
 
 
 def test_fuzz_10000_malformed_messages(make_server: Any) -> None:
-    srv = make_server(extra=["--max-msg-size", str(MAX_MSG)])
+    srv = make_server(extra_args=["--max-msg-size", str(MAX_MSG)])
     engine = ts.connect(srv.endpoint, timeout=20)
     try:
         engine.create_stream("s", partitions=2)

@@ -6,10 +6,6 @@ carry on through the surviving server."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -19,57 +15,21 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-
-from .conftest import REPO, free_port, wait_port
+from tstreams_embedded.testing import HAProxyProcess, eventually
+from tstreams_embedded.testing.haproxy import haproxy_executable
 
 pytestmark = pytest.mark.slow
 
-HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
-
-
-class HAProxy:
-    def __init__(self, frontend: int, servers: list[int], workdir: Path) -> None:
-        env = dict(os.environ, TSTREAMS_BIND=f"127.0.0.1:{frontend}",
-                   TSTREAMS_SERVER1=f"127.0.0.1:{servers[0]}", TSTREAMS_SERVER2=f"127.0.0.1:{servers[1]}")
-        cfg = REPO / "cluster" / "haproxy.cfg"
-        subprocess.run([HAPROXY, "-c", "-q", "-f", str(cfg)], env=env, check=True, timeout=30)
-        self.log = open(workdir / "haproxy.log", "wb")
-        self.proc = subprocess.Popen([HAPROXY, "-f", str(cfg), "-db"], env=env, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        wait_port(frontend)
-        self.endpoint = f"tcp://127.0.0.1:{frontend}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.log.close()
-
-
 @pytest.fixture
 def cluster(make_server: Any, tmp_path: Path):
-    if not os.path.exists(HAPROXY):
+    if haproxy_executable() is None:
         pytest.fail("haproxy is not installed (make test installs Debian's haproxy package)")
     data = tmp_path / "shared-data"
     s1 = make_server(data, name="s1")
     s2 = make_server(data, name="s2")
-    proxy = HAProxy(free_port(), [s1.port, s2.port], tmp_path)
-    yield proxy, s1, s2
-    proxy.stop()
-
-
-def _retrying(fn: Any, deadline: float) -> Any:
-    while True:
-        try:
-            return fn()
-        except ConnectionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    with HAProxyProcess([s1.port, s2.port], tmp_path) as proxy:
+        proxy.wait_servers_up()
+        yield proxy, s1, s2
 
 
 def test_failover_through_haproxy_loses_nothing_acknowledged(cluster: Any) -> None:
@@ -156,9 +116,7 @@ def test_failover_through_haproxy_loses_nothing_acknowledged(cluster: Any) -> No
     for t in threads:
         t.start()
     try:
-        deadline = time.monotonic() + 30
-        while (len(acked) < 200 or stats["groups"] < 5) and time.monotonic() < deadline and not failures:
-            time.sleep(0.05)
+        eventually(lambda: failures or (len(acked) >= 200 and stats["groups"] >= 5), 30, 0.05)
         assert len(acked) >= 200 and stats["groups"] >= 5, (len(acked), stats, failures)
         # SIGKILL the first server mid-run; then bring it back and SIGKILL the second, so
         # that each client loses its server at least once whichever one it was on.
@@ -167,18 +125,16 @@ def test_failover_through_haproxy_loses_nothing_acknowledged(cluster: Any) -> No
             etl_after_kill.clear()
             victim.kill()
             killed.set()
-            deadline = time.monotonic() + 60
-            while not (produced_after_kill.is_set() and etl_after_kill.is_set()) and time.monotonic() < deadline:
-                if failures:
-                    break
-                time.sleep(0.05)
+            eventually(lambda: failures or (produced_after_kill.is_set() and etl_after_kill.is_set()), 60, 0.05,
+                       message=lambda: f"clients after the kill: {stats} {failures}")
             assert produced_after_kill.is_set(), f"the producer did not carry on: {stats}"
             assert etl_after_kill.is_set(), f"the read-process-write loop did not carry on: {stats}"
             assert other.alive()
             if victim is s1:
                 s1.start()
-                time.sleep(1.5)  # HAProxy marks it up again (rise 2 x 500 ms)
-        time.sleep(0.3)
+                proxy.wait_servers_up(["s1"])  # HAProxy's health checks mark it up again
+        n = len(acked)
+        eventually(lambda: failures or len(acked) >= n + 20, 30, 0.05)  # still producing after both kills
     finally:
         stop.set()
         for t in threads:
@@ -188,9 +144,9 @@ def test_failover_through_haproxy_loses_nothing_acknowledged(cluster: Any) -> No
     assert conns["producer"].disconnects >= 1 and conns["etl"].disconnects >= 1, stats
 
     # Nothing acknowledged is lost.
-    deadline = time.monotonic() + 30
     for part, tid, payload in acked:
-        t = _retrying(lambda: admin.backend.get_transaction("in", part, tid), deadline)  # noqa: B023
+        (t,) = eventually(lambda: [admin.backend.get_transaction("in", part, tid)], 30,  # noqa: B023
+                          ignore=(ConnectionError,))  # a list: truthy even when t is None
         assert t is not None and t.items == [payload], (part, tid)
 
     # Every input item appears exactly once in the output, once the loop has caught up.
@@ -202,7 +158,7 @@ def test_failover_through_haproxy_loses_nothing_acknowledged(cluster: Any) -> No
                 items.extend(t.items)
         return items
 
-    inputs = _retrying(lambda: all_items("in", range(2)), deadline)
+    (inputs,) = eventually(lambda: [all_items("in", range(2))], 30, ignore=(ConnectionError,))
     finish = ts.connect(proxy.endpoint, timeout=10, txn_ttl=1.0)
     try:
         time.sleep(1.5)  # output transactions abandoned by failed attempts expire

@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,8 @@ import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.net import RemoteBackend
-
-from .conftest import REPO
+from tstreams_embedded.testing import eventually
+from tstreams_embedded.testing.serve import child_environment
 
 
 def _instant(i: int) -> list[tuple]:
@@ -31,7 +30,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(make_server: Any, tmp_p
     try:
         b.submit([O.CreateStream("s", 1, 86400)])
         futs = [b.submit_async(_instant(i)) for i in range(3000)]  # durable writes in flight
-        time.sleep(0.05)
+        assert futs[0].wait(30)  # the server is busy with them
         rc = srv.terminate()
         assert rc == 0, srv.log()
         srv.start()  # same data directory, same port: held requests go through after reconnection
@@ -71,14 +70,7 @@ def test_server_gone_gives_remote_error_then_reconnects_after_restart(make_serve
         with pytest.raises(ConnectionError):
             e.producer("s").instant([b"while down"])
         srv.start()  # same port: the client reconnects on its own
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                info2 = e.get_stream("s")
-                break
-            except errors.RemoteError:
-                if time.monotonic() > deadline:
-                    raise
+        info2 = eventually(lambda: e.get_stream("s"), 30, ignore=(errors.RemoteError,))
         assert info2.name == "s"
         assert e.backend.get_transaction("s", 0, tid).items == [b"before"]
         tid2 = e.producer("s").instant([b"after"])
@@ -114,9 +106,10 @@ def test_long_poll_survives_a_graceful_restart(make_server: Any) -> None:
         e.create_stream("s")
         seen = e.backend.wait_for_commit(-1, 0)
         out: list = []
+        base = e.backend.server_stats()["received"]
         th = threading.Thread(target=lambda: out.append(e.backend.wait_for_commit(seen, 60)))
         th.start()
-        time.sleep(0.3)
+        eventually(lambda: e.backend.server_stats()["received"] >= base + 2)  # the long poll is parked
         assert srv.terminate() == 0  # the parked long poll is answered NOT_EXECUTED and held
         srv.start()
         assert th.is_alive()
@@ -152,7 +145,7 @@ def _keys(directory: Path, *clients: str) -> None:
     args = [sys.executable, "-m", "tstreams_embedded.net.cli", "keys", "generate", str(directory)]
     for c in clients:
         args += ["--client", c]
-    subprocess.run(args, check=True, cwd=str(REPO), capture_output=True, timeout=60)
+    subprocess.run(args, check=True, env=child_environment(), capture_output=True, timeout=60)
 
 
 def test_curve_authorized_client_is_served_unknown_client_is_not(make_server: Any, tmp_path: Path) -> None:
@@ -160,7 +153,7 @@ def test_curve_authorized_client_is_served_unknown_client_is_not(make_server: An
     _keys(keys, "alice")
     other = tmp_path / "other-keys"
     _keys(other, "mallory")
-    srv = make_server(extra=["--curve-dir", str(keys)])
+    srv = make_server(extra_args=["--curve-dir", str(keys)])
 
     alice = ts.connect(srv.endpoint, timeout=10, curve_dir=keys, curve_client="alice")
     try:

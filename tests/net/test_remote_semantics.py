@@ -16,6 +16,7 @@ import pytest
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
+from tstreams_embedded.testing import eventually
 
 
 @pytest.fixture
@@ -188,9 +189,10 @@ def test_long_poll_does_not_block_other_requests(remote: Any) -> None:
     b = remote.backend
     seen = b.wait_for_commit(-1, 0)
     result: list = []
+    base = b.server_stats()["received"]
     th = threading.Thread(target=lambda: result.append(b.wait_for_commit(seen, 30)))
     th.start()
-    time.sleep(0.2)
+    eventually(lambda: b.server_stats()["received"] >= base + 2)  # the long poll reached the server
     assert th.is_alive()
     assert b.now_ms() > 0  # served while the long poll waits
     remote.producer("s").instant([b"wake"])
@@ -209,17 +211,12 @@ def test_watch_subscription_and_two_generators(remote: Any) -> None:
     p = remote.producer("s")
     for i in range(5):
         p.instant([b"%d" % i])
-    deadline = time.monotonic() + 20
-    while (not got1 or not got2 or max(got1) < seen + 5 or max(got2) < seen + 5) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert max(got1) >= seen + 5 and max(got2) >= seen + 5
+    eventually(lambda: got1 and got2 and max(got1) >= seen + 5 and max(got2) >= seen + 5, 20,
+               message=lambda: f"watch notifications {got1}, {got2} (seen {seen})")
     assert got1 == sorted(got1) and got2 == sorted(got2)
     s1.cancel()
     s2.cancel()
-    deadline = time.monotonic() + 10
-    while b.server_stats()["running_generators"] and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert b.server_stats()["running_generators"] == 0
+    eventually(lambda: b.server_stats()["running_generators"] == 0, 10)
 
 
 def test_subscriber_over_the_network(remote: Any) -> None:
@@ -227,13 +224,11 @@ def test_subscriber_over_the_network(remote: Any) -> None:
     got: list = []
     sub = remote.subscribe("s", name="alerts", callback=lambda t: got.append(t.items), start="newest")
     try:
-        time.sleep(0.2)
+        # the subscriber's consumer took its "newest" position when it was made: no sleep
         p = remote.producer("s")
         for i in range(6):
             p.instant([b"%d" % i])
-        deadline = time.monotonic() + 20
-        while len(got) < 6 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        eventually(lambda: len(got) >= 6, 20)
         assert sorted(x[0] for x in got) == [b"%d" % i for i in range(6)]
     finally:
         sub.stop()

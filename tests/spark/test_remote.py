@@ -3,12 +3,6 @@ this is how Spark executors on other hosts reach the data."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,40 +10,15 @@ from spark_helpers import read_direct
 
 import tstreams_embedded as ts
 from tstreams_embedded.spark import sink_marker_key
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tstreams_embedded.testing import ServeProcess, free_port
 
 
 @pytest.fixture
 def server(tmp_path: Path):
-    """``tstreams serve`` on a loopback port picked here; stopped by PID at the end."""
+    """``tstreams serve`` on a free loopback port; stopped by PID at the end."""
     data = tmp_path / "served"
-    endpoint = f"tcp://127.0.0.1:{_free_port()}"
-    ready = tmp_path / "ready"
-    log = open(tmp_path / "serve.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "tstreams_embedded.cli", "serve", "--data", str(data),
-                             "--bind", endpoint, "--ready-file", str(ready), "--log-level", "WARNING"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError((tmp_path / "serve.log").read_text())
-        time.sleep(0.05)
-    try:
-        yield endpoint, data
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        log.close()
+    with ServeProcess(data, tmp_path) as srv:
+        yield srv.endpoint, data
 
 
 def test_batch_and_streaming_through_a_remote_server(spark, server, tmp_path):
@@ -93,7 +62,7 @@ def test_batch_and_streaming_through_a_remote_server(spark, server, tmp_path):
 
 
 def test_unreachable_endpoint_fails_clearly(spark):
-    port = _free_port()
+    port = free_port()
     df = spark.read.format("tstreams").option("endpoint", f"tcp://127.0.0.1:{port}").option("stream", "x") \
         .option("timeout", "2").load()
     with pytest.raises(Exception, match="(?i)timed out|unreachable|not reach|connection"):

@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Sequence
 
 import psutil
+
+from tstreams_embedded.testing.polling import wait_until
 
 
 def _proc_table() -> dict[int, tuple[int, int]]:
@@ -98,16 +99,18 @@ def kill_tree(proc: subprocess.Popen, sig: int = signal.SIGKILL, timeout: float 
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
         pass
-    deadline = time.monotonic() + timeout
-    while members(groups) and time.monotonic() < deadline:
-        if sig == signal.SIGKILL:
+
+    def all_gone() -> bool:
+        if not members(groups):
+            return True
+        if sig == signal.SIGKILL:  # a member forked after the first signal
             for g in groups:
                 try:
                     os.killpg(g, sig)
                 except ProcessLookupError:
                     pass
-        time.sleep(0.1)
-    left = members(groups)
-    if left:
+        return False
+
+    if not wait_until(all_gone, timeout, 0.1) and (left := members(groups)):
         raise RuntimeError(f"processes {left} of groups {groups} survived signal {sig}")
     return groups

@@ -1,0 +1,50 @@
+"""Test helpers for applications built on tstreams-embedded (and for its own tests).
+
+* :func:`eventually`, :func:`wait_until`: poll a condition instead of sleeping.
+* :func:`free_port`, :func:`wait_port`: loopback ports.
+* :func:`stop_process`: the one "SIGTERM, wait, SIGKILL" by PID; :class:`ManagedProcess`,
+  the base of the server classes:
+  :class:`ServeProcess` (``tstreams serve``), :class:`HAProxyProcess`,
+  :class:`ZooKeeperServer`, :class:`RedisServer`.
+* :class:`FakeClock`: a controllable engine clock (``ts.open(path, clock=...)``).
+* :func:`engine_on`: one engine, embedded or served.
+* :mod:`tstreams_embedded.testing.strategies`: hypothesis strategies (transactions,
+  partitions, crash points).
+* :mod:`tstreams_embedded.testing.pytest_plugin`: pytest fixtures (installed as a plugin).
+
+This package imports only the standard library at import time; ``strategies`` needs
+hypothesis, ``pytest_plugin`` pytest, :meth:`ZooKeeperServer.client` kazoo and
+:class:`RedisServer` the ``redis`` client.
+"""
+
+from __future__ import annotations
+
+from .backends import BACKENDS, engine_on
+from .clock import FakeClock
+from .haproxy import HAProxyProcess
+from .polling import eventually, wait_until
+from .ports import free_port, port_open, wait_port
+from .processes import ManagedProcess, kill_process, stop_process
+from .redis_server import RedisServer
+from .serve import ServeProcess
+from .zookeeper import ZooKeeperServer, four_letter_word, zookeeper_classpath
+
+__all__ = [
+    "BACKENDS",
+    "FakeClock",
+    "HAProxyProcess",
+    "ManagedProcess",
+    "RedisServer",
+    "ServeProcess",
+    "ZooKeeperServer",
+    "engine_on",
+    "eventually",
+    "four_letter_word",
+    "free_port",
+    "kill_process",
+    "port_open",
+    "stop_process",
+    "wait_port",
+    "wait_until",
+    "zookeeper_classpath",
+]

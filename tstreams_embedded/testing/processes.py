@@ -1,0 +1,221 @@
+"""Child processes stopped by PID: one "SIGTERM, wait, SIGKILL" for every server a test or
+benchmark starts, and :class:`ManagedProcess`, the base of the server classes here.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.process
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar, Union
+
+#: What :func:`stop_process` accepts: a ``subprocess.Popen`` or a ``multiprocessing.Process``.
+Stoppable = Union["subprocess.Popen[Any]", multiprocessing.process.BaseProcess]
+
+P = TypeVar("P", bound="ManagedProcess")
+
+
+def _signal(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait(proc: Stoppable, timeout: float) -> int | None:
+    """Wait up to ``timeout`` seconds; return the exit status, or ``None`` if still running."""
+    if isinstance(proc, subprocess.Popen):
+        try:
+            rc: int = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return rc
+    proc.join(timeout)
+    return proc.exitcode
+
+
+def _poll(proc: Stoppable) -> int | None:
+    return proc.poll() if isinstance(proc, subprocess.Popen) else proc.exitcode
+
+
+def stop_process(proc: Stoppable | None, timeout: float = 10.0, *, sig: int = signal.SIGTERM,
+                 kill_timeout: float = 10.0) -> int | None:
+    """Stop a child process by PID: send ``sig`` (SIGTERM), wait ``timeout`` seconds, then
+    SIGKILL and wait ``kill_timeout`` seconds more. Return its exit status (negative: the
+    signal that ended it), or ``None`` if ``proc`` is ``None``.
+
+    A process that already exited is only reaped. A paused process (SIGSTOP) is continued
+    so that it can handle ``sig``. Raises :class:`TimeoutError` if it survives SIGKILL.
+    """
+    if proc is None:
+        return None
+    rc = _poll(proc)
+    if rc is not None:
+        return rc
+    pid = proc.pid
+    assert pid is not None, "the process was never started"
+    if _signal(pid, sig):
+        _signal(pid, signal.SIGCONT)
+    rc = _wait(proc, timeout)
+    if rc is None:
+        _signal(pid, signal.SIGKILL)
+        rc = _wait(proc, kill_timeout)
+        if rc is None:
+            raise TimeoutError(f"process {pid} survived SIGKILL for {kill_timeout} s")
+    return rc
+
+
+def kill_process(proc: Stoppable | None, timeout: float = 30.0) -> int | None:
+    """SIGKILL ``proc`` by PID and reap it (see :func:`stop_process`)."""
+    return stop_process(proc, 0.0, sig=signal.SIGKILL, kill_timeout=timeout)
+
+
+class ManagedProcess:
+    """A server in a child process: started from an argument list, output appended to
+    :attr:`log_path`, waited for until ready, stopped by PID.
+
+    Subclasses implement :meth:`command` and :meth:`is_ready` (and may override
+    :meth:`environment` and :meth:`before_start`). The object can be started again after
+    it stopped (:meth:`restart`), with the same arguments, port and data. As a context
+    manager it starts (if not running) on entry and stops on exit.
+    """
+
+    #: Name used in messages.
+    name = "process"
+    #: Seconds :meth:`start` waits for :meth:`is_ready` by default.
+    start_timeout = 60.0
+    #: Seconds :meth:`stop` waits after SIGTERM before SIGKILL by default.
+    stop_timeout = 20.0
+
+    def __init__(self, log_path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> None:
+        self.log_path = Path(log_path)
+        self.cwd = None if cwd is None else str(cwd)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    # -- for subclasses ------------------------------------------------------------------
+    def command(self) -> Sequence[str]:
+        """The argument list to run."""
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str] | None:
+        """The environment of the child (``None``: this process's)."""
+        return None
+
+    def before_start(self) -> None:
+        """Called before each start (remove stale ready files, write configuration…)."""
+
+    def is_ready(self) -> bool:
+        """Whether the started process serves requests."""
+        raise NotImplementedError
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self: P, timeout: float | None = None) -> P:
+        """Start the process and wait until :meth:`is_ready`.
+
+        Raises :class:`RuntimeError` with the end of the log if it exits first or is not
+        ready within ``timeout`` seconds (it is then stopped).
+        """
+        if self.alive():
+            raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.before_start()
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(list(self.command()), stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, cwd=self.cwd, env=self.environment())
+        limit = self.start_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        while True:
+            if self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"{self.name} exited with status {self.proc.returncode} before it was ready; "
+                                   f"log {self.log_path}:\n{self.log_tail()}")
+            if self.is_ready():
+                return self
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} was not ready after {limit} s; log {self.log_path}:\n"
+                                   f"{self.log_tail()}")
+            time.sleep(0.02)
+
+    def stop(self, timeout: float | None = None) -> int | None:
+        """SIGTERM by PID, SIGKILL after ``timeout`` seconds (:attr:`stop_timeout`); return
+        the exit status (``None`` if never started). Safe to call twice."""
+        return stop_process(self.proc, self.stop_timeout if timeout is None else timeout)
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait (no SIGKILL): return the exit status of a graceful stop.
+
+        Raises :class:`subprocess.TimeoutExpired` if it is still running after ``timeout``.
+        """
+        proc = self._running()
+        _signal(proc.pid, signal.SIGTERM)
+        _signal(proc.pid, signal.SIGCONT)
+        return proc.wait(timeout)
+
+    def kill(self) -> int | None:
+        """SIGKILL by PID and reap; return the exit status (``-9`` if it was running)."""
+        return kill_process(self.proc)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stays alive but does nothing (a hung server)."""
+        os.kill(self._running().pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        os.kill(self._running().pid, signal.SIGCONT)
+
+    def restart(self: P, timeout: float | None = None) -> P:
+        """:meth:`stop` (if running), then :meth:`start` again with the same arguments."""
+        self.stop()
+        return self.start(timeout)
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def pid(self) -> int:
+        """PID of the current (or last) process."""
+        if self.proc is None:
+            raise RuntimeError(f"{self.name} was never started")
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status of the last process, ``None`` while it runs or if never started."""
+        return None if self.proc is None else self.proc.poll()
+
+    def alive(self) -> bool:
+        """Whether the process runs (a paused one does)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        """The whole log file (every start appends to it)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of the log, for failure messages."""
+        return self.log()[-chars:]
+
+    def __enter__(self: P) -> P:
+        return self if self.alive() else self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.proc.pid}" if self.alive() and self.proc else "stopped"
+        return f"<{type(self).__name__} {state} log={str(self.log_path)!r}>"
+
+    # -- internals -----------------------------------------------------------------------
+    def _running(self) -> subprocess.Popen[bytes]:
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} is not running")
+        return self.proc
