@@ -31,10 +31,12 @@ demo: $(STAMP)
 
 test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -ra tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: $(STAMP) system-deps
 	$(PY) -m benchmarks

@@ -32,7 +32,7 @@ from . import ops as O
 from .backend import StreamInfo
 from .catalog import encode_stream, lookup_stream
 from .ops import TxnState
-from .store import Store
+from .store import Store, as_bytes
 from .validate import (
     check_int,
     check_name,
@@ -360,7 +360,7 @@ def _compact(a: Applier, scope: BatchScope, op: O.Compact) -> tuple[int, O.Compa
     cur = scope.txn.cursor(db=a.store.txns)
     if cur.set_range(prefix):
         while True:
-            k = cur.key()
+            k = as_bytes(cur.key())
             if k[: keys.PART_LEN] != prefix or k >= end:
                 break
             _, _, chunks, _ = keys.STATE.unpack(cur.value())

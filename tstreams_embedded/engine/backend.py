@@ -31,11 +31,11 @@ class StreamInfo:
     description: str = ""
     created: int = 0
 
-    def to_wire(self) -> list:
+    def to_wire(self) -> list[Any]:
         return [self.name, self.id, self.partitions, self.ttl, self.description, self.created]
 
     @classmethod
-    def from_wire(cls, v: Sequence) -> StreamInfo:
+    def from_wire(cls, v: Sequence[Any]) -> StreamInfo:
         return cls(*v)
 
 
@@ -48,11 +48,11 @@ class TxnData:
     id: int
     items: list[bytes] = field(default_factory=list)
 
-    def to_wire(self) -> list:
+    def to_wire(self) -> list[Any]:
         return [self.stream, self.partition, self.id, self.items]
 
     @classmethod
-    def from_wire(cls, v: Sequence) -> TxnData:
+    def from_wire(cls, v: Sequence[Any]) -> TxnData:
         return cls(v[0], v[1], v[2], list(v[3]))
 
 
@@ -70,11 +70,11 @@ class Fetched:
     position: int
     blocked: bool
 
-    def to_wire(self) -> list:
+    def to_wire(self) -> list[Any]:
         return [[t.to_wire() for t in self.txns], self.position, self.blocked]
 
     @classmethod
-    def from_wire(cls, v: Sequence) -> Fetched:
+    def from_wire(cls, v: Sequence[Any]) -> Fetched:
         return cls([TxnData.from_wire(t) for t in v[0]], v[1], v[2])
 
 

@@ -76,6 +76,6 @@ class Batch:
     def __enter__(self) -> Batch:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc_type is None and self.results is None:
             self.commit()

@@ -13,10 +13,11 @@ from .store import Store
 
 
 def encode_stream(info: StreamInfo) -> bytes:
-    return msgpack.packb([info.id, info.partitions, info.ttl, info.description, info.created])
+    raw: bytes = msgpack.packb([info.id, info.partitions, info.ttl, info.description, info.created])
+    return raw
 
 
-def decode_stream(name: str, raw: bytes) -> StreamInfo:
+def decode_stream(name: str, raw: bytes | memoryview) -> StreamInfo:
     sid, partitions, ttl, description, created = msgpack.unpackb(raw)
     return StreamInfo(name, sid, partitions, ttl, description, created)
 

@@ -40,13 +40,14 @@ _LOG_SEQ = b"log_seq"
 class _Request:
     __slots__ = ("batch", "durable", "done", "results", "error", "seq", "replay_now", "fn", "commit_no")
 
-    def __init__(self, batch: Any, durable: bool, replay_now: int | None = None, fn: Callable | None = None):
+    def __init__(self, batch: Any, durable: bool, replay_now: int | None = None,
+                 fn: Callable[[lmdb.Transaction], Any] | None = None) -> None:
         self.batch = batch
         self.durable = durable
         self.replay_now = replay_now
         self.fn = fn
         self.done = False
-        self.results: list | None = None
+        self.results: Any = None
         self.error: BaseException | None = None
         self.seq = 0
         self.commit_no = 0
@@ -78,11 +79,13 @@ class GroupCommitter:
     def submit(self, batch: Sequence[Operation], durable: bool = True) -> list[Any]:
         """Apply ``batch`` atomically; return one result per operation or raise its error.
         The caller has validated where the batch comes from (see :mod:`.apply`)."""
-        return self._run(_Request(batch, durable))
+        results: list[Any] = self._run(_Request(batch, durable))
+        return results
 
     def replay(self, now_ms: int, batch: Sequence[Operation], durable: bool = True) -> list[Any]:
         """Apply an already-resolved batch (from another engine's log) at its original time."""
-        return self._run(_Request(batch, durable, replay_now=now_ms))
+        results: list[Any] = self._run(_Request(batch, durable, replay_now=now_ms))
+        return results
 
     def run_maintenance(self, fn: Callable[[lmdb.Transaction], Any]) -> Any:
         """Run ``fn(write_txn)`` in the write path; not written to the commit log."""

@@ -118,7 +118,8 @@ class Consumer:
             raise errors.PartitionOutOfRange(
                 f"partition {partition} is not read by this consumer (partitions {self.partitions})"
             )
-        return partition
+        checked: int = partition
+        return checked
 
     def _wrap(self, t: TxnData) -> Transaction:
         items = t.items if self._raw else [self._loads(i) for i in t.items]

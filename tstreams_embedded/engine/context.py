@@ -28,6 +28,9 @@ class AgentContext(Protocol):
     @property
     def backend(self) -> Backend: ...
 
+    @property
+    def closed(self) -> bool: ...
+
     def check_open(self) -> None:
         """Raise :class:`~tstreams_embedded.errors.EngineClosed` if the handle is closed."""
         ...

@@ -41,7 +41,7 @@ from .catalog import decode_stream, lookup_stream
 from .committer import GroupCommitter
 from .iteration import iter_transactions
 from .ops import Operation
-from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store
+from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store, as_bytes, entries
 from .validate import check_int, check_name
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class Core:
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         durability: str = "sync",
         *,
         map_size: int = DEFAULT_MAP_SIZE,
@@ -172,7 +172,7 @@ class Core:
         with self.store.read() as txn:
             cur = txn.cursor(db=self.store.streams)
             if cur.set_range(pb):
-                for k, v in cur.iternext():
+                for k, v in entries(cur.iternext()):
                     if not k.startswith(pb) or (limit is not None and len(out) >= limit):
                         break
                     out.append(decode_stream(k.decode("utf-8"), v))
@@ -342,7 +342,7 @@ class Core:
 
         total = 0
         while True:
-            n = self.committer.run_maintenance(trim_slice)
+            n: int = self.committer.run_maintenance(trim_slice)
             total += n
             if n < 10_000:
                 return total
@@ -357,8 +357,8 @@ class Core:
         self._check()
         now = self.clock()
         removed = 0
-        after = b""
-        while True:
+        after: bytes | None = b""
+        while after is not None:
             work, after = self._expired_slice(after, now)
             for i in range(0, len(work), 256):
                 removed += self._submit_compaction(work[i : i + 256])
@@ -384,16 +384,16 @@ class Core:
             tcur = txn.cursor(db=self.store.txns)
             if not cur.set_range(after + b"\x00" if after else b""):
                 return work, None
-            for k, v in cur.iternext():
+            for k, v in entries(cur.iternext()):
                 seen += 1
                 info = decode_stream(k.decode("utf-8"), v)
                 floor = reads.ttl_floor(info, now)
                 if floor > 0:
                     for p in range(info.partitions):
                         first = keys.part_key(info.id, p)
-                        if tcur.set_range(first) and tcur.key()[: keys.PART_LEN] == first:
-                            if keys.txn_id_of(tcur.key()) < floor:
-                                work.append(O.Compact(info.name, p, floor))
+                        head = as_bytes(tcur.key()) if tcur.set_range(first) else b""
+                        if head[: keys.PART_LEN] == first and keys.txn_id_of(head) < floor:
+                            work.append(O.Compact(info.name, p, floor))
                 if seen >= self.COMPACTION_SLICE:
                     return work, k
         return work, None

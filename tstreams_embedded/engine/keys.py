@@ -46,7 +46,8 @@ def txn_key(stream_id: int, partition: int, txn_id: int) -> bytes:
 
 
 def txn_id_of(key: bytes) -> int:
-    return U64.unpack_from(key, PART_LEN)[0]
+    txn_id: int = U64.unpack_from(key, PART_LEN)[0]
+    return txn_id
 
 
 def chunk_key(stream_id: int, partition: int, txn_id: int, chunk: int) -> bytes:
@@ -62,4 +63,5 @@ def offset_key(stream_id: int, consumer: str, partition: int) -> bytes:
 
 
 def partition_of_offset_key(key: bytes) -> int:
-    return _U32.unpack_from(key, len(key) - 4)[0]
+    partition: int = _U32.unpack_from(key, len(key) - 4)[0]
+    return partition

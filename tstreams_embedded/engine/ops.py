@@ -337,7 +337,8 @@ _packer = msgpack.Packer(use_bin_type=True)
 
 def pack_items(items: Sequence[bytes]) -> bytes:
     """Pack a batch of ``bytes`` items into one chunk value."""
-    return _packer.pack(list(items))
+    chunk: bytes = _packer.pack(list(items))
+    return chunk
 
 
 def unpack_items(chunk: bytes) -> list[bytes]:
@@ -348,10 +349,11 @@ def unpack_items(chunk: bytes) -> list[bytes]:
 
 def pack_batch(now_ms: int, ops: Iterable[Operation]) -> bytes:
     """Encode a resolved batch as one commit-log value."""
-    return msgpack.packb([now_ms, [encode(op) for op in ops]], use_bin_type=True)
+    value: bytes = msgpack.packb([now_ms, [encode(op) for op in ops]], use_bin_type=True)
+    return value
 
 
-def unpack_batch(value: bytes) -> tuple[int, list[Operation]]:
+def unpack_batch(value: bytes | memoryview) -> tuple[int, list[Operation]]:
     """Decode a commit-log value into ``(now_ms, records)``."""
     now_ms, rows = msgpack.unpackb(value, raw=False, strict_map_key=False)
     return now_ms, [decode(r) for r in rows]

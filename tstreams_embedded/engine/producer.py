@@ -165,7 +165,7 @@ class ProducerTransaction:
     def __enter__(self) -> ProducerTransaction:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if self.state != OPEN:
             return
         if exc_type is None:
@@ -280,7 +280,8 @@ class Producer:
         if not data:
             raise errors.InvalidArgument("an instant transaction needs at least one item")
         p = self._choose(partition)
-        return self.engine.backend.submit([O.Instant(self.stream, p, O.pack_items(data))], durable=True)[0]
+        txn_id: int = self.engine.backend.submit([O.Instant(self.stream, p, O.pack_items(data))], durable=True)[0]
+        return txn_id
 
     def open_transactions(self) -> list[ProducerTransaction]:
         """This producer's transactions that are still open, in the order they were opened."""

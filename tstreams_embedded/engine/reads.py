@@ -18,7 +18,7 @@ from . import keys
 from .backend import StreamInfo, TxnData
 from .catalog import lookup_stream
 from .ops import TxnState
-from .store import Store
+from .store import Store, entries
 from .validate import check_partition
 
 CHECKPOINTED = int(TxnState.CHECKPOINTED)
@@ -77,7 +77,7 @@ def scan(txn: lmdb.Transaction, store: Store, stream: str, partition: int, after
         return out
     unpack_state = keys.STATE.unpack
     found = 0
-    for k, v in cur.iternext():
+    for k, v in entries(cur.iternext()):
         if k[: keys.PART_LEN] != prefix:
             break
         tid = keys.txn_id_of(k)
@@ -132,7 +132,7 @@ def last_checkpointed(txn: lmdb.Transaction, store: Store, stream: str, partitio
             return None
     elif not cur.last():
         return None
-    for k, v in cur.iterprev():
+    for k, v in entries(cur.iterprev()):
         if k[: keys.PART_LEN] != prefix:
             return None
         tid = keys.txn_id_of(k)
@@ -157,7 +157,7 @@ def offsets_of(txn: lmdb.Transaction, store: Store, stream: str, consumer: str) 
     out: dict[int, int] = {}
     cur = txn.cursor(db=store.offsets)
     if cur.set_range(prefix):
-        for k, v in cur.iternext():
+        for k, v in entries(cur.iternext()):
             if not k.startswith(prefix) or len(k) != len(prefix) + 4:
                 break
             out[keys.partition_of_offset_key(k)] = keys.U64.unpack(v)[0]

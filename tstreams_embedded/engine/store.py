@@ -12,12 +12,25 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any, cast
 
 import lmdb
 
 from ..errors import StorageFull
+
+
+def entries(cursor_iter: Iterable[tuple[Any, Any]]) -> Iterator[tuple[bytes, bytes]]:
+    """A cursor iteration as ``(key, value)`` bytes pairs (what lmdb yields without
+    ``buffers=True``; its type stubs also allow memoryview)."""
+    return cast(Iterator[tuple[bytes, bytes]], cursor_iter)
+
+
+def as_bytes(value: Any) -> bytes:
+    """A key or value from lmdb, typed as the ``bytes`` it is (see :func:`entries`)."""
+    return cast(bytes, value)
+
 
 DB_NAMES = ("meta", "streams", "parts", "txns", "data", "offsets", "markers", "log")
 

@@ -37,7 +37,5 @@ def connect(
     from ..engine.engine import DEFAULT_TXN_TTL, Engine
 
     backend = RemoteBackend(endpoint, timeout=timeout, heartbeat=heartbeat, curve_dir=curve_dir, **options)
-    # Backend declares closed and max_item_size as settable attributes; RemoteBackend (like
-    # Core) has read-only properties.
     ttl = DEFAULT_TXN_TTL if txn_ttl is None else txn_ttl
-    return Engine(backend, txn_ttl=ttl, keepalive_interval=keepalive_interval)  # type: ignore[arg-type]
+    return Engine(backend, txn_ttl=ttl, keepalive_interval=keepalive_interval)

@@ -43,7 +43,7 @@ from .future import Future
 _BLOB = msgpack.ExtType
 
 
-def encode_submit(ops: Sequence[O.Operation], durable: bool) -> list:
+def encode_submit(ops: Sequence[O.Operation], durable: bool) -> list[Any]:
     """``[body, *blobs]`` for ``submit(ops, durable)``: each record as ``[opcode, *fields]``
     (:func:`.ops.encode`), every bytes-like field (item chunks) as its own frame. The batch
     is checked as a client batch first, so a bad one fails here with the server's message."""
@@ -225,7 +225,8 @@ class RemoteBackend:
                     lst.append(fut)
             return [None] * len(ops)
         self._barrier(keys)
-        return self._conn.call_frames("submit", body, self.timeout, retry_safe=False)
+        results: list[Any] = self._conn.call_frames("submit", body, self.timeout, retry_safe=False)
+        return results
 
     def submit_async(self, ops: Sequence[O.Operation], durable: bool = True) -> Future:
         """Send a submit without waiting; the returned future gives its results (or error)."""

@@ -125,7 +125,8 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
         (ok, value), = submit_many(core, [(ops, durable)])
         if not ok:
             raise value
-        return value
+        results: list[Any] = value
+        return results
 
     reg.add("submit", submit, executor="write", batch=lambda calls: submit_many(core, calls))
 

@@ -49,8 +49,7 @@ def serve(
         opts.curve_public_key, opts.curve_secret_key = pub, sec
         auth = start_authenticator(ctx, authorized)
     core = Core(os.fspath(data), durability, **core_options)
-    # Backend declares closed as a settable attribute; Core has a read-only property.
-    registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))})  # type: ignore[arg-type]
+    registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))})
     server = Server(registry, bind, opts, commit_watch=core.wait_for_commit, context=ctx)
 
     async def main() -> None:
