@@ -1,8 +1,8 @@
 """Processes for the network suite: the servers under test and the load-generating clients.
 
-* :func:`_echo_server`: the same :class:`~tstreams_embedded.net.server.Server` loop and framing
+* :func:`echo_server`: the same :class:`~tstreams_embedded.net.server.Server` loop and framing
   as ``tstreams serve``, with handlers that do nothing (the baseline of the pipelined figure);
-* :func:`_moebius_server`: a Moebius-style loop (``zmq.Poller``, one message per wakeup, JSON,
+* :func:`moebius_server`: a Moebius-style loop (``zmq.Poller``, one message per wakeup, JSON,
   linear handler scan, ROUTER_MANDATORY);
 * :func:`start_ours` / :func:`start_haproxy`: ``tstreams serve`` and HAProxy (``cluster/haproxy.cfg``);
 * :func:`run_clients`: N client processes (fork) that start together, warm up, then count
@@ -33,7 +33,7 @@ STREAM = "bench"
 PARTITIONS = 4
 
 # ------------------------------------------------------------------------------ servers
-def _echo_server(bind: str, ready: Any) -> None:
+def echo_server(bind: str, ready: Any) -> None:
     """The baseline of the pipelined figure: our Server loop and framing, handlers that do nothing."""
     import asyncio
 
@@ -54,7 +54,7 @@ def _echo_server(bind: str, ready: Any) -> None:
     asyncio.run(main())
 
 
-def _moebius_server(bind: str, ready: Any) -> None:
+def moebius_server(bind: str, ready: Any) -> None:
     """A Moebius-style loop (bwsw/moebius server.py, ported to Python 3): zmq.Poller with a
     5 ms poll, ONE message per ready socket per wakeup, JSON payloads, handlers found by a
     linear scan of the registered commands, ROUTER_MANDATORY."""

@@ -11,8 +11,16 @@ from __future__ import annotations
 import os
 
 from benchmarks.measure import free_port
-from benchmarks.net import HAPROXY, Proc, _echo_server, _moebius_server, prepare_stream, run_clients, start_haproxy
-from benchmarks.net import start_ours as _start_ours
+from benchmarks.net import (
+    HAPROXY,
+    Proc,
+    echo_server,
+    moebius_server,
+    prepare_stream,
+    run_clients,
+    start_haproxy,
+    start_ours,
+)
 from benchmarks.systems.base import Outcome, System
 
 
@@ -50,7 +58,7 @@ class EchoServer(_Served):
     description = "tstreams_embedded.net.server.Server with handlers that do nothing"
 
     def open(self) -> None:
-        p = Proc(_echo_server, f"tcp://127.0.0.1:{free_port()}")
+        p = Proc(echo_server, f"tcp://127.0.0.1:{free_port()}")
         self.procs.append(p)
         self.endpoints[""], self.pids[""] = p.bind, [p.pid]
 
@@ -61,7 +69,7 @@ class MoebiusServer(_Served):
     description = "zmq.Poller, one message per wakeup, JSON, linear handler scan, ROUTER_MANDATORY"
 
     def open(self) -> None:
-        p = Proc(_moebius_server, f"tcp://127.0.0.1:{free_port()}")
+        p = Proc(moebius_server, f"tcp://127.0.0.1:{free_port()}")
         self.procs.append(p)
         self.endpoints[""], self.pids[""] = p.bind, [p.pid]
 
@@ -74,7 +82,7 @@ class OursServe(_Served):
     durability = "async"
 
     def open(self) -> None:
-        p = _start_ours(self.workdir / "data", free_port(), self.durability, self.workdir, self.name)
+        p = start_ours(self.workdir / "data", free_port(), self.durability, self.workdir, self.name)
         self.procs.append(p)
         prepare_stream(p.bind)
         self.endpoints[""], self.pids[""] = p.bind, [p.pid]
@@ -99,9 +107,9 @@ class OursHAProxy(_Served):
     def open(self) -> None:
         shared = self.workdir / "shared"
         a, b = free_port(), free_port()
-        s1 = _start_ours(shared, a, "async", self.workdir, "s1")
+        s1 = start_ours(shared, a, "async", self.workdir, "s1")
         self.procs.append(s1)
-        s2 = _start_ours(shared, b, "async", self.workdir, "s2")
+        s2 = start_ours(shared, b, "async", self.workdir, "s2")
         self.procs.append(s2)
         front = start_haproxy(free_port(), [a, b], self.workdir)
         self.procs.append(front)

@@ -50,14 +50,11 @@ class OursEmbedded(System):
 
     def _count_items(self, stream: str, partition: int = 0) -> tuple[int, int]:
         """(items, last txn id) of every checkpointed transaction, read back through the backend."""
-        backend = self.engine.backend
-        after, n = 0, 0
-        while True:
-            f = backend.fetch(stream, partition, after, 1024)
-            n += sum(len(t.items) for t in f.txns)
-            if f.position <= after:
-                return n, after
-            after = f.position
+        from tstreams_embedded.engine.iteration import iter_transactions
+
+        walk = iter_transactions(self.engine.backend, stream, partition)
+        n = sum(len(t.items) for t in walk)
+        return n, walk.position
 
     def _preload(self, stream: str, n_items: int, batch: int) -> None:
         producer = self.engine.producer(stream, partition=0)

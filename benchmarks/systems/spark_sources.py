@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.systems.base import Outcome, System
+from tstreams_embedded.engine.iteration import iter_transactions
 
 TXN_ITEMS = 1_000
 PARTITIONS = 4
@@ -183,18 +184,9 @@ class SparkTstreams(_SparkSystem):
         query.start().awaitTermination()
         seconds = time.perf_counter() - t0
         with ts.open(str(data.stream_dir)) as engine:
-            n = sum(len(t.items) for p in range(PARTITIONS) for t in _all_txns(engine.backend, f"counts-{i}", p))
+            n = sum(len(t.items) for p in range(PARTITIONS)
+                    for t in iter_transactions(engine.backend, f"counts-{i}", p))
         return Outcome(events, seconds, stored=events if n == data.expected_windows else -1, expected=events)
-
-
-def _all_txns(backend: Any, stream: str, partition: int):  # noqa: ANN202
-    pos = 0
-    while True:
-        f = backend.fetch(stream, partition, pos, 1024)
-        yield from f.txns
-        pos = max(pos, f.position)
-        if not f.txns:
-            return
 
 
 class SparkParquet(_SparkSystem):

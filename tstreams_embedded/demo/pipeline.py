@@ -23,6 +23,7 @@ from typing import Any
 
 import tstreams_embedded as ts
 
+from ..engine.iteration import iter_transactions
 from .events import FLUSH_PAGE, encode, flush_event, generate, true_counts
 from .procs import kill_tree, start_job
 
@@ -85,16 +86,12 @@ class _Output:
         new = 0
         blocked = False
         for p in range(PARTITIONS):
-            while True:
-                f = self.backend.fetch(self.stream, p, self.pos[p], 256)
-                for t in f.txns:
-                    self.rows.extend(json.loads(v) for v in t.items)
-                    new += len(t.items)
-                self.pos[p] = max(self.pos[p], f.position)
-                if f.blocked:
-                    blocked = True
-                if not f.txns or f.blocked:
-                    break
+            walk = iter_transactions(self.backend, self.stream, p, self.pos[p], batch=256)
+            for t in walk:
+                self.rows.extend(json.loads(v) for v in t.items)
+                new += len(t.items)
+            self.pos[p] = walk.position
+            blocked = blocked or walk.blocked
         self.blocked = blocked
         return new
 
@@ -102,14 +99,8 @@ class _Output:
 def _read_all(backend: Any, stream: str) -> list[bytes]:
     items: list[bytes] = []
     for p in range(backend.get_stream(stream).partitions):
-        pos = 0
-        while True:
-            f = backend.fetch(stream, p, pos, 1024)
-            for t in f.txns:
-                items.extend(t.items)
-            pos = max(pos, f.position)
-            if not f.txns:
-                break
+        for t in iter_transactions(backend, stream, p):
+            items.extend(t.items)
     return items
 
 

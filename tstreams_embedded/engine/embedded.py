@@ -10,18 +10,11 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import errors
 from .core import Core
 from .engine import DEFAULT_TXN_TTL, Engine
-
-if TYPE_CHECKING:
-    from .backend import Backend
-
-    def _core_is_a_backend(core: Core) -> Backend:  # checked by the type checker only
-        return core
-
 
 _registry_lock = threading.Lock()
 _registry: dict[str, tuple[Core, int]] = {}

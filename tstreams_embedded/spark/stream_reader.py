@@ -37,18 +37,10 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ..errors import InvalidArgument
+from . import scan as planning
 from .connection import engine_for
 from .options import ReadOptions
 from .reader import ChunkPartition, Segment, pack_segments, read_chunk, stream_info
-from .scan import (
-    PartitionScan,
-    check_spec_partitions,
-    resolve_position,
-    scan_partition,
-    select_partitions,
-    spec_for,
-    split_chunks,
-)
 
 
 def make_offset(positions: dict[int, int]) -> dict[str, int]:
@@ -74,7 +66,7 @@ class TStreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._parts: list[int] | None = None
         self._target: dict[int, int] | None = None  # availableNow: do not read past these
-        self._scans: dict[tuple[int, int], PartitionScan] = {}
+        self._scans: dict[tuple[int, int], planning.PartitionScan] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_parts": self._parts, "_target": None, "_scans": {}}
@@ -87,15 +79,16 @@ class TStreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._parts is None:
             backend = self._backend()
             info = stream_info(backend, self.options.target)
-            check_spec_partitions(self.options.starting, "startingOffsets", info)
-            self._parts = select_partitions(info, self.options.partitions)
+            planning.check_spec_partitions(self.options.starting, "startingOffsets", info)
+            self._parts = planning.select_partitions(info, self.options.partitions)
         return self._parts
 
     def initialOffset(self) -> dict:
         backend = self._backend()
         stream = self.options.target.stream
+        starting = self.options.starting
         return make_offset({
-            p: resolve_position(backend, stream, p, spec_for(self.options.starting, p), "startingOffsets")
+            p: planning.resolve_position(backend, stream, p, planning.spec_for(starting, p), "startingOffsets")
             for p in self._partitions()
         })
 
@@ -115,12 +108,12 @@ class TStreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         backend = self._backend()
         stream = self.options.target.stream
-        scans: dict[int, PartitionScan] = {}
+        scans: dict[int, planning.PartitionScan] = {}
         for p, after in positions.items():
             upto = self._target.get(p) if self._target is not None else None
             if upto is not None and upto <= after:
                 continue
-            scans[p] = scan_partition(backend, stream, p, after, upto, max_rows)
+            scans[p] = planning.scan_partition(backend, stream, p, after, upto, max_rows)
         self._scans = {(p, positions[p]): s for p, s in scans.items()}
         end = dict(positions)
         if max_rows is None:
@@ -165,9 +158,9 @@ class TStreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if cached is not None and (cached.position >= last):
                 txns = [t for t in cached.txns if t[0] <= last]
             else:
-                txns = scan_partition(backend, stream, p, after, last).txns
+                txns = planning.scan_partition(backend, stream, p, after, last).txns
             segments.extend((p, lo, hi, rows) for lo, hi, rows in
-                            split_chunks(txns, after, last, self.options.rows_per_split))
+                            planning.split_chunks(txns, after, last, self.options.rows_per_split))
         return list(pack_segments(segments, self.options.rows_per_split))
 
     def commit(self, end: dict) -> None:
