@@ -10,13 +10,11 @@ closed check, the transaction TTL in milliseconds, and keep-alive registration.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .backend import Backend
+from .keepalive import KeptAlive
 from .ops import Operation
-
-if TYPE_CHECKING:
-    from .producer import Producer
 
 #: A member's share of a group checkpoint: its records, and a callback taking their results.
 GroupPart = tuple[list[Operation], Callable[[list[Any]], None]]
@@ -39,7 +37,7 @@ class AgentContext(Protocol):
         """A transaction TTL in milliseconds (the handle's default when ``None``)."""
         ...
 
-    def track_producer(self, producer: Producer) -> None:
+    def track_producer(self, producer: KeptAlive) -> None:
         """Keep ``producer``'s open transactions alive while the handle is open."""
         ...
 

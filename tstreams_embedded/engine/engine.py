@@ -15,7 +15,7 @@ from .batch import Batch
 from .consumer import Consumer, Start, Transaction
 from .context import GroupMember
 from .group import CheckpointGroup
-from .keepalive import KeepAlive
+from .keepalive import KeepAlive, KeptAlive
 from .producer import Producer
 from .subscriber import Subscriber
 from .validate import check_name, check_stream_shape, txn_ttl_ms
@@ -67,7 +67,7 @@ class Engine:
         """A transaction TTL in milliseconds (this handle's ``txn_ttl`` when ``None``)."""
         return self._default_ttl_ms if seconds is None else txn_ttl_ms(seconds)
 
-    def track_producer(self, producer: Producer) -> None:
+    def track_producer(self, producer: KeptAlive) -> None:
         """Keep ``producer``'s open transactions alive while this handle is open."""
         self._keepalive.track(producer)
 

@@ -11,16 +11,39 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from .. import errors
 from . import ops as O
 from .backend import Backend
 
-if TYPE_CHECKING:
-    from .producer import Producer
-
 log = logging.getLogger(__name__)
+
+
+class OpenTransaction(Protocol):
+    """What keep-alive reads of an open producer transaction."""
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def registered(self) -> bool: ...
+
+    @property
+    def id(self) -> int: ...
+
+
+class KeptAlive(Protocol):
+    """What keep-alive reads of a producer."""
+
+    @property
+    def stream(self) -> str: ...
+
+    @property
+    def txn_ttl_ms(self) -> int: ...
+
+    def open_transactions(self) -> Sequence[OpenTransaction]: ...
 
 
 class KeepAlive:
@@ -29,12 +52,12 @@ class KeepAlive:
     def __init__(self, backend: Backend, interval: float | None) -> None:
         self.backend = backend
         self.interval = interval
-        self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()
+        self._producers: weakref.WeakSet[KeptAlive] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def track(self, producer: Producer) -> None:
+    def track(self, producer: KeptAlive) -> None:
         with self._lock:
             self._producers.add(producer)
             if self.interval and self._thread is None and not self._stop.is_set():

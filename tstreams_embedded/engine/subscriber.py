@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from .consumer import Start, Transaction
+from .consumer import Consumer, Start, Transaction
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .context import AgentContext
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class Subscriber:
     """Runs ``callback(transaction)`` for every checkpointed transaction of a stream."""
 
-    def __init__(self, engine: Engine, stream: str, name: str, callback: Callable[[Transaction], Any],
+    def __init__(self, engine: AgentContext, stream: str, name: str, callback: Callable[[Transaction], Any],
                  start: Start = "newest", partitions: Iterable[int] | None = None, poll_interval: float = 1.0,
                  serializer: Any = None, on_error: Callable[[BaseException], Any] | None = None) -> None:
         if not callable(callback):
@@ -35,7 +35,7 @@ class Subscriber:
         if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
             raise errors.InvalidArgument(f"poll_interval must be a positive number, got {poll_interval!r}")
         self.engine = engine
-        self.consumer = engine.consumer(stream, name, start=start, partitions=partitions, serializer=serializer)
+        self.consumer = Consumer(engine, stream, name, start=start, partitions=partitions, serializer=serializer)
         self.callback = callback
         self.on_error = on_error
         self.poll_interval = float(poll_interval)
