@@ -137,15 +137,16 @@ def test_bad_requests_raise_the_embedded_error(tmp_path: Path, remote: Any, name
 
 
 def test_expired_transaction_error_matches(tmp_path: Path, remote: Any) -> None:
-    emb = ts.open(tmp_path / "emb", compaction_interval=None)
+    # without keep-alive the producer is as good as dead: nobody keeps its transaction alive
+    emb = ts.open(tmp_path / "emb", compaction_interval=None, keepalive_interval=None)
+    silent = ts.connect(remote.backend.endpoint, keepalive_interval=None)
     try:
         got = {}
-        for kind, e in (("embedded", emb), ("remote", remote)):
+        for kind, e in (("embedded", emb), ("remote", silent)):
             e.create_stream("s")
             p = e.producer("s", txn_ttl=0.2)
             t = p.new_transaction()
             assert t.id  # reading the id opens it in storage now
-            e._keepalive.stop()  # the producer "dies": nobody keeps the transaction alive
             t.send(b"late")
             time.sleep(0.5)
             with pytest.raises(errors.TransactionExpired) as info:
@@ -155,21 +156,25 @@ def test_expired_transaction_error_matches(tmp_path: Path, remote: Any) -> None:
         assert got["remote"] == got["embedded"]
     finally:
         emb.close()
+        silent.close()
 
 
 def test_pipelined_data_error_surfaces_before_checkpoint(remote: Any) -> None:
     """A failed pipelined DATA flush is raised instead of checkpointing a transaction
     that misses a chunk."""
-    remote.create_stream("s")
-    p = remote.producer("s", txn_ttl=0.2, batch_size=10)
-    t = p.new_transaction()
-    assert t.id  # opened in storage now
-    remote._keepalive.stop()
-    time.sleep(0.5)  # expired on the server; the client does not know yet
-    t.send_many([b"x"] * 25)  # flushes are pipelined: no error yet
-    with pytest.raises(errors.TransactionExpired):
-        t.checkpoint()
-    assert remote.consumer("s", name="c").get_transaction(0) is None
+    silent = ts.connect(remote.backend.endpoint, keepalive_interval=None)  # nobody keeps it alive
+    try:
+        silent.create_stream("s")
+        p = silent.producer("s", txn_ttl=0.2, batch_size=10)
+        t = p.new_transaction()
+        assert t.id  # opened in storage now
+        time.sleep(0.5)  # expired on the server; the client does not know yet
+        t.send_many([b"x"] * 25)  # flushes are pipelined: no error yet
+        with pytest.raises(errors.TransactionExpired):
+            t.checkpoint()
+        assert remote.consumer("s", name="c").get_transaction(0) is None
+    finally:
+        silent.close()
 
 
 def test_large_transaction_and_payload_frames(remote: Any) -> None:
