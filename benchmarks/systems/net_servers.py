@@ -9,6 +9,7 @@ server and reports requests per second, per-request latency and server CPU per r
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from benchmarks.measure import free_port
 from benchmarks.net import (
@@ -52,26 +53,31 @@ class _Served(System):
         return out
 
 
-class EchoServer(_Served):
+class _ForkedServer(_Served):
+    """A baseline server loop run in a forked process (``target(bind, ready)``)."""
+
+    @staticmethod
+    def target(bind: str, ready: Any) -> None:
+        raise NotImplementedError
+
+    def open(self) -> None:
+        p = Proc(type(self).target, f"tcp://127.0.0.1:{free_port()}")
+        self.procs.append(p)
+        self.endpoints[""], self.pids[""] = p.bind, [p.pid]
+
+
+class EchoServer(_ForkedServer):
     name = "echo-server"
     label = "echo (same Server loop, no engine)"
     description = "tstreams_embedded.net.server.Server with handlers that do nothing"
-
-    def open(self) -> None:
-        p = Proc(echo_server, f"tcp://127.0.0.1:{free_port()}")
-        self.procs.append(p)
-        self.endpoints[""], self.pids[""] = p.bind, [p.pid]
+    target = staticmethod(echo_server)
 
 
-class MoebiusServer(_Served):
+class MoebiusServer(_ForkedServer):
     name = "moebius-server"
     label = "Moebius-style loop (JSON echo)"
     description = "zmq.Poller, one message per wakeup, JSON, linear handler scan, ROUTER_MANDATORY"
-
-    def open(self) -> None:
-        p = Proc(moebius_server, f"tcp://127.0.0.1:{free_port()}")
-        self.procs.append(p)
-        self.endpoints[""], self.pids[""] = p.bind, [p.pid]
+    target = staticmethod(moebius_server)
 
 
 class OursServe(_Served):
