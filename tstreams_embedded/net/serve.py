@@ -23,6 +23,22 @@ from .server import Server, ServerOptions
 
 log = logging.getLogger(__name__)
 
+_LOCAL_HOSTS = ("localhost", "[::1]", "::1")
+
+
+def exposed_binds(binds: Sequence[str]) -> list[str]:
+    """The ``tcp://`` endpoints of ``binds`` that are reachable from other machines (any
+    host but loopback: ``0.0.0.0``, ``*``, an interface name or address)."""
+    out = []
+    for b in binds:
+        if not b.startswith("tcp://"):
+            continue  # ipc://, inproc:// stay on this machine
+        host = b[len("tcp://"):].rsplit(":", 1)[0]
+        if host.startswith("127.") or host in _LOCAL_HOSTS:
+            continue
+        out.append(b)
+    return out
+
 
 def serve(
     data: str | os.PathLike[str],
@@ -40,6 +56,11 @@ def serve(
     opts = ServerOptions(inline_writes=durability == "async")
     if max_msg_size is not None:
         opts.max_msg_size = int(max_msg_size)
+    binds = [bind] if isinstance(bind, str) else list(bind)
+    if curve_dir is None and exposed_binds(binds):
+        log.warning("serving %s without CURVE: any host that reaches it can read and write every "
+                    "stream; use --curve-dir (see 'tstreams keys generate') or bind to 127.0.0.1",
+                    ", ".join(exposed_binds(binds)))
     ctx = zmq.Context()
     auth = None
     if curve_dir is not None:
