@@ -18,7 +18,8 @@ from typing import Any
 import zmq
 from tornado.ioloop import IOLoop
 
-from .handlers import backend_registry
+from ..errors import InvalidArgument
+from .handlers import DEFAULT_PAGE_BYTES, backend_registry
 from .server import Server, ServerOptions
 
 log = logging.getLogger(__name__)
@@ -48,14 +49,32 @@ def serve(
     max_msg_size: int | None = None,
     ready_file: str | None = None,
     stop_timeout: float = 10.0,
+    *,
+    max_request_size: int | None = None,
+    max_client_bytes: int | None = None,
+    max_write_queue_bytes: int | None = None,
+    max_reply_bytes: int = DEFAULT_PAGE_BYTES,
     **core_options: Any,
 ) -> int:
-    """Serve the engine in ``data`` until SIGTERM/SIGINT; return the exit status (0)."""
+    """Serve the engine in ``data`` until SIGTERM/SIGINT; return the exit status (0).
+    Budgets left ``None`` keep :class:`ServerOptions`' defaults."""
     from ..engine.core import Core
 
     opts = ServerOptions(inline_writes=durability == "async")
+    for name, value in (("max_msg_size", max_msg_size), ("max_request_bytes", max_request_size),
+                        ("max_client_bytes", max_client_bytes), ("max_write_queue_bytes", max_write_queue_bytes),
+                        ("max_reply_bytes", max_reply_bytes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < (-1 if name == "max_msg_size" else 1)):
+            raise InvalidArgument(f"{name} must be a positive number of bytes, got {value!r}")
     if max_msg_size is not None:
         opts.max_msg_size = int(max_msg_size)
+    if max_request_size is not None:
+        opts.max_request_bytes = max_request_size
+    if max_client_bytes is not None:
+        opts.max_client_bytes = max_client_bytes
+    if max_write_queue_bytes is not None:
+        opts.max_write_queue_bytes = max_write_queue_bytes
     binds = [bind] if isinstance(bind, str) else list(bind)
     if curve_dir is None and exposed_binds(binds):
         log.warning("serving %s without CURVE: any host that reaches it can read and write every "
@@ -70,7 +89,7 @@ def serve(
         opts.curve_public_key, opts.curve_secret_key = pub, sec
         auth = start_authenticator(ctx, authorized)
     core = Core(os.fspath(data), durability, **core_options)
-    registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))})
+    registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))}, max_reply_bytes)
     server = Server(registry, bind, opts, commit_watch=core.wait_for_commit, context=ctx)
 
     async def main() -> None:
