@@ -133,12 +133,12 @@ def test_client_that_never_reads_is_held_back(served: Callable[..., ServeProcess
     with RssSampler(srv.pid) as rss:
         for i in range(3000):
             call(s, i + 1, "get_transaction", "big", 0, tid)
-        st = eventually(lambda: (st := server_stats(srv.endpoint))["held_back"] + st["busy"] >= 2000 and st,
-                        timeout=60)
+        st = eventually(lambda: (st := server_stats(srv.endpoint))["received"] >= 3000 and st, timeout=60)
         with srv.connect(timeout=20) as other:  # another client is served meanwhile
             assert other.backend.ping() < 5.0  # type: ignore[attr-defined]
     rss.check("3,000 x 1 MiB replies never read")
-    assert st["clients_bytes"] <= 3 * st["max_client_bytes"]
+    assert st["held_back"] + st["busy"] > 2500, st  # most were never run: their replies would pile up
+    assert st["clients_bytes"] <= 3 * st["max_client_bytes"], st
 
 
 def test_pipelined_writes_bounded(served: Callable[..., ServeProcess], ctx: zmq.Context[Any]) -> None:

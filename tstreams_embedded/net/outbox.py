@@ -60,7 +60,8 @@ class Outbox:
         self._stats = stats
         self._on_unroutable = on_unroutable
         self._after_burst = after_burst
-        self._queue: list[tuple[bytes, list[bytes]]] = []
+        # (identity, frames, session whose replies a tracked send must release, bytes it covers)
+        self._queue: list[tuple[bytes, list[bytes], Session | None, int]] = []
         self._depth = 0  # nesting of burst() blocks
 
     def burst(self) -> Outbox:
@@ -80,8 +81,16 @@ class Outbox:
                 self._after_burst()
 
     def send(self, identity: bytes, frames: list[bytes]) -> None:
-        """Queue a reply (sent at once outside a burst)."""
-        self._queue.append((identity, frames))
+        """Queue a reply (sent at once outside a burst). Its bytes count against the
+        client's budget from now on (a drain may queue many replies before they leave)."""
+        s = self._session_of(identity)
+        covered = 0
+        if s is not None:
+            s.untracked += len(frames[-1]) + len(frames[0])
+            if s.untracked >= TRACK_BYTES:
+                covered, s.untracked = s.untracked, 0
+                s.replies += covered
+        self._queue.append((identity, frames, s if covered else None, covered))
         if not self._depth:
             self.flush()
 
@@ -144,23 +153,18 @@ class Outbox:
             return
         send3, sendm = zmqfast.send3, zmqfast.send_multipart
         stats = self._stats
-        session_of = self._session_of
         sent = 0
-        for identity, frames in out:
-            s = session_of(identity)
+        for identity, frames, s, covered in out:
             try:
                 if s is not None:
-                    size = len(frames[-1]) + len(frames[0])
-                    s.untracked += size
-                    if s.untracked >= TRACK_BYTES:
-                        tracked = zmq.Frame(frames[-1], copy=False, track=True)
-                        sendm(sock, [identity, *frames[:-1], tracked])
-                        s.trackers.append((tracked.tracker, s.untracked))
-                        s.replies += s.untracked
-                        s.untracked = 0
+                    tracked = zmq.Frame(frames[-1], copy=False, track=True)
+                    sendm(sock, [identity, *frames[:-1], tracked])
+                    if not s.closed:
+                        s.trackers.append((tracked.tracker, covered))
                         self.tracking.add(s)
-                        sent += 1
-                        continue
+                    s = None
+                    sent += 1
+                    continue
                 if len(frames) == 2:
                     send3(sock, identity, frames[0], frames[1])
                 else:
@@ -175,4 +179,7 @@ class Outbox:
                 else:
                     stats.dropped += 1
                     log.warning("send failed: %s", e)
+            finally:
+                if s is not None:  # a tracked send that failed: nothing of it is queued
+                    s.replies -= covered
         stats.replies += sent

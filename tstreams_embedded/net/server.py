@@ -91,7 +91,7 @@ MiB = 1024 * 1024
 DEFAULT_MAX_MSG_SIZE = 64 * MiB
 DEFAULT_MAX_REQUEST_BYTES = 64 * MiB
 DEFAULT_MAX_CLIENT_BYTES = 64 * MiB
-DEFAULT_MAX_WRITE_QUEUE_BYTES = 64 * MiB
+DEFAULT_MAX_WRITE_QUEUE_BYTES = 32 * MiB
 DEFAULT_MAX_REPLY_BYTES = 16 * MiB
 #: Per frame, counted on top of its bytes in the budgets (Python and ZeroMQ overhead).
 FRAME_OVERHEAD = 128
@@ -128,7 +128,10 @@ class ServerOptions:
     max_drain: int = 2048  # messages per wakeup before yielding to other callbacks
     session_timeout: float = 30.0  # seconds of client silence before its session is dropped
     pool_threads: int = 4
-    hwm: int = 200_000
+    hwm: int = 200_000  # SNDHWM, messages per client
+    # RCVHWM, messages per client: ZeroMQ counts messages, not bytes, so this bounds what a
+    # client can queue in the server beyond the byte budgets (rcvhwm x its request size).
+    rcvhwm: int = 64
     linger_ms: int = 2000
     # Run write batches on the loop itself, at the end of each drain, instead of on the
     # writer thread: right when writes never wait for the disk (durability="async"), as it
@@ -202,7 +205,7 @@ class Server:
         s.setsockopt(zmq.ROUTER_MANDATORY, 1)
         s.setsockopt(zmq.MAXMSGSIZE, self.opts.max_msg_size)
         s.setsockopt(zmq.SNDHWM, self.opts.hwm)
-        s.setsockopt(zmq.RCVHWM, self.opts.hwm)
+        s.setsockopt(zmq.RCVHWM, self.opts.rcvhwm)
         s.setsockopt(zmq.LINGER, self.opts.linger_ms)
         if self.opts.curve_secret_key:
             s.curve_server = True
