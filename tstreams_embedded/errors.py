@@ -81,6 +81,19 @@ class ProtocolError(TStreamsError):
     """A message on the wire was malformed."""
 
 
+class RequestTooLarge(TStreamsError, ValueError):
+    """A request is larger in total (all its frames) than the server accepts
+    (``tstreams serve --max-request-size``, or has too many frames). It was not executed;
+    split the work into smaller requests (fewer operations per submit or group)."""
+
+
+class ServerBusy(TStreamsError):
+    """The server did not execute a request because this client already has more data in
+    flight (requests not yet answered, replies it has not read) than its budget
+    (``tstreams serve --max-client-bytes``) and too much queued behind it. Nothing of the
+    request was executed: read the replies owed, then send it again."""
+
+
 def _all_error_classes() -> dict[str, type[TStreamsError]]:
     out: dict[str, type[TStreamsError]] = {}
     stack: list[type[TStreamsError]] = [TStreamsError]

@@ -11,7 +11,15 @@ import sys
 
 import click
 
-from .server import DEFAULT_MAX_MSG_SIZE
+from .handlers import DEFAULT_PAGE_BYTES
+from .server import (
+    DEFAULT_MAX_CLIENT_BYTES,
+    DEFAULT_MAX_MSG_SIZE,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_WRITE_QUEUE_BYTES,
+)
+
+_BYTES = click.IntRange(min=1)
 
 
 @click.command("serve")
@@ -24,17 +32,29 @@ from .server import DEFAULT_MAX_MSG_SIZE
               help="Enable CURVE: directory made by 'tstreams keys generate'.")
 @click.option("--max-msg-size", type=int, default=DEFAULT_MAX_MSG_SIZE, show_default=True,
               help="Largest accepted frame in bytes (ZMQ_MAXMSGSIZE); larger ones disconnect the peer.")
+@click.option("--max-request-size", type=_BYTES, default=DEFAULT_MAX_REQUEST_BYTES, show_default=True,
+              help="Largest request in bytes, all frames together; larger ones are answered RequestTooLarge.")
+@click.option("--max-client-bytes", type=_BYTES, default=DEFAULT_MAX_CLIENT_BYTES, show_default=True,
+              help="Per client: bytes of requests running plus replies not yet sent, beyond which its "
+                   "further requests are held back (and past as much again answered ServerBusy).")
+@click.option("--max-write-queue-bytes", type=_BYTES, default=DEFAULT_MAX_WRITE_QUEUE_BYTES, show_default=True,
+              help="Bytes of writes queued for the writer, beyond which the server stops reading requests.")
+@click.option("--max-reply-bytes", type=_BYTES, default=DEFAULT_PAGE_BYTES, show_default=True,
+              help="Items per read reply, in bytes; larger results are paged (transparently for clients).")
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Write the bound endpoints to this file once serving.")
 @click.option("--log-level", default="INFO", show_default=True)
 def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | None, max_msg_size: int,
+          max_request_size: int, max_client_bytes: int, max_write_queue_bytes: int, max_reply_bytes: int,
           ready_file: str | None, log_level: str) -> None:
     """Serve the engine in DATA over ZeroMQ until SIGTERM (graceful: exit status 0)."""
     from .serve import serve as run
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
-    sys.exit(run(data, list(binds), durability, curve_dir, max_msg_size, ready_file))
+    sys.exit(run(data, list(binds), durability, curve_dir, max_msg_size, ready_file,
+                 max_request_size=max_request_size, max_client_bytes=max_client_bytes,
+                 max_write_queue_bytes=max_write_queue_bytes, max_reply_bytes=max_reply_bytes))
 
 
 @click.group("keys")

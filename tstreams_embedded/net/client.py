@@ -256,11 +256,56 @@ class RemoteBackend:
     # method = _remote(its declaration, the decoder of its reply)
     get_stream = _remote(Backend.get_stream, StreamInfo.from_wire)
     list_streams = _remote(Backend.list_streams, _each(StreamInfo.from_wire))
-    fetch = _remote(Backend.fetch, Fetched.from_wire)
     scan_index = _remote(Backend.scan_index, IndexScan.from_wire)
-    get_transaction = _remote(Backend.get_transaction, _optional(TxnData.from_wire))
-    transactions_range = _remote(Backend.transactions_range, _each(TxnData.from_wire))
-    last_transaction = _remote(Backend.last_transaction, _optional(TxnData.from_wire))
+    def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:
+        """The checkpointed transaction ``txn_id``, or None (read in pages of the server's size cap)."""
+        return self._one("get_transaction", stream, partition, txn_id)
+
+    def last_transaction(self, stream: str, partition: int) -> TxnData | None:
+        """The checkpointed transaction with the highest ID, or None (paged)."""
+        return self._one("last_transaction", stream, partition)
+
+    def _one(self, method: str, *args: Any) -> TxnData | None:
+        wire, cursor = self._call(method, *args)
+        if wire is None:
+            return None
+        items: list[bytes] = wire[3]
+        while cursor is not None:
+            more, cursor = self._call("get_transaction", args[0], args[1], wire[2], cursor)
+            if more is None:  # gone between pages (expired or compacted)
+                return None
+            items.extend(more[3])
+        return TxnData.from_wire(wire)
+
+    def _pages(self, method: str, args: tuple[Any, ...], limit: int | None) -> tuple[list[list[Any]], Any]:
+        """Call a paged scan until its cursor ends; ``(transactions, last reply)``."""
+        txns: list[list[Any]] = []
+        cursor = None
+        partial = False
+        while True:
+            extra = () if limit is None else (limit - len(txns),)  # a partial one is counted
+            reply = self._call(method, *args, *extra, cursor)
+            page, cursor, dropped = reply[0], reply[1], reply[2]
+            got = page if limit is None else page[0]
+            if partial:
+                if dropped:
+                    txns.pop()
+                elif got and got[0][2] == txns[-1][2]:
+                    txns[-1][3].extend(got.pop(0)[3])
+            txns.extend(got)
+            partial = cursor is not None and cursor[2] >= 0
+            if cursor is None or (limit is not None and len(txns) >= limit and not partial):
+                return txns, page
+
+    def transactions_range(self, stream: str, partition: int, from_id: int, to_id: int) -> list[TxnData]:
+        """Checkpointed transactions with ``from_id <= id <= to_id``, stopping at an open one (paged)."""
+        txns, _ = self._pages("transactions_range", (stream, partition, from_id, to_id), None)
+        return [TxnData.from_wire(t) for t in txns]
+
+    def fetch(self, stream: str, partition: int, after: int, max_txns: int = 256) -> Fetched:
+        """Checkpointed transactions with ID > ``after``, stopping at an open one (paged)."""
+        txns, last = self._pages("fetch", (stream, partition, after), max_txns)
+        return Fetched([TxnData.from_wire(t) for t in txns], last[1], last[2])
     last_txn_id = _remote(Backend.last_txn_id, _as_is)
     get_offsets = _remote(Backend.get_offsets, _as_is)
     get_marker = _remote(Backend.get_marker, _as_is)

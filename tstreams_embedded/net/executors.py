@@ -25,10 +25,26 @@ from tornado.ioloop import IOLoop
 from .registry import Handler
 from .session import Session
 
-# (handler, identity, request id, args)
-Job = tuple[Handler, bytes, int, Sequence[Any]]
-# (identity, request id, ok, value-or-exception)
-Done = tuple[bytes, int, bool, Any]
+
+class Call:
+    """One request handed to an executor: who asked (``session``), its ``req_id`` and
+    request ``flags`` (``NO_REPLY``), and the ``size`` in bytes it counts against its
+    client's budget (and the write queue's, for a ``write`` call) until answered."""
+
+    __slots__ = ("flags", "req_id", "session", "size", "write")
+
+    def __init__(self, session: Session, req_id: int, flags: int, size: int, write: bool = False) -> None:
+        self.session = session
+        self.req_id = req_id
+        self.flags = flags
+        self.size = size
+        self.write = write
+
+
+# (handler, call, args)
+Job = tuple[Handler, Call, Sequence[Any]]
+# (call, ok, value-or-exception)
+Done = tuple[Call, bool, Any]
 
 
 class WriteExecutor:
@@ -93,14 +109,14 @@ def execute(jobs: list[Job]) -> list[Done]:
             j += 1
         group = jobs[i:j]
         try:
-            results = h.batch([job[3] for job in group])  # type: ignore[misc]
+            results = h.batch([job[2] for job in group])  # type: ignore[misc]
             if len(results) != len(group):
                 raise RuntimeError(f"batch handler {h.name} returned {len(results)} results "
                                    f"for {len(group)} calls")
         except BaseException as e:  # noqa: BLE001 - every call of the group fails alike
             results = [(False, e)] * len(group)
         for job, (ok, value) in zip(group, results, strict=True):
-            out.append((job[1], job[2], ok, value))
+            out.append((job[1], ok, value))
         i = j
     return out
 
@@ -127,23 +143,27 @@ class Executors:
         self._done_posted = False  # a callback that replies self._done is scheduled
         self._pending_write = 0
         self._pending_pool = 0
+        #: Bytes of the write calls queued and not yet answered (updated on the loop).
+        self.write_bytes = 0
         self._writer = WriteExecutor(self._deliver_writes)
         self._pool = ThreadPoolExecutor(pool_threads, thread_name_prefix="tstreams-pool")
 
-    def write(self, h: Handler, identity: bytes, req_id: int, args: Sequence[Any]) -> None:
+    def write(self, h: Handler, call: Call, args: Sequence[Any]) -> None:
         """Queue a call of a ``write`` handler (run in arrival order, batched)."""
+        call.write = True
+        self.write_bytes += call.size
         if self._inline_writes:
-            self._inline_jobs.append((h, identity, req_id, args))
+            self._inline_jobs.append((h, call, args))
             return
         with self._lock:
             self._pending_write += 1
-        self._writer.put((h, identity, req_id, args))
+        self._writer.put((h, call, args))
 
-    def pool(self, h: Handler, session: Session, req_id: int, args: Sequence[Any]) -> None:
+    def pool(self, h: Handler, call: Call, args: Sequence[Any]) -> None:
         """Run a call of a ``pool`` handler on the thread pool."""
         with self._lock:
             self._pending_pool += 1
-        self._pool.submit(self._run_pooled, h, session, req_id, args)
+        self._pool.submit(self._run_pooled, h, call, args)
 
     def run_inline_writes(self) -> None:
         """Run the writes queued during this drain, as one batch (``inline_writes`` only)."""
@@ -152,7 +172,7 @@ class Executors:
         jobs, self._inline_jobs = self._inline_jobs, []
         self._inline_batches += 1
         self._inline_calls += len(jobs)
-        self._reply(execute(jobs))
+        self._reply(self._written(execute(jobs)))
 
     @property
     def busy(self) -> bool:
@@ -175,11 +195,11 @@ class Executors:
         self._reply_done()
 
     # ------------------------------------------------------------------ threads
-    def _run_pooled(self, h: Handler, session: Session, req_id: int, args: Sequence[Any]) -> None:
+    def _run_pooled(self, h: Handler, call: Call, args: Sequence[Any]) -> None:
         try:
-            done: Done = (session.identity, req_id, True, h.fn(session, *args))
+            done: Done = (call, True, h.fn(call.session, *args))
         except BaseException as e:  # noqa: BLE001
-            done = (session.identity, req_id, False, e)
+            done = (call, False, e)
         self._deliver([done], pooled=True)
 
     def _deliver_writes(self, done: list[Done]) -> None:
@@ -201,4 +221,11 @@ class Executors:
         with self._lock:
             done, self._done = self._done, []
             self._done_posted = False
-        self._reply(done)
+        self._reply(self._written(done))
+
+    def _written(self, done: list[Done]) -> list[Done]:
+        """Take the answered write calls off :attr:`write_bytes` (on the loop)."""
+        for call, _, _ in done:
+            if call.write:
+                self.write_bytes -= call.size
+        return done

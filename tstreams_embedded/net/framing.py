@@ -35,7 +35,7 @@ from ..errors import ProtocolError
 BLOB = 1
 
 # Request flags.
-NO_REPLY = 1  # the client does not want a reply (fire-and-forget use of a reply-giving method)
+NO_REPLY = 1  # no response at all, not even an error; the request still runs (writes are applied)
 
 # Reply flags.
 MORE = 1  # one of several responses of a generator method; more follow
@@ -144,6 +144,18 @@ def guess_request_id(frames: Sequence[bytes], first: int = 1) -> int:
         except Exception:
             pass
     return -1
+
+
+def guess_flags(frames: Sequence[bytes], first: int = 1) -> int:
+    """The request flags of a malformed request ``frames[first:]``, when its header is readable (else 0)."""
+    if len(frames) > first:
+        try:
+            h = msgpack.unpackb(frames[first], raw=False)
+            if type(h) is list and len(h) >= 3 and type(h[2]) is int:
+                return h[2]
+        except Exception:
+            pass
+    return 0
 
 
 def _no_blobs(code: int, data: bytes) -> Any:

@@ -8,7 +8,11 @@ in their ``to_wire()`` forms.
   is handed to the engine's group committer at once: each call stays atomic on its own (one
   nested LMDB transaction each), the whole burst shares one LMDB commit and one fsync, and
   calls apply in arrival order.
-* Reads (``get_stream`` … ``now_ms``) are fast LMDB snapshot reads and run inline.
+* Reads (``get_stream`` … ``now_ms``) are fast LMDB snapshot reads and run inline. The
+  reads that return items (``get_transaction``, ``last_transaction``,
+  ``transactions_range``, ``fetch``) are paged (:mod:`~tstreams_embedded.net.pages`): no
+  reply carries more than ``page_bytes`` of items; it then ends with a cursor, and the
+  client asks again with it.
 * ``wait_for_commit(seen, timeout)`` is a generator: it parks on the server's commit watch
   (never blocking the loop) and returns the newest commit sequence.
 * ``watch(seen)`` is a subscription: one response per commit-sequence change, until the
@@ -28,10 +32,13 @@ from typing import Any, Protocol
 from .. import errors
 from ..engine import ops as O
 from ..engine.backend import Backend
+from ..engine.validate import check_int
+from . import pages
 from .registry import Registry, WaitCommit
 from .session import Session
 
 MAX_WAIT = 300.0
+DEFAULT_PAGE_BYTES = 16 * 1024 * 1024
 
 
 class ServedBackend(Backend, Protocol):
@@ -116,8 +123,12 @@ def _merged(core: ServedBackend, reqs: list[tuple[int, tuple[list[O.Operation], 
     return True
 
 
-def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = None) -> Registry:
-    """A :class:`Registry` exposing ``core``."""
+def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = None,
+                     page_bytes: int = DEFAULT_PAGE_BYTES) -> Registry:
+    """A :class:`Registry` exposing ``core``; item-returning reads answer at most
+    ``page_bytes`` of items per reply."""
+    if isinstance(page_bytes, bool) or not isinstance(page_bytes, int) or page_bytes < 1:
+        raise errors.InvalidArgument(f"page_bytes must be a positive integer, got {page_bytes!r}")
     reg = Registry()
     info = dict(server_info or {})
 
@@ -139,8 +150,13 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
         return [s.to_wire() for s in core.list_streams(prefix, limit)]
 
     @reg.call("fetch")
-    def fetch(session: Session, stream: str, partition: int, after: int, max_txns: int = 256) -> list[Any]:
-        return core.fetch(stream, partition, after, max_txns).to_wire()
+    def fetch(session: Session, stream: str, partition: int, after: int, max_txns: int = 256,
+              cursor: Any = None) -> list[Any]:
+        """``[[txns, position, blocked], cursor, dropped]`` (see :mod:`.pages`)."""
+        check_int(max_txns, "max_txns", 0 if cursor is not None else 1, 1 << 20)
+        page, position, blocked = pages.scan(core, stream, partition, after, 2**63 - 1, max_txns, cursor,
+                                             page_bytes)
+        return [[page.txns, position, blocked], page.cursor, page.dropped]
 
     @reg.call("scan_index")
     def scan_index(session: Session, stream: str, partition: int, after: int, upto: int = 2**63 - 1,
@@ -148,18 +164,24 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
         return core.scan_index(stream, partition, after, upto, max_txns).to_wire()
 
     @reg.call("get_transaction")
-    def get_transaction(session: Session, stream: str, partition: int, txn_id: int) -> list[Any] | None:
-        t = core.get_transaction(stream, partition, txn_id)
-        return None if t is None else t.to_wire()
+    def get_transaction(session: Session, stream: str, partition: int, txn_id: int,
+                        cursor: Any = None) -> list[Any]:
+        """``[txn or None, cursor]``."""
+        return pages.one(core, stream, partition, txn_id, cursor, page_bytes)
 
     @reg.call("transactions_range")
-    def transactions_range(session: Session, stream: str, partition: int, from_id: int, to_id: int) -> list[Any]:
-        return [t.to_wire() for t in core.transactions_range(stream, partition, from_id, to_id)]
+    def transactions_range(session: Session, stream: str, partition: int, from_id: int, to_id: int,
+                           cursor: Any = None) -> list[Any]:
+        """``[txns, cursor, dropped]``."""
+        check_int(from_id, "from_id", 0, 2**63 - 1)
+        check_int(to_id, "to_id", 0, 2**63 - 1)
+        page, _, _ = pages.scan(core, stream, partition, max(from_id - 1, 0), to_id, 2**62, cursor, page_bytes)
+        return [page.txns, page.cursor, page.dropped]
 
     @reg.call("last_transaction")
-    def last_transaction(session: Session, stream: str, partition: int) -> list[Any] | None:
-        t = core.last_transaction(stream, partition)
-        return None if t is None else t.to_wire()
+    def last_transaction(session: Session, stream: str, partition: int, cursor: Any = None) -> list[Any]:
+        """``[txn or None, cursor]``."""
+        return pages.last(core, stream, partition, cursor, page_bytes)
 
     @reg.call("last_txn_id")
     def last_txn_id(session: Session, stream: str, partition: int) -> int:

@@ -9,6 +9,14 @@ replies queue up and leave together when the callback ends.
 Replying to a client that has gone never raises: the server's socket has
 ``ROUTER_MANDATORY`` on, so ZeroMQ reports ``EHOSTUNREACH``; the outbox counts it and tells
 the server, which drops the client's session.
+
+Reply bytes are counted against the client's budget (``Session.replies``) until they are
+known to have left the process: every reply of at least :data:`TRACK_BYTES`, and the first
+reply after :data:`TRACK_BYTES` of smaller ones, is sent as a tracked zero-copy frame
+(``zmq.Frame(track=True)``); ZeroMQ releases it once written to the connection, and it
+goes to each peer in order, so its release also covers the replies sent before it.
+:meth:`Outbox.poll_trackers` releases what was sent. A client that does not read keeps its
+replies counted, and the server stops running its requests (see ``server.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +31,12 @@ import zmq
 from ..errors import error_to_wire
 from . import framing, zmqfast
 from .executors import Done
+from .session import Session
 from .stats import ServerStats
+
+#: Replies of this size or more are tracked, and smaller ones once this many bytes of them
+#: have been sent untracked to a client (tracking costs a few µs; per 256 KiB it is free).
+TRACK_BYTES = 256 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +51,17 @@ class Outbox:
     """
 
     def __init__(self, stats: ServerStats, on_unroutable: Callable[[bytes], None],
-                 after_burst: Callable[[], None]) -> None:
+                 after_burst: Callable[[], None],
+                 session_of: Callable[[bytes], Session | None] = lambda identity: None) -> None:
         self.sock: zmq.Socket[Any] | None = None  # set by the server while it serves
+        self._session_of = session_of
+        #: Sessions with tracked replies not yet released (see :meth:`poll_trackers`).
+        self.tracking: set[Session] = set()
         self._stats = stats
         self._on_unroutable = on_unroutable
         self._after_burst = after_burst
-        self._queue: list[tuple[bytes, list[bytes]]] = []
+        # (identity, frames, session whose replies a tracked send must release, bytes it covers)
+        self._queue: list[tuple[bytes, list[bytes], Session | None, int]] = []
         self._depth = 0  # nesting of burst() blocks
 
     def burst(self) -> Outbox:
@@ -63,8 +81,16 @@ class Outbox:
                 self._after_burst()
 
     def send(self, identity: bytes, frames: list[bytes]) -> None:
-        """Queue a reply (sent at once outside a burst)."""
-        self._queue.append((identity, frames))
+        """Queue a reply (sent at once outside a burst). Its bytes count against the
+        client's budget from now on (a drain may queue many replies before they leave)."""
+        s = self._session_of(identity)
+        covered = 0
+        if s is not None:
+            s.untracked += len(frames[-1]) + len(frames[0])
+            if s.untracked >= TRACK_BYTES:
+                covered, s.untracked = s.untracked, 0
+                s.replies += covered
+        self._queue.append((identity, frames, s if covered else None, covered))
         if not self._depth:
             self.flush()
 
@@ -87,11 +113,37 @@ class Outbox:
     def send_results(self, results: Iterable[Done]) -> None:
         """Reply the results of calls run by an executor, in one burst."""
         with self.burst():
-            for identity, req_id, ok, value in results:
+            for call, ok, value in results:
+                if call.flags & framing.NO_REPLY:
+                    if not ok:
+                        self._stats.errors += 1
+                    continue
                 if ok:
-                    self.send_value(identity, req_id, value)
+                    self.send_value(call.session.identity, call.req_id, value)
                 else:
-                    self.send_error(identity, req_id, value)
+                    self.send_error(call.session.identity, call.req_id, value)
+
+    def poll_trackers(self) -> list[Session]:
+        """Release the reply bytes ZeroMQ has finished with; return the sessions that
+        released some."""
+        released = []
+        for s in list(self.tracking):
+            q = s.trackers
+            n = 0
+            while q and q[0][0].done:
+                n += q.popleft()[1]
+            if n:
+                s.replies -= n
+                released.append(s)
+            if not q:
+                self.tracking.discard(s)
+        return released
+
+    def forget(self, s: Session) -> None:
+        """A session was dropped: its replies are ZeroMQ's to discard."""
+        self.tracking.discard(s)
+        s.trackers.clear()
+        s.replies = s.untracked = 0
 
     def flush(self) -> None:
         """Send every queued reply now (they are discarded when the socket is closed)."""
@@ -102,8 +154,17 @@ class Outbox:
         send3, sendm = zmqfast.send3, zmqfast.send_multipart
         stats = self._stats
         sent = 0
-        for identity, frames in out:
+        for identity, frames, s, covered in out:
             try:
+                if s is not None:
+                    tracked = zmq.Frame(frames[-1], copy=False, track=True)
+                    sendm(sock, [identity, *frames[:-1], tracked])
+                    if not s.closed:
+                        s.trackers.append((tracked.tracker, covered))
+                        self.tracking.add(s)
+                    s = None
+                    sent += 1
+                    continue
                 if len(frames) == 2:
                     send3(sock, identity, frames[0], frames[1])
                 else:
@@ -118,4 +179,7 @@ class Outbox:
                 else:
                     stats.dropped += 1
                     log.warning("send failed: %s", e)
+            finally:
+                if s is not None:  # a tracked send that failed: nothing of it is queued
+                    s.replies -= covered
         stats.replies += sent

@@ -18,10 +18,42 @@ from typing import Any
 import zmq
 from tornado.ioloop import IOLoop
 
-from .handlers import backend_registry
+from ..errors import InvalidArgument
+from .handlers import DEFAULT_PAGE_BYTES, backend_registry
 from .server import Server, ServerOptions
 
 log = logging.getLogger(__name__)
+
+_LOCAL_HOSTS = ("localhost", "[::1]", "::1")
+
+
+def exposed_binds(binds: Sequence[str]) -> list[str]:
+    """The ``tcp://`` endpoints of ``binds`` that are reachable from other machines (any
+    host but loopback: ``0.0.0.0``, ``*``, an interface name or address)."""
+    out = []
+    for b in binds:
+        if not b.startswith("tcp://"):
+            continue  # ipc://, inproc:// stay on this machine
+        host = b[len("tcp://"):].rsplit(":", 1)[0]
+        if host.startswith("127.") or host in _LOCAL_HOSTS:
+            continue
+        out.append(b)
+    return out
+
+
+def _return_large_blocks(threshold: int = 256 * 1024) -> None:
+    """glibc: serve blocks of ``threshold`` bytes or more with their own mappings, returned
+    to the system when freed. By default glibc raises this threshold as large blocks are
+    freed (up to 32 MiB), and the frames of large requests then stay in the heap after
+    use: a server that handled a burst of 1 MiB writes kept its peak RSS for good."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, threshold)  # M_MMAP_THRESHOLD (fixed: no dynamic adjustment)
 
 
 def serve(
@@ -32,14 +64,38 @@ def serve(
     max_msg_size: int | None = None,
     ready_file: str | None = None,
     stop_timeout: float = 10.0,
+    *,
+    max_request_size: int | None = None,
+    max_client_bytes: int | None = None,
+    max_write_queue_bytes: int | None = None,
+    max_reply_bytes: int = DEFAULT_PAGE_BYTES,
     **core_options: Any,
 ) -> int:
-    """Serve the engine in ``data`` until SIGTERM/SIGINT; return the exit status (0)."""
+    """Serve the engine in ``data`` until SIGTERM/SIGINT; return the exit status (0).
+    Budgets left ``None`` keep :class:`ServerOptions`' defaults."""
     from ..engine.core import Core
 
     opts = ServerOptions(inline_writes=durability == "async")
+    for name, value in (("max_msg_size", max_msg_size), ("max_request_bytes", max_request_size),
+                        ("max_client_bytes", max_client_bytes), ("max_write_queue_bytes", max_write_queue_bytes),
+                        ("max_reply_bytes", max_reply_bytes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < (-1 if name == "max_msg_size" else 1)):
+            raise InvalidArgument(f"{name} must be a positive number of bytes, got {value!r}")
     if max_msg_size is not None:
         opts.max_msg_size = int(max_msg_size)
+    if max_request_size is not None:
+        opts.max_request_bytes = max_request_size
+    if max_client_bytes is not None:
+        opts.max_client_bytes = max_client_bytes
+    if max_write_queue_bytes is not None:
+        opts.max_write_queue_bytes = max_write_queue_bytes
+    binds = [bind] if isinstance(bind, str) else list(bind)
+    _return_large_blocks()
+    if curve_dir is None and exposed_binds(binds):
+        log.warning("serving %s without CURVE: any host that reaches it can read and write every "
+                    "stream; use --curve-dir (see 'tstreams keys generate') or bind to 127.0.0.1",
+                    ", ".join(exposed_binds(binds)))
     ctx = zmq.Context()
     auth = None
     if curve_dir is not None:
@@ -49,7 +105,7 @@ def serve(
         opts.curve_public_key, opts.curve_secret_key = pub, sec
         auth = start_authenticator(ctx, authorized)
     core = Core(os.fspath(data), durability, **core_options)
-    registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))})
+    registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))}, max_reply_bytes)
     server = Server(registry, bind, opts, commit_watch=core.wait_for_commit, context=ctx)
 
     async def main() -> None:

@@ -32,10 +32,34 @@ Guarantees:
 * :meth:`Server.stop` finishes requests in flight and sends their replies; requests that
   arrive while stopping are answered with ``NOT_EXECUTED`` so clients may retry them
   elsewhere.
+* A request flagged ``NO_REPLY`` gets no response at all, not even an error; it is
+  executed all the same (writes are applied). A generator request flagged ``NO_REPLY`` is
+  not started (its responses would be its only effect).
+
+Memory budgets (bytes, :class:`ServerOptions`; ZeroMQ's own bounds count messages only):
+
+* **per request** (``max_request_bytes``, all frames together): the size is added up frame
+  by frame while receiving; past the limit the rest of the message is dropped uncopied and
+  the request is answered :class:`~tstreams_embedded.errors.RequestTooLarge`.
+* **per client** (``max_client_bytes``): requests handed to an executor and not yet
+  answered, plus replies ZeroMQ has not yet written to the client's connection (tracked,
+  see :mod:`~tstreams_embedded.net.outbox`). A client over budget — typically one that
+  does not read its replies — is not served further: its next requests are held back,
+  in order, and run once it is under budget again. One ROUTER socket cannot stop reading
+  a single peer, so holding back is the back-pressure; only when the requests held back
+  exceed the budget too are the newest answered
+  :class:`~tstreams_embedded.errors.ServerBusy` (not executed).
+* **write queue** (``max_write_queue_bytes``): write requests queued for the ordered writer
+  and not yet answered. Over it the server stops reading its socket (requests wait in
+  ZeroMQ and TCP, i.e. in the clients) until the writer catches up; the writer is shared,
+  so this delays everyone's writes exactly as much as they would wait anyway.
+* **replies** are paged by the read handlers (``max_reply_bytes``, see ``handlers.py``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import os
 import threading
@@ -47,24 +71,49 @@ from typing import Any
 import zmq
 from tornado.ioloop import IOLoop, PeriodicCallback
 
-from ..errors import InvalidArgument, ProtocolError, RemoteError
+from ..errors import InvalidArgument, ProtocolError, RemoteError, RequestTooLarge, ServerBusy
 from . import framing, zmqfast
 from .commits import CommitWatch
-from .executors import Executors
+from .executors import Call, Done, Executors
 from .outbox import Outbox
 from .registry import NOTIFY, STREAM, Handler, Registry
 from .scheduler import GeneratorScheduler
 from .session import Session, Sessions
 from .stats import ServerStats
 
-__all__ = ["DEFAULT_MAX_MSG_SIZE", "Server", "ServerOptions", "ServerStats"]
+__all__ = ["DEFAULT_MAX_CLIENT_BYTES", "DEFAULT_MAX_MSG_SIZE", "DEFAULT_MAX_REPLY_BYTES",
+           "DEFAULT_MAX_REQUEST_BYTES", "DEFAULT_MAX_WRITE_QUEUE_BYTES", "Server", "ServerOptions",
+           "ServerStats"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_MSG_SIZE = 64 * 1024 * 1024
+MiB = 1024 * 1024
+DEFAULT_MAX_MSG_SIZE = 64 * MiB
+DEFAULT_MAX_REQUEST_BYTES = 64 * MiB
+DEFAULT_MAX_CLIENT_BYTES = 64 * MiB
+DEFAULT_MAX_WRITE_QUEUE_BYTES = 32 * MiB
+DEFAULT_MAX_REPLY_BYTES = 16 * MiB
+#: Per frame, counted on top of its bytes in the budgets (Python and ZeroMQ overhead).
+FRAME_OVERHEAD = 128
+#: After dropping this many bytes of rejected requests, give freed heap back to the system.
+TRIM_AFTER = 16 * MiB
 
-#: How a request is run once decoded: ``route(handler, session, request id, flags, args)``.
-Route = Callable[[Handler, Session, int, int, list[Any]], None]
+
+def _malloc_trim() -> Callable[[], None]:
+    """glibc's ``malloc_trim(0)``: frees the unused top and holes of every arena, where
+    ZeroMQ's I/O thread allocated the frames of a rejected request (a no-op elsewhere)."""
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return lambda: None
+
+    def run() -> None:
+        trim(0)
+
+    return run
+
+#: How a request is run once decoded: ``route(handler, session, request id, flags, args, size)``.
+Route = Callable[[Handler, Session, int, int, list[Any], int], None]
 
 
 @dataclass
@@ -73,10 +122,16 @@ class ServerOptions:
 
     max_msg_size: int = DEFAULT_MAX_MSG_SIZE  # ZMQ_MAXMSGSIZE: per frame, bytes (-1 = unlimited)
     max_frames: int = 4096  # frames per request, identity included
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # all frames of one request
+    max_client_bytes: int = DEFAULT_MAX_CLIENT_BYTES  # one client's requests running + replies unsent
+    max_write_queue_bytes: int = DEFAULT_MAX_WRITE_QUEUE_BYTES  # writes queued, all clients
     max_drain: int = 2048  # messages per wakeup before yielding to other callbacks
     session_timeout: float = 30.0  # seconds of client silence before its session is dropped
     pool_threads: int = 4
-    hwm: int = 200_000
+    hwm: int = 200_000  # SNDHWM, messages per client
+    # RCVHWM, messages per client: ZeroMQ counts messages, not bytes, so this bounds what a
+    # client can queue in the server beyond the byte budgets (rcvhwm x its request size).
+    rcvhwm: int = 64
     linger_ms: int = 2000
     # Run write batches on the loop itself, at the end of each drain, instead of on the
     # writer thread: right when writes never wait for the disk (durability="async"), as it
@@ -113,7 +168,7 @@ class Server:
         self._sock: zmq.Socket[Any] | None = None
         self._fd: int | None = None
         self._sessions = Sessions(self.opts.session_timeout)
-        self._outbox = Outbox(self.stats, self._on_unroutable, self._check_events)
+        self._outbox = Outbox(self.stats, self._on_unroutable, self._check_events, self._sessions.find)
         # Made by start(): they need the loop.
         self._loop: IOLoop
         self._executors: Executors
@@ -121,6 +176,10 @@ class Server:
         self._reaper: PeriodicCallback | None = None
         self._started = False
         self._drain_scheduled = False
+        self._paused = False  # not reading: the write queue is over its budget
+        self._trackers: PeriodicCallback | None = None
+        self._rejected_bytes = 0  # since the last malloc_trim
+        self._trim = _malloc_trim()
         self._stopping = False
         self._stopped = threading.Event()
         self._now = time.monotonic()  # the time of the current drain
@@ -146,7 +205,7 @@ class Server:
         s.setsockopt(zmq.ROUTER_MANDATORY, 1)
         s.setsockopt(zmq.MAXMSGSIZE, self.opts.max_msg_size)
         s.setsockopt(zmq.SNDHWM, self.opts.hwm)
-        s.setsockopt(zmq.RCVHWM, self.opts.hwm)
+        s.setsockopt(zmq.RCVHWM, self.opts.rcvhwm)
         s.setsockopt(zmq.LINGER, self.opts.linger_ms)
         if self.opts.curve_secret_key:
             s.curve_server = True
@@ -156,7 +215,7 @@ class Server:
             s.bind(b)
             self.endpoints.append(s.getsockopt_string(zmq.LAST_ENDPOINT))
         self._sock = self._outbox.sock = s
-        self._executors = Executors(self._loop, self._outbox.send_results, self.opts.pool_threads,
+        self._executors = Executors(self._loop, self._on_done, self.opts.pool_threads,
                                     self.opts.inline_writes)
         self._generators = GeneratorScheduler(self._loop, self._outbox, self.stats, self._commit_watch)
         self._started = True
@@ -164,6 +223,8 @@ class Server:
         self._loop.add_handler(self._fd, self._on_readable, IOLoop.READ)
         self._reaper = PeriodicCallback(self._reap, max(100.0, self.opts.session_timeout * 1000 / 4))
         self._reaper.start()
+        self._trackers = PeriodicCallback(self._poll_trackers, 10)
+        self._trackers.start()
         self._generators.start()
         # Messages may already be queued (the edge fired before registration).
         self._schedule_drain()
@@ -183,8 +244,13 @@ class Server:
             return
         self._generators.stop()
         deadline = time.monotonic() + timeout
-        for s in self._sessions.all():  # generators end now; clients may re-issue them elsewhere
-            self._generators.end_session(s, notify=True)
+        with self._outbox.burst():
+            for s in self._sessions.all():  # generators end now; clients may re-issue them elsewhere
+                self._generators.end_session(s, notify=True)
+                while s.parked:  # held-back requests: NOT_EXECUTED
+                    frames, size = s.parked.popleft()
+                    s.parked_bytes -= size
+                    self._dispatch(frames, size)
 
         def poll() -> None:
             self._drain()
@@ -201,6 +267,8 @@ class Server:
         self._drain()
         if self._reaper is not None:
             self._reaper.stop()
+        if self._trackers is not None:
+            self._trackers.stop()
         if self._fd is not None:
             self._loop.remove_handler(self._fd)
             self._fd = None
@@ -230,82 +298,175 @@ class Server:
             self._schedule_drain()
 
     def _drain(self) -> None:
-        """Receive and dispatch every queued message (up to ``max_drain``)."""
+        """Receive and dispatch every queued message (up to ``max_drain``, and while the
+        write queue is within its budget)."""
         self._drain_scheduled = False
         sock = self._sock
-        if sock is None:
+        if sock is None or self._paused:
             return
         self.stats.wakeups += 1
         self._now = time.monotonic()
-        recv = zmqfast.recv_multipart
+        recv = zmqfast.recv_request
         dispatch = self._dispatch
         n = 0
         limit = self.opts.max_drain
+        max_bytes, max_frames = self.opts.max_request_bytes, self.opts.max_frames
+        executors = self._executors
+        write_budget = self.opts.max_write_queue_bytes
+        more = False
         with self._outbox.burst():
             try:
                 while n < limit:
-                    frames = recv(sock)
+                    if executors.write_bytes > write_budget:
+                        more = True
+                        break
+                    frames, size, count = recv(sock, max_bytes, max_frames)
                     n += 1
-                    dispatch(frames)
+                    if size > max_bytes or count > max_frames:
+                        self._too_large(frames, size, count)
+                        continue
+                    dispatch(frames, size + count * FRAME_OVERHEAD)
             except zmq.Again:
                 pass
             self.stats.received += n
-            self._executors.run_inline_writes()
-        if n >= limit:
+            executors.run_inline_writes()
+        if more and executors.write_bytes > write_budget:
+            self._paused = True  # resumed by _on_done once the writer caught up
+            self.stats.paused += 1
+        elif n >= limit or more:
             self._schedule_drain()  # more may be queued; let timers and completions run first
+
+    def _too_large(self, frames: list[bytes], size: int, count: int) -> None:
+        self.stats.too_large += 1
+        self._rejected_bytes += size
+        if count > self.opts.max_frames:
+            what = f"{count} frames (the limit is {self.opts.max_frames})"
+        else:
+            what = f"more than {self.opts.max_request_bytes} bytes (the limit, all frames together)"
+        self._error(frames[0], framing.guess_request_id(frames), framing.guess_flags(frames),
+                    RequestTooLarge(f"request of {what} was not executed; send smaller requests"))
+        if self._rejected_bytes >= TRIM_AFTER:
+            self._rejected_bytes = 0
+            self._loop.add_callback(self._trim)  # after the rejected frames are freed
+
+    def _error(self, identity: bytes, req_id: int, flags: int, exc: BaseException, extra_flags: int = 0) -> None:
+        """Reply the error ``exc`` unless the request asked ``NO_REPLY`` (then only count it)."""
+        if flags & framing.NO_REPLY:
+            self.stats.errors += 1
+        else:
+            self._outbox.send_error(identity, req_id, exc, extra_flags)
+
+    # ------------------------------------------------------------------ budgets
+    def _on_done(self, done: list[Done]) -> None:
+        """Results of executor calls (on the loop): release their budgets, reply, resume."""
+        touched = []
+        for call, _, _ in done:
+            s = call.session
+            s.requests -= call.size
+            if s.parked:
+                touched.append(s)
+        self._outbox.send_results(done)
+        self._resume(touched)
+
+    def _poll_trackers(self) -> None:
+        if self._outbox.tracking:
+            self._resume([s for s in self._outbox.poll_trackers() if s.parked])
+
+    def _resume(self, sessions: list[Session]) -> None:
+        """Run the held-back requests of ``sessions`` now under budget; read again when the
+        write queue is under its budget."""
+        budget = self.opts.max_client_bytes
+        if sessions:
+            with self._outbox.burst():
+                for s in sessions:
+                    while s.parked and s.in_flight <= budget and not s.closed:
+                        frames, size = s.parked.popleft()
+                        s.parked_bytes -= size
+                        self._dispatch(frames, size, parked=True)
+                self._executors.run_inline_writes()
+        if self._paused and self._executors.write_bytes <= self.opts.max_write_queue_bytes:
+            self._paused = False
+            self._schedule_drain()
 
     def _reap(self) -> None:
         for s in self._sessions.expired(time.monotonic()):
             self._generators.end_session(s, notify=False)
+            self._outbox.forget(s)
+            s.parked.clear()
+            s.parked_bytes = 0
 
     def _on_unroutable(self, identity: bytes) -> None:
         s = self._sessions.drop(identity)
         if s is not None:
             self._generators.end_session(s, notify=False)
+            self._outbox.forget(s)
+            s.parked.clear()
+            s.parked_bytes = 0
 
     # ------------------------------------------------------------------ dispatch
-    def _dispatch(self, frames: list[bytes]) -> None:
+    def _dispatch(self, frames: list[bytes], size: int = 0, parked: bool = False) -> None:
+        """Run one request of ``size`` bytes (budget accounting included), or hold it back
+        while its client is over budget."""
         identity = frames[0]
+        session = self._sessions.get(identity, self._now)
+        if not parked and not self._stopping and (
+                session.parked or session.in_flight > self.opts.max_client_bytes):
+            if session.parked_bytes + size <= self.opts.max_client_bytes:
+                session.parked.append((frames, size))
+                session.parked_bytes += size
+                self.stats.held_back += 1
+            else:
+                self.stats.busy += 1
+                self._error(identity, framing.guess_request_id(frames), framing.guess_flags(frames), ServerBusy(
+                    f"not executed: this client has {session.in_flight} bytes in flight and "
+                    f"{session.parked_bytes} bytes of requests waiting (budget {self.opts.max_client_bytes}); "
+                    "read the replies owed before sending more"))
+            return
         try:
-            if len(frames) > self.opts.max_frames:
-                raise ProtocolError(f"too many frames ({len(frames)} > {self.opts.max_frames})")
             req_id, method, flags, args = framing.unpack_request(frames)
         except ProtocolError as e:
             self.stats.malformed += 1
-            self._outbox.send_error(identity, framing.guess_request_id(frames), e)
+            self._error(identity, framing.guess_request_id(frames), framing.guess_flags(frames), e)
             return
-        session = self._sessions.get(identity, self._now)
         if self._stopping:
-            self._outbox.send_error(identity, req_id, RemoteError("server is shutting down; request not executed"),
-                                    framing.NOT_EXECUTED)
+            self._error(identity, req_id, flags, RemoteError("server is shutting down; request not executed"),
+                        framing.NOT_EXECUTED)
             return
         h = self.registry.get(method)
         if h is None:
             self.stats.malformed += 1
-            self._outbox.send_error(identity, req_id, ProtocolError(f"unknown method {method[:64]!r}"))
+            self._error(identity, req_id, flags, ProtocolError(f"unknown method {method[:64]!r}"))
             return
         if not (h.min_args <= len(args) <= h.max_args):
-            self._outbox.send_error(identity, req_id, InvalidArgument(
+            self._error(identity, req_id, flags, InvalidArgument(
                 f"{method}() takes {h.arity_text()} arguments, got {len(args)}"))
             return
-        self._routes[h.route](h, session, req_id, flags, args)
+        self._routes[h.route](h, session, req_id, flags, args, size)
 
-    def _call_inline(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any]) -> None:
+    def _call_inline(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any],
+                     size: int) -> None:
         try:
             value = h.fn(session, *args)
         except Exception as e:
-            self._outbox.send_error(session.identity, req_id, e)
+            self._error(session.identity, req_id, flags, e)
         else:
             if not flags & framing.NO_REPLY:
                 self._outbox.send_value(session.identity, req_id, value)
 
-    def _call_write(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any]) -> None:
-        self._executors.write(h, session.identity, req_id, args)
+    def _call_write(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any],
+                    size: int) -> None:
+        session.requests += size
+        self._executors.write(h, Call(session, req_id, flags, size), args)
 
-    def _call_pooled(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any]) -> None:
-        self._executors.pool(h, session, req_id, args)
+    def _call_pooled(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any],
+                     size: int) -> None:
+        session.requests += size
+        self._executors.pool(h, Call(session, req_id, flags, size), args)
 
-    def _start_stream(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any]) -> None:
+    def _start_stream(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any],
+                      size: int) -> None:
+        if flags & framing.NO_REPLY:  # its responses would be its only effect
+            return
         try:
             gen = h.fn(session, *args)
         except Exception as e:
@@ -313,7 +474,8 @@ class Server:
             return
         self._generators.run(session, req_id, gen)
 
-    def _notify(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any]) -> None:
+    def _notify(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any],
+                size: int) -> None:
         try:
             h.fn(session, *args)
         except Exception as e:
@@ -343,4 +505,13 @@ class Server:
             "write_batches": self._executors.write_batches if self._started else 0,
             "write_calls": self._executors.write_calls if self._started else 0,
             "max_msg_size": self.opts.max_msg_size,
+            "max_request_bytes": self.opts.max_request_bytes,
+            "max_client_bytes": self.opts.max_client_bytes,
+            "max_write_queue_bytes": self.opts.max_write_queue_bytes,
+            "too_large": st.too_large,
+            "held_back": st.held_back,
+            "busy": st.busy,
+            "paused": st.paused,
+            "write_queue_bytes": self._executors.write_bytes if self._started else 0,
+            "clients_bytes": sum(s.in_flight + s.parked_bytes for s in self._sessions.all()),
         }

@@ -13,6 +13,7 @@ keeps nothing alive forever — its transactions expire on their TTL.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,12 +30,24 @@ class Running:
     resume: Any = None  # the value the generator receives when resumed
 
 
-@dataclass
+@dataclass(eq=False)  # identity semantics: sessions are kept in sets
 class Session:
     identity: bytes
     last_seen: float = field(default_factory=time.monotonic)
     running: dict[int, Running] = field(default_factory=dict)
     closed: bool = False
+    # Memory accounting (bytes; see server.py "Memory budgets"):
+    requests: int = 0  # requests handed to an executor and not yet answered
+    replies: int = 0  # replies handed to ZeroMQ and not yet known to have left the process
+    untracked: int = 0  # the part of ``replies`` sent since the last tracked reply
+    trackers: deque[tuple[Any, int]] = field(default_factory=deque)  # (zmq.MessageTracker, bytes it covers)
+    parked: deque[tuple[list[bytes], int]] = field(default_factory=deque)  # requests held back (frames, size)
+    parked_bytes: int = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Bytes this client holds in the server: requests being run and replies unsent."""
+        return self.requests + self.replies
 
     def touch(self, now: float) -> None:
         self.last_seen = now
@@ -56,6 +69,10 @@ class Sessions:
             s = self._by_id[identity] = Session(identity, now)
         s.touch(now)
         return s
+
+    def find(self, identity: bytes) -> Session | None:
+        """The session of ``identity``, if any (no side effect)."""
+        return self._by_id.get(identity)
 
     def drop(self, identity: bytes) -> Session | None:
         s = self._by_id.pop(identity, None)

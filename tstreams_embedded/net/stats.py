@@ -20,3 +20,7 @@ class ServerStats:
     dropped: int = 0  # replies not sent for any other reason (e.g. the client's queue was full)
     wakeups: int = 0  # drains of the socket
     running_generators: int = 0  # generator requests in progress
+    too_large: int = 0  # requests rejected RequestTooLarge
+    held_back: int = 0  # requests held back while their client was over its budget
+    busy: int = 0  # requests rejected ServerBusy
+    paused: int = 0  # times reading stopped because the write queue was over its budget

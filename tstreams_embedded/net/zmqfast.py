@@ -44,6 +44,32 @@ def recv_multipart(sock: zmq.Socket[Any], flags: int = NOBLOCK) -> list[bytes]:
     return parts
 
 
+def recv_request(sock: zmq.Socket[Any], max_bytes: int, max_frames: int,
+                 flags: int = NOBLOCK) -> tuple[list[bytes], int, int]:
+    """Receive one whole message: ``(parts, size, frames)``, ``size`` being the bytes of
+    every frame after the first (the identity) and ``frames`` their count.
+
+    When ``size`` passes ``max_bytes`` or ``frames`` passes ``max_frames``, the rest of the
+    message is received and dropped frame by frame without being copied, and ``parts``
+    holds only what was kept by then (at least the identity and the header): the caller
+    rejects it (``size > max_bytes or frames > max_frames``)."""
+    f = _recv(sock, flags, False)
+    parts = [f.bytes]
+    size = 0
+    n = 1
+    keep = True
+    while f.more:
+        f = _recv(sock, flags, False)
+        n += 1
+        size += len(f)
+        if keep:
+            if n > 2 and (size > max_bytes or n > max_frames):
+                keep = False
+            else:
+                parts.append(f.bytes)
+    return parts, size, n
+
+
 def send3(sock: zmq.Socket[Any], a: Any, b: Any, c: Any, flags: int = NOBLOCK) -> None:
     """``send_multipart(sock, [a, b, c])`` for the common 3-frame reply (small a and b)."""
     more = flags | SNDMORE

@@ -1,0 +1,315 @@
+"""Issue 9, items 2, 3 and 17: server memory bounded in bytes under abuse, paged reads,
+key file modes, the warning for an exposed bind without CURVE, NO_REPLY.
+
+The RSS bound: the server's *anonymous* resident memory (RSS minus file-backed pages) stays
+under :data:`RSS_BOUND`. File-backed pages are LMDB's memory map — page cache the kernel
+reclaims at will, which grows with the data read and is not server heap; total RSS is
+reported alongside in each assertion message.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import zmq
+
+import tstreams_embedded as ts
+from tstreams_embedded import errors
+from tstreams_embedded.engine import ops as O
+from tstreams_embedded.net import framing
+from tstreams_embedded.net.auth import generate_keys
+from tstreams_embedded.net.client import encode_submit
+from tstreams_embedded.net.serve import exposed_binds
+from tstreams_embedded.testing import ServeProcess, eventually
+
+MiB = 1024 * 1024
+#: The documented bound (docs/NETWORK.md, "Memory budgets").
+RSS_BOUND = 256 * MiB
+
+
+class RssSampler:
+    """Samples a process's anonymous RSS every 20 ms on a thread; ``peak`` is the maximum."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self.peak_total = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> int:
+        m = self.proc.memory_info()
+        anon = m.rss - m.shared
+        self.peak = max(self.peak, anon)
+        self.peak_total = max(self.peak_total, m.rss)
+        return anon
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sample()
+            except psutil.Error:
+                return
+            self._stop.wait(0.02)
+
+    def __enter__(self) -> RssSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def check(self, what: str) -> None:
+        assert self.peak < RSS_BOUND, (f"{what}: server anonymous RSS peaked at {self.peak / MiB:.0f} MiB "
+                                       f"(total RSS {self.peak_total / MiB:.0f} MiB), bound {RSS_BOUND / MiB:.0f} MiB")
+        print(f"{what}: peak anonymous RSS {self.peak / MiB:.0f} MiB, total {self.peak_total / MiB:.0f} MiB")
+
+
+def dealer(endpoint: str, ctx: zmq.Context[Any], rcvhwm: int = 1000) -> zmq.Socket[Any]:
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVHWM, rcvhwm)
+    s.setsockopt(zmq.SNDHWM, 1_000_000)
+    s.connect(endpoint)
+    return s
+
+
+def call(s: zmq.Socket[Any], rid: int, method: str, *args: Any, flags: int = 0) -> None:
+    s.send_multipart([framing.pack_request_header(rid, method, flags), *framing.encode_args(args)])
+
+
+def reply(s: zmq.Socket[Any], timeout: float = 20.0) -> tuple[int, int, Any]:
+    assert s.poll(int(timeout * 1000)), "no reply"
+    return framing.unpack_reply(s.recv_multipart())
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context[Any]]:
+    c: zmq.Context[Any] = zmq.Context()
+    yield c
+    c.destroy(linger=0)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Callable[..., ServeProcess]]:
+    started: list[ServeProcess] = []
+
+    def make(*args: str, durability: str = "async", **kw: Any) -> ServeProcess:
+        p = ServeProcess(tmp_path / f"data{len(started)}", tmp_path / f"w{len(started)}", durability=durability,
+                         extra_args=list(args), **kw)
+        started.append(p)
+        return p.start()
+
+    yield make
+    for p in started:
+        p.stop()
+
+
+def server_stats(endpoint: str) -> dict[str, Any]:
+    with ts.connect(endpoint, timeout=20) as e:
+        stats: dict[str, Any] = e.backend.server_stats()  # type: ignore[attr-defined]
+        return stats
+
+
+# ---------------------------------------------------------------------------------- abuse
+def test_client_that_never_reads_is_held_back(served: Callable[..., ServeProcess], ctx: zmq.Context[Any]) -> None:
+    """3,000 requests for a 1 MiB transaction, replies never read: 3 GiB before the fix."""
+    srv = served()
+    with srv.connect(timeout=20) as e:
+        e.create_stream("big", partitions=1)
+        tid = e.producer("big").instant([b"x" * MiB])
+    s = dealer(srv.endpoint, ctx, rcvhwm=1)
+    s.setsockopt(zmq.RCVBUF, 4096)
+    with RssSampler(srv.pid) as rss:
+        for i in range(3000):
+            call(s, i + 1, "get_transaction", "big", 0, tid)
+        st = eventually(lambda: (st := server_stats(srv.endpoint))["received"] >= 3000 and st, timeout=60)
+        with srv.connect(timeout=20) as other:  # another client is served meanwhile
+            assert other.backend.ping() < 5.0  # type: ignore[attr-defined]
+    rss.check("3,000 x 1 MiB replies never read")
+    assert st["held_back"] + st["busy"] > 2500, st  # most were never run: their replies would pile up
+    assert st["clients_bytes"] <= 3 * st["max_client_bytes"], st
+
+
+def test_pipelined_writes_bounded(served: Callable[..., ServeProcess], ctx: zmq.Context[Any]) -> None:
+    """750 MiB of pipelined writes: the writer queue has a byte budget (1.7 GiB before)."""
+    srv = served(durability="sync")
+    with srv.connect(timeout=20) as e:
+        e.create_stream("w", partitions=1)
+    s = dealer(srv.endpoint, ctx, rcvhwm=1_000_000)
+    chunk = O.pack_items([b"w" * (MiB - 64)])
+    n = 400
+    with RssSampler(srv.pid) as rss:
+        for i in range(n):
+            call_frames = encode_submit([O.Instant("w", 0, chunk)], False)
+            s.send_multipart([framing.pack_request_header(i + 1, "submit", 0), *call_frames])
+        got = 0
+        while got < n:
+            rid, flags, value = reply(s, 60)
+            assert not flags & framing.ERROR, value
+            got += 1
+    rss.check(f"{n} MiB of pipelined writes")
+    assert server_stats(srv.endpoint)["paused"] > 0
+
+
+def test_request_of_near_max_frames_rejected(served: Callable[..., ServeProcess], ctx: zmq.Context[Any]) -> None:
+    """One request of frames of just under 64 MiB each (2.6 GiB before): RequestTooLarge."""
+    srv = served("--max-msg-size", str(16 * MiB), "--max-request-size", str(32 * MiB))
+    s = dealer(srv.endpoint, ctx)
+    frame = b"f" * (16 * MiB - 1)
+    with RssSampler(srv.pid) as rss:
+        s.send_multipart([framing.pack_request_header(7, "submit", 0), framing.pack([[], True]),
+                          *([frame] * 6)], copy=False)
+        rid, flags, value = reply(s, 60)
+        time.sleep(0)  # noqa: ASYNC251 - not a synchronisation: the reply above is
+    assert rid == 7 and flags & framing.ERROR and value[0] == "RequestTooLarge", value
+    rss.check("one request of 6 x 16 MiB frames")
+    with srv.connect(timeout=20) as e:
+        assert e.backend.ping() < 5.0  # type: ignore[attr-defined]
+
+
+def test_request_of_many_small_frames_rejected_early(served: Callable[..., ServeProcess],
+                                                     ctx: zmq.Context[Any]) -> None:
+    """100,000 x 8 KiB frames (900 MiB retained before): rejected, memory given back."""
+    srv = served("--max-request-size", str(16 * MiB))
+    s = dealer(srv.endpoint, ctx)
+    frame = b"s" * 8192
+    frames = [framing.pack_request_header(9, "submit", 0), framing.pack([[], True]), *([frame] * 100_000)]
+    with RssSampler(srv.pid) as rss:
+        base = rss.sample()
+        s.send_multipart(frames)
+        rid, flags, value = reply(s, 60)
+        assert rid == 9 and value[0] == "RequestTooLarge", value
+        after = eventually(lambda: (a := rss.sample()) < base + 64 * MiB and a, timeout=20,
+                           message=lambda: f"memory not released: {rss.sample() / MiB:.0f} MiB")
+    print(f"100,000 x 8 KiB: base {base / MiB:.0f} MiB, peak {rss.peak / MiB:.0f} MiB, after {after / MiB:.0f} MiB")
+    assert server_stats(srv.endpoint)["too_large"] == 1
+
+
+def test_large_reads_are_paged_and_do_not_stall(served: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """A read over 120 x 4 MiB (a 480 MiB reply before): pages of 16 MiB, others served."""
+    srv = served()
+    with srv.connect(timeout=60) as e:
+        e.create_stream("r", partitions=1)
+        p = e.producer("r")
+        big = p.new_transaction()
+        for _ in range(30):  # one 120 MiB transaction
+            big.send(b"b" * (4 * MiB))
+        big.checkpoint()
+        for _ in range(30):  # 30 more of 4 MiB
+            p.instant([b"t" * (4 * MiB)])
+        big_id = big.id
+    latencies: list[float] = []
+    stop = threading.Event()
+
+    def pinger() -> None:
+        with srv.connect(timeout=30) as o:
+            while not stop.is_set():
+                latencies.append(o.backend.ping())  # type: ignore[attr-defined]
+
+    t = threading.Thread(target=pinger)
+    with RssSampler(srv.pid) as rss, srv.connect(timeout=60) as e:
+        t.start()
+        try:
+            txn = e.backend.get_transaction("r", 0, big_id)
+            assert txn is not None and len(txn.items) == 30 and all(len(i) == 4 * MiB for i in txn.items)
+            del txn
+            got = e.backend.transactions_range("r", 0, 0, 2**63 - 1)
+            assert len(got) == 31 and sum(len(t.items) for t in got) == 60
+            del got
+            f = e.backend.fetch("r", 0, 0, 10)
+            assert len(f.txns) == 10 and f.position == f.txns[-1].id
+            del f
+            last = e.backend.last_transaction("r", 0)
+            assert last is not None and len(last.items) == 1
+        finally:
+            stop.set()
+            t.join(30)
+    rss.check("reads over 240 MiB of transactions")
+    assert latencies and max(latencies) < 2.0, f"another client's ping took up to {max(latencies):.2f} s"
+    print(f"ping during big reads: {len(latencies)} pings, max {max(latencies) * 1000:.0f} ms")
+
+
+# ---------------------------------------------------------------------------------- paging
+def test_paged_reads_equal_embedded(served: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    srv = served("--max-reply-bytes", "1000")
+    with srv.connect(timeout=20) as e:
+        e.create_stream("p", partitions=2)
+        prod = e.producer("p")
+        for n in (1, 3, 40, 0, 7):
+            if n:
+                prod.instant([bytes([i % 256]) * (i * 37 % 500 + 1) for i in range(n)], partition=0)
+        t = prod.new_transaction(partition=0)
+        for i in range(5000):  # several chunks (1 MiB flushes), many pages
+            t.send(b"%06d" % i * 40)
+        t.checkpoint()
+        prod.instant([b"z" * 3000], partition=0)  # one item larger than the page cap
+        remote = e.backend
+        with ts.open(srv.data) as local:
+            lb = local.backend
+            for method, args in [("transactions_range", ("p", 0, 0, 2**63 - 1)),
+                                 ("transactions_range", ("p", 0, 2, 2**63 - 1)),
+                                 ("transactions_range", ("p", 1, 0, 2**63 - 1)),
+                                 ("last_transaction", ("p", 0)), ("last_transaction", ("p", 1)),
+                                 ("get_transaction", ("p", 0, t.id)), ("get_transaction", ("p", 0, 12345)),
+                                 ("fetch", ("p", 0, 0, 3)), ("fetch", ("p", 0, 0, 256)), ("fetch", ("p", 0, t.id, 1))]:
+                assert getattr(remote, method)(*args) == getattr(lb, method)(*args), (method, args)
+            with pytest.raises(errors.StreamNotFound):
+                remote.get_transaction("nope", 0, 1)
+            with pytest.raises(errors.InvalidArgument):
+                remote.fetch("p", 0, 0, 0)
+
+
+# ---------------------------------------------------------------------------------- NO_REPLY
+def test_no_reply_means_no_reply(served: Callable[..., ServeProcess], ctx: zmq.Context[Any]) -> None:
+    srv = served()
+    with srv.connect(timeout=20) as e:
+        e.create_stream("n", partitions=1)
+    s = dealer(srv.endpoint, ctx)
+    chunk = O.pack_items([b"silent"])
+    s.send_multipart([framing.pack_request_header(1, "submit", framing.NO_REPLY),
+                      *encode_submit([O.Instant("n", 0, chunk)], True)])
+    call(s, 2, "get_stream", "missing", flags=framing.NO_REPLY)  # an error: no reply either
+    call(s, 3, "no_such_method", flags=framing.NO_REPLY)
+    call(s, 4, "get_stream", flags=framing.NO_REPLY)  # wrong arity
+    call(s, 5, "wait_for_commit", 0, 0.1, flags=framing.NO_REPLY)
+    call(s, 6, "ping")
+    rid, flags, value = reply(s)
+    assert (rid, flags, value) == (6, 0, "pong")
+    assert not s.poll(300)  # nothing else ever comes (the ping's reply came after all of them)
+    with srv.connect(timeout=20) as e:
+        assert [t.items for t in e.backend.transactions_range("n", 0, 0, 2**63 - 1)] == [[b"silent"]]
+
+
+# ---------------------------------------------------------------------------------- item 3
+def test_secret_key_files_are_private(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "server.key_secret").write_text("old")
+    os.chmod(keys / "server.key_secret", 0o644)
+    generate_keys(keys, ("alice",))
+    for name in ("server.key_secret", "alice.key_secret"):
+        assert stat.S_IMODE(os.stat(keys / name).st_mode) == 0o600, name
+    assert stat.S_IMODE(os.stat(keys / "alice.key").st_mode) == 0o644
+    with pytest.raises(errors.InvalidArgument):
+        generate_keys(keys, ("authorized",))
+
+
+def test_exposed_bind_without_curve_warns(served: Callable[..., ServeProcess]) -> None:
+    assert exposed_binds(["tcp://0.0.0.0:1", "tcp://127.0.0.1:2", "tcp://*:3", "ipc:///x", "tcp://[::1]:4",
+                          "tcp://localhost:5", "tcp://10.0.0.1:6"]) == ["tcp://0.0.0.0:1", "tcp://*:3",
+                                                                        "tcp://10.0.0.1:6"]
+    srv = served(host="0.0.0.0")
+    assert "without CURVE" in srv.log()
+    local = served()
+    assert "without CURVE" not in local.log()
