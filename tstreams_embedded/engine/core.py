@@ -33,7 +33,7 @@ from typing import Any
 import lmdb
 
 from .. import errors
-from . import keys, reads
+from . import keys, paging, reads
 from . import ops as O
 from .apply import Applier
 from .backend import Fetched, IndexScan, StreamInfo, TxnData
@@ -193,6 +193,24 @@ class Core:
 
     def _invalidate(self, stream: str, partition: int, txn_id: int) -> None:
         self.committer.submit([O.Invalidate(stream, partition, txn_id)], durable=False)
+
+    # -- paged reads (bounded replies for the network server; see paging.py) --------
+    def page_transaction(self, stream: str, partition: int, txn_id: int, cursor: Any, cap: int) -> list[Any]:
+        """``get_transaction`` in pages of at most ``cap`` bytes of items:
+        ``[txn wire form or None, cursor or None]``."""
+        self._check()
+        return paging.one(self, stream, partition, txn_id, cursor, cap)
+
+    def page_last_transaction(self, stream: str, partition: int, cursor: Any, cap: int) -> list[Any]:
+        """``last_transaction`` in pages: ``[txn wire form or None, cursor or None]``."""
+        self._check()
+        return paging.last(self, stream, partition, cursor, cap)
+
+    def page_scan(self, stream: str, partition: int, after: int, upto: int, max_txns: int, cursor: Any,
+                  cap: int) -> paging.ScanPage:
+        """Transactions ``after < id <= upto`` in one page (``fetch``, ``transactions_range``)."""
+        self._check()
+        return paging.scan(self, stream, partition, after, upto, max_txns, cursor, cap)
 
     def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:
         self._check()

@@ -10,7 +10,7 @@ in their ``to_wire()`` forms.
   calls apply in arrival order.
 * Reads (``get_stream`` … ``now_ms``) are fast LMDB snapshot reads and run inline. The
   reads that return items (``get_transaction``, ``last_transaction``,
-  ``transactions_range``, ``fetch``) are paged (:mod:`~tstreams_embedded.net.pages`): no
+  ``transactions_range``, ``fetch``) are paged (:mod:`~tstreams_embedded.engine.paging`): no
   reply carries more than ``page_bytes`` of items; it then ends with a cursor, and the
   client asks again with it.
 * ``wait_for_commit(seen, timeout)`` is a generator: it parks on the server's commit watch
@@ -32,8 +32,8 @@ from typing import Any, Protocol
 from .. import errors
 from ..engine import ops as O
 from ..engine.backend import Backend
+from ..engine.paging import ScanPage
 from ..engine.validate import check_int
-from . import pages
 from .registry import Registry, WaitCommit
 from .session import Session
 
@@ -51,6 +51,19 @@ class ServedBackend(Backend, Protocol):
 
     def submit_many(self, calls: Sequence[tuple[Sequence[O.Operation], bool]]) -> list[tuple[bool, Any]]:
         """Several ``submit(ops, durable)`` calls in one commit group; one ``(ok, value)`` each."""
+        ...
+
+    def page_transaction(self, stream: str, partition: int, txn_id: int, cursor: Any, cap: int) -> list[Any]:
+        """``get_transaction`` in pages of at most ``cap`` bytes of items."""
+        ...
+
+    def page_last_transaction(self, stream: str, partition: int, cursor: Any, cap: int) -> list[Any]:
+        """``last_transaction`` in pages."""
+        ...
+
+    def page_scan(self, stream: str, partition: int, after: int, upto: int, max_txns: int, cursor: Any,
+                  cap: int) -> ScanPage:
+        """``fetch`` / ``transactions_range`` in pages."""
         ...
 
 
@@ -152,10 +165,9 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
     @reg.call("fetch")
     def fetch(session: Session, stream: str, partition: int, after: int, max_txns: int = 256,
               cursor: Any = None) -> list[Any]:
-        """``[[txns, position, blocked], cursor, dropped]`` (see :mod:`.pages`)."""
+        """``[[txns, position, blocked], cursor, dropped]`` (see :mod:`..engine.paging`)."""
         check_int(max_txns, "max_txns", 0 if cursor is not None else 1, 1 << 20)
-        page, position, blocked = pages.scan(core, stream, partition, after, 2**63 - 1, max_txns, cursor,
-                                             page_bytes)
+        page, position, blocked = core.page_scan(stream, partition, after, 2**63 - 1, max_txns, cursor, page_bytes)
         return [[page.txns, position, blocked], page.cursor, page.dropped]
 
     @reg.call("scan_index")
@@ -167,7 +179,7 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
     def get_transaction(session: Session, stream: str, partition: int, txn_id: int,
                         cursor: Any = None) -> list[Any]:
         """``[txn or None, cursor]``."""
-        return pages.one(core, stream, partition, txn_id, cursor, page_bytes)
+        return core.page_transaction(stream, partition, txn_id, cursor, page_bytes)
 
     @reg.call("transactions_range")
     def transactions_range(session: Session, stream: str, partition: int, from_id: int, to_id: int,
@@ -175,13 +187,13 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
         """``[txns, cursor, dropped]``."""
         check_int(from_id, "from_id", 0, 2**63 - 1)
         check_int(to_id, "to_id", 0, 2**63 - 1)
-        page, _, _ = pages.scan(core, stream, partition, max(from_id - 1, 0), to_id, 2**62, cursor, page_bytes)
+        page, _, _ = core.page_scan(stream, partition, max(from_id - 1, 0), to_id, 2**62, cursor, page_bytes)
         return [page.txns, page.cursor, page.dropped]
 
     @reg.call("last_transaction")
     def last_transaction(session: Session, stream: str, partition: int, cursor: Any = None) -> list[Any]:
         """``[txn or None, cursor]``."""
-        return pages.last(core, stream, partition, cursor, page_bytes)
+        return core.page_last_transaction(stream, partition, cursor, page_bytes)
 
     @reg.call("last_txn_id")
     def last_txn_id(session: Session, stream: str, partition: int) -> int:

@@ -17,25 +17,44 @@ every 4,096 transactions. A partial transaction that disappears between pages (e
 past the stream's TTL, or compacted) is reported ``dropped``: the client discards its
 partial items, as if the transaction had expired just before the read.
 
-The chunk and index reads use the engine's storage layout (:mod:`..engine.keys`,
-:mod:`..engine.reads`); visibility (checkpointed, not past TTL, the stop at an open
-transaction and the invalidation of expired ones) is decided by the engine's
-``scan_index``.
+The chunk and index reads use the storage layout (:mod:`.keys`, :mod:`.reads`);
+visibility (checkpointed, not past TTL, the stop at an open transaction and the
+invalidation of expired ones) is decided by ``scan_index``. :class:`~.core.Core` serves
+these pages through its ``page_*`` methods; the network server answers its read requests
+with them, so no reply built on its loop exceeds the cap.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import msgpack
 
 from .. import errors
-from ..engine import keys, reads
-from ..engine.catalog import lookup_stream
-from ..engine.ops import TxnState
-from ..engine.validate import check_int, check_partition
+from . import keys, reads
+from .backend import IndexScan
+from .catalog import lookup_stream
+from .ops import TxnState
+from .store import Store, as_bytes
+from .validate import check_int, check_partition
 
 Cursor = list[int]
+
+
+ScanPage = tuple["Page", int, bool]
+"""``(page, position, blocked)`` of :func:`scan`."""
+
+
+class PagedSource(Protocol):
+    """What the page readers need: the store, the clock and the index scan (a Core)."""
+
+    store: Store
+    clock: Callable[[], int]
+
+    def scan_index(self, stream: str, partition: int, after: int, upto: int = ...,
+                   max_txns: int = ...) -> IndexScan: ...
+
 MAX_ID = 2**63 - 1
 _CHECKPOINTED = int(TxnState.CHECKPOINTED)
 
@@ -64,19 +83,19 @@ def _check_cursor(cursor: Any) -> Cursor | None:
     return cursor
 
 
-def _stream_id(core: Any, stream: str, partition: int) -> int:
+def _stream_id(core: PagedSource, stream: str, partition: int) -> int:
     with core.store.read() as txn:
         info = lookup_stream(txn, core.store, stream)
         check_partition(info, partition)
         return int(info.id)
 
 
-def _check_same_stream(core: Any, stream: str, partition: int, sid: int) -> None:
+def _check_same_stream(core: PagedSource, stream: str, partition: int, sid: int) -> None:
     if _stream_id(core, stream, partition) != sid:
         raise errors.StreamNotFound(f"stream {stream!r} was deleted while it was being read")
 
 
-def _load(core: Any, stream: str, partition: int, sid: int, tid: int, chunk: int, item: int,
+def _load(core: PagedSource, stream: str, partition: int, sid: int, tid: int, chunk: int, item: int,
           page: Page) -> bool:
     """Append the items of checkpointed transaction ``tid`` from ``(chunk, item)`` to the
     page (a new entry when ``chunk == item == 0``, else the last entry continues it) until
@@ -108,9 +127,8 @@ def _load(core: Any, stream: str, partition: int, sid: int, tid: int, chunk: int
     return True
 
 
-def one(core: Any, stream: str, partition: int, txn_id: int, cursor: Any, cap: int) -> list[Any]:
+def one(core: PagedSource, stream: str, partition: int, txn_id: int, cursor: Any, cap: int) -> list[Any]:
     """``get_transaction`` paged: ``[txn or None, cursor or None]``."""
-    core._check()
     check_int(txn_id, "transaction id", 0, MAX_ID)
     cur = _check_cursor(cursor)
     page = Page(cap)
@@ -132,15 +150,14 @@ def one(core: Any, stream: str, partition: int, txn_id: int, cursor: Any, cap: i
     return [page.txns[0], page.cursor]
 
 
-def _visible(core: Any, stream: str, partition: int, txn_id: int) -> bool:
+def _visible(core: PagedSource, stream: str, partition: int, txn_id: int) -> bool:
     """Whether ``txn_id`` is a visible checkpointed transaction (index only)."""
     s = core.scan_index(stream, partition, txn_id - 1, txn_id, 1)
     return bool(s.entries) and s.entries[0][0] == txn_id
 
 
-def last(core: Any, stream: str, partition: int, cursor: Any, cap: int) -> list[Any]:
+def last(core: PagedSource, stream: str, partition: int, cursor: Any, cap: int) -> list[Any]:
     """``last_transaction`` paged: ``[txn or None, cursor or None]``."""
-    core._check()
     cur = _check_cursor(cursor)
     if cur is not None:
         return one(core, stream, partition, cur[1], cur, cap)
@@ -157,7 +174,7 @@ def last(core: Any, stream: str, partition: int, cursor: Any, cap: int) -> list[
         else:
             ok = c.last()
         while ok:
-            k = bytes(c.key())
+            k = as_bytes(c.key())
             if k[: keys.PART_LEN] != prefix:
                 break
             tid = keys.txn_id_of(k)
@@ -175,12 +192,11 @@ def last(core: Any, stream: str, partition: int, cursor: Any, cap: int) -> list[
     return [page.txns[0], page.cursor]
 
 
-def scan(core: Any, stream: str, partition: int, after: int, upto: int, max_txns: int, cursor: Any,
-         cap: int) -> tuple[Page, int, bool]:
+def scan(core: PagedSource, stream: str, partition: int, after: int, upto: int, max_txns: int, cursor: Any,
+         cap: int) -> ScanPage:
     """Transactions ``after < id <= upto`` (at most ``max_txns`` whole ones), stopping at an
     open one, into one page: ``(page, position, blocked)``. ``page.cursor`` is set when
     more may follow (the page is full, or ``max_txns`` index entries were read)."""
-    core._check()
     check_int(after, "after", 0, MAX_ID)
     check_int(upto, "upto", 0, MAX_ID)
     cur = _check_cursor(cursor)
