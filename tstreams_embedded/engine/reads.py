@@ -101,17 +101,23 @@ def scan(txn: lmdb.Transaction, store: Store, stream: str, partition: int, after
             break
         state, deadline, chunks, items = unpack_state(v)
         if state == CHECKPOINTED:
-            out.position = tid
             if tid >= floor:
                 if load:
-                    items_ = load_items(txn, store, info, partition, tid, chunks)
+                    try:
+                        items_ = load_items(txn, store, info, partition, tid, chunks)
+                    except DataCorrupted:
+                        if out.txns:  # return what precedes it; the next scan raises
+                            out.full = True
+                            break
+                        raise
                     out.txns.append(TxnData(stream, partition, tid, items_))
                 else:
                     out.index.append((tid, items))
                 found += 1
-                if found >= max_txns:
-                    out.full = True
-                    break
+            out.position = tid
+            if found >= max_txns:
+                out.full = True
+                break
         elif state == OPENED:
             if deadline <= now:
                 out.expired = tid

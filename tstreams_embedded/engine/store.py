@@ -153,11 +153,18 @@ class Store:
             )
             try:
                 directory.check_size(self.env, path)
-                with self.env.begin(write=not readonly) as txn:
-                    self.dbs = {name: self.env.open_db(name.encode(), txn=txn, create=not readonly)
-                                for name in DB_NAMES}
+                if readonly:  # handles opened inside a read-only transaction close with it
+                    self.dbs = {name: self.env.open_db(name.encode(), create=False) for name in DB_NAMES}
+                txn = self.env.begin(write=not readonly)
+                try:
+                    if not readonly:
+                        self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
                     write_id, self.legacy_chunks = directory.bind(txn, self.dbs["meta"], path, marker_id, new,
                                                                   readonly)
+                except BaseException:
+                    txn.abort()
+                    raise
+                txn.commit()
                 if write_id is not None:
                     if not strict:
                         self.env.sync(True)  # the id is on disk before the marker names it
