@@ -108,7 +108,7 @@ def _structure(path: str, report: Report) -> bool:
         report.structure = "skipped (no data.mdb)"
         return True
     try:
-        found: list[str] = verify.verify(path)
+        found: list[str] = verify.verify(path)  # type: ignore[no-untyped-call,unused-ignore]
     except Exception as exc:  # noqa: BLE001 - verification could not begin: report it
         report.structure = "failed"
         report.problem(f"data.mdb is not a readable LMDB file: {exc}")
