@@ -246,6 +246,32 @@ class OursEmbeddedAsync(OursEmbedded):
     durability = "async"
 
 
+class OursEmbeddedUnsealed(OursEmbedded):
+    """Embedded, reading chunks stored without their checksum (the format of directories
+    created before chunk checksums): measures what verifying the checksum costs on consume."""
+
+    name = "ours-embedded-unsealed"
+    label = "tstreams-embedded (in-process, chunks without checksum)"
+    description = "ts.open(dir, durability='sync') on a backlog whose chunks are stored unsealed"
+
+    def setup_scan(self, n_items: int, batch: int, commit_every: int) -> None:
+        import lmdb
+
+        from tstreams_embedded.engine import chunks, directory
+
+        super().setup_scan(n_items, batch, commit_every)
+        self.engine.close()
+        env = lmdb.open(str(self.workdir / "data"), max_dbs=16, map_size=1 << 34)
+        meta, data = env.open_db(b"meta"), env.open_db(b"data")
+        with env.begin(write=True) as txn:
+            txn.delete(directory.FORMAT_KEY, db=meta)  # unsealed chunks are legacy data there
+            for k, v in list(txn.cursor(db=data)):
+                txn.put(k, v[chunks.HEAD_LEN:], db=data)
+        env.close()
+        self.engine = self.ts.open(str(self.workdir / "data"), durability=self.durability)
+        assert self.engine.backend.store.legacy_chunks
+
+
 class OursZmq(OursEmbedded):
     """The same code against ``tstreams serve`` over ZeroMQ on 127.0.0.1."""
 

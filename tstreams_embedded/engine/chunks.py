@@ -27,6 +27,7 @@ from ..errors import DataCorrupted
 
 TAG = 0xC1
 _HEAD = struct.Struct(">BI")
+_CRC = struct.Struct(">I")
 HEAD_LEN = _HEAD.size
 _ARRAY_MARKERS = frozenset([*range(0x90, 0xA0), 0xDC, 0xDD])
 
@@ -44,7 +45,7 @@ def payload_of(raw: bytes, legacy: bool) -> memoryview | bytes:
         if len(raw) < HEAD_LEN:
             raise DataCorrupted(f"chunk value truncated to {len(raw)} bytes")
         body = memoryview(raw)[HEAD_LEN:]
-        want = _HEAD.unpack_from(raw)[1]
+        want = _CRC.unpack_from(raw, 1)[0]
         got = crc32c(body)
         if got != want:
             raise DataCorrupted(f"chunk checksum mismatch (stored {want:#010x}, computed {got:#010x})")
@@ -58,12 +59,25 @@ def payload_of(raw: bytes, legacy: bool) -> memoryview | bytes:
 
 def items_of(raw: bytes, legacy: bool) -> list[bytes]:
     """The items of a stored chunk, verified (see :func:`payload_of`)."""
-    body = payload_of(raw, legacy)
+    if len(raw) >= HEAD_LEN and raw[0] == TAG:  # the hot path, inlined
+        body = memoryview(raw)[HEAD_LEN:]
+        if crc32c(body) == _CRC.unpack_from(raw, 1)[0]:
+            try:  # a sealed payload is what the applier validated
+                items: list[bytes] = msgpack.unpackb(body)
+                if type(items) is list:
+                    return items
+            except Exception:  # noqa: BLE001 - reported by _decode
+                pass
+            return _decode(body, False)  # raises the clear error
+    unsealed = payload_of(raw, legacy)  # raises for damage
+    return _decode(unsealed, True)  # an unsealed one is checked in full
+
+
+def _decode(body: memoryview | bytes, full: bool) -> list[bytes]:
     try:
         items = msgpack.unpackb(body)
     except Exception as exc:  # noqa: BLE001 - any decoding failure of stored data is damage
         raise DataCorrupted(f"chunk does not decode: {type(exc).__name__}: {exc}") from None
-    # a sealed payload is what the applier validated; an unsealed one is checked in full
-    if type(items) is not list or (body is raw and not all(type(i) is bytes for i in items)):
+    if type(items) is not list or (full and not all(type(i) is bytes for i in items)):
         raise DataCorrupted("chunk is not an array of bytes items")
     return items
