@@ -26,10 +26,9 @@ from typing import Any
 import lmdb
 
 from .. import errors
-from . import keys
+from . import chunks, keys
 from . import ops as O
 from .catalog import decode_stream
-from .chunks import items_of
 from .ops import TxnState
 from .store import Store, entries
 
@@ -175,7 +174,7 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
     def verify_chunk(addr: tuple[int, int, int, int], value: bytes) -> int:
         counts["chunks"] += 1
         try:
-            return len(items_of(value, store.legacy_chunks))
+            return chunks.verify(value, store.legacy_chunks)
         except errors.DataCorrupted as exc:
             report.problem(f"{where(*addr[:3])} chunk {addr[3]}: {exc}")
             return -1

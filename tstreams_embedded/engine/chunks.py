@@ -8,9 +8,10 @@ A chunk (one flushed batch of items) travels and is logged as a msgpack array of
 Compatibility rule: ``0xC1`` is the one byte msgpack never uses, and a msgpack array starts
 with ``0x90``-``0x9F``, ``0xDC`` or ``0xDD``. So a value starting with ``0xC1`` is a sealed
 chunk (verified on every read), and a value starting with an array marker is an unsealed
-chunk written before checksums existed. Unsealed chunks are accepted only in directories
-created before checksums (whose ``meta`` has no ``format`` key, see :mod:`.directory`); in
-a directory created with checksums any unsealed value is damage. Anything else is damage.
+chunk written before checksums existed (read as before: decoded, not verified). Unsealed
+chunks are accepted only in directories created before checksums (whose ``meta`` has no
+``format`` key, see :mod:`.directory`); in a directory created with checksums any unsealed
+value is damage. Anything else is damage.
 
 The commit log keeps the unsealed payload (what operations carry); only the stored value
 is sealed, so this module is the only place that knows the format.
@@ -69,11 +70,12 @@ def items_of(raw: bytes, legacy: bool) -> list[bytes]:
             except Exception:  # noqa: BLE001 - reported by _decode
                 pass
             return _decode(body, False)  # raises the clear error
-    unsealed = payload_of(raw, legacy)  # raises for damage
-    return _decode(unsealed, True)  # an unsealed one is checked in full
+    # a legacy unsealed chunk is read as before checksums: decoded, not verified
+    return _decode(payload_of(raw, legacy), False)
 
 
 def _decode(body: memoryview | bytes, full: bool) -> list[bytes]:
+    """Decode a chunk payload; ``full`` also checks that every item is ``bytes``."""
     try:
         items = msgpack.unpackb(body)
     except Exception as exc:  # noqa: BLE001 - any decoding failure of stored data is damage
@@ -81,3 +83,9 @@ def _decode(body: memoryview | bytes, full: bool) -> list[bytes]:
     if type(items) is not list or (full and not all(type(i) is bytes for i in items)):
         raise DataCorrupted("chunk is not an array of bytes items")
     return items
+
+
+def verify(raw: bytes, legacy: bool) -> int:
+    """Check a stored chunk completely (checksum, encoding, every item ``bytes``) and return
+    its item count; for ``tstreams check``."""
+    return len(_decode(payload_of(raw, legacy), True))
