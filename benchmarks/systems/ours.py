@@ -255,18 +255,21 @@ class OursEmbeddedUnsealed(OursEmbedded):
     description = "ts.open(dir, durability='sync') on a backlog whose chunks are stored unsealed"
 
     def setup_scan(self, n_items: int, batch: int, commit_every: int) -> None:
+        """The same pre-load, through the same write path, storing chunks unsealed."""
         import lmdb
 
-        from tstreams_embedded.engine import chunks, directory
+        from tstreams_embedded.engine import apply, directory
 
-        super().setup_scan(n_items, batch, commit_every)
+        sealing = apply.seal
+        apply.seal = lambda payload: payload  # this worker process only
+        try:
+            super().setup_scan(n_items, batch, commit_every)
+        finally:
+            apply.seal = sealing
         self.engine.close()
-        env = lmdb.open(str(self.workdir / "data"), max_dbs=16, map_size=1 << 34)
-        meta, data = env.open_db(b"meta"), env.open_db(b"data")
-        with env.begin(write=True) as txn:
-            txn.delete(directory.FORMAT_KEY, db=meta)  # unsealed chunks are legacy data there
-            for k, v in list(txn.cursor(db=data)):
-                txn.put(k, v[chunks.HEAD_LEN:], db=data)
+        env = lmdb.open(str(self.workdir / "data"), max_dbs=16)
+        with env.begin(write=True) as txn:  # unsealed chunks are legacy data in such a directory
+            txn.delete(directory.FORMAT_KEY, db=env.open_db(b"meta", txn=txn))
         env.close()
         self.engine = self.ts.open(str(self.workdir / "data"), durability=self.durability)
         assert self.engine.backend.store.legacy_chunks
