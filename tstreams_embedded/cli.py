@@ -70,6 +70,20 @@ def stats(data: str) -> None:
         click.echo(json.dumps(engine.stats(), indent=2))
 
 
+@main.command()
+@click.option("--data", required=True, type=click.Path(file_okay=False, exists=True), help="data directory")
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+def check(data: str, as_json: bool) -> None:
+    """Verify every data chunk's checksum and the key structure of a data directory (stop its
+    writers first). Exit status: 0 if no problem was found, 1 otherwise."""
+    from .engine.check import check_directory
+
+    report = check_directory(data)
+    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.text())
+    if not report.ok:
+        sys.exit(1)
+
+
 def _attach(module: str, names: list[str]) -> None:
     """Attach click commands that live in optional parts of the package."""
     try:

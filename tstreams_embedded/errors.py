@@ -69,6 +69,22 @@ class StorageFull(TStreamsError):
     """The LMDB map could not grow (``max_map_size`` reached or the disk is full). Nothing was written."""
 
 
+class DataCorrupted(TStreamsError):
+    """Stored data failed an integrity check: a chunk's checksum does not match, a record
+    does not decode, LMDB reports a damaged page, or the data directory is damaged
+    (``data.mdb`` truncated, emptied, deleted or replaced). Nothing is returned from damaged
+    data; the message says what is damaged and what to do (``tstreams check --data DIR``
+    reports every problem). ``stream``, ``partition`` and ``txn_id`` locate a damaged chunk
+    when known."""
+
+    def __init__(self, message: str = "", *, stream: str | None = None, partition: int | None = None,
+                 txn_id: int | None = None) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.partition = partition
+        self.txn_id = txn_id
+
+
 class EngineBusy(TStreamsError):
     """The data directory is already open in a way that forbids this operation."""
 

@@ -16,6 +16,7 @@ REGISTRY: dict[str, str] = {
     "lmdb-raw": "benchmarks.systems.raw_lmdb:RawLmdb",
     # engine
     "ours-embedded-async": "benchmarks.systems.ours:OursEmbeddedAsync",
+    "ours-embedded-unsealed": "benchmarks.systems.ours:OursEmbeddedUnsealed",
     "lmdb-raw-nosync": "benchmarks.systems.raw_lmdb:RawLmdbNoSync",
     # net
     "echo-server": "benchmarks.systems.net_servers:EchoServer",

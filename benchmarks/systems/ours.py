@@ -243,6 +243,35 @@ class OursEmbeddedAsync(OursEmbedded):
     durability = "async"
 
 
+class OursEmbeddedUnsealed(OursEmbedded):
+    """Embedded, reading chunks stored without their checksum (the format of directories
+    created before chunk checksums): measures what verifying the checksum costs on consume."""
+
+    name = "ours-embedded-unsealed"
+    label = "tstreams-embedded (in-process, chunks without checksum)"
+    description = "ts.open(dir, durability='sync') on a backlog whose chunks are stored unsealed"
+
+    def setup_scan(self, n_items: int, batch: int, commit_every: int) -> None:
+        """The same pre-load, through the same write path, storing chunks unsealed."""
+        import lmdb
+
+        from tstreams_embedded.engine import apply, directory
+
+        sealing = apply.seal
+        apply.seal = lambda payload: payload  # this worker process only
+        try:
+            super().setup_scan(n_items, batch, commit_every)
+        finally:
+            apply.seal = sealing
+        self.engine.close()
+        env = lmdb.open(str(self.workdir / "data"), max_dbs=16)
+        with env.begin(write=True) as txn:  # unsealed chunks are legacy data in such a directory
+            txn.delete(directory.FORMAT_KEY, db=env.open_db(b"meta", txn=txn))
+        env.close()
+        self.engine = self.ts.open(str(self.workdir / "data"), durability=self.durability)
+        assert self.engine.backend.store.legacy_chunks
+
+
 class OursZmq(OursEmbedded):
     """The same code against ``tstreams serve`` over ZeroMQ on 127.0.0.1."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import tstreams_embedded as ts
@@ -164,3 +166,121 @@ def test_large_transactions_keep_item_order(make_engine) -> None:
     assert c.get_transaction().items == items
     assert c.get_transaction().items == big
     assert c.get_transaction_by_id(0, txn.id).items == items
+
+
+# --------------------------------------------------------------------------- a full disk (issue 9, item 15)
+@pytest.fixture
+def small_disk(tmp_path):
+    """An 8 MiB tmpfs mounted for the test (skipped where mounting is not permitted)."""
+    import subprocess
+
+    mnt = tmp_path / "small-disk"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount an 8 MiB tmpfs to fill a real disk (needs root): {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.parametrize("durability", ["sync", "strict", "async"])
+def test_a_full_disk_raises_storage_full_and_nothing_is_written(small_disk, durability) -> None:
+    engine = ts.open(small_disk / "d", durability=durability, compaction_interval=None, keepalive_interval=None)
+    try:
+        engine.create_stream("s")
+        producer = engine.producer("s")
+        written = []
+        with pytest.raises(errors.StorageFull) as err:
+            for i in range(100):  # 8 MiB cannot hold 100 × 300 KiB (plus its commit-log copy)
+                written.append(producer.instant([b"%d:" % i + b"x" * (300 * KIB)]))
+        assert type(err.value) is errors.StorageFull and "disk" in str(err.value)
+        assert len(written) > 3
+        last = engine.backend.last_txn_id("s", 0)
+        with pytest.raises(errors.StorageFull):  # again: still full, still nothing written
+            producer.instant([b"y" * (300 * KIB)])
+        assert engine.backend.last_txn_id("s", 0) == last
+        c = engine.consumer("s", "c")  # everything acknowledged reads back intact
+        got = [c.get_transaction(0) for _ in written]
+        assert [t.id for t in got] == written
+        assert all(t.items[0].startswith(b"%d:" % i) for i, t in enumerate(got))
+        assert c.get_transaction(0) is None
+    finally:
+        engine.close()
+    with ts.open(small_disk / "d", compaction_interval=None) as again:  # and after reopening
+        assert again.consumer("s", "c2").get_transaction_by_id(0, written[-1]) is not None
+
+
+def test_translate_maps_disk_errors() -> None:
+    import errno
+
+    import lmdb
+
+    from tstreams_embedded.engine.store import translate
+
+    assert type(translate(lmdb.DiskError("mdb_txn_commit", errno.ENOSPC), "commit", "/")) is errors.StorageFull
+    assert type(translate(OSError(errno.ENOSPC, "No space left"), "commit", "/")) is errors.StorageFull
+    assert type(translate(lmdb.CorruptedError("mdb_get", -30796), "read", "/")) is errors.DataCorrupted
+    assert type(translate(lmdb.Error("x"), "commit", "/", closed=True)) is errors.EngineClosed
+
+
+# --------------------------------------------------------------------------- closing during writes (item 15)
+def _close_during_writes(path, delay: float) -> tuple[list[int], list[BaseException]]:
+    """6 writer and 2 reader threads on one handle, closed after ``delay`` seconds; returns
+    the acknowledged transaction IDs and the exception that ended each thread."""
+    import threading
+
+    engine = ts.open(path, compaction_interval=None, keepalive_interval=None)
+    if not engine.has_stream("s"):
+        engine.create_stream("s", partitions=4)
+    acked: list[int] = []
+    failures: list[BaseException] = []
+    started = threading.Barrier(9)
+
+    def write(n: int) -> None:
+        try:
+            producer = engine.producer("s", partition=n % 4)
+            started.wait()
+            while True:
+                if n % 2:
+                    acked.append(producer.instant([b"%d" % n] * 10))
+                else:
+                    with producer.transaction() as txn:
+                        txn.send_many([b"t%d" % n] * 300)
+                    acked.append(txn.id)
+        except BaseException as exc:  # noqa: BLE001
+            failures.append(exc)
+
+    def read() -> None:
+        try:
+            c = engine.consumer("s", "r", use_last_offset=False)
+            started.wait()
+            while True:
+                c.get_transaction()
+        except BaseException as exc:  # noqa: BLE001
+            failures.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(6)]
+    threads += [threading.Thread(target=read) for _ in range(2)]
+    for t in threads:
+        t.start()
+    started.wait()
+    time.sleep(delay)
+    engine.close()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)
+    return acked, failures
+
+
+def test_closing_while_writes_are_in_flight_raises_engine_closed(tmp_path) -> None:
+    path = tmp_path / "closing"
+    for round_ in range(5):
+        acked, failures = _close_during_writes(path, 0.05 + 0.05 * round_)
+        assert len(failures) == 8
+        wrong = [f for f in failures if type(f) is not errors.EngineClosed]
+        assert not wrong, wrong
+        with ts.open(path, compaction_interval=None, keepalive_interval=None) as again:  # every ack is there
+            for tid in acked:
+                assert any(again.backend.get_transaction("s", p, tid) for p in range(4)), tid

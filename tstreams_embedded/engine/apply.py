@@ -31,6 +31,7 @@ from . import keys
 from . import ops as O
 from .backend import StreamInfo
 from .catalog import encode_stream, lookup_stream
+from .chunks import seal
 from .ops import TxnState
 from .store import Store, as_bytes
 from .validate import (
@@ -161,7 +162,7 @@ class Applier:
 
     def _put_chunk(self, scope: BatchScope, info: StreamInfo, partition: int, txn_id: int, index: int,
                    chunk: Any) -> None:
-        scope.txn.put(keys.chunk_key(info.id, partition, txn_id, index), bytes(chunk), db=self.store.data)
+        scope.txn.put(keys.chunk_key(info.id, partition, txn_id, index), seal(bytes(chunk)), db=self.store.data)
 
     def _put_state(self, scope: BatchScope, key: bytes, state: TxnState, deadline: int, chunks: int,
                    items: int) -> None:

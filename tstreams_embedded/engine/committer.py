@@ -15,7 +15,11 @@ Guarantees:
   fsync that started after the commit (fsyncs run outside the write lock, so writers that
   commit while one is in progress share the next one);
 * when the map is full the whole group is retried after growing the map: nothing is lost
-  and nothing is applied twice.
+  and nothing is applied twice;
+* a full disk fails the group with :class:`~tstreams_embedded.errors.StorageFull`, damaged
+  pages with :class:`~tstreams_embedded.errors.DataCorrupted` (:meth:`.Store.translate`);
+* :meth:`close` lets the group being written finish, syncs, and fails every request that
+  had not started with :class:`~tstreams_embedded.errors.EngineClosed`.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ class GroupCommitter:
         self._committed_no = 0
         self._synced_no = 0
         self._syncing = False
+        self._closed = False
 
     # ------------------------------------------------------------------ public
     def submit(self, batch: Sequence[Operation], durable: bool = True) -> list[Any]:
@@ -109,6 +114,38 @@ class GroupCommitter:
                 return [(False, exc) if r.durable or r.error else (True, r.results) for r in reqs]
         return [(False, r.error) if r.error is not None else (True, r.results) for r in reqs]
 
+    def close(self) -> None:
+        """Refuse new requests, let the group being committed finish, flush it to disk, and
+        fail the requests still queued with :class:`EngineClosed`. Idempotent."""
+        with self._cv:
+            self._closed = True
+            while self._leading:
+                self._cv.wait()
+            self._fail_queued()
+        with self._sync_cv:
+            while self._syncing:
+                self._sync_cv.wait()
+            self._syncing = True
+            target = self._committed_no
+        try:
+            if not self.store.closed:
+                self.store.sync()
+        finally:
+            with self._sync_cv:
+                self._syncing = False
+                self._synced_no = max(self._synced_no, target)
+                self._sync_cv.notify_all()
+
+    def _fail_queued(self) -> None:
+        """(with ``_cv`` held) Fail every queued request: the committer is closed."""
+        for r in self._queue:
+            r.results = None
+            r.error = errors.EngineClosed(f"engine at {self.store.path!r} was closed before this write; "
+                                          "nothing of it was written")
+            r.done = True
+        self._queue = []
+        self._cv.notify_all()
+
     # ------------------------------------------------------------------ leader/follower
     def _run(self, req: _Request) -> Any:
         self._lead([req])
@@ -127,6 +164,9 @@ class GroupCommitter:
                 if self._leading:
                     self._cv.wait()
                     continue
+                if self._closed:
+                    self._fail_queued()
+                    break
                 self._leading = True
                 group, self._queue = self._queue, []
                 self._cv.release()
@@ -161,6 +201,9 @@ class GroupCommitter:
                 if self._syncing:
                     self._sync_cv.wait()
                     continue
+                if self._closed:  # close() synced everything committed before it
+                    raise errors.EngineClosed(f"engine at {self.store.path!r} was closed before this write "
+                                              "was flushed to disk; it may not survive a crash")
                 self._syncing = True
                 self._sync_cv.release()
                 try:
@@ -170,6 +213,9 @@ class GroupCommitter:
                     self.store.sync()
                     self.fsyncs += 1
                 except Exception as exc:  # noqa: BLE001
+                    if self._closed:
+                        raise errors.EngineClosed(f"engine at {self.store.path!r} was closed before this write "
+                                                  "was flushed to disk; it may not survive a crash") from exc
                     raise errors.TStreamsError(
                         f"the write was committed but fsync failed, so it may not survive a crash: {exc}"
                     ) from exc
@@ -192,7 +238,7 @@ class GroupCommitter:
                 for r in group:
                     r.commit_no = self._committed_no
         except BaseException as exc:  # noqa: BLE001 - every waiter must learn of the failure
-            err = exc if isinstance(exc, errors.TStreamsError) else errors.TStreamsError(
+            err = self.store.translate(exc, "commit") if isinstance(exc, Exception) else errors.TStreamsError(
                 f"commit failed, nothing was written: {type(exc).__name__}: {exc}"
             )
             for r in group:
@@ -232,9 +278,7 @@ class GroupCommitter:
                 except lmdb.MapFullError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - the request fails alone
-                    r.error = exc if isinstance(exc, errors.TStreamsError) else errors.TStreamsError(
-                        f"request failed, nothing of it was written: {type(exc).__name__}: {exc}"
-                    )
+                    r.error = self.store.translate(exc, "request (nothing of it was written)")
                     if single:
                         txn.abort()
                         return

@@ -41,7 +41,7 @@ from .catalog import decode_stream, lookup_stream
 from .committer import GroupCommitter
 from .iteration import iter_transactions
 from .ops import Operation
-from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store, as_bytes, entries
+from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store, as_bytes, entries, translate
 from .validate import check_int, check_name
 
 log = logging.getLogger(__name__)
@@ -87,8 +87,8 @@ class Core:
         self.clock = clock or wall_clock_ms
         try:
             self.store = Store(self.path, durability, map_size=map_size, max_map_size=max_map_size)
-        except lmdb.Error as exc:
-            raise errors.TStreamsError(f"cannot open LMDB environment at {self.path!r}: {exc}") from exc
+        except (lmdb.Error, OSError) as exc:
+            raise translate(exc, "opening the LMDB environment", self.path) from exc
         self.applier = Applier(self.store, max_item_size)
         self.committer = GroupCommitter(self.store, self.applier, self.clock, sync_durable=durability == "sync")
         self._commit_cv = threading.Condition()
@@ -112,7 +112,9 @@ class Core:
             raise errors.EngineClosed(f"engine at {self.path!r} is closed")
 
     def close(self) -> None:
-        """Stop maintenance, flush to disk and close the environment. Idempotent."""
+        """Stop maintenance, let the commit in progress finish, flush to disk and close the
+        environment. Writes that had not started fail with :class:`EngineClosed`, and so do
+        reads that had not started. Idempotent."""
         if self._closed:
             return
         self._stop.set()
@@ -122,7 +124,7 @@ class Core:
         with self._commit_cv:
             self._commit_cv.notify_all()
         try:
-            self.store.sync()
+            self.committer.close()
         finally:
             self.store.close()
 

@@ -2,11 +2,13 @@
 
 All integers are big-endian so that LMDB's byte order equals numeric order:
 
-* ``meta``: ASCII name (``next_stream_id``, ``log_seq``) -> u64
+* ``meta``: ASCII name (``next_stream_id``, ``log_seq``, ``format``) -> u64; ``directory_id`` -> hex id
+  (:mod:`.directory`)
 * ``streams``: stream name (UTF-8) -> msgpack ``[id, partitions, ttl, description, created_ms]``
 * ``parts``: stream id u64 | partition u32 -> last allocated txn id u64
 * ``txns``: stream id u64 | partition u32 | txn id u64 -> :data:`STATE` record
-* ``data``: stream id u64 | partition u32 | txn id u64 | chunk u32 -> msgpack array of ``bytes`` items
+* ``data``: stream id u64 | partition u32 | txn id u64 | chunk u32 -> sealed msgpack array of ``bytes``
+  items (checksum prefix, :mod:`.chunks`)
 * ``offsets``: stream id u64 | consumer name (UTF-8) | 0x00 | partition u32 -> txn id u64
 * ``markers``: marker name (UTF-8) -> i64
 * ``log``: sequence number u64 -> msgpack ``[now_ms, [resolved ops]]``

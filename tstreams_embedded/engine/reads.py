@@ -11,14 +11,15 @@ through the write path and scan again; readers never decide expiry on their own,
 from __future__ import annotations
 
 import lmdb
-import msgpack
 
+from ..errors import DataCorrupted
 from ..ids import ID_MULTIPLIER
 from . import keys
 from .backend import StreamInfo, TxnData
 from .catalog import lookup_stream
+from .chunks import items_of
 from .ops import TxnState
-from .store import Store, entries
+from .store import Store, as_bytes, entries
 from .validate import check_partition
 
 CHECKPOINTED = int(TxnState.CHECKPOINTED)
@@ -32,15 +33,29 @@ def ttl_floor(info: StreamInfo, now: int) -> int:
 
 def load_items(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: int, txn_id: int,
                chunks: int) -> list[bytes]:
-    if chunks == 1:
-        raw = txn.get(keys.chunk_key(info.id, partition, txn_id, 0), db=store.data)
-        return msgpack.unpackb(raw) if raw is not None else []
-    items: list[bytes] = []
-    for c in range(chunks):
-        raw = txn.get(keys.chunk_key(info.id, partition, txn_id, c), db=store.data)
-        if raw is not None:
-            items.extend(msgpack.unpackb(raw))
-    return items
+    """The items of a transaction, each chunk verified (:mod:`.chunks`); :class:`DataCorrupted`
+    names the transaction if a chunk is damaged or missing."""
+    legacy = store.legacy_chunks
+    try:
+        if chunks == 1:
+            return items_of(_chunk(txn, store, info, partition, txn_id, 0), legacy)
+        items: list[bytes] = []
+        for c in range(chunks):
+            items.extend(items_of(_chunk(txn, store, info, partition, txn_id, c), legacy))
+        return items
+    except DataCorrupted as exc:
+        raise DataCorrupted(
+            f"transaction {txn_id} in {info.name!r} partition {partition} is damaged: {exc}. "
+            "Run `tstreams check --data DIR` for a full report",
+            stream=info.name, partition=partition, txn_id=txn_id,
+        ) from None
+
+
+def _chunk(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: int, txn_id: int, c: int) -> bytes:
+    raw = txn.get(keys.chunk_key(info.id, partition, txn_id, c), db=store.data)
+    if raw is None:
+        raise DataCorrupted(f"its chunk {c} is missing")
+    return as_bytes(raw)
 
 
 class Scan:
@@ -86,17 +101,23 @@ def scan(txn: lmdb.Transaction, store: Store, stream: str, partition: int, after
             break
         state, deadline, chunks, items = unpack_state(v)
         if state == CHECKPOINTED:
-            out.position = tid
             if tid >= floor:
                 if load:
-                    items_ = load_items(txn, store, info, partition, tid, chunks)
+                    try:
+                        items_ = load_items(txn, store, info, partition, tid, chunks)
+                    except DataCorrupted:
+                        if out.txns:  # return what precedes it; the next scan raises
+                            out.full = True
+                            break
+                        raise
                     out.txns.append(TxnData(stream, partition, tid, items_))
                 else:
                     out.index.append((tid, items))
                 found += 1
-                if found >= max_txns:
-                    out.full = True
-                    break
+            out.position = tid
+            if found >= max_txns:
+                out.full = True
+                break
         elif state == OPENED:
             if deadline <= now:
                 out.expired = tid

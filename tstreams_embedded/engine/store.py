@@ -10,6 +10,7 @@ One environment holds every stream. :class:`Store` owns it and guarantees:
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -18,7 +19,9 @@ from typing import Any, cast
 
 import lmdb
 
+from .. import errors
 from ..errors import StorageFull
+from . import directory
 
 
 def entries(cursor_iter: Iterable[tuple[Any, Any]]) -> Iterator[tuple[bytes, bytes]]:
@@ -30,6 +33,43 @@ def entries(cursor_iter: Iterable[tuple[Any, Any]]) -> Iterator[tuple[bytes, byt
 def as_bytes(value: Any) -> bytes:
     """A key or value from lmdb, typed as the ``bytes`` it is (see :func:`entries`)."""
     return cast(bytes, value)
+
+
+#: Below this many free bytes on its filesystem, an I/O error of a commit is a full disk
+#: (LMDB reports a short write, which is what a full disk causes, as EIO).
+FULL_DISK_MARGIN = 1 << 20
+
+
+def disk_free(path: str) -> int:
+    """Bytes available on the filesystem of ``path``."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def translate(exc: BaseException, action: str, path: str, closed: bool = False) -> errors.TStreamsError:
+    """The project error for an exception raised by LMDB (or the OS) during ``action`` on
+    the directory ``path``: :class:`StorageFull` for a full disk, :class:`DataCorrupted` for
+    a damaged data file, :class:`EngineClosed` once closed, the base class otherwise."""
+    if isinstance(exc, errors.TStreamsError):
+        return exc
+    code = getattr(exc, "code", None) if isinstance(exc, lmdb.Error) else getattr(exc, "errno", None)
+    if isinstance(exc, lmdb.DiskError) or code in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull(f"{action} failed: the disk holding {path!r} is full; nothing was written")
+    if code == errno.EIO:
+        try:
+            free = disk_free(path)
+        except OSError:
+            free = FULL_DISK_MARGIN
+        if free < FULL_DISK_MARGIN:
+            return StorageFull(f"{action} failed: the disk holding {path!r} is full ({free} bytes free); "
+                               "nothing was written")
+    if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError,
+                        lmdb.VersionMismatchError)):
+        return errors.DataCorrupted(f"{action} failed: the LMDB data file in {path!r} is damaged ({exc}); "
+                                    f"run `tstreams check --data {path}` and restore it from a backup")
+    if closed:
+        return errors.EngineClosed(f"engine at {path!r} is closed")
+    return errors.TStreamsError(f"{action} failed: {type(exc).__name__}: {exc}")
 
 
 DB_NAMES = ("meta", "streams", "parts", "txns", "data", "offsets", "markers", "log")
@@ -95,20 +135,43 @@ class Store:
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.max_map_size = max(max_map_size, map_size)
-        strict = durability == "strict"
-        self.env = lmdb.open(
-            path,
-            map_size=map_size,
-            max_dbs=len(DB_NAMES) + 2,
-            max_readers=1024,
-            sync=strict,
-            metasync=strict,
-            lock=True,
-            readonly=readonly,
-        )
+        self._closed = False
         self._gate = _ResizeGate()
-        with self.env.begin(write=not readonly) as txn:
-            self.dbs = {name: self.env.open_db(name.encode(), txn=txn, create=not readonly) for name in DB_NAMES}
+        strict = durability == "strict"
+        with directory.init_lock(path):  # see .directory: refuse damaged directories
+            marker_id = directory.read_marker(path)
+            new = directory.check_before_open(path, marker_id)
+            self.env = lmdb.open(
+                path,
+                map_size=map_size,
+                max_dbs=len(DB_NAMES) + 2,
+                max_readers=1024,
+                sync=strict,
+                metasync=strict,
+                lock=True,
+                readonly=readonly,
+            )
+            try:
+                directory.check_size(self.env, path)
+                if readonly:  # handles opened inside a read-only transaction close with it
+                    self.dbs = {name: self.env.open_db(name.encode(), create=False) for name in DB_NAMES}
+                txn = self.env.begin(write=not readonly)
+                try:
+                    if not readonly:
+                        self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
+                    write_id, self.legacy_chunks = directory.bind(txn, self.dbs["meta"], path, marker_id, new,
+                                                                  readonly)
+                except BaseException:
+                    txn.abort()
+                    raise
+                txn.commit()
+                if write_id is not None:
+                    if not strict:
+                        self.env.sync(True)  # the id is on disk before the marker names it
+                    directory.write_marker(path, write_id)
+            except BaseException:
+                self.env.close()
+                raise
         self.meta = self.dbs["meta"]
         self.streams = self.dbs["streams"]
         self.parts = self.dbs["parts"]
@@ -120,9 +183,12 @@ class Store:
 
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
-        """A read-only snapshot. Never overlaps a map resize in this process."""
+        """A read-only snapshot. Never overlaps a map resize in this process. LMDB errors
+        inside it become project errors (:meth:`translate`)."""
         self._gate.enter_read()
         try:
+            if self._closed:
+                raise errors.EngineClosed(f"engine at {self.path!r} is closed")
             try:
                 txn = self.env.begin(buffers=False)
             except lmdb.MapResizedError:
@@ -132,6 +198,8 @@ class Store:
                 txn = self.env.begin(buffers=False)
             try:
                 yield txn
+            except lmdb.Error as exc:
+                raise self.translate(exc, "read") from exc
             finally:
                 txn.abort()
         finally:
@@ -139,11 +207,17 @@ class Store:
 
     def begin_write(self) -> lmdb.Transaction:
         """Begin the (single) write transaction of this process; the caller commits or aborts."""
+        if self._closed:
+            raise errors.EngineClosed(f"engine at {self.path!r} is closed")
         try:
             return self.env.begin(write=True)
         except lmdb.MapResizedError:
             self.adopt_map_size()
             return self.env.begin(write=True)
+
+    def translate(self, exc: BaseException, action: str) -> errors.TStreamsError:
+        """The project error for ``exc`` raised during ``action`` (see :func:`translate`)."""
+        return translate(exc, action, self.path, self._closed)
 
     def adopt_map_size(self) -> None:
         """Take over a map size that another process set."""
@@ -169,6 +243,11 @@ class Store:
         """Flush every committed page to disk (fdatasync)."""
         self.env.sync(True)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         with self._gate.exclusive():
+            self._closed = True
             self.env.close()

@@ -1,0 +1,168 @@
+"""Refusing damaged data directories at open.
+
+Two checks run every time a :class:`~.store.Store` opens a directory:
+
+* **Initialised directories keep their data file.** A directory initialised by the engine
+  holds a marker file, ``tstreams.dir`` (JSON, mode 0644: the marker format and a random
+  directory id), and the same id under ``directory_id`` in the ``meta`` database. Opening a
+  directory whose marker exists but whose ``data.mdb`` is missing, empty, or holds another
+  id (a file copied in from elsewhere) raises :class:`DataCorrupted` instead of silently
+  starting an empty engine. A directory without the marker but with ``lock.mdb`` and no data
+  is refused the same way. Directories of older versions (no marker, data present) open
+  normally and get their marker then. Checks and initialisation run under an exclusive
+  ``flock`` of the directory, so concurrent first opens by several processes are safe.
+* **The data file is as long as its header says.** After LMDB reads the meta pages, and
+  before any page is touched, ``data.mdb`` must hold ``(last_pgno + 1) * page size`` bytes;
+  a shorter (truncated) file would kill the process with SIGBUS on the first read.
+
+``meta`` also records ``format``: absent in directories created before chunk checksums
+(whose unsealed chunks stay readable, see :mod:`.chunks`), ``1`` in directories created
+with them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import lmdb
+
+from ..errors import DataCorrupted
+from .keys import U64
+
+MARKER = "tstreams.dir"
+MARKER_FORMAT = 1
+DATA_FORMAT = 1  # meta "format": chunks are sealed with a checksum
+DATA_FILE = "data.mdb"
+LOCK_FILE = "lock.mdb"
+ID_KEY = b"directory_id"
+FORMAT_KEY = b"format"
+
+
+@contextmanager
+def init_lock(path: str) -> Iterator[None]:
+    """Exclusive ``flock`` on the directory while it is checked and initialised."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def read_marker(path: str) -> str | None:
+    """The directory id in the marker file, or None when there is no marker."""
+    file = os.path.join(path, MARKER)
+    try:
+        with open(file, "rb") as f:
+            raw = f.read(4096)
+    except FileNotFoundError:
+        return None
+    try:
+        doc = json.loads(raw)
+        if doc["format"] != MARKER_FORMAT:
+            raise ValueError(f"unknown marker format {doc['format']!r}")
+        dir_id = doc["directory_id"]
+        if not isinstance(dir_id, str) or not dir_id:
+            raise ValueError("no directory id")
+        return dir_id
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataCorrupted(f"{file} is damaged ({exc}); it marks {path!r} as an initialised tstreams directory. "
+                            "Restore the directory from a backup") from None
+
+
+def write_marker(path: str, dir_id: str) -> None:
+    """Write the marker atomically (temporary file, fsync, rename, fsync of the directory)."""
+    file = os.path.join(path, MARKER)
+    tmp = file + ".tmp"
+    doc: dict[str, Any] = {"format": MARKER_FORMAT, "directory_id": dir_id,
+                           "note": "marks an initialised tstreams-embedded directory; do not delete"}
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, json.dumps(doc).encode() + b"\n")
+        os.fchmod(fd, 0o644)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, file)
+    dfd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def data_size(path: str) -> int | None:
+    """Size of ``data.mdb``, or None if it does not exist."""
+    try:
+        return os.path.getsize(os.path.join(path, DATA_FILE))
+    except FileNotFoundError:
+        return None
+
+
+def check_before_open(path: str, marker_id: str | None) -> bool:
+    """Refuse a directory that was initialised but lost its data file. Returns whether the
+    directory is new (nothing in it yet)."""
+    size = data_size(path)
+    if size:
+        return False
+    what = "missing" if size is None else "empty (0 bytes)"
+    if marker_id is not None:
+        raise DataCorrupted(
+            f"{path!r} is an initialised tstreams directory (it has {MARKER}) but its {DATA_FILE} is {what}: "
+            f"the data was lost. Restore {DATA_FILE} from a backup; to start over with an empty engine "
+            f"instead, delete {MARKER}, {DATA_FILE} and {LOCK_FILE}"
+        )
+    if os.path.exists(os.path.join(path, LOCK_FILE)):
+        raise DataCorrupted(
+            f"{path!r} has {LOCK_FILE} but its {DATA_FILE} is {what}: the data was lost (or its creation was "
+            f"interrupted). Restore {DATA_FILE} from a backup; to start over with an empty engine instead, "
+            f"delete {LOCK_FILE}"
+        )
+    return True
+
+
+def check_size(env: lmdb.Environment, path: str) -> None:
+    """Refuse a truncated data file before any page of it is read (see module docstring)."""
+    last_pgno = env.info()["last_pgno"]
+    psize = env.stat()["psize"]
+    need = (last_pgno + 1) * psize
+    size = data_size(path) or 0  # read after the header: the file only grows
+    if size < need:
+        raise DataCorrupted(
+            f"{os.path.join(path, DATA_FILE)} is truncated: {size} bytes, but its header says it holds "
+            f"{last_pgno + 1} pages of {psize} bytes ({need} bytes). Restore it from a backup"
+        )
+
+
+def bind(txn: lmdb.Transaction, meta: Any, path: str, marker_id: str | None, new: bool,
+         readonly: bool) -> tuple[str | None, bool]:
+    """Check (and for a new or older directory, record) the directory id in ``meta``;
+    return ``(id to write in a missing marker or None, whether unsealed chunks are legacy
+    data that must stay readable)``."""
+    raw = txn.get(ID_KEY, db=meta)
+    stored = bytes(raw).decode("ascii", "replace") if raw is not None else None
+    legacy = txn.get(FORMAT_KEY, db=meta) is None
+    if marker_id is not None:
+        if stored != marker_id:
+            found = f"directory id {stored!r}" if stored else "no directory id (a new, empty data file)"
+            raise DataCorrupted(
+                f"{os.path.join(path, DATA_FILE)} does not belong to this directory: {MARKER} says "
+                f"{marker_id!r} but the data file has {found}. Put the directory's own {DATA_FILE} back "
+                f"(from a backup); to use this data file here, delete {MARKER}"
+            )
+        return None, legacy
+    if readonly:
+        return None, legacy
+    if stored is None:
+        stored = secrets.token_hex(16)
+        txn.put(ID_KEY, stored.encode("ascii"), db=meta)
+        if new:
+            txn.put(FORMAT_KEY, U64.pack(DATA_FORMAT), db=meta)
+            legacy = False
+    return stored, legacy
