@@ -29,8 +29,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import msgpack
-
 from .. import errors
 from . import keys, reads
 from .backend import IndexScan
@@ -102,6 +100,9 @@ def _load(core: PagedSource, stream: str, partition: int, sid: int, tid: int, ch
     the page is full. Return False if the transaction is not there (any more)."""
     store = core.store
     with store.read() as txn:
+        info = lookup_stream(txn, store, stream)
+        if info.id != sid:
+            raise errors.StreamNotFound(f"stream {stream!r} was deleted while it was being read")
         raw = txn.get(keys.txn_key(sid, partition, tid), db=store.txns)
         if raw is None:
             return False
@@ -112,11 +113,7 @@ def _load(core: PagedSource, stream: str, partition: int, sid: int, tid: int, ch
             page.txns.append([stream, partition, tid, []])
         items: list[bytes] = page.txns[-1][3]
         for c in range(chunk, chunks):
-            data = txn.get(keys.chunk_key(sid, partition, tid, c), db=store.data)
-            if data is None:
-                continue
-            got: list[bytes] = msgpack.unpackb(data)
-            del data
+            got = reads.chunk_items(txn, store, info, partition, tid, c)
             start = item if c == chunk else 0
             for i in range(start, len(got)):
                 if page.full:

@@ -44,11 +44,24 @@ def load_items(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition:
             items.extend(items_of(_chunk(txn, store, info, partition, txn_id, c), legacy))
         return items
     except DataCorrupted as exc:
-        raise DataCorrupted(
-            f"transaction {txn_id} in {info.name!r} partition {partition} is damaged: {exc}. "
-            "Run `tstreams check --data DIR` for a full report",
-            stream=info.name, partition=partition, txn_id=txn_id,
-        ) from None
+        raise _located(exc, info, partition, txn_id) from None
+
+
+def chunk_items(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: int, txn_id: int,
+                chunk: int) -> list[bytes]:
+    """The items of one stored chunk of a transaction, verified like :func:`load_items`."""
+    try:
+        return items_of(_chunk(txn, store, info, partition, txn_id, chunk), store.legacy_chunks)
+    except DataCorrupted as exc:
+        raise _located(exc, info, partition, txn_id) from None
+
+
+def _located(exc: DataCorrupted, info: StreamInfo, partition: int, txn_id: int) -> DataCorrupted:
+    return DataCorrupted(
+        f"transaction {txn_id} in {info.name!r} partition {partition} is damaged: {exc}. "
+        "Run `tstreams check --data DIR` for a full report",
+        stream=info.name, partition=partition, txn_id=txn_id,
+    )
 
 
 def _chunk(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: int, txn_id: int, c: int) -> bytes:
