@@ -284,3 +284,29 @@ def test_closing_while_writes_are_in_flight_raises_engine_closed(tmp_path) -> No
         with ts.open(path, compaction_interval=None, keepalive_interval=None) as again:  # every ack is there
             for tid in acked:
                 assert any(again.backend.get_transaction("s", p, tid) for p in range(4)), tid
+
+
+def test_deleting_data_frees_its_space_in_the_commit_log_too(make_engine) -> None:
+    """The log refers to stored chunks instead of copying them: after delete_stream and
+    compaction, as much fits again as fitted the first time."""
+    engine = make_engine(map_size=256 * KIB, max_map_size=1 * MIB, durability="async", log_retention=None)
+
+    def fill(stream: str) -> int:
+        engine.create_stream(stream)
+        producer = engine.producer(stream)
+        n = 0
+        with pytest.raises(errors.StorageFull):
+            for i in range(1000):
+                producer.instant([b"%d:" % i + b"x" * (16 * KIB)])
+                n += 1
+        return n
+
+    first = fill("a")
+    engine.delete_stream("a")
+    engine.compact()
+    second = fill("b")
+    # Before chunk references: 23 fitted, then 11. LMDB keeps some freed pages it cannot use for
+    # the multi-page values of the second round (free-list fragmentation): 46 then 40 today.
+    assert first >= 40 and second >= 0.8 * first, (first, second)
+    log = engine.backend.read_log(0, 100_000)
+    assert sum(isinstance(op, O.Instant) and op.chunk == O.GoneChunk(1) for _, _, ops in log for op in ops) == first

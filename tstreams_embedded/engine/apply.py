@@ -160,9 +160,19 @@ class Applier:
             return check_int(given, "deadline", 0, 2**63 - 1)
         return scope.now + ttl_ms
 
+    def _count(self, scope: BatchScope, chunk: Any) -> int:
+        """Items in a record's chunk (validated); a replayed :class:`~.ops.GoneChunk` counts
+        its items without data."""
+        if scope.replay and type(chunk) is O.GoneChunk:
+            return chunk.items
+        return chunk_count(chunk, self.max_item_size)
+
     def _put_chunk(self, scope: BatchScope, info: StreamInfo, partition: int, txn_id: int, index: int,
-                   chunk: Any) -> None:
-        scope.txn.put(keys.chunk_key(info.id, partition, txn_id, index), seal(bytes(chunk)), db=self.store.data)
+                   chunk: Any, items: int) -> O.ChunkRef:
+        """Store a chunk (sealed with its checksum); return the reference the log keeps."""
+        if type(chunk) is not O.GoneChunk:
+            scope.txn.put(keys.chunk_key(info.id, partition, txn_id, index), seal(bytes(chunk)), db=self.store.data)
+        return O.ChunkRef(info.id, partition, txn_id, index, items)
 
     def _put_state(self, scope: BatchScope, key: bytes, state: TxnState, deadline: int, chunks: int,
                    items: int) -> None:
@@ -231,41 +241,42 @@ def _delete_stream(a: Applier, scope: BatchScope, op: O.DeleteStream) -> tuple[N
 def _open(a: Applier, scope: BatchScope, op: O.Open) -> tuple[int, O.Open]:
     info = a._partition(scope, op.stream, op.partition)
     check_txn_ttl_ms(op.ttl_ms)
-    n = chunk_count(op.chunk, a.max_item_size) if op.chunk is not None else 0
+    n = a._count(scope, op.chunk) if op.chunk is not None else 0
     txn_id = a._allocate(scope, info, op.partition, op.txn_id)
     deadline = a._deadline(scope, op.ttl_ms, op.deadline)
-    if n:
-        a._put_chunk(scope, info, op.partition, txn_id, 0, op.chunk)
+    logged = a._put_chunk(scope, info, op.partition, txn_id, 0, op.chunk, n) if n else None
     a._put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.OPENED, deadline, 1 if n else 0, n)
-    return txn_id, op._replace(txn_id=txn_id, deadline=deadline)
+    return txn_id, op._replace(txn_id=txn_id, deadline=deadline, chunk=logged)
 
 
 @handles(O.Data)
 def _data(a: Applier, scope: BatchScope, op: O.Data) -> tuple[int, O.Data]:
     info = a._partition(scope, op.stream, op.partition)
     key, (_, deadline, chunks, items) = a._open_state(scope, info, op.partition, op.txn_id)
-    n = chunk_count(op.chunk, a.max_item_size)
-    if n:
-        a._put_chunk(scope, info, op.partition, op.txn_id, chunks, op.chunk)
-        a._put_state(scope, key, TxnState.OPENED, deadline, chunks + 1, items + n)
-    return items + n, op
+    n = a._count(scope, op.chunk)
+    if not n:
+        return items, op
+    logged = a._put_chunk(scope, info, op.partition, op.txn_id, chunks, op.chunk, n)
+    a._put_state(scope, key, TxnState.OPENED, deadline, chunks + 1, items + n)
+    return items + n, op._replace(chunk=logged)
 
 
 @handles(O.Checkpoint)
 def _checkpoint(a: Applier, scope: BatchScope, op: O.Checkpoint) -> tuple[int, O.Checkpoint]:
     info = a._partition(scope, op.stream, op.partition)
     key, (_, _, chunks, items) = a._open_state(scope, info, op.partition, op.txn_id)
+    logged = None
     if op.chunk is not None:
-        n = chunk_count(op.chunk, a.max_item_size)
+        n = a._count(scope, op.chunk)
         if n:
-            a._put_chunk(scope, info, op.partition, op.txn_id, chunks, op.chunk)
+            logged = a._put_chunk(scope, info, op.partition, op.txn_id, chunks, op.chunk, n)
             chunks += 1
             items += n
     if items == 0:  # checkpointing an empty transaction cancels it
         a._put_state(scope, key, TxnState.CANCELLED, 0, 0, 0)
     else:
         a._put_state(scope, key, TxnState.CHECKPOINTED, 0, chunks, items)
-    return items, op
+    return items, op._replace(chunk=logged)
 
 
 @handles(O.Cancel)
@@ -282,13 +293,13 @@ def _cancel_if_open(a: Applier, scope: BatchScope, op: O.CancelIfOpen) -> tuple[
 @handles(O.Instant)
 def _instant(a: Applier, scope: BatchScope, op: O.Instant) -> tuple[int, O.Instant]:
     info = a._partition(scope, op.stream, op.partition)
-    n = chunk_count(op.chunk, a.max_item_size)
+    n = a._count(scope, op.chunk)
     if n == 0:
         raise errors.InvalidArgument("an instant transaction needs at least one item")
     txn_id = a._allocate(scope, info, op.partition, op.txn_id)
     a._put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.CHECKPOINTED, 0, 1, n)
-    a._put_chunk(scope, info, op.partition, txn_id, 0, op.chunk)
-    return txn_id, op._replace(txn_id=txn_id)
+    logged = a._put_chunk(scope, info, op.partition, txn_id, 0, op.chunk, n)
+    return txn_id, op._replace(txn_id=txn_id, chunk=logged)
 
 
 @handles(O.KeepAlive)

@@ -319,7 +319,9 @@ class Core:
 
     # ------------------------------------------------------------------ commit log
     def read_log(self, from_seq: int, limit: int = 1000) -> list[tuple[int, int, list[Operation]]]:
-        """Log entries with ``seq >= from_seq`` as ``(seq, now_ms, ops)``, oldest first."""
+        """Log entries with ``seq >= from_seq`` as ``(seq, now_ms, ops)``, oldest first. Chunks
+        are read from where they are stored (the log keeps references, see :mod:`.ops`); a
+        chunk deleted since is a :class:`~.ops.GoneChunk`."""
         self._check()
         check_int(from_seq, "from_seq", 0, 2**63 - 1)
         check_int(limit, "limit", 1, 1 << 20)
@@ -329,7 +331,7 @@ class Core:
             if cur.set_range(keys.U64.pack(from_seq)):
                 for k, v in cur.iternext():
                     now_ms, ops = O.unpack_batch(v)
-                    out.append((keys.U64.unpack(k)[0], now_ms, ops))
+                    out.append((keys.U64.unpack(k)[0], now_ms, reads.resolve_chunks(txn, self.store, ops)))
                     if len(out) >= limit:
                         break
         return out

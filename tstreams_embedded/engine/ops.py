@@ -27,7 +27,10 @@ Each record class is declared with :func:`operation`, which gives it an :class:`
 Encoding (wire and commit log) is a msgpack array ``[opcode, *fields]``; a logged batch is
 ``[now_ms, [record, ...]]``. Item payloads travel as ``chunk``: one msgpack array of
 ``bytes`` items, packed once by the producer and stored as one LMDB value
-(:func:`pack_items`).
+(:func:`pack_items`). The commit log keeps no copy of a stored chunk: the logged record
+carries a :class:`ChunkRef` (where the chunk is stored, and its item count) instead, so
+deleting or compacting data frees its space at once. Reading the log resolves references
+back to bytes; a chunk deleted since is read as :class:`GoneChunk`.
 
 To add an operation: declare its record here with :func:`operation`, and register its
 handler in :mod:`.apply` with ``@handles(NewRecord)``. Nothing else dispatches on opcodes.
@@ -35,6 +38,7 @@ handler in :mod:`.apply` with ``@handles(NewRecord)``. Nothing else dispatches o
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -114,6 +118,56 @@ def operation(opcode: Opcode, *, client: bool = True, mergeable: bool = True, ad
     return declare
 
 
+# --------------------------------------------------------------------------- chunk references
+@dataclass(frozen=True, slots=True)
+class ChunkRef:
+    """A logged record's chunk, by reference: the ``data`` key it is stored under."""
+
+    stream_id: int
+    partition: int
+    txn_id: int
+    index: int
+    items: int
+
+    _STRUCT = struct.Struct(">QIQII")
+
+    def to_ext(self) -> msgpack.ExtType:
+        return msgpack.ExtType(EXT_CHUNK_REF, ChunkRef._STRUCT.pack(self.stream_id, self.partition, self.txn_id,
+                                                                    self.index, self.items))
+
+    @classmethod
+    def from_ext(cls, data: bytes) -> ChunkRef:
+        return cls(*cls._STRUCT.unpack(data))
+
+
+@dataclass(frozen=True, slots=True)
+class GoneChunk:
+    """A logged chunk whose data was deleted (cancelled, compacted, stream deleted) before the
+    log was read. Replaying it counts its items and stores no data: a later record of the
+    same log removes the transaction."""
+
+    items: int
+
+
+EXT_CHUNK_REF = 2
+
+
+def _log_ext(obj: Any) -> Any:
+    if type(obj) is ChunkRef:
+        return obj.to_ext()
+    raise TypeError(f"cannot log {type(obj).__name__}")
+
+
+def _log_ext_hook(code: int, data: bytes) -> Any:
+    if code == EXT_CHUNK_REF:
+        return ChunkRef.from_ext(data)
+    return msgpack.ExtType(code, data)
+
+
+Chunk = bytes | ChunkRef | GoneChunk
+"""A record's items: packed bytes from clients; a reference or a gone chunk in the log."""
+
+
 # --------------------------------------------------------------------------- the records
 @operation(Opcode.CREATE_STREAM, mergeable=False)
 class CreateStream(NamedTuple):
@@ -141,7 +195,7 @@ class Open(NamedTuple):
     ttl_ms: int
     txn_id: int | None = None
     deadline: int | None = None
-    chunk: bytes | None = None
+    chunk: Chunk | None = None
 
 
 @operation(Opcode.DATA, addresses_txn=True)
@@ -151,7 +205,7 @@ class Data(NamedTuple):
     stream: str
     partition: int
     txn_id: int
-    chunk: bytes
+    chunk: Chunk
 
 
 @operation(Opcode.CHECKPOINT, addresses_txn=True)
@@ -162,7 +216,7 @@ class Checkpoint(NamedTuple):
     stream: str
     partition: int
     txn_id: int
-    chunk: bytes | None = None
+    chunk: Chunk | None = None
 
 
 @operation(Opcode.CANCEL, addresses_txn=True)
@@ -180,7 +234,7 @@ class Instant(NamedTuple):
 
     stream: str
     partition: int
-    chunk: bytes
+    chunk: Chunk
     txn_id: int | None = None
 
 
@@ -349,11 +403,11 @@ def unpack_items(chunk: bytes) -> list[bytes]:
 
 def pack_batch(now_ms: int, ops: Iterable[Operation]) -> bytes:
     """Encode a resolved batch as one commit-log value."""
-    value: bytes = msgpack.packb([now_ms, [encode(op) for op in ops]], use_bin_type=True)
+    value: bytes = msgpack.packb([now_ms, [encode(op) for op in ops]], use_bin_type=True, default=_log_ext)
     return value
 
 
 def unpack_batch(value: bytes | memoryview) -> tuple[int, list[Operation]]:
-    """Decode a commit-log value into ``(now_ms, records)``."""
-    now_ms, rows = msgpack.unpackb(value, raw=False, strict_map_key=False)
+    """Decode a commit-log value into ``(now_ms, records)``; chunks stay :class:`ChunkRef`."""
+    now_ms, rows = msgpack.unpackb(value, raw=False, strict_map_key=False, ext_hook=_log_ext_hook)
     return now_ms, [decode(r) for r in rows]

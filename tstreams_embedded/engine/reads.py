@@ -17,8 +17,8 @@ from ..ids import ID_MULTIPLIER
 from . import keys
 from .backend import StreamInfo, TxnData
 from .catalog import lookup_stream
-from .chunks import items_of
-from .ops import TxnState
+from .chunks import items_of, payload_of
+from .ops import Checkpoint, ChunkRef, Data, GoneChunk, Instant, Open, Operation, TxnState
 from .store import Store, as_bytes, entries
 from .validate import check_partition
 
@@ -195,4 +195,28 @@ def offsets_of(txn: lmdb.Transaction, store: Store, stream: str, consumer: str) 
             if not k.startswith(prefix) or len(k) != len(prefix) + 4:
                 break
             out[keys.partition_of_offset_key(k)] = keys.U64.unpack(v)[0]
+    return out
+
+
+def resolve_chunks(txn: lmdb.Transaction, store: Store, records: list[Operation]) -> list[Operation]:
+    """Logged records with every :class:`~.ops.ChunkRef` replaced by the stored chunk (its
+    verified payload bytes), or by a :class:`~.ops.GoneChunk` if it was deleted since."""
+    out: list[Operation] = []
+    for op in records:
+        if not isinstance(op, (Open, Data, Checkpoint, Instant)):
+            out.append(op)
+            continue
+        ref = op.chunk
+        if type(ref) is ChunkRef:
+            raw = txn.get(keys.chunk_key(ref.stream_id, ref.partition, ref.txn_id, ref.index), db=store.data)
+            if raw is None:
+                chunk: bytes | GoneChunk = GoneChunk(ref.items)
+            else:
+                try:
+                    chunk = bytes(payload_of(as_bytes(raw), store.legacy_chunks))
+                except DataCorrupted as exc:
+                    raise DataCorrupted(f"a chunk of transaction {ref.txn_id} referred to by the commit log is "
+                                        f"damaged: {exc}", partition=ref.partition, txn_id=ref.txn_id) from None
+            op = op._replace(chunk=chunk)
+        out.append(op)
     return out
