@@ -22,22 +22,9 @@ def spark():
     if JAVA_MISSING:
         pytest.skip(JAVA_MISSING)
     os.environ.update({k: v for k, v in spark_env().items() if k.startswith(("SPARK_", "PYSPARK_"))})
-    from pyspark.sql import SparkSession
+    from tstreams_embedded.spark import local_session
 
-    from tstreams_embedded.spark import register
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("tstreams-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
+    session = local_session("tstreams-tests", shuffle_partitions=2)
     yield session
     session.stop()
 

@@ -10,7 +10,6 @@ T-stream (append mode: a window is emitted once, when the watermark passes its e
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -73,24 +72,10 @@ def build_query(spark, *, input: str, output: str, checkpoint: str, path: str | 
 
 
 def session(app: str = "tstreams-demo"):  # noqa: ANN201
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    """The demo's local SparkSession (see :func:`tstreams_embedded.spark.local_session`)."""
+    from ..spark import local_session
 
-    from ..spark import register
-
-    spark = (
-        SparkSession.builder.master("local[2]").appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
+    return local_session(app)
 
 
 @click.command("job", help=__doc__)

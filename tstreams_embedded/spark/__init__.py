@@ -30,4 +30,28 @@ def register(spark: Any) -> None:
     spark.dataSource.register(TStreamsDataSource)
 
 
-__all__ = ["FORMAT", "TStreamsDataSource", "register", "sink_marker_key"]
+def local_session(app: str = "tstreams", shuffle_partitions: int = 4) -> Any:
+    """A ``local[2]`` SparkSession on 127.0.0.1 (UTC, no UI, quiet) with the ``tstreams``
+    format registered: what the demo, the benchmarks and the tests run on."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (
+        SparkSession.builder.master("local[2]").appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+__all__ = ["FORMAT", "TStreamsDataSource", "local_session", "register", "sink_marker_key"]
