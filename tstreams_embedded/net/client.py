@@ -257,6 +257,13 @@ class RemoteBackend:
     get_stream = _remote(Backend.get_stream, StreamInfo.from_wire)
     list_streams = _remote(Backend.list_streams, _each(StreamInfo.from_wire))
     scan_index = _remote(Backend.scan_index, IndexScan.from_wire)
+    last_txn_id = _remote(Backend.last_txn_id, _as_is)
+    get_offsets = _remote(Backend.get_offsets, _as_is)
+    get_marker = _remote(Backend.get_marker, _as_is)
+    now_ms = _remote(Backend.now_ms, _as_is)
+    stats = _remote(Backend.stats, _as_is)
+
+    # ------------------------------------------------------------------ paged reads (see engine/paging.py)
     def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:
         """The checkpointed transaction ``txn_id``, or None (read in pages of the server's size cap)."""
         return self._one("get_transaction", stream, partition, txn_id)
@@ -306,11 +313,6 @@ class RemoteBackend:
         """Checkpointed transactions with ID > ``after``, stopping at an open one (paged)."""
         txns, last = self._pages("fetch", (stream, partition, after), max_txns)
         return Fetched([TxnData.from_wire(t) for t in txns], last[1], last[2])
-    last_txn_id = _remote(Backend.last_txn_id, _as_is)
-    get_offsets = _remote(Backend.get_offsets, _as_is)
-    get_marker = _remote(Backend.get_marker, _as_is)
-    now_ms = _remote(Backend.now_ms, _as_is)
-    stats = _remote(Backend.stats, _as_is)
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         """Long poll on the server (it never blocks its loop for it)."""
