@@ -78,6 +78,68 @@ def test_handles_of_a_deleted_stream_raise_stream_not_found(engine: ts.Engine) -
         engine.producer("s")
 
 
+def test_handles_of_a_deleted_stream_do_not_act_on_a_new_stream_of_the_same_name(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=3)
+    old_info = engine.get_stream("s")
+    producer = engine.producer("s")  # round-robin over 3 partitions
+    pinned = engine.producer("s", partition=0)
+    consumer = engine.consumer("s", "c")
+    registered = pinned.new_transaction()
+    assert registered.id > 0
+    buffered = pinned.new_transaction()
+    buffered.send(b"stale")
+    engine.delete_stream("s")
+    engine.create_stream("s", partitions=1)
+    assert engine.get_stream("s").id != old_info.id
+    fresh = engine.producer("s")
+    fresh_id = fresh.instant([b"new"])
+    stale_calls = {
+        "instant": lambda: pinned.instant([b"x"]),
+        "round-robin instant": lambda: producer.instant([b"x"]),
+        "new_transaction + checkpoint": lambda: (lambda t: (t.send(b"x"), t.checkpoint()))(producer.new_transaction()),
+        "registered.checkpoint": registered.checkpoint,
+        "buffered.checkpoint": buffered.checkpoint,
+        "consumer.get_transaction": lambda: consumer.get_transaction(0),
+        "consumer.get_transaction_by_id": lambda: consumer.get_transaction_by_id(0, fresh_id),
+        "consumer.get_last_transaction": lambda: consumer.get_last_transaction(0),
+        "consumer.get_transactions_from_to": lambda: consumer.get_transactions_from_to(0, 0, 2**62),
+        "consumer.checkpoint": consumer.checkpoint,
+        "group": lambda: ts.CheckpointGroup(pinned, consumer).checkpoint(),
+    }
+    for name, call in stale_calls.items():
+        with pytest.raises(errors.StreamNotFound):
+            call()
+            pytest.fail(f"{name} acted on the new stream")
+    for op in [O.Instant("s", 0, O.pack_items([b"x"]), stream_id=old_info.id),
+               O.Open("s", 0, 1000, stream_id=old_info.id),
+               O.SetOffsets("s", "c", {0: 1}, stream_id=old_info.id)]:
+        with pytest.raises(errors.StreamNotFound):
+            engine.backend.submit([op])
+    assert [items for _, _, items in _visible(engine, "s")] == [[b"new"]]
+    assert engine.backend.get_offsets("s", "c") == {}
+
+
+def test_ids_never_repeat_in_a_partition_of_a_recreated_stream(make_engine, clock) -> None:
+    engine = make_engine(clock=clock)  # a frozen clock: every ID below is of the same millisecond
+    engine.create_stream("s")
+    before = [engine.producer("s").instant([b"%d" % i]) for i in range(3)]
+    other = engine.producer("s").new_transaction()
+    assert other.id > before[-1]
+    engine.delete_stream("s")
+    engine.create_stream("s")
+    after = engine.producer("s").new_transaction()
+    after.send(b"new")
+    assert after.id > other.id
+    after.checkpoint()
+    engine.create_stream("t")
+    assert engine.producer("t").instant([b"t"]) > after.id - 1  # any stream: above every deleted ID
+    engine.close()
+    reopened = make_engine(engine.backend.path, clock=clock)  # the floor is stored
+    reopened.delete_stream("s")
+    reopened.create_stream("s")
+    assert reopened.producer("s").instant([b"again"]) > after.id
+
+
 def test_delete_stream_removes_its_data_and_offsets(engine: ts.Engine) -> None:
     engine.create_stream("s", partitions=2)
     engine.producer("s").instant([b"old"], partition=0)

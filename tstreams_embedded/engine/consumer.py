@@ -59,6 +59,8 @@ class Consumer:
         backend = engine.backend
         info = backend.get_stream(stream)
         self.stream = info.name
+        #: the incarnation of the stream (see :mod:`.ops`)
+        self.stream_id = info.id
         self.ttl_ms = info.ttl * 1000
         self.name = check_name(name, "consumer name")
         # Prefetched transactions are re-checked against the stream TTL when taken. The
@@ -121,6 +123,25 @@ class Consumer:
         checked: int = partition
         return checked
 
+    def _same_stream(self, stream_id: int | None) -> None:
+        """StreamNotFound if a read answered from another incarnation of the stream (it was
+        deleted and created again since this consumer was made)."""
+        if stream_id is not None and stream_id != self.stream_id:
+            raise errors.StreamNotFound(
+                f"stream {self.stream!r} (id {self.stream_id}) was deleted; a new stream of that name "
+                f"(id {stream_id}) exists: open a new consumer on it"
+            )
+
+    def _checked(self, t: TxnData | None) -> Transaction | None:
+        """``t`` wrapped, after checking that it was read from this consumer's stream (when
+        nothing was found, the stream is looked up: a new stream of the same name has none
+        of this consumer's transactions)."""
+        if t is None:
+            self._same_stream(self.engine.backend.get_stream(self.stream).id)
+            return None
+        self._same_stream(t.stream_id)
+        return self._wrap(t)
+
     def _wrap(self, t: TxnData) -> Transaction:
         items = t.items if self._raw else [self._loads(i) for i in t.items]
         return Transaction(t.stream, t.partition, t.id, items)
@@ -150,6 +171,7 @@ class Consumer:
         buf = self._buffers[p]
         if not buf:
             f = self.engine.backend.fetch(self.stream, p, self._position[p], self.prefetch)
+            self._same_stream(f.stream_id)
             buf.extend(f.txns)
             self._scanned[p] = f.position
             if not buf:
@@ -167,18 +189,22 @@ class Consumer:
     def get_transaction_by_id(self, partition: int, txn_id: int) -> Transaction | None:
         """A checkpointed transaction by ID (does not move the position)."""
         t = self.engine.backend.get_transaction(self.stream, self._check_partition(partition), txn_id)
-        return self._wrap(t) if t is not None else None
+        return self._checked(t)
 
     def get_transactions_from_to(self, partition: int, from_id: int, to_id: int) -> list[Transaction]:
         """Checkpointed transactions with ``from_id <= id <= to_id``, stopping before the first
         open one (does not move the position)."""
         ts = self.engine.backend.transactions_range(self.stream, self._check_partition(partition), from_id, to_id)
+        if not ts:
+            self._checked(None)
+        for t in ts:
+            self._same_stream(t.stream_id)
         return [self._wrap(t) for t in ts]
 
     def get_last_transaction(self, partition: int) -> Transaction | None:
         """The checkpointed transaction with the highest ID (does not move the position)."""
         t = self.engine.backend.last_transaction(self.stream, self._check_partition(partition))
-        return self._wrap(t) if t is not None else None
+        return self._checked(t)
 
     def set_offset(self, partition: int, txn_id: int) -> None:
         """Move the position: the next transaction read will have an ID > ``txn_id``."""
@@ -204,4 +230,4 @@ class Consumer:
         def done(results: list[Any]) -> None:
             self.committed = positions
 
-        return [O.SetOffsets(self.stream, self.name, positions)], done
+        return [O.SetOffsets(self.stream, self.name, positions, self.stream_id)], done

@@ -188,11 +188,11 @@ class Core:
             with self.store.read() as txn:
                 s = reads.scan(txn, self.store, stream, partition, after, 2**63 - 1, max_txns, now)
             if s.expired is None or s.txns:
-                return Fetched(s.txns, s.position, s.blocked)
-            self._invalidate(stream, partition, s.expired)
+                return Fetched(s.txns, s.position, s.blocked, s.stream_id)
+            self._invalidate(stream, partition, s.expired, s.stream_id)
 
-    def _invalidate(self, stream: str, partition: int, txn_id: int) -> None:
-        self.committer.submit([O.Invalidate(stream, partition, txn_id)], durable=False)
+    def _invalidate(self, stream: str, partition: int, txn_id: int, stream_id: int) -> None:
+        self.committer.submit([O.Invalidate(stream, partition, txn_id, stream_id)], durable=False)
 
     def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:
         self._check()
@@ -223,7 +223,7 @@ class Core:
             position = max(position, s.position)
             if s.expired is None:
                 return IndexScan(entries, position, s.blocked, s.full)
-            self._invalidate(stream, partition, s.expired)  # then scan on past it
+            self._invalidate(stream, partition, s.expired, s.stream_id)  # then scan on past it
 
     def last_transaction(self, stream: str, partition: int) -> TxnData | None:
         self._check()
@@ -393,7 +393,7 @@ class Core:
                         first = keys.part_key(info.id, p)
                         head = as_bytes(tcur.key()) if tcur.set_range(first) else b""
                         if head[: keys.PART_LEN] == first and keys.txn_id_of(head) < floor:
-                            work.append(O.Compact(info.name, p, floor))
+                            work.append(O.Compact(info.name, p, floor, info.id))
                 if seen >= self.COMPACTION_SLICE:
                     return work, k
         return work, None

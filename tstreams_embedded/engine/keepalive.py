@@ -49,7 +49,7 @@ class KeepAlive:
         for p in producers:
             for t in p.open_transactions():
                 if t.registered:  # unregistered transactions have nothing in storage to keep alive
-                    by_ttl.setdefault(p.txn_ttl_ms, []).append([p.stream, t.partition, t.id])
+                    by_ttl.setdefault(p.txn_ttl_ms, []).append([p.stream, t.partition, t.id, p.stream_id])
         alive = 0
         for ttl, targets in by_ttl.items():
             alive += self.backend.submit([O.KeepAlive(targets, ttl)], durable=False)[0]

@@ -24,6 +24,13 @@ Each record class is declared with :func:`operation`, which gives it an :class:`
     whether the record acts on an existing transaction named by ``(stream, partition,
     txn_id)`` (the network client orders its pipelined writes by that key).
 
+Records that address a stream carry an optional last field ``stream_id``: the stream's
+incarnation (:attr:`StreamInfo.id <.backend.StreamInfo.id>`). When set, the record applies
+only to that incarnation, and raises :class:`~tstreams_embedded.errors.StreamNotFound` once
+the stream was deleted (even if a stream of the same name was created since). Producers and
+consumers always set it; commit-log rows written before it existed simply lack it.
+``KEEPALIVE`` targets may likewise carry it as a fourth element.
+
 Encoding (wire and commit log) is a msgpack array ``[opcode, *fields]``; a logged batch is
 ``[now_ms, [record, ...]]``. Item payloads travel as ``chunk``: one msgpack array of
 ``bytes`` items, packed once by the producer and stored as one LMDB value
@@ -142,6 +149,7 @@ class Open(NamedTuple):
     txn_id: int | None = None
     deadline: int | None = None
     chunk: bytes | None = None
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.DATA, addresses_txn=True)
@@ -152,6 +160,7 @@ class Data(NamedTuple):
     partition: int
     txn_id: int
     chunk: bytes
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.CHECKPOINT, addresses_txn=True)
@@ -163,6 +172,7 @@ class Checkpoint(NamedTuple):
     partition: int
     txn_id: int
     chunk: bytes | None = None
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.CANCEL, addresses_txn=True)
@@ -172,6 +182,7 @@ class Cancel(NamedTuple):
     stream: str
     partition: int
     txn_id: int
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.INSTANT, resolved=("txn_id",))
@@ -182,6 +193,7 @@ class Instant(NamedTuple):
     partition: int
     chunk: bytes
     txn_id: int | None = None
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.KEEPALIVE, resolved=("deadline",))
@@ -202,6 +214,7 @@ class Invalidate(NamedTuple):
     stream: str
     partition: int
     txn_id: int
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.SET_OFFSETS)
@@ -211,6 +224,7 @@ class SetOffsets(NamedTuple):
     stream: str
     consumer: str
     offsets: dict[int, int]
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.COMPACT, client=False)
@@ -221,6 +235,7 @@ class Compact(NamedTuple):
     stream: str
     partition: int
     before_id: int
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.SET_MARKER)
@@ -240,6 +255,7 @@ class CancelIfOpen(NamedTuple):
     stream: str
     partition: int
     txn_id: int
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 Operation = (CreateStream | DeleteStream | Open | Data | Checkpoint | Cancel | Instant | KeepAlive | Invalidate

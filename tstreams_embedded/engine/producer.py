@@ -78,7 +78,8 @@ class ProducerTransaction:
 
     def _register(self, chunk: bytes | None) -> None:
         p = self.producer
-        self._id = self._run([O.Open(p.stream, self.partition, p.txn_ttl_ms, chunk=chunk)], durable=False)[0]
+        self._id = self._run([O.Open(p.stream, self.partition, p.txn_ttl_ms, chunk=chunk, stream_id=p.stream_id)],
+                             durable=False)[0]
         p.engine.track_producer(p)
 
     def send(self, item: Any) -> None:
@@ -116,16 +117,18 @@ class ProducerTransaction:
         if self._id is None:
             self._register(chunk)
         else:
-            self._run([O.Data(self.producer.stream, self.partition, self._id, chunk)], durable=False)
+            p = self.producer
+            self._run([O.Data(p.stream, self.partition, self._id, chunk, p.stream_id)], durable=False)
         self._buffer.clear()
         self._buffered_bytes = 0
 
     def _final_op(self) -> O.Instant | O.Checkpoint | None:
         """The record that checkpoints this transaction (None: nothing to write)."""
         chunk = O.pack_items(self._buffer) if self._buffer else None
+        p = self.producer
         if self._id is None:
-            return None if chunk is None else O.Instant(self.producer.stream, self.partition, chunk)
-        return O.Checkpoint(self.producer.stream, self.partition, self._id, chunk)
+            return None if chunk is None else O.Instant(p.stream, self.partition, chunk, stream_id=p.stream_id)
+        return O.Checkpoint(p.stream, self.partition, self._id, chunk, p.stream_id)
 
     def _checkpointed(self, result: Any) -> None:
         """Record the outcome of :meth:`_final_op` (an INSTANT returns the new ID)."""
@@ -145,7 +148,8 @@ class ProducerTransaction:
         """Discard the transaction; none of its items will ever be visible."""
         self._check_open()
         if self._id is not None:
-            self._run([O.CancelIfOpen(self.producer.stream, self.partition, self._id)], durable=False)
+            p = self.producer
+            self._run([O.CancelIfOpen(p.stream, self.partition, self._id, p.stream_id)], durable=False)
         self._finished(CANCELLED)
 
     def _run(self, batch: list[O.Operation], durable: bool) -> list[Any]:
@@ -187,6 +191,8 @@ class Producer:
         info = engine.backend.get_stream(stream)
         self.info = info
         self.stream = info.name
+        #: the incarnation of the stream (every record carries it: see :mod:`.ops`)
+        self.stream_id = info.id
         self.partitions = info.partitions
         if partition is not None:
             self._check_partition(partition)
@@ -255,7 +261,7 @@ class Producer:
             for t in previous:
                 t._checkpointed(done.get(id(t)))
         elif previous and policy is Policy.CancelIfOpened:
-            cancels = [O.CancelIfOpen(self.stream, p, t._id) for t in previous if t._id is not None]
+            cancels = [O.CancelIfOpen(self.stream, p, t._id, self.stream_id) for t in previous if t._id is not None]
             if cancels:
                 self.engine.backend.submit(cancels, durable=False)
             for t in previous:
@@ -280,7 +286,8 @@ class Producer:
         if not data:
             raise errors.InvalidArgument("an instant transaction needs at least one item")
         p = self._choose(partition)
-        txn_id: int = self.engine.backend.submit([O.Instant(self.stream, p, O.pack_items(data))], durable=True)[0]
+        op = O.Instant(self.stream, p, O.pack_items(data), stream_id=self.stream_id)
+        txn_id: int = self.engine.backend.submit([op], durable=True)[0]
         return txn_id
 
     def open_transactions(self) -> list[ProducerTransaction]:
