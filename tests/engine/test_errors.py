@@ -343,14 +343,48 @@ def test_group_with_an_expired_transaction_writes_nothing(make_engine, clock) ->
     group = ts.CheckpointGroup(fresh_producer, consumer, old_producer)
     with pytest.raises(errors.TransactionExpired):
         group.checkpoint()
-    assert engine.stats()["log_seq"] == seq
+    after = [type(op) for _, _, ops in engine.backend.read_log(seq + 1) for op in ops]
+    assert set(after) <= {O.KeepAlive}  # nothing of the group; only the probe of which transaction expired
     assert engine.backend.get_offsets("in", "c") == {}
     assert _visible(engine, "out") == []
-    assert fresh.is_open and old.is_open  # the group can be fixed and retried
-    old.cancel()
-    group.checkpoint()
+    assert fresh.is_open and not old.is_open  # the expired one is finished, as by old.checkpoint()
+    with pytest.raises(errors.TransactionFinished):
+        old.cancel()
+    group.checkpoint()  # the group works again
     assert [items for _, _, items in _visible(engine, "out")] == [[b"fresh"]]
     assert engine.backend.get_offsets("in", "c") == {0: consumer.offsets[0]}
+
+
+def test_group_checkpoints_work_after_one_raised_transaction_expired(make_engine, clock) -> None:
+    engine = make_engine(clock=clock, txn_ttl=1.0, keepalive_interval=None)
+    engine.create_stream("out")
+    producer = engine.producer("out")
+    group = ts.CheckpointGroup(producer)
+    expired = producer.new_transaction()
+    expired.send(b"late")
+    expired.flush()
+    clock.advance(1500)
+    with pytest.raises(errors.TransactionExpired):
+        group.checkpoint()
+    assert not expired.is_open and producer.open_transactions() == []
+    for i in range(2):  # later group checkpoints, with new transactions, work
+        txn = producer.new_transaction()
+        txn.send(b"next %d" % i)
+        group.checkpoint()
+        assert txn.state == "checkpointed"
+    assert [items for _, _, items in _visible(engine, "out")] == [[b"next 0"], [b"next 1"]]
+
+
+def test_send_during_a_group_checkpoint_raises_instead_of_losing_the_item(engine: ts.Engine) -> None:
+    engine.create_stream("s")
+    producer = engine.producer("s")
+    txn = producer.new_transaction()
+    txn.send(b"a")
+    ops, done = producer.prepare_group_checkpoint()  # what CheckpointGroup does first
+    with pytest.raises(errors.TransactionFinished):
+        txn.send(b"would be missed")
+    done(engine.backend.submit(ops))
+    assert [items for _, _, items in _visible(engine, "s")] == [[b"a"]]
 
 
 def test_transaction_already_opened(engine: ts.Engine) -> None:
