@@ -483,6 +483,34 @@ def test_invalid_arguments(engine: ts.Engine) -> None:
         "submit a bare tuple": lambda: b.submit([(3, "s", 0, 1000)]),
         "fetch after": lambda: b.fetch("s", 0, -1),
         "txn_id_at": lambda: ts.txn_id_at("noon"),
+        "txn_id_at nan": lambda: ts.txn_id_at(float("nan")),
+        "txn_id_at inf": lambda: ts.txn_id_at(float("inf")),
+        "txn_id_at 1e300": lambda: ts.txn_id_at(1e300),
+        "txn_id_at negative": lambda: ts.txn_id_at(-1.0),
+        "txn_time str": lambda: ts.txn_time("1"),
+        "txn_time None": lambda: ts.txn_time(None),
+        "txn_time float": lambda: ts.txn_time(1.5),
+        "txn_time 2**64": lambda: ts.txn_time(2**64),
+        "surrogate stream": lambda: engine.create_stream("\udc80"),
+        "surrogate get_stream": lambda: engine.get_stream("\udc80"),
+        "surrogate delete_stream": lambda: engine.delete_stream("a\udc80"),
+        "surrogate producer": lambda: engine.producer("\udc80"),
+        "surrogate consumer stream": lambda: engine.consumer("\udc80", "c"),
+        "surrogate consumer name": lambda: engine.consumer("s", "\udc80"),
+        "surrogate prefix": lambda: engine.list_streams(prefix="\udc80"),
+        "surrogate batch": lambda: engine.batch().create_stream("\udc80"),
+        "consumer partitions int": lambda: engine.consumer("s", "c", partitions=5),
+        "consumer partitions str 01": lambda: engine.consumer("s", "c", partitions="01"),
+        "send_many None": lambda: txn.send_many(None),
+        "send_many int": lambda: txn.send_many(5),
+        "instant None": lambda: producer.instant(None),
+        "batch instant None": lambda: engine.batch().instant("s", None),
+        "batch set_offsets None": lambda: engine.batch().set_offsets("s", "c", None),
+        "batch set_offsets bad offset": lambda: engine.batch().set_offsets("s", "c", {0: -1}),
+        "set_offset 2**64": lambda: consumer.set_offset(0, 2**64),
+        "prefetch 2**30": lambda: engine.consumer("s", "c", prefetch=2**30),
+        "poll_interval nan": lambda: engine.subscribe("s", "x", callback=print, poll_interval=float("nan")),
+        "poll_interval inf": lambda: engine.subscribe("s", "x", callback=print, poll_interval=float("inf")),
         "group member": lambda: ts.CheckpointGroup(producer, "not an agent"),
     }
     for what, call in bad.items():
@@ -507,6 +535,60 @@ def test_invalid_open_arguments(tmp_path) -> None:
         with pytest.raises(errors.InvalidArgument):
             call().close()
             pytest.fail(f"#{i}: no InvalidArgument")
+
+
+def test_invalid_options_are_refused_at_open_and_leave_nothing_behind(tmp_path) -> None:
+    import threading
+
+    from tstreams_embedded.engine import embedded
+
+    (tmp_path / "a-file").write_bytes(b"not a directory")
+    threads = set(threading.enumerate())
+    bad = {
+        "compaction_interval -1": {"compaction_interval": -1},
+        "compaction_interval 0": {"compaction_interval": 0},
+        "compaction_interval str": {"compaction_interval": "60"},
+        "compaction_interval nan": {"compaction_interval": float("nan")},
+        "compaction_interval inf": {"compaction_interval": float("inf")},
+        "keepalive_interval negative": {"keepalive_interval": -0.001},
+        "keepalive_interval nan": {"keepalive_interval": float("nan")},
+        "keepalive_interval str": {"keepalive_interval": "1"},
+        "flush_interval -1": {"flush_interval": -1, "durability": "async"},
+        "flush_interval None": {"flush_interval": None},
+        "txn_ttl -1": {"txn_ttl": -1},
+        "txn_ttl nan": {"txn_ttl": float("nan")},
+        "max_map_size below map_size": {"max_map_size": 1 << 20},
+        "clock": {"clock": 5},
+        "unknown option": {"max_itme_size": 5},
+    }
+    for what, options in bad.items():
+        with pytest.raises(errors.InvalidArgument):
+            ts.open(tmp_path / "d", **options).close()
+            pytest.fail(f"{what}: no InvalidArgument")
+        assert not embedded._registry, what  # nothing registered
+    with pytest.raises(errors.InvalidArgument, match="not a directory"):
+        ts.open(tmp_path / "a-file")
+    assert set(threading.enumerate()) == threads  # no maintenance or keep-alive thread left
+    with ts.open(tmp_path / "d", compaction_interval=0.5, durability="async", flush_interval=0.5) as e:
+        e.create_stream("s")  # and the directory opens normally afterwards
+    with ts.open(tmp_path / "d", keepalive_interval=None, compaction_interval=None) as e:
+        assert e.has_stream("s")
+
+
+def test_a_second_open_with_other_storage_options_raises_engine_busy(tmp_path, clock) -> None:
+    with ts.open(tmp_path, max_item_size=100, compaction_interval=None) as first:
+        for option, value in [("max_item_size", 200), ("map_size", 1 << 21), ("compaction_interval", 30.0),
+                              ("clock", clock), ("log_retention", 5)]:
+            options = {"max_item_size": 100, "compaction_interval": None, option: value}
+            with pytest.raises(errors.EngineBusy, match=option):
+                ts.open(tmp_path, **options)
+        with pytest.raises(errors.EngineBusy, match="max_item_size"):
+            ts.open(tmp_path, compaction_interval=None)  # the default differs from the first open's
+        # per-handle options may differ
+        with ts.open(tmp_path, max_item_size=100, compaction_interval=None, txn_ttl=5,
+                     keepalive_interval=None) as second:
+            assert second.backend is first.backend and second.txn_ttl == 5
+        assert first.backend.max_item_size == 100
 
 
 def test_engine_busy_for_a_conflicting_second_open(tmp_path) -> None:

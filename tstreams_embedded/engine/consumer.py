@@ -23,7 +23,7 @@ from ..ids import ID_MULTIPLIER, txn_id_at, txn_time
 from . import ops as O
 from .backend import TxnData
 from .context import GroupPart
-from .validate import check_name
+from .validate import MAX_FETCH, check_int, check_name, check_txn_id
 
 if TYPE_CHECKING:
     from .context import AgentContext
@@ -72,13 +72,19 @@ class Consumer:
             self._now_ms = lambda: time.time_ns() // 1_000_000 + offset
         self._loads = serde.resolve(serializer)[1]
         self._raw = self._loads is serde.RAW[1]
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-            raise errors.InvalidArgument(f"prefetch must be a positive integer, got {prefetch!r}")
-        self.prefetch = prefetch
+        self.prefetch = check_int(prefetch, "prefetch", 1, MAX_FETCH)
         if partitions is None:
             self.partitions = list(range(info.partitions))
         else:
-            self.partitions = sorted(set(partitions))
+            if isinstance(partitions, (str, bytes)) or not isinstance(partitions, Iterable):
+                raise errors.InvalidArgument(
+                    f"partitions must be an iterable of partition numbers (e.g. [0, 2]), got {partitions!r:.40}"
+                )
+            wanted = list(partitions)
+            for p in wanted:
+                if isinstance(p, bool) or not isinstance(p, int):
+                    raise errors.InvalidArgument(f"partition must be an integer, got {p!r}")
+            self.partitions = sorted(set(wanted))
             for p in self.partitions:
                 if isinstance(p, bool) or not isinstance(p, int):
                     raise errors.InvalidArgument(f"partition must be an integer, got {p!r}")
@@ -210,8 +216,7 @@ class Consumer:
         """Move the position: the next transaction read will have an ID > ``txn_id``."""
         self.engine.check_open()
         p = self._check_partition(partition)
-        if isinstance(txn_id, bool) or not isinstance(txn_id, int) or txn_id < 0:
-            raise errors.InvalidArgument(f"offset must be a non-negative integer, got {txn_id!r}")
+        check_txn_id(txn_id, "offset")
         self._position[p] = txn_id
         self._scanned[p] = txn_id
         self._buffers[p].clear()
