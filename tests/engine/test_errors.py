@@ -255,6 +255,20 @@ def test_every_api_raises_engine_closed_after_close(engine: ts.Engine) -> None:
             pytest.fail(f"{name} did not raise EngineClosed")
 
 
+def test_reads_of_a_closed_handle_raise_engine_closed_while_another_handle_is_open(tmp_path) -> None:
+    with ts.open(tmp_path, compaction_interval=None) as other:
+        other.create_stream("s")
+        tid = other.producer("s").instant([b"x"])
+        engine = ts.open(tmp_path, compaction_interval=None)
+        consumer = engine.consumer("s", "c")
+        engine.close()
+        for call in (lambda: consumer.get_transaction_by_id(0, tid), lambda: consumer.get_last_transaction(0),
+                     lambda: consumer.get_transactions_from_to(0, 0, tid), lambda: consumer.get_transaction(0)):
+            with pytest.raises(errors.EngineClosed):
+                call()
+        assert other.consumer("s", "c").get_last_transaction(0).id == tid  # the other handle still reads
+
+
 # --------------------------------------------------------------------------- transactions
 @pytest.mark.parametrize("finish", ["checkpoint", "cancel"])
 def test_transaction_finished(engine: ts.Engine, finish: str) -> None:

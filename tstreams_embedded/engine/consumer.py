@@ -194,13 +194,19 @@ class Consumer:
 
     def get_transaction_by_id(self, partition: int, txn_id: int) -> Transaction | None:
         """A checkpointed transaction by ID (does not move the position)."""
+        self.engine.check_open()
         t = self.engine.backend.get_transaction(self.stream, self._check_partition(partition), txn_id)
         return self._checked(t)
 
     def get_transactions_from_to(self, partition: int, from_id: int, to_id: int) -> list[Transaction]:
-        """Checkpointed transactions with ``from_id <= id <= to_id``, stopping before the first
-        open one (does not move the position)."""
-        ts = self.engine.backend.transactions_range(self.stream, self._check_partition(partition), from_id, to_id)
+        """Checkpointed transactions with ``from_id < id <= to_id`` (as in T-streams, which
+        scans from ``from_id + 1``), stopping before the first open one (does not move the
+        position)."""
+        self.engine.check_open()
+        p = self._check_partition(partition)
+        check_txn_id(from_id, "from_id")
+        check_txn_id(to_id, "to_id")
+        ts = self.engine.backend.transactions_range(self.stream, p, from_id + 1, to_id) if from_id < to_id else []
         if not ts:
             self._checked(None)
         for t in ts:
@@ -209,6 +215,7 @@ class Consumer:
 
     def get_last_transaction(self, partition: int) -> Transaction | None:
         """The checkpointed transaction with the highest ID (does not move the position)."""
+        self.engine.check_open()
         t = self.engine.backend.last_transaction(self.stream, self._check_partition(partition))
         return self._checked(t)
 
