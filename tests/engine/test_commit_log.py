@@ -175,7 +175,7 @@ def test_replaying_the_log_into_another_directory_reproduces_the_data(tmp_path) 
         a.backend.submit([O.Checkpoint("clicks", 2, open_txn.id)])
         b_core.apply_log(core_a.read_log(core_a.log_seq(), 10))
         assert _snapshot(b) == _snapshot(a)
-        assert [t.items for t in b.consumer("clicks", "z").get_transactions_from_to(2, open_txn.id, open_txn.id)] \
+        assert [t.items for t in b.consumer("clicks", "z").get_transactions_from_to(2, open_txn.id - 1, open_txn.id)] \
             == [[b"open-1", b"open-2"]]
     finally:
         a.close()

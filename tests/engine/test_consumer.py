@@ -98,7 +98,9 @@ def test_reads_by_id_range_and_last(engine: ts.Engine) -> None:
     assert c.get_transaction_by_id(0, cancelled.id) is None
     assert c.get_transaction_by_id(0, ids[2] + 12345) is None
     assert c.get_transaction_by_id(1, ids[2]) is None
-    assert [x.id for x in c.get_transactions_from_to(0, ids[1], ids[3])] == ids[1:4]
+    assert [x.id for x in c.get_transactions_from_to(0, ids[1], ids[3])] == ids[2:4]  # (from, to] as T-streams
+    assert [x.id for x in c.get_transactions_from_to(0, ids[1] - 1, ids[3])] == ids[1:4]
+    assert c.get_transactions_from_to(0, ids[3], ids[3]) == []
     assert [x.id for x in c.get_transactions_from_to(0, 0, 2**62)] == ids + more
     assert c.get_transactions_from_to(0, ids[3], ids[1]) == []
     assert c.get_last_transaction(0).id == more[-1]

@@ -78,6 +78,68 @@ def test_handles_of_a_deleted_stream_raise_stream_not_found(engine: ts.Engine) -
         engine.producer("s")
 
 
+def test_handles_of_a_deleted_stream_do_not_act_on_a_new_stream_of_the_same_name(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=3)
+    old_info = engine.get_stream("s")
+    producer = engine.producer("s")  # round-robin over 3 partitions
+    pinned = engine.producer("s", partition=0)
+    consumer = engine.consumer("s", "c")
+    registered = pinned.new_transaction()
+    assert registered.id > 0
+    buffered = pinned.new_transaction()
+    buffered.send(b"stale")
+    engine.delete_stream("s")
+    engine.create_stream("s", partitions=1)
+    assert engine.get_stream("s").id != old_info.id
+    fresh = engine.producer("s")
+    fresh_id = fresh.instant([b"new"])
+    stale_calls = {
+        "instant": lambda: pinned.instant([b"x"]),
+        "round-robin instant": lambda: producer.instant([b"x"]),
+        "new_transaction + checkpoint": lambda: (lambda t: (t.send(b"x"), t.checkpoint()))(producer.new_transaction()),
+        "registered.checkpoint": registered.checkpoint,
+        "buffered.checkpoint": buffered.checkpoint,
+        "consumer.get_transaction": lambda: consumer.get_transaction(0),
+        "consumer.get_transaction_by_id": lambda: consumer.get_transaction_by_id(0, fresh_id),
+        "consumer.get_last_transaction": lambda: consumer.get_last_transaction(0),
+        "consumer.get_transactions_from_to": lambda: consumer.get_transactions_from_to(0, 0, 2**62),
+        "consumer.checkpoint": consumer.checkpoint,
+        "group": lambda: ts.CheckpointGroup(pinned, consumer).checkpoint(),
+    }
+    for name, call in stale_calls.items():
+        with pytest.raises(errors.StreamNotFound):
+            call()
+            pytest.fail(f"{name} acted on the new stream")
+    for op in [O.Instant("s", 0, O.pack_items([b"x"]), stream_id=old_info.id),
+               O.Open("s", 0, 1000, stream_id=old_info.id),
+               O.SetOffsets("s", "c", {0: 1}, stream_id=old_info.id)]:
+        with pytest.raises(errors.StreamNotFound):
+            engine.backend.submit([op])
+    assert [items for _, _, items in _visible(engine, "s")] == [[b"new"]]
+    assert engine.backend.get_offsets("s", "c") == {}
+
+
+def test_ids_never_repeat_in_a_partition_of_a_recreated_stream(make_engine, clock) -> None:
+    engine = make_engine(clock=clock)  # a frozen clock: every ID below is of the same millisecond
+    engine.create_stream("s")
+    before = [engine.producer("s").instant([b"%d" % i]) for i in range(3)]
+    other = engine.producer("s").new_transaction()
+    assert other.id > before[-1]
+    engine.delete_stream("s")
+    engine.create_stream("s")
+    after = engine.producer("s").new_transaction()
+    after.send(b"new")
+    assert after.id > other.id
+    after.checkpoint()
+    engine.create_stream("t")
+    assert engine.producer("t").instant([b"t"]) > after.id - 1  # any stream: above every deleted ID
+    engine.close()
+    reopened = make_engine(engine.backend.path, clock=clock)  # the floor is stored
+    reopened.delete_stream("s")
+    reopened.create_stream("s")
+    assert reopened.producer("s").instant([b"again"]) > after.id
+
+
 def test_delete_stream_removes_its_data_and_offsets(engine: ts.Engine) -> None:
     engine.create_stream("s", partitions=2)
     engine.producer("s").instant([b"old"], partition=0)
@@ -193,6 +255,20 @@ def test_every_api_raises_engine_closed_after_close(engine: ts.Engine) -> None:
             pytest.fail(f"{name} did not raise EngineClosed")
 
 
+def test_reads_of_a_closed_handle_raise_engine_closed_while_another_handle_is_open(tmp_path) -> None:
+    with ts.open(tmp_path, compaction_interval=None) as other:
+        other.create_stream("s")
+        tid = other.producer("s").instant([b"x"])
+        engine = ts.open(tmp_path, compaction_interval=None)
+        consumer = engine.consumer("s", "c")
+        engine.close()
+        for call in (lambda: consumer.get_transaction_by_id(0, tid), lambda: consumer.get_last_transaction(0),
+                     lambda: consumer.get_transactions_from_to(0, 0, tid), lambda: consumer.get_transaction(0)):
+            with pytest.raises(errors.EngineClosed):
+                call()
+        assert other.consumer("s", "c").get_last_transaction(0).id == tid  # the other handle still reads
+
+
 # --------------------------------------------------------------------------- transactions
 @pytest.mark.parametrize("finish", ["checkpoint", "cancel"])
 def test_transaction_finished(engine: ts.Engine, finish: str) -> None:
@@ -281,14 +357,48 @@ def test_group_with_an_expired_transaction_writes_nothing(make_engine, clock) ->
     group = ts.CheckpointGroup(fresh_producer, consumer, old_producer)
     with pytest.raises(errors.TransactionExpired):
         group.checkpoint()
-    assert engine.stats()["log_seq"] == seq
+    after = [type(op) for _, _, ops in engine.backend.read_log(seq + 1) for op in ops]
+    assert set(after) <= {O.KeepAlive}  # nothing of the group; only the probe of which transaction expired
     assert engine.backend.get_offsets("in", "c") == {}
     assert _visible(engine, "out") == []
-    assert fresh.is_open and old.is_open  # the group can be fixed and retried
-    old.cancel()
-    group.checkpoint()
+    assert fresh.is_open and not old.is_open  # the expired one is finished, as by old.checkpoint()
+    with pytest.raises(errors.TransactionFinished):
+        old.cancel()
+    group.checkpoint()  # the group works again
     assert [items for _, _, items in _visible(engine, "out")] == [[b"fresh"]]
     assert engine.backend.get_offsets("in", "c") == {0: consumer.offsets[0]}
+
+
+def test_group_checkpoints_work_after_one_raised_transaction_expired(make_engine, clock) -> None:
+    engine = make_engine(clock=clock, txn_ttl=1.0, keepalive_interval=None)
+    engine.create_stream("out")
+    producer = engine.producer("out")
+    group = ts.CheckpointGroup(producer)
+    expired = producer.new_transaction()
+    expired.send(b"late")
+    expired.flush()
+    clock.advance(1500)
+    with pytest.raises(errors.TransactionExpired):
+        group.checkpoint()
+    assert not expired.is_open and producer.open_transactions() == []
+    for i in range(2):  # later group checkpoints, with new transactions, work
+        txn = producer.new_transaction()
+        txn.send(b"next %d" % i)
+        group.checkpoint()
+        assert txn.state == "checkpointed"
+    assert [items for _, _, items in _visible(engine, "out")] == [[b"next 0"], [b"next 1"]]
+
+
+def test_send_during_a_group_checkpoint_raises_instead_of_losing_the_item(engine: ts.Engine) -> None:
+    engine.create_stream("s")
+    producer = engine.producer("s")
+    txn = producer.new_transaction()
+    txn.send(b"a")
+    ops, done = producer.prepare_group_checkpoint()  # what CheckpointGroup does first
+    with pytest.raises(errors.TransactionFinished):
+        txn.send(b"would be missed")
+    done(engine.backend.submit(ops))
+    assert [items for _, _, items in _visible(engine, "s")] == [[b"a"]]
 
 
 def test_transaction_already_opened(engine: ts.Engine) -> None:
@@ -387,6 +497,34 @@ def test_invalid_arguments(engine: ts.Engine) -> None:
         "submit a bare tuple": lambda: b.submit([(3, "s", 0, 1000)]),
         "fetch after": lambda: b.fetch("s", 0, -1),
         "txn_id_at": lambda: ts.txn_id_at("noon"),
+        "txn_id_at nan": lambda: ts.txn_id_at(float("nan")),
+        "txn_id_at inf": lambda: ts.txn_id_at(float("inf")),
+        "txn_id_at 1e300": lambda: ts.txn_id_at(1e300),
+        "txn_id_at negative": lambda: ts.txn_id_at(-1.0),
+        "txn_time str": lambda: ts.txn_time("1"),
+        "txn_time None": lambda: ts.txn_time(None),
+        "txn_time float": lambda: ts.txn_time(1.5),
+        "txn_time 2**64": lambda: ts.txn_time(2**64),
+        "surrogate stream": lambda: engine.create_stream("\udc80"),
+        "surrogate get_stream": lambda: engine.get_stream("\udc80"),
+        "surrogate delete_stream": lambda: engine.delete_stream("a\udc80"),
+        "surrogate producer": lambda: engine.producer("\udc80"),
+        "surrogate consumer stream": lambda: engine.consumer("\udc80", "c"),
+        "surrogate consumer name": lambda: engine.consumer("s", "\udc80"),
+        "surrogate prefix": lambda: engine.list_streams(prefix="\udc80"),
+        "surrogate batch": lambda: engine.batch().create_stream("\udc80"),
+        "consumer partitions int": lambda: engine.consumer("s", "c", partitions=5),
+        "consumer partitions str 01": lambda: engine.consumer("s", "c", partitions="01"),
+        "send_many None": lambda: txn.send_many(None),
+        "send_many int": lambda: txn.send_many(5),
+        "instant None": lambda: producer.instant(None),
+        "batch instant None": lambda: engine.batch().instant("s", None),
+        "batch set_offsets None": lambda: engine.batch().set_offsets("s", "c", None),
+        "batch set_offsets bad offset": lambda: engine.batch().set_offsets("s", "c", {0: -1}),
+        "set_offset 2**64": lambda: consumer.set_offset(0, 2**64),
+        "prefetch 2**30": lambda: engine.consumer("s", "c", prefetch=2**30),
+        "poll_interval nan": lambda: engine.subscribe("s", "x", callback=print, poll_interval=float("nan")),
+        "poll_interval inf": lambda: engine.subscribe("s", "x", callback=print, poll_interval=float("inf")),
         "group member": lambda: ts.CheckpointGroup(producer, "not an agent"),
     }
     for what, call in bad.items():
@@ -411,6 +549,60 @@ def test_invalid_open_arguments(tmp_path) -> None:
         with pytest.raises(errors.InvalidArgument):
             call().close()
             pytest.fail(f"#{i}: no InvalidArgument")
+
+
+def test_invalid_options_are_refused_at_open_and_leave_nothing_behind(tmp_path) -> None:
+    import threading
+
+    from tstreams_embedded.engine import embedded
+
+    (tmp_path / "a-file").write_bytes(b"not a directory")
+    threads = set(threading.enumerate())
+    bad = {
+        "compaction_interval -1": {"compaction_interval": -1},
+        "compaction_interval 0": {"compaction_interval": 0},
+        "compaction_interval str": {"compaction_interval": "60"},
+        "compaction_interval nan": {"compaction_interval": float("nan")},
+        "compaction_interval inf": {"compaction_interval": float("inf")},
+        "keepalive_interval negative": {"keepalive_interval": -0.001},
+        "keepalive_interval nan": {"keepalive_interval": float("nan")},
+        "keepalive_interval str": {"keepalive_interval": "1"},
+        "flush_interval -1": {"flush_interval": -1, "durability": "async"},
+        "flush_interval None": {"flush_interval": None},
+        "txn_ttl -1": {"txn_ttl": -1},
+        "txn_ttl nan": {"txn_ttl": float("nan")},
+        "max_map_size below map_size": {"max_map_size": 1 << 20},
+        "clock": {"clock": 5},
+        "unknown option": {"max_itme_size": 5},
+    }
+    for what, options in bad.items():
+        with pytest.raises(errors.InvalidArgument):
+            ts.open(tmp_path / "d", **options).close()
+            pytest.fail(f"{what}: no InvalidArgument")
+        assert not embedded._registry, what  # nothing registered
+    with pytest.raises(errors.InvalidArgument, match="not a directory"):
+        ts.open(tmp_path / "a-file")
+    assert set(threading.enumerate()) == threads  # no maintenance or keep-alive thread left
+    with ts.open(tmp_path / "d", compaction_interval=0.5, durability="async", flush_interval=0.5) as e:
+        e.create_stream("s")  # and the directory opens normally afterwards
+    with ts.open(tmp_path / "d", keepalive_interval=None, compaction_interval=None) as e:
+        assert e.has_stream("s")
+
+
+def test_a_second_open_with_other_storage_options_raises_engine_busy(tmp_path, clock) -> None:
+    with ts.open(tmp_path, max_item_size=100, compaction_interval=None) as first:
+        for option, value in [("max_item_size", 200), ("map_size", 1 << 21), ("compaction_interval", 30.0),
+                              ("clock", clock), ("log_retention", 5)]:
+            options = {"max_item_size": 100, "compaction_interval": None, option: value}
+            with pytest.raises(errors.EngineBusy, match=option):
+                ts.open(tmp_path, **options)
+        with pytest.raises(errors.EngineBusy, match="max_item_size"):
+            ts.open(tmp_path, compaction_interval=None)  # the default differs from the first open's
+        # per-handle options may differ
+        with ts.open(tmp_path, max_item_size=100, compaction_interval=None, txn_ttl=5,
+                     keepalive_interval=None) as second:
+            assert second.backend is first.backend and second.txn_ttl == 5
+        assert first.backend.max_item_size == 100
 
 
 def test_engine_busy_for_a_conflicting_second_open(tmp_path) -> None:

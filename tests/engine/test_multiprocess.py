@@ -1,9 +1,14 @@
 """Several processes on one data directory: IDs stay unique and strictly increasing per
-partition, and every transaction either process acknowledged is readable."""
+partition, and every transaction either process acknowledged is readable; a fork()ed child
+opens its own environment."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -57,3 +62,56 @@ def test_two_processes_produce_to_one_directory_at_the_same_time(tmp_path) -> No
     # the two processes really interleaved in the same partitions
     owners = [read_item[0] for read_item in sorted(read, key=lambda i: read[i])]
     assert len({owners[i] != owners[i + 1] for i in range(len(owners) - 1)}) == 2
+
+
+def _forked_child(path: str, parent_backend_id: int, results) -> None:  # runs in a fork()ed child
+    try:
+        with ts.open(path, compaction_interval=None) as e:
+            own = id(e.backend) != parent_backend_id
+            tid = e.producer("s").instant([b"child %d" % os.getpid()])
+            with ts.open(path, compaction_interval=None) as again:  # the child's registry works too
+                shared = again.backend is e.backend
+            results.put((own, shared, tid))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        results.put(repr(exc))
+
+
+def test_a_forked_child_opens_its_own_environment_while_a_parent_thread_writes(tmp_path) -> None:
+    path = str(tmp_path / "data")
+    parent = ts.open(path, compaction_interval=None)
+    parent.create_stream("s")
+    stop = threading.Event()
+    written: list[int] = []
+
+    def write() -> None:
+        producer = parent.producer("s")
+        while not stop.is_set():
+            txn = producer.new_transaction()
+            txn.send(b"parent")
+            txn.checkpoint()
+            written.append(txn.id)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        ctx = multiprocessing.get_context("fork")
+        results = ctx.Queue()
+        children = []
+        for _ in range(6):  # forks land at random points of the parent's commits
+            time.sleep(0.02)
+            children.append(ctx.Process(target=_forked_child, args=(path, id(parent.backend), results)))
+            children[-1].start()
+        got = [results.get(timeout=60) for _ in children]
+        for c in children:
+            c.join(30)
+            assert c.exitcode == 0
+    finally:
+        stop.set()
+        writer.join(30)
+    assert all(r[:2] == (True, True) for r in got), got
+    assert written and not parent.closed
+    child_ids = sorted(r[2] for r in got)
+    c = parent.consumer("s", "check")
+    seen = [t.id for t in iter(c.get_transaction, None)]
+    assert seen == sorted(seen) and set(child_ids) <= set(seen) and set(written) <= set(seen)
+    parent.close()

@@ -18,22 +18,23 @@ ints = st.integers(min_value=0, max_value=2**63 - 1)
 small = st.integers(min_value=0, max_value=1000)
 chunks = st.lists(st.binary(max_size=20), max_size=4).map(O.pack_items)
 optional = st.none() | ints
+targets = (st.tuples(names, small, ints) | st.tuples(names, small, ints, ints)).map(list)
 
 RECORD_STRATEGIES: dict[type, Any] = {
     O.CreateStream: st.builds(O.CreateStream, names, small, small, st.text(max_size=8)),
     O.DeleteStream: st.builds(O.DeleteStream, names),
-    O.Open: st.builds(O.Open, names, small, small, optional, optional, st.none() | chunks),
-    O.Data: st.builds(O.Data, names, small, ints, chunks),
-    O.Checkpoint: st.builds(O.Checkpoint, names, small, ints, st.none() | chunks),
-    O.Cancel: st.builds(O.Cancel, names, small, ints),
-    O.Instant: st.builds(O.Instant, names, small, chunks, optional),
-    O.KeepAlive: st.builds(O.KeepAlive, st.lists(st.tuples(names, small, ints).map(list), max_size=3), small,
-                           optional),
-    O.Invalidate: st.builds(O.Invalidate, names, small, ints),
-    O.SetOffsets: st.builds(O.SetOffsets, names, names, st.dictionaries(small, ints, max_size=3)),
-    O.Compact: st.builds(O.Compact, names, small, ints),
+    O.Open: st.builds(O.Open, names, small, small, optional, optional, st.none() | chunks, stream_id=optional),
+    O.Data: st.builds(O.Data, names, small, ints, chunks, stream_id=optional),
+    O.Checkpoint: st.builds(O.Checkpoint, names, small, ints, st.none() | chunks, stream_id=optional),
+    O.Cancel: st.builds(O.Cancel, names, small, ints, stream_id=optional),
+    O.Instant: st.builds(O.Instant, names, small, chunks, optional, stream_id=optional),
+    O.KeepAlive: st.builds(O.KeepAlive, st.lists(targets, max_size=3), small, optional),
+    O.Invalidate: st.builds(O.Invalidate, names, small, ints, stream_id=optional),
+    O.SetOffsets: st.builds(O.SetOffsets, names, names, st.dictionaries(small, ints, max_size=3),
+                            stream_id=optional),
+    O.Compact: st.builds(O.Compact, names, small, ints, stream_id=optional),
     O.SetMarker: st.builds(O.SetMarker, names, st.integers(-(2**63), 2**63 - 1), st.booleans()),
-    O.CancelIfOpen: st.builds(O.CancelIfOpen, names, small, ints),
+    O.CancelIfOpen: st.builds(O.CancelIfOpen, names, small, ints, stream_id=optional),
 }
 any_record = st.one_of(*RECORD_STRATEGIES.values())
 
@@ -60,7 +61,8 @@ def test_logs_written_before_typed_records_still_decode() -> None:
                        O.SetOffsets("s", "c", {0: 99}), O.SetMarker("m", 5, True)]
 
 
-@pytest.mark.parametrize("row", [[], [0], [99, "s"], ["OPEN", "s"], [True, "s"], [7, "s"], [7, "s", 0, b"", None, 1]])
+@pytest.mark.parametrize("row", [[], [0], [99, "s"], ["OPEN", "s"], [True, "s"], [7, "s"],
+                                 [7, "s", 0, b"", None, 1, 2]])
 def test_malformed_rows_are_refused_by_decode(row: list[Any]) -> None:
     with pytest.raises(errors.InvalidArgument):
         O.decode(row)

@@ -577,7 +577,7 @@ class EngineMachine(RuleBasedStateMachine):
             assert _txn_tuple(c.real.get_transaction_by_id(p, tid)) == self.model.visible(c.stream, p, tid)
             lo = data.draw(st.sampled_from(ids))
             hi = data.draw(st.sampled_from(ids))
-            expected = [t for t in self.model.scan(c.stream, p, max(lo - 1, 0), 1 << 30)[0] if t[0] <= hi]
+            expected = [t for t in self.model.scan(c.stream, p, lo, 1 << 30)[0] if t[0] <= hi]  # (lo, hi]
             got = [(t.id, list(t.items)) for t in c.real.get_transactions_from_to(p, lo, hi)]
             assert got == expected
         assert _txn_tuple(c.real.get_last_transaction(p)) == self.model.last(c.stream, p)
@@ -655,7 +655,7 @@ def test_range_read_skips_an_expired_transaction() -> None:
         m.advance_time(TXN_TTL_MS)
         ids = m.model.part("a", 0).ids()
         m.read_by_id_range_last(_Draw(c, 0, ids[0], ids[0], ids[2]))
-        assert len(c.real.get_transactions_from_to(0, ids[0], ids[2])) == 2
+        assert len(c.real.get_transactions_from_to(0, ids[0] - 1, ids[2])) == 2
     finally:
         m.teardown()
 

@@ -35,6 +35,7 @@ from .chunks import seal
 from .ops import TxnState
 from .store import Store, as_bytes
 from .validate import (
+    MAX_ID,
     check_int,
     check_name,
     check_partition,
@@ -45,6 +46,9 @@ from .validate import (
 )
 
 R = TypeVar("R")
+#: ``meta`` key: the highest transaction ID of any deleted stream; the first ID of a partition
+#: is allocated above it, so IDs never repeat in a partition of the same name.
+ID_FLOOR = b"id_floor"
 Handler = Callable[["Applier", "BatchScope", Any], tuple[Any, Any]]
 _HANDLERS: dict[type, Handler] = {}
 
@@ -105,15 +109,22 @@ class Applier:
         return results, resolved
 
     # -- helpers ---------------------------------------------------------------------
-    def _stream(self, scope: BatchScope, name: Any) -> StreamInfo:
+    def _stream(self, scope: BatchScope, name: Any, stream_id: Any = None) -> StreamInfo:
+        """The stream ``name``; with ``stream_id``, only that incarnation of it (a record of a
+        handle made before the stream was deleted and created again gets StreamNotFound)."""
         info = scope.streams.get(name) if isinstance(name, str) else None
         if info is None:
             info = lookup_stream(scope.txn, self.store, name)
             scope.streams[name] = info
+        if stream_id is not None and check_int(stream_id, "stream id", 1, MAX_ID) != info.id:
+            raise errors.StreamNotFound(
+                f"stream {info.name!r} (id {stream_id}) was deleted; a new stream of that name (id {info.id}) "
+                "exists: open a new producer or consumer on it"
+            )
         return info
 
-    def _partition(self, scope: BatchScope, stream: Any, partition: Any) -> StreamInfo:
-        info = self._stream(scope, stream)
+    def _partition(self, scope: BatchScope, stream: Any, partition: Any, stream_id: Any = None) -> StreamInfo:
+        info = self._stream(scope, stream, stream_id)
         check_partition(info, partition)
         return info
 
@@ -146,7 +157,11 @@ class Applier:
         """A new transaction ID, or the resolved one when replaying."""
         pkey = keys.part_key(info.id, partition)
         raw = scope.txn.get(pkey, db=self.store.parts)
-        last = keys.U64.unpack(raw)[0] if raw else 0
+        if raw:
+            last = keys.U64.unpack(raw)[0]
+        else:  # first ID of the partition: above every ID of a deleted stream (same name or not)
+            floor = scope.txn.get(ID_FLOOR, db=self.store.meta)
+            last = keys.U64.unpack(floor)[0] if floor else 0
         if scope.replay and given is not None:
             txn_id = check_int(given, "transaction id", 1, 2**63 - 1)
         else:
@@ -178,8 +193,9 @@ class Applier:
                    items: int) -> None:
         scope.txn.put(key, keys.STATE.pack(state, deadline, chunks, items), db=self.store.txns)
 
-    def cancel(self, scope: BatchScope, stream: Any, partition: Any, txn_id: Any, *, strict: bool) -> bool:
-        info = self._partition(scope, stream, partition)
+    def cancel(self, scope: BatchScope, stream: Any, partition: Any, txn_id: Any, *, strict: bool,
+               stream_id: Any = None) -> bool:
+        info = self._partition(scope, stream, partition, stream_id)
         check_txn_id(txn_id)
         key = keys.txn_key(info.id, partition, txn_id)
         raw = scope.txn.get(key, db=self.store.txns)
@@ -227,19 +243,25 @@ def _delete_stream(a: Applier, scope: BatchScope, op: O.DeleteStream) -> tuple[N
     txn = scope.txn
     txn.delete(op.name.encode("utf-8"), db=a.store.streams)
     prefix = keys.stream_prefix(info.id)
+    raw = txn.get(ID_FLOOR, db=a.store.meta)
+    floor = high = keys.U64.unpack(raw)[0] if raw else 0
     for db in (a.store.parts, a.store.txns, a.store.data, a.store.offsets):
         cur = txn.cursor(db=db)
         if cur.set_range(prefix):
             while cur.key()[: len(prefix)] == prefix:
+                if db is a.store.parts:
+                    high = max(high, keys.U64.unpack(cur.value())[0])
                 if not cur.delete():
                     break
+    if high > floor:  # IDs never repeat in a partition, even if the name is created again
+        txn.put(ID_FLOOR, keys.U64.pack(high), db=a.store.meta)
     scope.streams.pop(op.name, None)
     return None, op
 
 
 @handles(O.Open)
 def _open(a: Applier, scope: BatchScope, op: O.Open) -> tuple[int, O.Open]:
-    info = a._partition(scope, op.stream, op.partition)
+    info = a._partition(scope, op.stream, op.partition, op.stream_id)
     check_txn_ttl_ms(op.ttl_ms)
     n = a._count(scope, op.chunk) if op.chunk is not None else 0
     txn_id = a._allocate(scope, info, op.partition, op.txn_id)
@@ -251,7 +273,7 @@ def _open(a: Applier, scope: BatchScope, op: O.Open) -> tuple[int, O.Open]:
 
 @handles(O.Data)
 def _data(a: Applier, scope: BatchScope, op: O.Data) -> tuple[int, O.Data]:
-    info = a._partition(scope, op.stream, op.partition)
+    info = a._partition(scope, op.stream, op.partition, op.stream_id)
     key, (_, deadline, chunks, items) = a._open_state(scope, info, op.partition, op.txn_id)
     n = a._count(scope, op.chunk)
     if not n:
@@ -263,7 +285,7 @@ def _data(a: Applier, scope: BatchScope, op: O.Data) -> tuple[int, O.Data]:
 
 @handles(O.Checkpoint)
 def _checkpoint(a: Applier, scope: BatchScope, op: O.Checkpoint) -> tuple[int, O.Checkpoint]:
-    info = a._partition(scope, op.stream, op.partition)
+    info = a._partition(scope, op.stream, op.partition, op.stream_id)
     key, (_, _, chunks, items) = a._open_state(scope, info, op.partition, op.txn_id)
     logged = None
     if op.chunk is not None:
@@ -281,18 +303,18 @@ def _checkpoint(a: Applier, scope: BatchScope, op: O.Checkpoint) -> tuple[int, O
 
 @handles(O.Cancel)
 def _cancel(a: Applier, scope: BatchScope, op: O.Cancel) -> tuple[None, O.Cancel]:
-    a.cancel(scope, op.stream, op.partition, op.txn_id, strict=True)
+    a.cancel(scope, op.stream, op.partition, op.txn_id, strict=True, stream_id=op.stream_id)
     return None, op
 
 
 @handles(O.CancelIfOpen)
 def _cancel_if_open(a: Applier, scope: BatchScope, op: O.CancelIfOpen) -> tuple[bool, O.CancelIfOpen]:
-    return a.cancel(scope, op.stream, op.partition, op.txn_id, strict=False), op
+    return a.cancel(scope, op.stream, op.partition, op.txn_id, strict=False, stream_id=op.stream_id), op
 
 
 @handles(O.Instant)
 def _instant(a: Applier, scope: BatchScope, op: O.Instant) -> tuple[int, O.Instant]:
-    info = a._partition(scope, op.stream, op.partition)
+    info = a._partition(scope, op.stream, op.partition, op.stream_id)
     n = a._count(scope, op.chunk)
     if n == 0:
         raise errors.InvalidArgument("an instant transaction needs at least one item")
@@ -311,10 +333,12 @@ def _keepalive(a: Applier, scope: BatchScope, op: O.KeepAlive) -> tuple[int, O.K
     alive = 0
     txn = scope.txn
     for target in op.targets:
-        stream, partition, txn_id = target
+        if not isinstance(target, (list, tuple)) or len(target) not in (3, 4):
+            raise errors.InvalidArgument("a keep-alive target is (stream, partition, txn id[, stream id])")
+        stream, partition, txn_id = target[:3]
         check_txn_id(txn_id)
         try:
-            info = a._stream(scope, stream)
+            info = a._stream(scope, stream, target[3] if len(target) == 4 else None)
         except errors.StreamNotFound:
             continue
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < info.partitions:
@@ -332,7 +356,7 @@ def _keepalive(a: Applier, scope: BatchScope, op: O.KeepAlive) -> tuple[int, O.K
 
 @handles(O.Invalidate)
 def _invalidate(a: Applier, scope: BatchScope, op: O.Invalidate) -> tuple[bool, O.Invalidate]:
-    info = a._partition(scope, op.stream, op.partition)
+    info = a._partition(scope, op.stream, op.partition, op.stream_id)
     check_txn_id(op.txn_id)
     key = keys.txn_key(info.id, op.partition, op.txn_id)
     raw = scope.txn.get(key, db=a.store.txns)
@@ -348,7 +372,7 @@ def _invalidate(a: Applier, scope: BatchScope, op: O.Invalidate) -> tuple[bool, 
 
 @handles(O.SetOffsets)
 def _set_offsets(a: Applier, scope: BatchScope, op: O.SetOffsets) -> tuple[None, O.SetOffsets]:
-    info = a._stream(scope, op.stream)
+    info = a._stream(scope, op.stream, op.stream_id)
     check_name(op.consumer, "consumer name")
     if not isinstance(op.offsets, dict):
         raise errors.InvalidArgument("offsets must be a mapping of partition to transaction id")
@@ -364,7 +388,7 @@ def _set_offsets(a: Applier, scope: BatchScope, op: O.SetOffsets) -> tuple[None,
 
 @handles(O.Compact)
 def _compact(a: Applier, scope: BatchScope, op: O.Compact) -> tuple[int, O.Compact]:
-    info = a._partition(scope, op.stream, op.partition)
+    info = a._partition(scope, op.stream, op.partition, op.stream_id)
     check_txn_id(op.before_id, "before_id")
     prefix = keys.part_key(info.id, op.partition)
     end = keys.txn_key(info.id, op.partition, op.before_id)

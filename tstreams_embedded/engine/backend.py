@@ -41,19 +41,21 @@ class StreamInfo:
 
 @dataclass(frozen=True)
 class TxnData:
-    """A checkpointed transaction as stored: raw ``bytes`` items, in send order."""
+    """A checkpointed transaction as stored: raw ``bytes`` items, in send order.
+    ``stream_id`` is the incarnation of the stream it was read from (:attr:`StreamInfo.id`)."""
 
     stream: str
     partition: int
     id: int
     items: list[bytes] = field(default_factory=list)
+    stream_id: int | None = field(default=None, compare=False)
 
     def to_wire(self) -> list[Any]:
-        return [self.stream, self.partition, self.id, self.items]
+        return [self.stream, self.partition, self.id, self.items, self.stream_id]
 
     @classmethod
     def from_wire(cls, v: Sequence[Any]) -> TxnData:
-        return cls(v[0], v[1], v[2], list(v[3]))
+        return cls(v[0], v[1], v[2], list(v[3]), v[4] if len(v) > 4 else None)
 
 
 @dataclass(frozen=True)
@@ -63,19 +65,22 @@ class Fetched:
     ``txns`` are checkpointed transactions in ID order. ``position`` is the ID of the last
     record examined and passed (checkpointed, cancelled, invalid or TTL-expired); a consumer
     that has processed all of ``txns`` may store ``position`` as its offset. ``blocked`` is
-    true when the scan stopped at an open, unexpired transaction.
+    true when the scan stopped at an open, unexpired transaction. ``stream_id`` is the
+    incarnation of the stream that was read (:attr:`StreamInfo.id`): a consumer made before
+    the stream was deleted and created again tells by it that its stream is gone.
     """
 
     txns: list[TxnData]
     position: int
     blocked: bool
+    stream_id: int | None = None
 
     def to_wire(self) -> list[Any]:
-        return [[t.to_wire() for t in self.txns], self.position, self.blocked]
+        return [[t.to_wire() for t in self.txns], self.position, self.blocked, self.stream_id]
 
     @classmethod
     def from_wire(cls, v: Sequence[Any]) -> Fetched:
-        return cls([TxnData.from_wire(t) for t in v[0]], v[1], v[2])
+        return cls([TxnData.from_wire(t) for t in v[0]], v[1], v[2], v[3] if len(v) > 3 else None)
 
 
 @dataclass(frozen=True)

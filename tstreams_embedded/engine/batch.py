@@ -15,13 +15,13 @@ fails (for example a duplicate stream name), the whole batch raises and nothing 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import errors, serde
 from . import ops as O
 from .backend import StreamInfo
-from .validate import check_name, check_stream_shape
+from .validate import MAX_PARTITIONS, check_int, check_name, check_stream_shape, check_txn_id
 
 if TYPE_CHECKING:
     from .context import AgentContext
@@ -52,6 +52,8 @@ class Batch:
         """A checkpointed transaction of ``items`` on ``partition`` (its ID is in :attr:`results`)."""
         check_name(stream)
         dumps = serde.resolve(serializer)[0]
+        if isinstance(items, (bytes, str)) or not isinstance(items, Iterable):
+            raise errors.InvalidArgument(f"items must be an iterable of items, got {type(items).__name__}")
         data = [dumps(i) for i in items]
         if not data:
             raise errors.InvalidArgument("an instant transaction needs at least one item")
@@ -59,7 +61,14 @@ class Batch:
 
     def set_offsets(self, stream: str, consumer: str, offsets: dict[int, int]) -> None:
         """Store a consumer's offsets (partition -> last processed transaction ID)."""
+        check_name(stream)
         check_name(consumer, "consumer name")
+        if not isinstance(offsets, Mapping):
+            raise errors.InvalidArgument(f"offsets must be a mapping of partition to transaction id, got "
+                                         f"{type(offsets).__name__}")
+        for p, txn_id in offsets.items():
+            check_int(p, "partition", 0, MAX_PARTITIONS - 1)
+            check_txn_id(txn_id, "offset")
         self._ops.append(O.SetOffsets(stream, consumer, dict(offsets)))
 
     def commit(self) -> list[Any]:

@@ -10,6 +10,7 @@ import msgpack
 from .. import errors
 from .backend import StreamInfo
 from .store import Store
+from .validate import utf8
 
 
 def encode_stream(info: StreamInfo) -> bytes:
@@ -26,7 +27,7 @@ def lookup_stream(txn: lmdb.Transaction, store: Store, name: Any) -> StreamInfo:
     """The stream ``name`` in snapshot ``txn``, or :class:`StreamNotFound`."""
     if not isinstance(name, str):
         raise errors.InvalidArgument(f"stream name must be a string, got {type(name).__name__}")
-    raw = txn.get(name.encode("utf-8"), db=store.streams) if name else None
+    raw = txn.get(utf8(name, "stream name"), db=store.streams) if name else None
     if raw is None:
         raise errors.StreamNotFound(f"stream {name!r} does not exist")
     return decode_stream(name, raw)

@@ -23,7 +23,7 @@ from ..ids import ID_MULTIPLIER, txn_id_at, txn_time
 from . import ops as O
 from .backend import TxnData
 from .context import GroupPart
-from .validate import check_name
+from .validate import MAX_FETCH, check_int, check_name, check_txn_id
 
 if TYPE_CHECKING:
     from .context import AgentContext
@@ -59,6 +59,8 @@ class Consumer:
         backend = engine.backend
         info = backend.get_stream(stream)
         self.stream = info.name
+        #: the incarnation of the stream (see :mod:`.ops`)
+        self.stream_id = info.id
         self.ttl_ms = info.ttl * 1000
         self.name = check_name(name, "consumer name")
         # Prefetched transactions are re-checked against the stream TTL when taken. The
@@ -70,13 +72,19 @@ class Consumer:
             self._now_ms = lambda: time.time_ns() // 1_000_000 + offset
         self._loads = serde.resolve(serializer)[1]
         self._raw = self._loads is serde.RAW[1]
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-            raise errors.InvalidArgument(f"prefetch must be a positive integer, got {prefetch!r}")
-        self.prefetch = prefetch
+        self.prefetch = check_int(prefetch, "prefetch", 1, MAX_FETCH)
         if partitions is None:
             self.partitions = list(range(info.partitions))
         else:
-            self.partitions = sorted(set(partitions))
+            if isinstance(partitions, (str, bytes)) or not isinstance(partitions, Iterable):
+                raise errors.InvalidArgument(
+                    f"partitions must be an iterable of partition numbers (e.g. [0, 2]), got {partitions!r:.40}"
+                )
+            wanted = list(partitions)
+            for p in wanted:
+                if isinstance(p, bool) or not isinstance(p, int):
+                    raise errors.InvalidArgument(f"partition must be an integer, got {p!r}")
+            self.partitions = sorted(set(wanted))
             for p in self.partitions:
                 if isinstance(p, bool) or not isinstance(p, int):
                     raise errors.InvalidArgument(f"partition must be an integer, got {p!r}")
@@ -121,6 +129,25 @@ class Consumer:
         checked: int = partition
         return checked
 
+    def _same_stream(self, stream_id: int | None) -> None:
+        """StreamNotFound if a read answered from another incarnation of the stream (it was
+        deleted and created again since this consumer was made)."""
+        if stream_id is not None and stream_id != self.stream_id:
+            raise errors.StreamNotFound(
+                f"stream {self.stream!r} (id {self.stream_id}) was deleted; a new stream of that name "
+                f"(id {stream_id}) exists: open a new consumer on it"
+            )
+
+    def _checked(self, t: TxnData | None) -> Transaction | None:
+        """``t`` wrapped, after checking that it was read from this consumer's stream (when
+        nothing was found, the stream is looked up: a new stream of the same name has none
+        of this consumer's transactions)."""
+        if t is None:
+            self._same_stream(self.engine.backend.get_stream(self.stream).id)
+            return None
+        self._same_stream(t.stream_id)
+        return self._wrap(t)
+
     def _wrap(self, t: TxnData) -> Transaction:
         items = t.items if self._raw else [self._loads(i) for i in t.items]
         return Transaction(t.stream, t.partition, t.id, items)
@@ -150,6 +177,7 @@ class Consumer:
         buf = self._buffers[p]
         if not buf:
             f = self.engine.backend.fetch(self.stream, p, self._position[p], self.prefetch)
+            self._same_stream(f.stream_id)
             buf.extend(f.txns)
             self._scanned[p] = f.position
             if not buf:
@@ -166,26 +194,36 @@ class Consumer:
 
     def get_transaction_by_id(self, partition: int, txn_id: int) -> Transaction | None:
         """A checkpointed transaction by ID (does not move the position)."""
+        self.engine.check_open()
         t = self.engine.backend.get_transaction(self.stream, self._check_partition(partition), txn_id)
-        return self._wrap(t) if t is not None else None
+        return self._checked(t)
 
     def get_transactions_from_to(self, partition: int, from_id: int, to_id: int) -> list[Transaction]:
-        """Checkpointed transactions with ``from_id <= id <= to_id``, stopping before the first
-        open one (does not move the position)."""
-        ts = self.engine.backend.transactions_range(self.stream, self._check_partition(partition), from_id, to_id)
+        """Checkpointed transactions with ``from_id < id <= to_id`` (as in T-streams, which
+        scans from ``from_id + 1``), stopping before the first open one (does not move the
+        position)."""
+        self.engine.check_open()
+        p = self._check_partition(partition)
+        check_txn_id(from_id, "from_id")
+        check_txn_id(to_id, "to_id")
+        ts = self.engine.backend.transactions_range(self.stream, p, from_id + 1, to_id) if from_id < to_id else []
+        if not ts:
+            self._checked(None)
+        for t in ts:
+            self._same_stream(t.stream_id)
         return [self._wrap(t) for t in ts]
 
     def get_last_transaction(self, partition: int) -> Transaction | None:
         """The checkpointed transaction with the highest ID (does not move the position)."""
+        self.engine.check_open()
         t = self.engine.backend.last_transaction(self.stream, self._check_partition(partition))
-        return self._wrap(t) if t is not None else None
+        return self._checked(t)
 
     def set_offset(self, partition: int, txn_id: int) -> None:
         """Move the position: the next transaction read will have an ID > ``txn_id``."""
         self.engine.check_open()
         p = self._check_partition(partition)
-        if isinstance(txn_id, bool) or not isinstance(txn_id, int) or txn_id < 0:
-            raise errors.InvalidArgument(f"offset must be a non-negative integer, got {txn_id!r}")
+        check_txn_id(txn_id, "offset")
         self._position[p] = txn_id
         self._scanned[p] = txn_id
         self._buffers[p].clear()
@@ -204,4 +242,4 @@ class Consumer:
         def done(results: list[Any]) -> None:
             self.committed = positions
 
-        return [O.SetOffsets(self.stream, self.name, positions)], done
+        return [O.SetOffsets(self.stream, self.name, positions, self.stream_id)], done

@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,7 +43,7 @@ from .committer import GroupCommitter
 from .iteration import iter_transactions
 from .ops import Operation
 from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store, as_bytes, entries, translate
-from .validate import check_int, check_name
+from .validate import MAX_FETCH, check_int, check_interval, check_name, utf8
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,44 @@ DEFAULT_MAX_ITEM_SIZE = 10 * 1024 * 1024
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+# ------------------------------------------------------------------------------ fork()
+# LMDB forbids using an environment in a child process, and py-lmdb refuses to open the
+# same files twice in one process. So, around fork(), every Core of this process is
+# quiesced (no write transaction, no read snapshot in flight: their reader slots are shared
+# with the parent); in the child each one is closed, which is then harmless to the parent,
+# and the child opens environments of its own.
+_LIVE: weakref.WeakSet[Core] = weakref.WeakSet()
+_FORK_WAIT = 10.0
+_quiesced: list[tuple[Core, Any]] = []
+
+
+def _before_fork() -> None:
+    deadline = time.monotonic() + _FORK_WAIT
+    for core in list(_LIVE):
+        if not core._closed:
+            gate = core._quiesce(deadline)
+            if gate is not None:
+                _quiesced.append((core, gate))
+
+
+def _after_fork_in_parent() -> None:
+    while _quiesced:
+        core, gate = _quiesced.pop()
+        core._resume(gate)
+
+
+def _after_fork_in_child() -> None:
+    quiet = {id(core) for core, _ in _quiesced}
+    _quiesced.clear()
+    for core in list(_LIVE):
+        core.forked_away(close_environment=id(core) in quiet)
+    _LIVE.clear()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
 
 
 class Core:
@@ -78,8 +117,17 @@ class Core:
             raise errors.InvalidArgument(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
         check_int(max_item_size, "max_item_size", 1, 1 << 31)
         check_int(map_size, "map_size", 1 << 16, 1 << 50)
+        check_int(max_map_size, "max_map_size", map_size, 1 << 50)
         if log_retention is not None:
             check_int(log_retention, "log_retention", 0, 1 << 62)
+        check_interval(compaction_interval, "compaction_interval", allow_none=True)
+        check_interval(flush_interval, "flush_interval")
+        if clock is not None and not callable(clock):
+            raise errors.InvalidArgument(f"clock must be a callable returning epoch milliseconds, got {clock!r}")
+        if not isinstance(path, (str, os.PathLike)):
+            raise errors.InvalidArgument(f"path must be a string or path, got {type(path).__name__}")
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise errors.InvalidArgument(f"data path {os.fspath(path)!r} exists and is not a directory")
         self.path = os.fspath(path)
         self.durability = durability
         self.max_item_size = max_item_size
@@ -88,12 +136,18 @@ class Core:
         try:
             self.store = Store(self.path, durability, map_size=map_size, max_map_size=max_map_size)
         except (lmdb.Error, OSError) as exc:
+            if "already open in this process" in str(exc):
+                raise errors.EngineBusy(
+                    f"{self.path!r} is already open in this process (or was open in the parent at a fork() that "
+                    "happened in the middle of a write or read); open it with ts.open, which shares it"
+                ) from exc
             raise translate(exc, "opening the LMDB environment", self.path) from exc
         self.applier = Applier(self.store, max_item_size)
         self.committer = GroupCommitter(self.store, self.applier, self.clock, sync_durable=durability == "sync")
         self._commit_cv = threading.Condition()
         self.committer.on_commit = self._notify_commit
         self._closed = False
+        self._forked = False
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
         self.compaction_interval = compaction_interval
@@ -101,11 +155,66 @@ class Core:
         if compaction_interval or durability == "async":
             self._maintenance = threading.Thread(target=self._maintain, name="tstreams-maintenance", daemon=True)
             self._maintenance.start()
+        _LIVE.add(self)
 
     # ------------------------------------------------------------------ lifecycle
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def forked_away(self, close_environment: bool) -> None:
+        """This object was inherited through ``fork()``: the child never uses its parent's
+        environment (every call raises EngineClosed). It is closed when nothing was in
+        flight at the fork (then closing it touches nothing of the parent's); otherwise it
+        is left as it is, and the child cannot open that directory again."""
+        self._closed = True
+        self._forked = True
+        if close_environment:
+            try:
+                self.store.env.close()
+            except Exception:  # noqa: BLE001 - the child only needs the files released
+                log.exception("closing an environment inherited through fork() failed")
+
+    def _quiesce(self, deadline: float) -> Any:
+        """Before fork(): wait for the commit group and the read snapshots in flight, and hold
+        new ones (until :meth:`_resume`). Returns the held store gate, or None on timeout."""
+        c = self.committer
+        with c._cv:
+            while c._leading:
+                if not c._cv.wait(max(0.0, deadline - time.monotonic())):
+                    return None
+            c._leading = True  # no new commit group until _resume
+        with c._sync_cv:  # nor an fsync (py-lmdb waits for calls in flight before closing)
+            while c._syncing and c._sync_cv.wait(max(0.0, deadline - time.monotonic())):
+                pass
+            synced = not c._syncing
+            if synced:
+                c._syncing = True
+        gate = self.store._gate
+        with gate._cv:
+            while synced and (gate._resizing or gate._readers):
+                if not gate._cv.wait(max(0.0, deadline - time.monotonic())):
+                    break
+            else:
+                if synced:
+                    gate._resizing = True  # no new snapshot until _resume
+                    return gate
+        self._resume(None, synced)
+        return None
+
+    def _resume(self, gate: Any, syncing: bool = True) -> None:
+        if gate is not None:
+            with gate._cv:
+                gate._resizing = False
+                gate._cv.notify_all()
+        c = self.committer
+        if syncing:
+            with c._sync_cv:
+                c._syncing = False
+                c._sync_cv.notify_all()
+        with c._cv:
+            c._leading = False
+            c._cv.notify_all()
 
     def _check(self) -> None:
         if self._closed:
@@ -117,6 +226,7 @@ class Core:
         reads that had not started. Idempotent."""
         if self._closed:
             return
+        _LIVE.discard(self)
         self._stop.set()
         if self._maintenance is not None:
             self._maintenance.join(timeout=30)
@@ -170,7 +280,7 @@ class Core:
         if limit is not None:
             check_int(limit, "limit", 0, 1 << 62)
         out: list[StreamInfo] = []
-        pb = prefix.encode("utf-8")
+        pb = utf8(prefix, "prefix")
         with self.store.read() as txn:
             cur = txn.cursor(db=self.store.streams)
             if cur.set_range(pb):
@@ -184,17 +294,17 @@ class Core:
     def fetch(self, stream: str, partition: int, after: int, max_txns: int = 256) -> Fetched:
         self._check()
         check_int(after, "after", 0, 2**63 - 1)
-        check_int(max_txns, "max_txns", 1, 1 << 20)
+        check_int(max_txns, "max_txns", 1, MAX_FETCH)
         while True:
             now = self.clock()
             with self.store.read() as txn:
                 s = reads.scan(txn, self.store, stream, partition, after, 2**63 - 1, max_txns, now)
             if s.expired is None or s.txns:
-                return Fetched(s.txns, s.position, s.blocked)
-            self._invalidate(stream, partition, s.expired)
+                return Fetched(s.txns, s.position, s.blocked, s.stream_id)
+            self._invalidate(stream, partition, s.expired, s.stream_id)
 
-    def _invalidate(self, stream: str, partition: int, txn_id: int) -> None:
-        self.committer.submit([O.Invalidate(stream, partition, txn_id)], durable=False)
+    def _invalidate(self, stream: str, partition: int, txn_id: int, stream_id: int) -> None:
+        self.committer.submit([O.Invalidate(stream, partition, txn_id, stream_id)], durable=False)
 
     # -- paged reads (bounded replies for the network server; see paging.py) --------
     def page_transaction(self, stream: str, partition: int, txn_id: int, cursor: Any, cap: int) -> list[Any]:
@@ -231,7 +341,7 @@ class Core:
         self._check()
         check_int(after, "after", 0, 2**63 - 1)
         check_int(upto, "upto", 0, 2**63 - 1)
-        check_int(max_txns, "max_txns", 1, 1 << 20)
+        check_int(max_txns, "max_txns", 1, MAX_FETCH)
         entries: list[tuple[int, int]] = []
         position = after
         while True:
@@ -243,7 +353,7 @@ class Core:
             position = max(position, s.position)
             if s.expired is None:
                 return IndexScan(entries, position, s.blocked, s.full)
-            self._invalidate(stream, partition, s.expired)  # then scan on past it
+            self._invalidate(stream, partition, s.expired, s.stream_id)  # then scan on past it
 
     def last_transaction(self, stream: str, partition: int) -> TxnData | None:
         self._check()
@@ -415,7 +525,7 @@ class Core:
                         first = keys.part_key(info.id, p)
                         head = as_bytes(tcur.key()) if tcur.set_range(first) else b""
                         if head[: keys.PART_LEN] == first and keys.txn_id_of(head) < floor:
-                            work.append(O.Compact(info.name, p, floor))
+                            work.append(O.Compact(info.name, p, floor, info.id))
                 if seen >= self.COMPACTION_SLICE:
                     return work, k
         return work, None

@@ -18,10 +18,17 @@ from .group import CheckpointGroup
 from .keepalive import KeepAlive, KeptAlive
 from .producer import Producer
 from .subscriber import Subscriber
-from .validate import check_name, check_stream_shape, txn_ttl_ms
+from .validate import check_interval, check_name, check_stream_shape, txn_ttl_ms, utf8
 
 DEFAULT_TXN_TTL = 60.0
 DEFAULT_STREAM_TTL = 86_400
+
+
+def check_handle_options(txn_ttl: Any, keepalive_interval: Any) -> None:
+    """Validate the per-handle options of :class:`Engine` (before anything is opened)."""
+    txn_ttl_ms(txn_ttl)
+    if keepalive_interval != -1 or isinstance(keepalive_interval, bool):
+        check_interval(keepalive_interval, "keepalive_interval", allow_none=True)
 
 
 class Engine:
@@ -29,6 +36,7 @@ class Engine:
 
     def __init__(self, backend: Backend, *, txn_ttl: float = DEFAULT_TXN_TTL, keepalive_interval: float | None = -1,
                  on_close: Callable[[], None] | None = None) -> None:
+        check_handle_options(txn_ttl, keepalive_interval)
         self._backend = backend
         self.txn_ttl = txn_ttl
         self._default_ttl_ms = txn_ttl_ms(txn_ttl)
@@ -96,7 +104,7 @@ class Engine:
     def get_stream(self, name: str) -> StreamInfo:
         """A stream's metadata, or :class:`StreamNotFound`."""
         self.check_open()
-        return self.backend.get_stream(name)
+        return self.backend.get_stream(check_name(name))
 
     def has_stream(self, name: str) -> bool:
         try:
@@ -108,24 +116,28 @@ class Engine:
     def list_streams(self, prefix: str = "", limit: int | None = None) -> list[StreamInfo]:
         """Streams whose name starts with ``prefix``, in name order."""
         self.check_open()
+        if isinstance(prefix, str):
+            utf8(prefix, "prefix")
         return self.backend.list_streams(prefix, limit)
 
     def delete_stream(self, name: str) -> None:
         """Delete a stream with all its transactions, data and consumer offsets."""
         self.check_open()
-        self.backend.submit([O.DeleteStream(name)], durable=True)
+        self.backend.submit([O.DeleteStream(check_name(name))], durable=True)
 
     # ------------------------------------------------------------------ agents
     def producer(self, stream: str, partition: int | None = None, serializer: Any = None,
                  txn_ttl: float | None = None, batch_size: int = 100) -> Producer:
         """A producer on ``stream`` (round-robin over partitions unless ``partition`` is given)."""
         self.check_open()
-        return Producer(self, stream, partition, serializer, txn_ttl, batch_size)
+        return Producer(self, check_name(stream), partition, serializer, txn_ttl, batch_size)
 
     def consumer(self, stream: str, name: str, start: Start = "oldest", partitions: Iterable[int] | None = None,
                  use_last_offset: bool = True, serializer: Any = None, prefetch: int = 256) -> Consumer:
         """A named consumer; its stored offsets win over ``start`` unless ``use_last_offset=False``."""
         self.check_open()
+        check_name(stream)
+        check_name(name, "consumer name")
         return Consumer(self, stream, name, start, partitions, use_last_offset, serializer, prefetch)
 
     def subscribe(self, stream: str, name: str, callback: Callable[[Transaction], Any], start: Start = "newest",

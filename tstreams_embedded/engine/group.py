@@ -56,13 +56,28 @@ class CheckpointGroup:
         engine.check_open()
         ops: list[Operation] = []
         finishers: list[tuple[Callable[[list[Any]], None], int, int]] = []
-        for agent in self._agents:
-            agent_ops, done = agent.prepare_group_checkpoint()
-            finishers.append((done, len(ops), len(ops) + len(agent_ops)))
-            ops.extend(agent_ops)
-        results = engine.backend.submit(ops, durable=True) if ops else []
+        try:
+            for agent in self._agents:
+                agent_ops, done = agent.prepare_group_checkpoint()
+                finishers.append((done, len(ops), len(ops) + len(agent_ops)))
+                ops.extend(agent_ops)
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+        try:
+            results = engine.backend.submit(ops, durable=True) if ops else []
+        except BaseException as exc:
+            self._failed(exc)
+            raise
         for done, start, end in finishers:
             done(results[start:end])
+
+    def _failed(self, exc: BaseException) -> None:
+        """Nothing was written: producers reopen their transactions, and mark failed those
+        that storage finished (an expired one), as a plain checkpoint does."""
+        for agent in self._agents:
+            if isinstance(agent, Producer):
+                agent.group_checkpoint_failed(exc)
 
     def cancel(self) -> None:
         """Cancel the open transactions of every producer in the group."""

@@ -41,6 +41,9 @@ class KeptAlive(Protocol):
     def stream(self) -> str: ...
 
     @property
+    def stream_id(self) -> int: ...
+
+    @property
     def txn_ttl_ms(self) -> int: ...
 
     def open_transactions(self) -> Sequence[OpenTransaction]: ...
@@ -72,7 +75,7 @@ class KeepAlive:
         for p in producers:
             for t in p.open_transactions():
                 if t.registered:  # unregistered transactions have nothing in storage to keep alive
-                    by_ttl.setdefault(p.txn_ttl_ms, []).append([p.stream, t.partition, t.id])
+                    by_ttl.setdefault(p.txn_ttl_ms, []).append([p.stream, t.partition, t.id, p.stream_id])
         alive = 0
         for ttl, targets in by_ttl.items():
             alive += self.backend.submit([O.KeepAlive(targets, ttl)], durable=False)[0]

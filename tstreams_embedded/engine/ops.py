@@ -24,6 +24,13 @@ Each record class is declared with :func:`operation`, which gives it an :class:`
     whether the record acts on an existing transaction named by ``(stream, partition,
     txn_id)`` (the network client orders its pipelined writes by that key).
 
+Records that address a stream carry an optional last field ``stream_id``: the stream's
+incarnation (:attr:`StreamInfo.id <.backend.StreamInfo.id>`). When set, the record applies
+only to that incarnation, and raises :class:`~tstreams_embedded.errors.StreamNotFound` once
+the stream was deleted (even if a stream of the same name was created since). Producers and
+consumers always set it; commit-log rows written before it existed simply lack it.
+``KEEPALIVE`` targets may likewise carry it as a fourth element.
+
 Encoding (wire and commit log) is a msgpack array ``[opcode, *fields]``; a logged batch is
 ``[now_ms, [record, ...]]``. Item payloads travel as ``chunk``: one msgpack array of
 ``bytes`` items, packed once by the producer and stored as one LMDB value
@@ -196,6 +203,7 @@ class Open(NamedTuple):
     txn_id: int | None = None
     deadline: int | None = None
     chunk: Chunk | None = None
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.DATA, addresses_txn=True)
@@ -206,6 +214,7 @@ class Data(NamedTuple):
     partition: int
     txn_id: int
     chunk: Chunk
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.CHECKPOINT, addresses_txn=True)
@@ -217,6 +226,7 @@ class Checkpoint(NamedTuple):
     partition: int
     txn_id: int
     chunk: Chunk | None = None
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.CANCEL, addresses_txn=True)
@@ -226,6 +236,7 @@ class Cancel(NamedTuple):
     stream: str
     partition: int
     txn_id: int
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.INSTANT, resolved=("txn_id",))
@@ -236,6 +247,7 @@ class Instant(NamedTuple):
     partition: int
     chunk: Chunk
     txn_id: int | None = None
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.KEEPALIVE, resolved=("deadline",))
@@ -256,6 +268,7 @@ class Invalidate(NamedTuple):
     stream: str
     partition: int
     txn_id: int
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.SET_OFFSETS)
@@ -265,6 +278,7 @@ class SetOffsets(NamedTuple):
     stream: str
     consumer: str
     offsets: dict[int, int]
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.COMPACT, client=False)
@@ -275,6 +289,7 @@ class Compact(NamedTuple):
     stream: str
     partition: int
     before_id: int
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 @operation(Opcode.SET_MARKER)
@@ -294,6 +309,7 @@ class CancelIfOpen(NamedTuple):
     stream: str
     partition: int
     txn_id: int
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
 Operation = (CreateStream | DeleteStream | Open | Data | Checkpoint | Cancel | Instant | KeepAlive | Invalidate

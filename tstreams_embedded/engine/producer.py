@@ -34,15 +34,28 @@ if TYPE_CHECKING:
     from .context import AgentContext
 
 OPEN, CHECKPOINTED, CANCELLED, FAILED = "open", "checkpointed", "cancelled", "failed"
+#: transient state while a CheckpointGroup (or a CheckpointIfOpened policy) writes the transaction
+CLOSING = "closing"
+#: errors after which a transaction is finished in storage (expired, deleted, already finished)
+TXN_GONE = (errors.TransactionExpired, errors.TransactionFinished, errors.TransactionNotFound,
+            errors.StreamNotFound)
 FLUSH_BYTES = 1 << 20
 
 
 class ProducerTransaction:
-    """An open transaction of a :class:`Producer`. Not shared between threads."""
+    """An open transaction of a :class:`Producer`.
+
+    Safe to share between threads: ``send``, ``send_many``, ``flush``, ``checkpoint``,
+    ``cancel`` and the registration (``id``) run one at a time under the transaction's lock
+    (a lock costs nothing next to a commit), so no item is lost or written twice. Items sent
+    by several threads appear in the order the calls took the lock. While a CheckpointGroup
+    writes the transaction, ``send`` raises :class:`TransactionFinished` instead of adding an
+    item that the group's write would miss."""
 
     def __init__(self, producer: Producer, partition: int) -> None:
         self.producer = producer
         self.partition = partition
+        self._lock = threading.RLock()
         self._id: int | None = None
         self.state = OPEN
         self._buffer: list[bytes] = []
@@ -57,8 +70,10 @@ class ProducerTransaction:
     def id(self) -> int:
         """The transaction ID (registers the transaction in storage if it is not yet)."""
         if self._id is None:
-            self._check_open()
-            self._register(None)
+            with self._lock:
+                if self._id is None:
+                    self._check_open()
+                    self._register(None)
         assert self._id is not None
         return self._id
 
@@ -72,17 +87,24 @@ class ProducerTransaction:
         return self.state == OPEN
 
     def _check_open(self) -> None:
+        if self.state == CLOSING:
+            raise errors.TransactionFinished(f"transaction {self._id} is being checkpointed by a CheckpointGroup")
         if self.state != OPEN:
             raise errors.TransactionFinished(f"transaction {self._id} is {self.state}; open a new one")
         self.producer.engine.check_open()
 
     def _register(self, chunk: bytes | None) -> None:
         p = self.producer
-        self._id = self._run([O.Open(p.stream, self.partition, p.txn_ttl_ms, chunk=chunk)], durable=False)[0]
+        self._id = self._run([O.Open(p.stream, self.partition, p.txn_ttl_ms, chunk=chunk, stream_id=p.stream_id)],
+                             durable=False)[0]
         p.engine.track_producer(p)
 
     def send(self, item: Any) -> None:
         """Add one item (serialized with the producer's serializer)."""
+        with self._lock:
+            self._send(item)
+
+    def _send(self, item: Any) -> None:
         producer = self.producer
         if self.state != OPEN or producer.engine.closed:
             self._check_open()
@@ -100,15 +122,21 @@ class ProducerTransaction:
         """Add several items, in order. All are validated before any is buffered."""
         self._check_open()
         batch = self.producer.serialize(items)
-        for data in batch:
-            if len(self._buffer) >= self.producer.batch_size or self._buffered_bytes + len(data) > FLUSH_BYTES:
-                self.flush()
-            self._buffer.append(data)
-            self._buffered_bytes += len(data)
-        self.count += len(batch)
+        with self._lock:
+            self._check_open()
+            for data in batch:
+                if len(self._buffer) >= self.producer.batch_size or self._buffered_bytes + len(data) > FLUSH_BYTES:
+                    self.flush()
+                self._buffer.append(data)
+                self._buffered_bytes += len(data)
+            self.count += len(batch)
 
     def flush(self) -> None:
         """Write buffered items to storage (still invisible until checkpoint)."""
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
         self._check_open()
         if not self._buffer:
             return
@@ -116,43 +144,64 @@ class ProducerTransaction:
         if self._id is None:
             self._register(chunk)
         else:
-            self._run([O.Data(self.producer.stream, self.partition, self._id, chunk)], durable=False)
+            p = self.producer
+            self._run([O.Data(p.stream, self.partition, self._id, chunk, p.stream_id)], durable=False)
         self._buffer.clear()
         self._buffered_bytes = 0
 
     def _final_op(self) -> O.Instant | O.Checkpoint | None:
         """The record that checkpoints this transaction (None: nothing to write)."""
         chunk = O.pack_items(self._buffer) if self._buffer else None
+        p = self.producer
         if self._id is None:
-            return None if chunk is None else O.Instant(self.producer.stream, self.partition, chunk)
-        return O.Checkpoint(self.producer.stream, self.partition, self._id, chunk)
+            return None if chunk is None else O.Instant(p.stream, self.partition, chunk, stream_id=p.stream_id)
+        return O.Checkpoint(p.stream, self.partition, self._id, chunk, p.stream_id)
 
     def _checkpointed(self, result: Any) -> None:
         """Record the outcome of :meth:`_final_op` (an INSTANT returns the new ID)."""
-        if self._id is None and result is not None:
-            self._id = result
-        self._finished(CHECKPOINTED if self._id is not None else CANCELLED)
+        with self._lock:
+            if self._id is None and result is not None:
+                self._id = result
+            self._finished(CHECKPOINTED if self._id is not None else CANCELLED)
+
+    # -- a checkpoint written by someone else (CheckpointGroup, CheckpointIfOpened) --
+    def _begin_final(self) -> O.Instant | O.Checkpoint | None:
+        """The record that checkpoints this transaction; until :meth:`_checkpointed` or
+        :meth:`_abort_final`, the transaction is ``closing`` (``send`` raises)."""
+        with self._lock:
+            self._check_open()
+            op = self._final_op()
+            self.state = CLOSING
+            return op
+
+    def _abort_final(self) -> None:
+        """The write of :meth:`_begin_final`'s record failed: the transaction is open again."""
+        with self._lock:
+            if self.state == CLOSING:
+                self.state = OPEN
 
     def checkpoint(self) -> None:
         """Make every item visible atomically (durably in ``sync`` mode). Checkpointing an
         empty transaction cancels it. Raises :class:`TransactionExpired` if it expired."""
-        self._check_open()
-        op = self._final_op()
-        result = self._run([op], durable=True)[0] if op is not None else None
-        self._checkpointed(result)
+        with self._lock:
+            self._check_open()
+            op = self._final_op()
+            result = self._run([op], durable=True)[0] if op is not None else None
+            self._checkpointed(result)
 
     def cancel(self) -> None:
         """Discard the transaction; none of its items will ever be visible."""
-        self._check_open()
-        if self._id is not None:
-            self._run([O.CancelIfOpen(self.producer.stream, self.partition, self._id)], durable=False)
-        self._finished(CANCELLED)
+        with self._lock:
+            self._check_open()
+            if self._id is not None:
+                p = self.producer
+                self._run([O.CancelIfOpen(p.stream, self.partition, self._id, p.stream_id)], durable=False)
+            self._finished(CANCELLED)
 
     def _run(self, batch: list[O.Operation], durable: bool) -> list[Any]:
         try:
             return self.producer.engine.backend.submit(batch, durable=durable)
-        except (errors.TransactionExpired, errors.TransactionFinished, errors.TransactionNotFound,
-                errors.StreamNotFound):
+        except TXN_GONE:
             self._finished(FAILED)
             raise
 
@@ -178,8 +227,7 @@ class ProducerTransaction:
 
 
 class Producer:
-    """Writes transactions to one stream. Thread-safe for opening transactions; each
-    transaction object belongs to the thread that uses it."""
+    """Writes transactions to one stream. Thread-safe, and so are its transactions."""
 
     def __init__(self, engine: AgentContext, stream: str, partition: int | None = None, serializer: Any = None,
                  txn_ttl: float | None = None, batch_size: int = 100) -> None:
@@ -187,6 +235,8 @@ class Producer:
         info = engine.backend.get_stream(stream)
         self.info = info
         self.stream = info.name
+        #: the incarnation of the stream (every record carries it: see :mod:`.ops`)
+        self.stream_id = info.id
         self.partitions = info.partitions
         if partition is not None:
             self._check_partition(partition)
@@ -210,6 +260,8 @@ class Producer:
         """Serialize and validate a batch of items (fast path for raw bytes)."""
         if isinstance(items, (bytes, str)):
             raise errors.InvalidArgument("items must be an iterable of items, not a single bytes/str value")
+        if not isinstance(items, Iterable):
+            raise errors.InvalidArgument(f"items must be an iterable of items, got {type(items).__name__}")
         if self.raw:
             data = list(items)
             if data and set(map(type, data)) != {bytes}:
@@ -248,14 +300,15 @@ class Producer:
                 f"producer on {self.stream!r} already has transaction {previous[0]._id} open on partition {p}"
             )
         if previous and policy is Policy.CheckpointIfOpened:
-            finals = [(t, t._final_op()) for t in previous]
-            todo = [(t, op) for t, op in finals if op is not None]
-            results = self.engine.backend.submit([op for _, op in todo], durable=True) if todo else []
-            done = {id(t): r for (t, _), r in zip(todo, results, strict=True)}
-            for t in previous:
-                t._checkpointed(done.get(id(t)))
+            ops, done = self._prepare_checkpoint(previous)
+            try:
+                results = self.engine.backend.submit(ops, durable=True) if ops else []
+            except BaseException as exc:
+                self.group_checkpoint_failed(exc)
+                raise
+            done(results)
         elif previous and policy is Policy.CancelIfOpened:
-            cancels = [O.CancelIfOpen(self.stream, p, t._id) for t in previous if t._id is not None]
+            cancels = [O.CancelIfOpen(self.stream, p, t._id, self.stream_id) for t in previous if t._id is not None]
             if cancels:
                 self.engine.backend.submit(cancels, durable=False)
             for t in previous:
@@ -280,7 +333,8 @@ class Producer:
         if not data:
             raise errors.InvalidArgument("an instant transaction needs at least one item")
         p = self._choose(partition)
-        txn_id: int = self.engine.backend.submit([O.Instant(self.stream, p, O.pack_items(data))], durable=True)[0]
+        op = O.Instant(self.stream, p, O.pack_items(data), stream_id=self.stream_id)
+        txn_id: int = self.engine.backend.submit([op], durable=True)[0]
         return txn_id
 
     def open_transactions(self) -> list[ProducerTransaction]:
@@ -310,11 +364,22 @@ class Producer:
 
     # -- CheckpointGroup member ----------------------------------------------------
     def prepare_group_checkpoint(self) -> GroupPart:
-        """The records that checkpoint every open transaction, for one group write."""
-        txns = self.open_transactions()
+        """The records that checkpoint every open transaction, for one group write. The
+        transactions are ``closing`` until the callback runs or
+        :meth:`group_checkpoint_failed` is called."""
+        return self._prepare_checkpoint(self.open_transactions())
+
+    def _prepare_checkpoint(self, txns: list[ProducerTransaction]) -> GroupPart:
         for t in txns:
             t._check_open()
-        finals = [(t, t._final_op()) for t in txns]
+        finals: list[tuple[ProducerTransaction, O.Instant | O.Checkpoint | None]] = []
+        try:
+            for t in txns:
+                finals.append((t, t._begin_final()))
+        except BaseException:
+            for t, _ in finals:
+                t._abort_final()
+            raise
 
         def done(results: list[Any]) -> None:
             it = iter(results)
@@ -322,3 +387,28 @@ class Producer:
                 t._checkpointed(next(it) if op is not None else None)
 
         return [op for _, op in finals if op is not None], done
+
+    def group_checkpoint_failed(self, exc: BaseException) -> None:
+        """A group write with this producer's transactions failed (nothing of it was
+        written): they are open again, except those that are finished in storage (expired,
+        or their stream deleted), which are marked failed as a plain ``checkpoint()`` does,
+        so that the next group checkpoint works."""
+        with self._lock:
+            txns = [t for ts in self._open.values() for t in ts]
+        for t in txns:
+            t._abort_final()
+        if not isinstance(exc, TXN_GONE):
+            return
+        probe = [t for t in txns if t.registered and t.is_open]
+        if not probe:
+            return
+        ops = [O.KeepAlive([[self.stream, t.partition, t.id, self.stream_id]], self.txn_ttl_ms) for t in probe]
+        try:
+            alive = self.engine.backend.submit(ops, durable=False)
+        except errors.TStreamsError:
+            return  # cannot tell now: they stay open (a later checkpoint says what happened)
+        for t, n in zip(probe, alive, strict=True):
+            if not n:
+                with t._lock:
+                    if t.state == OPEN:
+                        t._finished(FAILED)

@@ -77,9 +77,10 @@ class Scan:
     whether it stopped at an open transaction, whether it stopped at ``max_txns``
     (``full``), and the ID of an expired open transaction that needs invalidating."""
 
-    __slots__ = ("txns", "index", "position", "blocked", "full", "expired")
+    __slots__ = ("txns", "index", "position", "blocked", "full", "expired", "stream_id")
 
-    def __init__(self, position: int) -> None:
+    def __init__(self, position: int, stream_id: int = 0) -> None:
+        self.stream_id = stream_id
         self.txns: list[TxnData] = []
         self.index: list[tuple[int, int]] = []
         self.position = position
@@ -97,7 +98,7 @@ def scan(txn: lmdb.Transaction, store: Store, stream: str, partition: int, after
     moves the position to ``upto``: IDs only grow, so nothing can appear in between."""
     info = lookup_stream(txn, store, stream)
     check_partition(info, partition)
-    out = Scan(after)
+    out = Scan(after, info.id)
     floor = ttl_floor(info, now)
     prefix = keys.part_key(info.id, partition)
     cur = txn.cursor(db=store.txns)
@@ -123,7 +124,7 @@ def scan(txn: lmdb.Transaction, store: Store, stream: str, partition: int, after
                             out.full = True
                             break
                         raise
-                    out.txns.append(TxnData(stream, partition, tid, items_))
+                    out.txns.append(TxnData(stream, partition, tid, items_, info.id))
                 else:
                     out.index.append((tid, items))
                 found += 1
@@ -151,7 +152,7 @@ def get_one(txn: lmdb.Transaction, store: Store, stream: str, partition: int, tx
     state, _, chunks, _ = keys.STATE.unpack(raw)
     if state != TxnState.CHECKPOINTED or txn_id < ttl_floor(info, now):
         return None
-    return TxnData(stream, partition, txn_id, load_items(txn, store, info, partition, txn_id, chunks))
+    return TxnData(stream, partition, txn_id, load_items(txn, store, info, partition, txn_id, chunks), info.id)
 
 
 def last_checkpointed(txn: lmdb.Transaction, store: Store, stream: str, partition: int,
@@ -174,7 +175,7 @@ def last_checkpointed(txn: lmdb.Transaction, store: Store, stream: str, partitio
             return None
         state, _, chunks, _ = keys.STATE.unpack(v)
         if state == TxnState.CHECKPOINTED:
-            return TxnData(stream, partition, tid, load_items(txn, store, info, partition, tid, chunks))
+            return TxnData(stream, partition, tid, load_items(txn, store, info, partition, tid, chunks), info.id)
     return None
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from .consumer import Consumer, Start, Transaction
+from .validate import check_interval
 
 if TYPE_CHECKING:
     from .context import AgentContext
@@ -32,8 +33,7 @@ class Subscriber:
                  serializer: Any = None, on_error: Callable[[BaseException], Any] | None = None) -> None:
         if not callable(callback):
             raise errors.InvalidArgument("callback must be callable")
-        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
-            raise errors.InvalidArgument(f"poll_interval must be a positive number, got {poll_interval!r}")
+        check_interval(poll_interval, "poll_interval")
         self.engine = engine
         self.consumer = Consumer(engine, stream, name, start=start, partitions=partitions, serializer=serializer)
         self.callback = callback

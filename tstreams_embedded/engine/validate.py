@@ -9,6 +9,7 @@ arrive over the wire or from a replica. Every check raises a specific error from
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgpack
@@ -22,15 +23,27 @@ MAX_TXN_TTL_MS = 7 * 24 * 3600 * 1000
 MAX_STREAM_TTL = 100 * 365 * 24 * 3600
 MAX_DESCRIPTION = 4096
 MAX_ID = 2**63 - 1
+MAX_INTERVAL = 365 * 86400.0
+#: the most transactions one read returns (``fetch``, ``scan_index``, a consumer's ``prefetch``)
+MAX_FETCH = 1 << 20
 
 
 def check_name(value: Any, what: str = "stream name") -> str:
     """A non-empty string of at most :data:`MAX_NAME_BYTES` UTF-8 bytes without NUL."""
     if not isinstance(value, str) or not value:
         raise errors.InvalidArgument(f"{what} must be a non-empty string, got {value!r}")
-    if "\x00" in value or len(value.encode("utf-8")) > MAX_NAME_BYTES:
+    if "\x00" in value or len(utf8(value, what)) > MAX_NAME_BYTES:
         raise errors.InvalidArgument(f"{what} must be at most {MAX_NAME_BYTES} UTF-8 bytes without NUL")
     return value
+
+
+def utf8(value: str, what: str = "name") -> bytes:
+    """``value`` encoded as UTF-8; InvalidArgument for a lone surrogate (not valid Unicode text)."""
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise errors.InvalidArgument(f"{what} is not valid Unicode text ({exc.reason} at {exc.start}): {value!r}"
+                                     ) from None
 
 
 def check_int(value: Any, what: str, lo: int, hi: int) -> int:
@@ -40,6 +53,19 @@ def check_int(value: Any, what: str, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise errors.InvalidArgument(f"{what} must be in [{lo}, {hi}], got {value}")
     return value
+
+
+def check_interval(value: Any, what: str, allow_none: bool = False) -> float | None:
+    """A period in seconds: a finite number in ``(0, MAX_INTERVAL]`` (or None if allowed)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 < value <= MAX_INTERVAL:
+        choices = "None or " if allow_none else ""
+        raise errors.InvalidArgument(
+            f"{what} must be {choices}a finite number of seconds in (0, {MAX_INTERVAL:.0f}], got {value!r}"
+        )
+    return float(value)
 
 
 def check_txn_id(value: Any, what: str = "transaction id") -> int:
