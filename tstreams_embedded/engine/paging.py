@@ -58,7 +58,7 @@ _CHECKPOINTED = int(TxnState.CHECKPOINTED)
 
 
 class Page:
-    """Transactions (wire form ``[stream, partition, id, items]``) read into one reply."""
+    """Transactions (wire form ``[stream, partition, id, items, stream_id]``) read into one reply."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
@@ -66,6 +66,8 @@ class Page:
         self.txns: list[list[Any]] = []
         self.cursor: Cursor | None = None
         self.dropped = False
+        #: the incarnation of the stream read (StreamInfo.id)
+        self.stream_id: int | None = None
 
     @property
     def full(self) -> bool:
@@ -110,7 +112,7 @@ def _load(core: PagedSource, stream: str, partition: int, sid: int, tid: int, ch
         if state != _CHECKPOINTED:
             return False
         if chunk == 0 and item == 0:
-            page.txns.append([stream, partition, tid, []])
+            page.txns.append([stream, partition, tid, [], sid])
         items: list[bytes] = page.txns[-1][3]
         for c in range(chunk, chunks):
             got = reads.chunk_items(txn, store, info, partition, tid, c)
@@ -141,7 +143,7 @@ def one(core: PagedSource, stream: str, partition: int, txn_id: int, cursor: Any
         if tid != txn_id or chunk < 0:
             raise errors.InvalidArgument("page cursor does not belong to this transaction")
         _check_same_stream(core, stream, partition, sid)
-        page.txns.append([stream, partition, txn_id, []])
+        page.txns.append([stream, partition, txn_id, [], sid])
     if not _load(core, stream, partition, sid, txn_id, chunk, item, page):
         return [None, None]
     return [page.txns[0], page.cursor]
@@ -200,11 +202,13 @@ def scan(core: PagedSource, stream: str, partition: int, after: int, upto: int, 
     page = Page(cap)
     if cur is None:
         sid = _stream_id(core, stream, partition)
+        page.stream_id = sid
     else:
         sid, tid, chunk, item = cur
         _check_same_stream(core, stream, partition, sid)
+        page.stream_id = sid
         if chunk >= 0:
-            page.txns.append([stream, partition, tid, []])
+            page.txns.append([stream, partition, tid, [], sid])
             if not _load(core, stream, partition, sid, tid, chunk, item, page):
                 page.txns.pop()
                 page.dropped = True

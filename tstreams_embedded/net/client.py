@@ -312,7 +312,7 @@ class RemoteBackend:
     def fetch(self, stream: str, partition: int, after: int, max_txns: int = 256) -> Fetched:
         """Checkpointed transactions with ID > ``after``, stopping at an open one (paged)."""
         txns, last = self._pages("fetch", (stream, partition, after), max_txns)
-        return Fetched([TxnData.from_wire(t) for t in txns], last[1], last[2])
+        return Fetched([TxnData.from_wire(t) for t in txns], last[1], last[2], last[3] if len(last) > 3 else None)
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         """Long poll on the server (it never blocks its loop for it)."""

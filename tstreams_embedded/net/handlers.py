@@ -165,10 +165,10 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
     @reg.call("fetch")
     def fetch(session: Session, stream: str, partition: int, after: int, max_txns: int = 256,
               cursor: Any = None) -> list[Any]:
-        """``[[txns, position, blocked], cursor, dropped]`` (see :mod:`..engine.paging`)."""
+        """``[[txns, position, blocked, stream_id], cursor, dropped]`` (see :mod:`..engine.paging`)."""
         check_int(max_txns, "max_txns", 0 if cursor is not None else 1, 1 << 20)
         page, position, blocked = core.page_scan(stream, partition, after, 2**63 - 1, max_txns, cursor, page_bytes)
-        return [[page.txns, position, blocked], page.cursor, page.dropped]
+        return [[page.txns, position, blocked, page.stream_id], page.cursor, page.dropped]
 
     @reg.call("scan_index")
     def scan_index(session: Session, stream: str, partition: int, after: int, upto: int = 2**63 - 1,
