@@ -108,8 +108,8 @@ class Applier:
             resolved.append(done)
         return results, resolved
 
-    # -- helpers ---------------------------------------------------------------------
-    def _stream(self, scope: BatchScope, name: Any, stream_id: Any = None) -> StreamInfo:
+    # -- what the handlers use -------------------------------------------------------
+    def stream_info(self, scope: BatchScope, name: Any, stream_id: Any = None) -> StreamInfo:
         """The stream ``name``; with ``stream_id``, only that incarnation of it (a record of a
         handle made before the stream was deleted and created again gets StreamNotFound)."""
         info = scope.streams.get(name) if isinstance(name, str) else None
@@ -123,12 +123,12 @@ class Applier:
             )
         return info
 
-    def _partition(self, scope: BatchScope, stream: Any, partition: Any, stream_id: Any = None) -> StreamInfo:
-        info = self._stream(scope, stream, stream_id)
+    def partition_info(self, scope: BatchScope, stream: Any, partition: Any, stream_id: Any = None) -> StreamInfo:
+        info = self.stream_info(scope, stream, stream_id)
         check_partition(info, partition)
         return info
 
-    def _open_state(self, scope: BatchScope, info: StreamInfo, partition: int, txn_id: Any
+    def open_state(self, scope: BatchScope, info: StreamInfo, partition: int, txn_id: Any
                     ) -> tuple[bytes, tuple[int, int, int, int]]:
         """Return (key, state tuple) of an open, unexpired transaction or raise."""
         check_txn_id(txn_id)
@@ -148,12 +148,12 @@ class Applier:
             )
         return key, state
 
-    def _delete_chunks(self, txn: lmdb.Transaction, info: StreamInfo, partition: int, txn_id: int,
+    def delete_chunks(self, txn: lmdb.Transaction, info: StreamInfo, partition: int, txn_id: int,
                        chunks: int) -> None:
         for c in range(chunks):
             txn.delete(keys.chunk_key(info.id, partition, txn_id, c), db=self.store.data)
 
-    def _allocate(self, scope: BatchScope, info: StreamInfo, partition: int, given: Any) -> int:
+    def allocate(self, scope: BatchScope, info: StreamInfo, partition: int, given: Any) -> int:
         """A new transaction ID, or the resolved one when replaying."""
         pkey = keys.part_key(info.id, partition)
         raw = scope.txn.get(pkey, db=self.store.parts)
@@ -170,32 +170,32 @@ class Applier:
             scope.txn.put(pkey, keys.U64.pack(txn_id), db=self.store.parts)
         return txn_id
 
-    def _deadline(self, scope: BatchScope, ttl_ms: int, given: Any) -> int:
+    def deadline(self, scope: BatchScope, ttl_ms: int, given: Any) -> int:
         if scope.replay and given is not None:
             return check_int(given, "deadline", 0, 2**63 - 1)
         return scope.now + ttl_ms
 
-    def _count(self, scope: BatchScope, chunk: Any) -> int:
+    def count_items(self, scope: BatchScope, chunk: Any) -> int:
         """Items in a record's chunk (validated); a replayed :class:`~.ops.GoneChunk` counts
         its items without data."""
         if scope.replay and type(chunk) is O.GoneChunk:
             return chunk.items
         return chunk_count(chunk, self.max_item_size)
 
-    def _put_chunk(self, scope: BatchScope, info: StreamInfo, partition: int, txn_id: int, index: int,
+    def put_chunk(self, scope: BatchScope, info: StreamInfo, partition: int, txn_id: int, index: int,
                    chunk: Any, items: int) -> O.ChunkRef:
         """Store a chunk (sealed with its checksum); return the reference the log keeps."""
         if type(chunk) is not O.GoneChunk:
             scope.txn.put(keys.chunk_key(info.id, partition, txn_id, index), seal(bytes(chunk)), db=self.store.data)
         return O.ChunkRef(info.id, partition, txn_id, index, items)
 
-    def _put_state(self, scope: BatchScope, key: bytes, state: TxnState, deadline: int, chunks: int,
+    def put_state(self, scope: BatchScope, key: bytes, state: TxnState, deadline: int, chunks: int,
                    items: int) -> None:
         scope.txn.put(key, keys.STATE.pack(state, deadline, chunks, items), db=self.store.txns)
 
     def cancel(self, scope: BatchScope, stream: Any, partition: Any, txn_id: Any, *, strict: bool,
                stream_id: Any = None) -> bool:
-        info = self._partition(scope, stream, partition, stream_id)
+        info = self.partition_info(scope, stream, partition, stream_id)
         check_txn_id(txn_id)
         key = keys.txn_key(info.id, partition, txn_id)
         raw = scope.txn.get(key, db=self.store.txns)
@@ -213,9 +213,9 @@ class Applier:
                     f"{TxnState(state).label}"
                 )
             return False
-        self._delete_chunks(scope.txn, info, partition, txn_id, chunks)
+        self.delete_chunks(scope.txn, info, partition, txn_id, chunks)
         final = TxnState.CANCELLED if deadline > scope.now else TxnState.INVALID
-        self._put_state(scope, key, final, 0, 0, 0)
+        self.put_state(scope, key, final, 0, 0, 0)
         return True
 
 
@@ -239,7 +239,7 @@ def _create_stream(a: Applier, scope: BatchScope, op: O.CreateStream) -> tuple[A
 
 @handles(O.DeleteStream)
 def _delete_stream(a: Applier, scope: BatchScope, op: O.DeleteStream) -> tuple[None, O.DeleteStream]:
-    info = a._stream(scope, op.name)
+    info = a.stream_info(scope, op.name)
     txn = scope.txn
     txn.delete(op.name.encode("utf-8"), db=a.store.streams)
     prefix = keys.stream_prefix(info.id)
@@ -261,43 +261,43 @@ def _delete_stream(a: Applier, scope: BatchScope, op: O.DeleteStream) -> tuple[N
 
 @handles(O.Open)
 def _open(a: Applier, scope: BatchScope, op: O.Open) -> tuple[int, O.Open]:
-    info = a._partition(scope, op.stream, op.partition, op.stream_id)
+    info = a.partition_info(scope, op.stream, op.partition, op.stream_id)
     check_txn_ttl_ms(op.ttl_ms)
-    n = a._count(scope, op.chunk) if op.chunk is not None else 0
-    txn_id = a._allocate(scope, info, op.partition, op.txn_id)
-    deadline = a._deadline(scope, op.ttl_ms, op.deadline)
-    logged = a._put_chunk(scope, info, op.partition, txn_id, 0, op.chunk, n) if n else None
-    a._put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.OPENED, deadline, 1 if n else 0, n)
+    n = a.count_items(scope, op.chunk) if op.chunk is not None else 0
+    txn_id = a.allocate(scope, info, op.partition, op.txn_id)
+    deadline = a.deadline(scope, op.ttl_ms, op.deadline)
+    logged = a.put_chunk(scope, info, op.partition, txn_id, 0, op.chunk, n) if n else None
+    a.put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.OPENED, deadline, 1 if n else 0, n)
     return txn_id, op._replace(txn_id=txn_id, deadline=deadline, chunk=logged)
 
 
 @handles(O.Data)
 def _data(a: Applier, scope: BatchScope, op: O.Data) -> tuple[int, O.Data]:
-    info = a._partition(scope, op.stream, op.partition, op.stream_id)
-    key, (_, deadline, chunks, items) = a._open_state(scope, info, op.partition, op.txn_id)
-    n = a._count(scope, op.chunk)
+    info = a.partition_info(scope, op.stream, op.partition, op.stream_id)
+    key, (_, deadline, chunks, items) = a.open_state(scope, info, op.partition, op.txn_id)
+    n = a.count_items(scope, op.chunk)
     if not n:
         return items, op
-    logged = a._put_chunk(scope, info, op.partition, op.txn_id, chunks, op.chunk, n)
-    a._put_state(scope, key, TxnState.OPENED, deadline, chunks + 1, items + n)
+    logged = a.put_chunk(scope, info, op.partition, op.txn_id, chunks, op.chunk, n)
+    a.put_state(scope, key, TxnState.OPENED, deadline, chunks + 1, items + n)
     return items + n, op._replace(chunk=logged)
 
 
 @handles(O.Checkpoint)
 def _checkpoint(a: Applier, scope: BatchScope, op: O.Checkpoint) -> tuple[int, O.Checkpoint]:
-    info = a._partition(scope, op.stream, op.partition, op.stream_id)
-    key, (_, _, chunks, items) = a._open_state(scope, info, op.partition, op.txn_id)
+    info = a.partition_info(scope, op.stream, op.partition, op.stream_id)
+    key, (_, _, chunks, items) = a.open_state(scope, info, op.partition, op.txn_id)
     logged = None
     if op.chunk is not None:
-        n = a._count(scope, op.chunk)
+        n = a.count_items(scope, op.chunk)
         if n:
-            logged = a._put_chunk(scope, info, op.partition, op.txn_id, chunks, op.chunk, n)
+            logged = a.put_chunk(scope, info, op.partition, op.txn_id, chunks, op.chunk, n)
             chunks += 1
             items += n
     if items == 0:  # checkpointing an empty transaction cancels it
-        a._put_state(scope, key, TxnState.CANCELLED, 0, 0, 0)
+        a.put_state(scope, key, TxnState.CANCELLED, 0, 0, 0)
     else:
-        a._put_state(scope, key, TxnState.CHECKPOINTED, 0, chunks, items)
+        a.put_state(scope, key, TxnState.CHECKPOINTED, 0, chunks, items)
     return items, op._replace(chunk=logged)
 
 
@@ -314,13 +314,13 @@ def _cancel_if_open(a: Applier, scope: BatchScope, op: O.CancelIfOpen) -> tuple[
 
 @handles(O.Instant)
 def _instant(a: Applier, scope: BatchScope, op: O.Instant) -> tuple[int, O.Instant]:
-    info = a._partition(scope, op.stream, op.partition, op.stream_id)
-    n = a._count(scope, op.chunk)
+    info = a.partition_info(scope, op.stream, op.partition, op.stream_id)
+    n = a.count_items(scope, op.chunk)
     if n == 0:
         raise errors.InvalidArgument("an instant transaction needs at least one item")
-    txn_id = a._allocate(scope, info, op.partition, op.txn_id)
-    a._put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.CHECKPOINTED, 0, 1, n)
-    logged = a._put_chunk(scope, info, op.partition, txn_id, 0, op.chunk, n)
+    txn_id = a.allocate(scope, info, op.partition, op.txn_id)
+    a.put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.CHECKPOINTED, 0, 1, n)
+    logged = a.put_chunk(scope, info, op.partition, txn_id, 0, op.chunk, n)
     return txn_id, op._replace(txn_id=txn_id, chunk=logged)
 
 
@@ -329,7 +329,7 @@ def _keepalive(a: Applier, scope: BatchScope, op: O.KeepAlive) -> tuple[int, O.K
     check_txn_ttl_ms(op.ttl_ms)
     if not isinstance(op.targets, (list, tuple)):
         raise errors.InvalidArgument("keep-alive targets must be a list of (stream, partition, txn id)")
-    deadline = a._deadline(scope, op.ttl_ms, op.deadline)
+    deadline = a.deadline(scope, op.ttl_ms, op.deadline)
     alive = 0
     txn = scope.txn
     for target in op.targets:
@@ -338,7 +338,7 @@ def _keepalive(a: Applier, scope: BatchScope, op: O.KeepAlive) -> tuple[int, O.K
         stream, partition, txn_id = target[:3]
         check_txn_id(txn_id)
         try:
-            info = a._stream(scope, stream, target[3] if len(target) == 4 else None)
+            info = a.stream_info(scope, stream, target[3] if len(target) == 4 else None)
         except errors.StreamNotFound:
             continue
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < info.partitions:
@@ -349,14 +349,14 @@ def _keepalive(a: Applier, scope: BatchScope, op: O.KeepAlive) -> tuple[int, O.K
             continue
         state, old, chunks, items = keys.STATE.unpack(raw)
         if state == TxnState.OPENED and old > scope.now:
-            a._put_state(scope, key, TxnState.OPENED, max(old, deadline), chunks, items)
+            a.put_state(scope, key, TxnState.OPENED, max(old, deadline), chunks, items)
             alive += 1
     return alive, op._replace(targets=[list(t) for t in op.targets], deadline=deadline)
 
 
 @handles(O.Invalidate)
 def _invalidate(a: Applier, scope: BatchScope, op: O.Invalidate) -> tuple[bool, O.Invalidate]:
-    info = a._partition(scope, op.stream, op.partition, op.stream_id)
+    info = a.partition_info(scope, op.stream, op.partition, op.stream_id)
     check_txn_id(op.txn_id)
     key = keys.txn_key(info.id, op.partition, op.txn_id)
     raw = scope.txn.get(key, db=a.store.txns)
@@ -364,15 +364,15 @@ def _invalidate(a: Applier, scope: BatchScope, op: O.Invalidate) -> tuple[bool, 
     if raw is not None:
         state, deadline, chunks, _ = keys.STATE.unpack(raw)
         if state == TxnState.OPENED and deadline <= scope.now:
-            a._delete_chunks(scope.txn, info, op.partition, op.txn_id, chunks)
-            a._put_state(scope, key, TxnState.INVALID, 0, 0, 0)
+            a.delete_chunks(scope.txn, info, op.partition, op.txn_id, chunks)
+            a.put_state(scope, key, TxnState.INVALID, 0, 0, 0)
             done = True
     return done, op
 
 
 @handles(O.SetOffsets)
 def _set_offsets(a: Applier, scope: BatchScope, op: O.SetOffsets) -> tuple[None, O.SetOffsets]:
-    info = a._stream(scope, op.stream, op.stream_id)
+    info = a.stream_info(scope, op.stream, op.stream_id)
     check_name(op.consumer, "consumer name")
     if not isinstance(op.offsets, dict):
         raise errors.InvalidArgument("offsets must be a mapping of partition to transaction id")
@@ -388,7 +388,7 @@ def _set_offsets(a: Applier, scope: BatchScope, op: O.SetOffsets) -> tuple[None,
 
 @handles(O.Compact)
 def _compact(a: Applier, scope: BatchScope, op: O.Compact) -> tuple[int, O.Compact]:
-    info = a._partition(scope, op.stream, op.partition, op.stream_id)
+    info = a.partition_info(scope, op.stream, op.partition, op.stream_id)
     check_txn_id(op.before_id, "before_id")
     prefix = keys.part_key(info.id, op.partition)
     end = keys.txn_key(info.id, op.partition, op.before_id)
@@ -400,7 +400,7 @@ def _compact(a: Applier, scope: BatchScope, op: O.Compact) -> tuple[int, O.Compa
             if k[: keys.PART_LEN] != prefix or k >= end:
                 break
             _, _, chunks, _ = keys.STATE.unpack(cur.value())
-            a._delete_chunks(scope.txn, info, op.partition, keys.txn_id_of(k), chunks)
+            a.delete_chunks(scope.txn, info, op.partition, keys.txn_id_of(k), chunks)
             removed += 1
             if not cur.delete():
                 break
