@@ -4,6 +4,7 @@ consumers, subscribers. It works over any :class:`~.backend.Backend`: the embedd
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -16,9 +17,11 @@ from .consumer import Consumer, Start, Transaction
 from .context import GroupMember
 from .group import CheckpointGroup
 from .keepalive import KeepAlive
-from .producer import Producer
+from .producer import Producer, cancel_open_transactions
 from .subscriber import Subscriber
 from .validate import check_interval, check_name, check_stream_shape, txn_ttl_ms, utf8
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TXN_TTL = 60.0
 DEFAULT_STREAM_TTL = 86_400
@@ -80,12 +83,19 @@ class Engine:
         self._keepalive.track(producer)
 
     def close(self) -> None:
-        """Stop keep-alives and release the backend. Open transactions then expire on their TTL."""
+        """Cancel the open transactions of this handle's producers (in one atomic write, so
+        that no reader waits for them), stop keep-alives and release the backend. (If the
+        process dies instead, open transactions expire after ``txn_ttl``.)"""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._keepalive.stop()
+        try:
+            if not self._backend.closed:
+                cancel_open_transactions(self._keepalive.producers(), self._backend)
+        except errors.TStreamsError as exc:  # they will expire on their TTL instead
+            log.warning("could not cancel open transactions at close: %s", exc)
         if self._on_close is not None:
             self._on_close()
         else:

@@ -41,6 +41,11 @@ class KeepAlive:
                 self._thread = threading.Thread(target=self._run, name="tstreams-keepalive", daemon=True)
                 self._thread.start()
 
+    def producers(self) -> list[Producer]:
+        """The producers tracked (those that registered a transaction)."""
+        with self._lock:
+            return list(self._producers)
+
     def refresh(self) -> int:
         """Refresh every open transaction now; return how many are still alive."""
         with self._lock:
