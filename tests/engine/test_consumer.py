@@ -151,6 +151,51 @@ def test_a_registered_open_transaction_blocks_until_resolved(engine: ts.Engine) 
     assert _drain(c, 0) == [silent.id] and silent.id > behind[0]
 
 
+def test_a_closed_producer_blocks_no_reader(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=2)
+    producer = engine.producer("s")
+    blockers = [producer.new_transaction(p) for p in (0, 1, 0)]
+    for t in blockers:
+        t.send(b"never")
+        t.flush()  # registered: blocks readers of its partition
+    unregistered = producer.new_transaction(1)
+    unregistered.send(b"never either")
+    behind = _fill(engine, "s", 1, 0) + _fill(engine, "s", 1, 1)
+    c = engine.consumer("s", "c")
+    assert c.get_transaction() is None
+    seq = engine.stats()["log_seq"]
+    producer.close()
+    producer.close()  # idempotent
+    assert engine.stats()["log_seq"] == seq + 1  # every open transaction cancelled in ONE write
+    assert not any(t.is_open for t in [*blockers, unregistered])
+    assert _drain(c, 0) + _drain(c, 1) == behind  # nothing blocks; nothing of theirs is visible
+    with pytest.raises(ts.errors.EngineClosed):
+        producer.new_transaction()
+    with pytest.raises(ts.errors.EngineClosed):
+        producer.instant([b"x"])
+    with engine.producer("s") as scoped:  # a context manager closes it too
+        assert scoped.new_transaction(0).id > 0  # registered: would block partition 0
+    assert _drain(c, 0) == [] and engine.producer("s").instant([b"next"], partition=0) > 0
+    assert [t.items for t in iter(lambda: c.get_transaction(0), None)] == [[b"next"]]
+
+
+def test_a_cleanly_closed_engine_handle_blocks_no_reader(make_engine, tmp_path) -> None:
+    writer = make_engine(tmp_path / "d", txn_ttl=600)
+    reader = make_engine(tmp_path / "d", txn_ttl=600)
+    writer.create_stream("s", partitions=2)
+    producers = [writer.producer("s", partition=p) for p in (0, 1)]
+    open_txns = [p.new_transaction() for p in producers]
+    for t in open_txns:
+        assert t.id > 0
+    behind = [reader.producer("s").instant([b"after"], partition=p) for p in (0, 1)]
+    c = reader.consumer("s", "c")
+    assert c.get_transaction() is None  # blocked by the writer's open transactions
+    seq = reader.stats()["log_seq"]
+    writer.close()
+    assert reader.stats()["log_seq"] == seq + 1  # one atomic write cancelled both
+    assert _drain(c, 0) + _drain(c, 1) == behind
+
+
 def test_cancelled_transactions_are_skipped(engine: ts.Engine) -> None:
     engine.create_stream("s")
     producer = engine.producer("s", batch_size=2)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import collections
 import random
+import subprocess
 import time
 
 import pytest
 
 import tstreams_embedded as ts
+from tstreams_embedded.testing import eventually
 from tstreams_embedded.testing import kill_process as kill
 
 from .procs import run_worker, start_worker
@@ -134,3 +136,37 @@ def test_sigkilled_read_transform_write_loop_outputs_each_input_exactly_once(tmp
     assert counts == expected, (
         f"missing {sum((expected - counts).values())}, duplicated {sum((counts - expected).values())}"
     )
+
+
+@pytest.mark.parametrize("ending", ["clean close", "SIGKILL"])
+def test_readers_wait_for_a_killed_producer_until_its_ttl_but_never_for_a_closed_one(tmp_path, ending) -> None:
+    path = str(tmp_path / "data")
+    ttl = 3.0
+    with ts.open(path, compaction_interval=None) as e:
+        e.create_stream("held")
+    proc = start_worker("hold", path, ttl, stdin=subprocess.PIPE)
+    try:
+        ready = proc.stdout.readline().split()
+        assert ready[0] == "ready", proc.stderr.read()
+        with ts.open(path, compaction_interval=None) as e:
+            behind = e.producer("held").instant([b"behind"])
+            assert behind > int(ready[1])
+            c = e.consumer("held", "c")
+            assert c.get_transaction() is None  # blocked by the worker's open transaction
+            start = time.monotonic()
+            if ending == "clean close":
+                proc.stdin.write("stop\n")
+                proc.stdin.flush()
+                assert proc.stdout.readline().strip() == "closed"
+                assert proc.wait(30) == 0
+                t = c.get_transaction()  # at once: the close cancelled it
+                assert t is not None and t.items == [b"behind"]
+                assert time.monotonic() - start < ttl
+            else:
+                kill(proc)
+                assert c.get_transaction() is None  # still open in storage: it expires on its TTL
+                t = eventually(c.get_transaction, timeout=ttl + 30, interval=0.1)
+                assert t.items == [b"behind"]
+                assert time.monotonic() - start > ttl / 2
+    finally:
+        kill(proc)

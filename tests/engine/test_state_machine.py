@@ -129,6 +129,7 @@ class Model:
         self.clock = clock
         self.streams: dict[str, MStream] = {}
         self.offsets: dict[tuple[str, str], dict[int, int]] = {}
+        self.id_floor = 0  # the highest ID of any deleted stream: first IDs are allocated above it
 
     @property
     def now(self) -> int:
@@ -143,7 +144,7 @@ class Model:
 
     def allocate(self, stream: str, p: int) -> int:
         part = self.part(stream, p)
-        txn_id = max(self.now * ID_MULTIPLIER, part.last + 1)
+        txn_id = max(self.now * ID_MULTIPLIER, (part.last or self.id_floor) + 1)
         assert txn_id > part.last
         part.last = txn_id
         return txn_id
@@ -330,6 +331,7 @@ class EngineMachine(RuleBasedStateMachine):
                 self.engine.delete_stream(name)
             return
         self.engine.delete_stream(name)
+        self.model.id_floor = max([self.model.id_floor] + [part.last for part in self.model.streams[name].parts])
         del self.model.streams[name]
         self.model.offsets = {k: v for k, v in self.model.offsets.items() if k[0] != name}
         self._drop_stream_handles(name)
@@ -555,6 +557,12 @@ class EngineMachine(RuleBasedStateMachine):
         if err is not None:  # all or nothing: no transaction checkpointed, no offset stored
             with pytest.raises(err):
                 group.checkpoint()
+            for t in handles:  # the ones storage finished are failed, as by a plain checkpoint; the others stay open
+                if t.id is not None and self.model.write_error(t):
+                    assert not t.real.is_open
+                    self._finish_handle(t)
+                else:
+                    assert t.real.is_open
             return
         group.checkpoint()
         for t in handles:  # in operation order: unregistered ones get their IDs in this order
@@ -585,9 +593,12 @@ class EngineMachine(RuleBasedStateMachine):
     # -- lifecycle -----------------------------------------------------------------
     @rule(durability=st.sampled_from(["sync", "strict", "async"]))
     def reopen(self, durability: str) -> None:
-        """Close the engine: every handle is dead (EngineClosed); registered open transactions
-        stay open in storage until their TTL passes (nothing keeps them alive any more)."""
+        """Close the engine cleanly: every handle is dead (EngineClosed), and the producers'
+        registered open transactions are cancelled in one write (a crash would leave them
+        open until their TTL instead)."""
         self.engine.close()
+        for h in self.txns:
+            self.model.cancel(h)
         self.engine.close()  # idempotent
         for h in self.producers[:1]:
             with pytest.raises(errors.EngineClosed):

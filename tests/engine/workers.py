@@ -109,6 +109,18 @@ def bulk(path: str, stream: str, count: str, size: str, map_size: str, durabilit
             print(producer.instant([item], partition=0), flush=True)
 
 
+def hold(path: str, txn_ttl: str) -> None:
+    """Register an open transaction on stream "held" (prints ``ready``), then close cleanly
+    at the first line on stdin (prints ``closed``); or wait there to be killed."""
+    with ts.open(path, durability="sync", txn_ttl=float(txn_ttl), compaction_interval=None) as engine:
+        txn = engine.producer("held").new_transaction()
+        txn.send(b"never visible")
+        txn.flush()
+        print("ready", txn.id, flush=True)
+        sys.stdin.readline()
+    print("closed", flush=True)
+
+
 def load_recipe() -> dict:
     """The exactly-once-into-SQLite recipe: the first python block of docs/RECIPES.md."""
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -130,7 +142,7 @@ def sqlite_sink(path: str, db_path: str, stream: str) -> None:
 
 
 ROLES = {"writer": writer, "bulk": bulk, "xform": xform, "produce": produce, "instants": instants,
-         "sqlite_sink": sqlite_sink}
+         "sqlite_sink": sqlite_sink, "hold": hold}
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -4,7 +4,9 @@ consumers, subscribers. It works over any :class:`~.backend.Backend`: the embedd
 
 from __future__ import annotations
 
+import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -16,9 +18,11 @@ from .consumer import Consumer, Start, Transaction
 from .context import GroupMember
 from .group import CheckpointGroup
 from .keepalive import KeepAlive, KeptAlive
-from .producer import Producer
+from .producer import Producer, cancel_open_transactions
 from .subscriber import Subscriber
 from .validate import check_interval, check_name, check_stream_shape, txn_ttl_ms, utf8
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TXN_TTL = 60.0
 DEFAULT_STREAM_TTL = 86_400
@@ -43,6 +47,7 @@ class Engine:
         if keepalive_interval == -1:
             keepalive_interval = max(min(txn_ttl / 10.0, 6.0), 0.05)
         self._keepalive = KeepAlive(backend, keepalive_interval)
+        self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()  # cancelled at close
         self._on_close = on_close
         self._closed = False
         self._lock = threading.Lock()
@@ -80,12 +85,19 @@ class Engine:
         self._keepalive.track(producer)
 
     def close(self) -> None:
-        """Stop keep-alives and release the backend. Open transactions then expire on their TTL."""
+        """Cancel the open transactions of this handle's producers (in one atomic write, so
+        that no reader waits for them), stop keep-alives and release the backend. (If the
+        process dies instead, open transactions expire after ``txn_ttl``.)"""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._keepalive.stop()
+        try:
+            if not self._backend.closed:
+                cancel_open_transactions(list(self._producers), self._backend)
+        except errors.TStreamsError as exc:  # they will expire on their TTL instead
+            log.warning("could not cancel open transactions at close: %s", exc)
         if self._on_close is not None:
             self._on_close()
         else:
@@ -130,7 +142,9 @@ class Engine:
                  txn_ttl: float | None = None, batch_size: int = 100) -> Producer:
         """A producer on ``stream`` (round-robin over partitions unless ``partition`` is given)."""
         self.check_open()
-        return Producer(self, check_name(stream), partition, serializer, txn_ttl, batch_size)
+        producer = Producer(self, check_name(stream), partition, serializer, txn_ttl, batch_size)
+        self._producers.add(producer)
+        return producer
 
     def consumer(self, stream: str, name: str, start: Start = "oldest", partitions: Iterable[int] | None = None,
                  use_last_offset: bool = True, serializer: Any = None, prefetch: int = 256) -> Consumer:

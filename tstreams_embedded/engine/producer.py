@@ -87,11 +87,11 @@ class ProducerTransaction:
         return self.state == OPEN
 
     def _check_open(self) -> None:
+        self.producer.engine.check_open()
         if self.state == CLOSING:
             raise errors.TransactionFinished(f"transaction {self._id} is being checkpointed by a CheckpointGroup")
         if self.state != OPEN:
             raise errors.TransactionFinished(f"transaction {self._id} is {self.state}; open a new one")
-        self.producer.engine.check_open()
 
     def _register(self, chunk: bytes | None) -> None:
         p = self.producer
@@ -252,9 +252,36 @@ class Producer:
         self._rr = itertools.cycle(range(info.partitions))
         self._lock = threading.Lock()
         self._open: dict[int, list[ProducerTransaction]] = {}
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"Producer(stream={self.stream!r})"
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self.engine.closed
+
+    def _check_usable(self) -> None:
+        self.engine.check_open()
+        if self._closed:
+            raise errors.EngineClosed(f"this producer on {self.stream!r} is closed")
+
+    def close(self) -> None:
+        """Cancel this producer's open transactions, all in one atomic write, so that no
+        reader waits for them; then refuse new transactions. Idempotent. (A producer whose
+        process dies leaves them to expire after ``txn_ttl`` instead.)"""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if not self.engine.closed:
+            cancel_open_transactions([self], self.engine.backend)
 
     def serialize(self, items: Iterable[Any]) -> list[bytes]:
         """Serialize and validate a batch of items (fast path for raw bytes)."""
@@ -289,7 +316,7 @@ class Producer:
                         ) -> ProducerTransaction:
         """Open a transaction on ``partition`` (round-robin when None), applying ``policy``
         to this producer's transactions already open there, in the same atomic write."""
-        self.engine.check_open()
+        self._check_usable()
         if not isinstance(policy, Policy):
             raise errors.InvalidArgument(f"policy must be a tstreams_embedded.Policy, got {policy!r}")
         p = self._choose(partition)
@@ -328,7 +355,7 @@ class Producer:
 
     def instant(self, items: Iterable[Any], partition: int | None = None) -> int:
         """Open, fill and checkpoint a transaction in one atomic, durable step; return its ID."""
-        self.engine.check_open()
+        self._check_usable()
         data = self.serialize(items)
         if not data:
             raise errors.InvalidArgument("an instant transaction needs at least one item")
@@ -412,3 +439,37 @@ class Producer:
                 with t._lock:
                     if t.state == OPEN:
                         t._finished(FAILED)
+
+
+def cancel_open_transactions(producers: Iterable[Producer], backend: Any) -> int:
+    """Cancel every open transaction of ``producers`` in ONE atomic write (a clean close:
+    readers never wait for them); return how many were registered in storage. Transactions
+    being written by a CheckpointGroup are left to it. If the write fails because a stream
+    was deleted, the others are cancelled one by one."""
+    txns: list[tuple[Producer, ProducerTransaction]] = []
+    for p in producers:
+        for t in p.open_transactions():
+            with t._lock:
+                if t.state == OPEN:
+                    t.state = CLOSING  # no send/checkpoint slips in between
+                    txns.append((p, t))
+    ops = [O.CancelIfOpen(p.stream, t.partition, t._id, p.stream_id) for p, t in txns if t._id is not None]
+    try:
+        if ops:
+            try:
+                backend.submit(ops, durable=False)
+            except errors.EngineClosed:
+                raise
+            except errors.TStreamsError:
+                for op in ops:
+                    try:
+                        backend.submit([op], durable=False)
+                    except errors.EngineClosed:
+                        raise
+                    except errors.TStreamsError:
+                        pass  # its stream is gone: nothing left to cancel
+    finally:
+        for _, t in txns:
+            with t._lock:
+                t._finished(CANCELLED)
+    return len(ops)
