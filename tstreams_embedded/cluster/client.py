@@ -113,6 +113,8 @@ class ClusterBackend:
         last: BaseException | None = None
         while True:
             remote = self._backend(deadline)
+            if not remote.connection.connected and not self._await_connection(remote, deadline):
+                continue  # the leader changed meanwhile, or still no connection: look again
             try:
                 return fn(remote)
             except RETRYABLE as exc:
@@ -124,6 +126,22 @@ class ClusterBackend:
                     f"the cluster {self.addr} did not answer within {self.timeout:g} s; last error: "
                     f"{type(last).__name__}: {last}") from last
             time.sleep(0.05)  # a back-off between attempts, not a synchronisation
+
+    def _await_connection(self, remote: RemoteBackend, deadline: float) -> bool:
+        """Wait (at most 0.5 s) for ``remote`` to connect; False if the leader changed or it
+        did not connect (a dead leader whose ZooKeeper node has not expired yet): requests
+        are then not sent into a void to wait for their whole timeout."""
+        end = min(deadline, time.monotonic() + 0.5)
+        with self._changed:
+            endpoint = self._leader.get("endpoint")
+            while not remote.connection.connected:
+                if self._leader.get("endpoint") != endpoint or self._closed:
+                    return False
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return time.monotonic() >= deadline  # at the deadline: try anyway, fail clearly
+                self._changed.wait(min(remaining, 0.02))
+        return True
 
     # ------------------------------------------------------------------ Backend
     @property
@@ -142,7 +160,7 @@ class ClusterBackend:
         if not ops:
             return []
         seq = next(self._seq)
-        wire = msgpack.unpackb(body[0], raw=False)  # blob references stay ExtType
+        wire = msgpack.unpackb(body[0], raw=False, strict_map_key=False)  # blob references stay ExtType
         frames = [framing.pack([wire[0], bool(durable), self.client_id, seq]), *body[1:]]
 
         def call(r: RemoteBackend) -> list[Any]:

@@ -137,7 +137,8 @@ class _Status(RequestHandler):
     def get(self) -> None:
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({**self.node.info(), "leader": self.node.leader_hint(),
-                                "elections": self.node.elections, "known_epoch": self.node.known_epoch}))
+                                "elections": self.node.elections, "known_epoch": self.node.known_epoch,
+                                "parked_fetches": len(self.node._parked), "match": self.node.match}))
 
 
 class _State(RequestHandler):
