@@ -72,8 +72,8 @@ class ReplicatedLog:
         with self.env.begin() as txn:
             cur = txn.cursor(db=self.entries)
             if cur.last():
-                idx = U64.unpack(cast(bytes, cur.key()))[0]
-                self._last = (idx, _unpack(idx, cast(bytes, cur.value())).epoch)
+                idx = U64.unpack(cur.key())[0]
+                self._last = (idx, _unpack(idx, cur.value()).epoch)
             raw = txn.get(_COMMIT, db=self.meta)
             self._commit = min(U64.unpack(raw)[0], self._last[0]) if raw else 0
 
@@ -102,7 +102,7 @@ class ReplicatedLog:
             return self._last[1]
         with self.env.begin() as txn:
             raw = txn.get(U64.pack(index), db=self.entries)
-        return None if raw is None else _unpack(index, cast(bytes, raw)).epoch
+        return None if raw is None else _unpack(index, raw).epoch
 
     def end_of_epoch(self, epoch: int) -> int:
         """The largest index whose entry's epoch is <= ``epoch`` (0 if none)."""
@@ -111,9 +111,9 @@ class ReplicatedLog:
             if not cur.last():
                 return 0
             while True:
-                idx = U64.unpack(cast(bytes, cur.key()))[0]
-                if _unpack(idx, cast(bytes, cur.value())).epoch <= epoch:
-                    return idx
+                idx = U64.unpack(cur.key())[0]
+                if _unpack(idx, cur.value()).epoch <= epoch:
+                    return int(idx)
                 if not cur.prev():
                     return 0
 
@@ -127,8 +127,8 @@ class ReplicatedLog:
             if not cur.set_key(U64.pack(start)):
                 return out
             for k, v in cur.iternext():
-                raw = cast(bytes, v)
-                out.append(_unpack(U64.unpack(cast(bytes, k))[0], raw))
+                raw = v
+                out.append(_unpack(U64.unpack(k)[0], raw))
                 size += len(raw)
                 if len(out) >= limit or size >= max_bytes:
                     break
@@ -171,8 +171,8 @@ class ReplicatedLog:
                         removed += 1
                 c = cur.last()
                 if c:
-                    idx = U64.unpack(cast(bytes, cur.key()))[0]
-                    self._last = (idx, _unpack(idx, cast(bytes, cur.value())).epoch)
+                    idx = U64.unpack(cur.key())[0]
+                    self._last = (idx, _unpack(idx, cur.value()).epoch)
                 else:
                     self._last = (0, 0)
                 if self._commit > self._last[0]:

@@ -62,7 +62,7 @@ def _pack(value: Any) -> bytes:
     return cast(bytes, msgpack.packb(value, use_bin_type=True))
 
 
-def _unpack(raw: bytes) -> Any:
+def _unpack(raw: bytes | memoryview) -> Any:
     return msgpack.unpackb(raw, raw=False, strict_map_key=False)
 
 
@@ -408,7 +408,7 @@ class Node:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                for s, _ in poller.poll(remaining * 1000):
+                for s, _ in poller.poll(int(remaining * 1000) + 1):
                     rep = _unpack(cast("zmq.Socket[Any]", s).recv())
                     if rep.get("ok"):
                         answers[socks[cast("zmq.Socket[Any]", s)]] = (int(rep["last_epoch"]), int(rep["last_index"]))
@@ -568,7 +568,7 @@ class Node:
                 deadline = time.monotonic() + FETCH_TIMEOUT
                 while rep is None and not self._stop.is_set():
                     remaining = deadline - time.monotonic()
-                    if remaining <= 0 or not sock.poll(min(remaining, 0.2) * 1000):
+                    if remaining <= 0 or not sock.poll(int(min(remaining, 0.2) * 1000) + 1):
                         if remaining <= 0:
                             break
                         continue

@@ -36,7 +36,8 @@ class ZkAddress:
         hosts, sep, path = rest.partition("/")
         path = "/" + path.strip("/")
         if not hosts or not sep or path == "/":
-            raise errors.InvalidArgument(f"a cluster address needs hosts and a path: 'zk://host:2181/path', got {url!r}")
+            raise errors.InvalidArgument(
+                f"a cluster address needs hosts and a path: 'zk://host:2181/path', got {url!r}")
         for h in hosts.split(","):
             host, _, port = h.rpartition(":")
             if not host or not port.isdigit():

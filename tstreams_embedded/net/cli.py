@@ -27,7 +27,8 @@ from .server import DEFAULT_MAX_MSG_SIZE
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Write the bound endpoints to this file once serving.")
 @click.option("--log-level", default="INFO", show_default=True)
-@click.option("--cluster", default=None, help="Join the replicated cluster at zk://host:port/path (see docs/CLUSTER.md).")
+@click.option("--cluster", default=None,
+              help="Join the replicated cluster at zk://host:port/path (see docs/CLUSTER.md).")
 @click.option("--node-id", default=None, help="This node's name in the cluster (with --cluster).")
 @click.option("--http", default=None, help="host:port for /health/leader, /health/ready, /status (with --cluster).")
 @click.option("--repl", default=None, help="Replication endpoint to bind (default: the --bind host, a free port).")
