@@ -140,20 +140,19 @@ def test_no_dirty_reads(cluster: Cluster) -> None:
     engine.producer("s").instant([b"committed"])
     followers = cluster.followers(leader)
     for f in followers:
-        f.pause()
-    # the followers' last fetches were answered: nothing new can reach them now
-    eventually(lambda: leader.status()["parked_fetches"] == 0, 10, 0.05, message="no fetch parked on the leader")
+        f.kill()  # (not paused: a paused follower could still receive the entry and later commit it)
     direct = RemoteBackend(leader.endpoint, timeout=60)
     pool = concurrent.futures.ThreadPoolExecutor(1)
     fut = pool.submit(direct.submit, instant("s", "dirty"), True)
     before = leader.status()["commit"]
     eventually(lambda: leader.status()["last_index"] > before, 10, 0.05, message="the write is in the leader's log")
     assert "dirty" not in items_on(leader)  # in the log, not committed: not readable
-    with pytest.raises(concurrent.futures.TimeoutError):
-        fut.result(timeout=1)
-    leader.kill()  # the only copy of the uncommitted entry is gone... until it restarts
+    reader = RemoteBackend(leader.endpoint, timeout=5)  # a client reading from the leader
+    assert [t.items for t in reader.transactions_range("s", 0, 0, 2**63 - 1)] == [[b"committed"]]
+    reader.close()
+    leader.kill()  # the only copy of the uncommitted entry is on its disk
     for f in followers:
-        f.resume()
+        f.start()
     new = cluster.leader()
     with pytest.raises((errors.RemoteError, errors.ClusterUnavailable)):
         fut.result(timeout=60)
@@ -165,6 +164,7 @@ def test_no_dirty_reads(cluster: Cluster) -> None:
     for node in cluster.nodes:
         assert sorted(items_on(node)) == ["after", "committed"], node.node_id
     assert new is not leader
+    assert "truncated 1 uncommitted log entries" in leader.log()
     engine.close()
 
 
