@@ -23,7 +23,14 @@ from .policies import CancelIfOpened, CheckpointIfOpened, EnqueueIfOpened, Error
 
 
 def connect(endpoint: str, **options):  # noqa: ANN201 - returns Engine
-    """Connect to a ``tstreams serve`` endpoint; returns an :class:`Engine` with the same API."""
+    """Connect to a ``tstreams serve`` endpoint; returns an :class:`Engine` with the same API.
+
+    ``zk://h1:2181,h2:2181/path`` connects to a replicated cluster and follows its leader
+    (see ``docs/CLUSTER.md``)."""
+    if isinstance(endpoint, str) and endpoint.startswith("zk://"):
+        from .cluster.client import connect_cluster
+
+        return connect_cluster(endpoint, **options)
     from .net import connect as _connect
 
     return _connect(endpoint, **options)

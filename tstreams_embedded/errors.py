@@ -110,6 +110,34 @@ class ServerBusy(TStreamsError):
     request was executed: read the replies owed, then send it again."""
 
 
+class NotLeader(TStreamsError):
+    """This cluster node is not the leader: it neither accepts writes nor serves reads.
+
+    The message names the current leader and its client endpoint when one is known
+    (``leader: n1 at tcp://…``); ``ts.connect("zk://…")`` follows the leader by itself."""
+
+
+class ClusterUnavailable(TStreamsError, ConnectionError):
+    """The cluster could not commit (no quorum, no leader, or the leader lost its
+    ZooKeeper session) within the time allowed. For a write, the outcome is unknown:
+    retry it with the same request ID (the cluster client does) to apply it at most once."""
+
+
+class StaleEpoch(TStreamsError):
+    """A replication message came from a leader of an older epoch (a deposed leader);
+    it was refused."""
+
+
+class RetryWindowExceeded(TStreamsError):
+    """A retried request is older than the replicated de-duplication window of its client,
+    so whether it was applied can no longer be told; it was not applied again."""
+
+
+class NodeDiverged(TStreamsError):
+    """This node applied log entries that the cluster did not commit (possible only with
+    ``--acks leader``); it must be re-synced from a snapshot before it serves again."""
+
+
 def _all_error_classes() -> dict[str, type[TStreamsError]]:
     out: dict[str, type[TStreamsError]] = {}
     stack: list[type[TStreamsError]] = [TStreamsError]

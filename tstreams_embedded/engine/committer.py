@@ -42,13 +42,14 @@ _LOG_SEQ = b"log_seq"
 
 
 class _Request:
-    __slots__ = ("batch", "durable", "done", "results", "error", "seq", "replay_now", "fn", "commit_no")
+    __slots__ = ("batch", "durable", "done", "results", "error", "seq", "replay_now", "fn", "commit_no", "at_now")
 
     def __init__(self, batch: Any, durable: bool, replay_now: int | None = None,
-                 fn: Callable[[lmdb.Transaction], Any] | None = None) -> None:
+                 fn: Callable[[lmdb.Transaction], Any] | None = None, at_now: int | None = None) -> None:
         self.batch = batch
         self.durable = durable
         self.replay_now = replay_now
+        self.at_now = at_now  # client-batch rules, but at this time instead of the clock
         self.fn = fn
         self.done = False
         self.results: Any = None
@@ -145,6 +146,29 @@ class GroupCommitter:
             r.done = True
         self._queue = []
         self._cv.notify_all()
+
+    def apply_at(self, now_ms: int, calls: Sequence[Sequence[Operation]],
+                 finish: Callable[[lmdb.Transaction, list[tuple[bool, Any]]], Any] | None = None
+                 ) -> list[tuple[bool, Any]]:
+        """Apply client batches as if the clock read ``now_ms`` (engine-resolved fields are
+        computed, never taken from the records), each atomic on its own, all in one LMDB
+        commit, and then ``finish(write_txn, outcomes)`` in that same transaction. Not
+        synced (a replicated log makes it durable). One ``(True, results)`` or
+        ``(False, exception)`` per call. Used by the cluster to apply committed entries
+        deterministically on every node."""
+        reqs = [_Request(batch, False, at_now=now_ms) for batch in calls]
+
+        def outcomes() -> list[tuple[bool, Any]]:
+            return [(False, r.error) if r.error is not None else (True, r.results) for r in reqs]
+
+        tail = None if finish is None else _Request(None, False, fn=lambda txn: finish(txn, outcomes()))
+        group = reqs + [tail] if tail is not None else reqs
+        if not group:
+            return []
+        self._lead(group)
+        if tail is not None and tail.error is not None:
+            raise tail.error
+        return outcomes()
 
     # ------------------------------------------------------------------ leader/follower
     def _run(self, req: _Request) -> Any:
@@ -269,7 +293,8 @@ class GroupCommitter:
                     if r.fn is not None:
                         r.results = r.fn(child)
                     else:
-                        at = now if r.replay_now is None else r.replay_now
+                        at = r.replay_now if r.replay_now is not None else (
+                            now if r.at_now is None else r.at_now)
                         results, resolved = self.applier.apply_batch(child, at, r.batch,
                                                                      replay=r.replay_now is not None)
                         seq += 1

@@ -263,6 +263,33 @@ class Core:
         done = iter(self.committer.submit_many(todo))
         return [c if c is not None else next(done) for c in checked]
 
+    def apply_committed(self, now_ms: int, calls: Sequence[Sequence[Operation]],
+                        finish: Callable[[lmdb.Transaction, list[tuple[bool, Any]]], Any] | None = None
+                        ) -> list[tuple[bool, Any]]:
+        """Apply client batches (client-batch rules) as of ``now_ms``: the cluster's apply
+        step for a committed log entry. Each call is atomic on its own; all of them and
+        ``finish(write_txn, outcomes)`` share one LMDB commit. The same state and the same
+        ``now_ms`` give the same results on every node. One ``(ok, results or exception)``
+        per call; a call that is not a valid client batch fails alone, deterministically."""
+        self._check()
+        check_int(now_ms, "now_ms", 0, 2**62)
+        checked: list[list[Operation] | BaseException] = []
+        for ops in calls:
+            try:
+                checked.append(O.check_client_batch(ops))
+            except errors.TStreamsError as exc:
+                checked.append(exc)
+        good = [c for c in checked if not isinstance(c, BaseException)]
+
+        def merge(applied: list[tuple[bool, Any]]) -> list[tuple[bool, Any]]:
+            done = iter(applied)
+            return [(False, c) if isinstance(c, BaseException) else next(done) for c in checked]
+
+        def finish_all(txn: lmdb.Transaction, applied: list[tuple[bool, Any]]) -> Any:
+            return finish(txn, merge(applied)) if finish is not None else None
+
+        return merge(self.committer.apply_at(now_ms, good, finish_all))
+
     def _notify_commit(self) -> None:
         with self._commit_cv:
             self._commit_cv.notify_all()

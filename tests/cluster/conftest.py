@@ -1,0 +1,108 @@
+"""Fixtures for the cluster tests: one real ZooKeeper per module, a fresh 3-node cluster
+(real ``tstreams serve --cluster`` processes) per test."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tstreams_embedded.cluster.zk import init_cluster
+from tstreams_embedded.testing import ServeProcess, ZooKeeperServer, eventually, free_port
+
+SESSION = 2.0  # ZooKeeper session timeout of the nodes (seconds)
+_paths = itertools.count(1)
+
+
+class ClusterNode(ServeProcess):
+    """``tstreams serve --cluster`` in a child process."""
+
+    def __init__(self, node_id: str, data: Path, workdir: Path, url: str, acks: str | None = None) -> None:
+        self.node_id = node_id
+        self.http_port = free_port()
+        args = ["--cluster", url, "--node-id", node_id, "--http", f"127.0.0.1:{self.http_port}",
+                "--session-timeout", str(SESSION)]
+        if acks:
+            args += ["--acks", acks]
+        super().__init__(data, workdir, extra_args=args, name=node_id, log_level="INFO")
+
+    def http_get(self, path: str) -> tuple[int, dict[str, Any]]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=2) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def status(self) -> dict[str, Any]:
+        return self.http_get("/status")[1]
+
+    def state(self, items: bool = False) -> dict[str, Any]:
+        return self.http_get("/state?items=1" if items else "/state")[1]
+
+    def is_leader(self) -> bool:
+        try:
+            return self.alive() and self.http_get("/health/leader")[0] == 200
+        except OSError:
+            return False
+
+
+class Cluster:
+    def __init__(self, zk: ZooKeeperServer, root: Path, n: int = 3, acks: str | None = None) -> None:
+        self.url = f"zk://{zk.address}/c{next(_paths)}"
+        init_cluster(self.url, n)
+        self.nodes = [ClusterNode(f"n{i}", root / f"n{i}", root / "logs", self.url, acks) for i in range(1, n + 1)]
+
+    def start(self) -> Cluster:
+        for node in self.nodes:
+            node.start()
+        return self
+
+    def leader(self, timeout: float = 15.0) -> ClusterNode:
+        def find() -> ClusterNode | None:
+            leaders = [n for n in self.nodes if n.is_leader()]
+            return leaders[0] if len(leaders) == 1 else None
+
+        found: ClusterNode = eventually(find, timeout, 0.05, message="one serving leader")
+        return found
+
+    def followers(self, leader: ClusterNode) -> list[ClusterNode]:
+        return [n for n in self.nodes if n is not leader]
+
+    def connect(self, **options: Any) -> Any:
+        import tstreams_embedded as ts
+
+        options.setdefault("timeout", 30.0)
+        return ts.connect(self.url, **options)
+
+    def converged(self) -> dict[str, Any] | None:
+        """The common state of all nodes once every node applied the same entries."""
+        states = [n.state() for n in self.nodes]
+        statuses = [n.status() for n in self.nodes]
+        if len({s["digest"] for s in states}) == 1 and len({s["applied"] for s in statuses}) == 1:
+            return states[0]
+        return None
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+@pytest.fixture(scope="module")
+def zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk"))
+    server.start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def cluster(zk: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(zk, tmp_path).start()
+    yield c
+    c.stop()

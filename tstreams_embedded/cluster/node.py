@@ -1,0 +1,820 @@
+"""One cluster node: election, replication, commit, deterministic apply, fencing.
+
+See ``docs/CLUSTER.md`` for the design. In short:
+
+* The **leader** (the holder of a kazoo ``Lock`` under ``P/election`` that bumped the epoch
+  and passed the handshake) appends each burst of client submits as ONE log entry
+  ``[epoch, now_ms, calls]`` to its replicated log (synced), and answers the clients once
+  the entry is **committed** (held durably by ``--acks`` nodes) and **applied**.
+* **Followers** pull entries from the leader over the replication channel (a ZeroMQ ROUTER
+  on ``--repl``, separate from the client port): ``fetch(from, last_epoch)``. A fetch also
+  acknowledges everything before ``from``: the follower syncs what it received before it
+  asks for more.
+* **Every node** applies committed entries in log order with
+  :meth:`~tstreams_embedded.engine.core.Core.apply_committed` at the entry's ``now_ms``, so
+  all nodes compute the same transaction IDs, deadlines and results. Nothing uncommitted
+  is ever applied, so nothing uncommitted is ever readable (no dirty reads) and a deposed
+  leader only has to truncate its log.
+* **Fencing**: the epoch is bumped in ZooKeeper (versioned set) by every new leader and
+  carried by every entry and message; nodes refuse older epochs. A leader stops
+  acknowledging and serving at once when kazoo reports ``SUSPENDED``/``LOST``, and in any
+  case when its *lease* ran out: the lease is renewed by reading the epoch from ZooKeeper
+  and lasts ``0.75 × session timeout`` from the moment the read was sent, a time before
+  which ZooKeeper cannot have expired its session (so no other leader can exist).
+* **Election safety**: after bumping the epoch the candidate asks every live node for its
+  log position (``hello``; a node that answers refuses the older epochs from then on). It
+  leads only if a majority answered (itself included) and no answer is ahead of its own
+  ``(last epoch, last index)``; otherwise it releases the lock for a better node.
+* **Idempotent retries**: client submits carry ``(client_id, seq)``; the apply step keeps
+  the outcomes of the last :data:`DEDUP_WINDOW` requests of each client in the replicated
+  state (a named database of the state environment, written in the same LMDB transaction
+  as the effects) and answers a repeated request with its first outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+import lmdb
+import msgpack
+import zmq
+
+from .. import errors
+from ..engine import ops as O
+from ..engine.core import Core, wall_clock_ms
+from .log import Call, Entry, ReplicatedLog
+from .zk import ACKS, ZkAddress, decode_json, encode_json, quorum_of, required_acks
+
+log = logging.getLogger(__name__)
+
+DEDUP_WINDOW = 64
+_APPLIED = b"\x00applied"
+FETCH_PARK = 0.25  # seconds a fetch with nothing new waits on the leader
+FETCH_TIMEOUT = 2.0  # seconds a follower waits for a fetch reply before reconnecting
+
+
+def _pack(value: Any) -> bytes:
+    return cast(bytes, msgpack.packb(value, use_bin_type=True))
+
+
+def _unpack(raw: bytes | memoryview) -> Any:
+    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+
+
+def outcome_to_wire(ok: bool, value: Any) -> list[Any]:
+    if ok:
+        return [True, value]
+    name, message = errors.error_to_wire(value)
+    return [False, name, message]
+
+
+def outcome_from_wire(w: Sequence[Any]) -> tuple[bool, Any]:
+    if w[0]:
+        return True, w[1]
+    return False, errors.error_from_wire(str(w[1]), str(w[2]))
+
+
+def _plain(row: list[Any]) -> list[Any]:
+    return [bytes(v) if isinstance(v, (memoryview, bytearray)) else v for v in row]
+
+
+class Node:
+    """A cluster member around one :class:`Core` (see the module docstring)."""
+
+    def __init__(self, core: Core, zk_url: str, node_id: str, endpoint: str, repl_bind: str,
+                 http: str | None = None, acks: str | None = None, session_timeout: float = 4.0,
+                 ack_timeout: float = 10.0, context: zmq.Context[Any] | None = None) -> None:
+        if not isinstance(node_id, str) or not node_id or "/" in node_id:
+            raise errors.InvalidArgument(f"node id must be a non-empty name without '/', got {node_id!r}")
+        if acks is not None and acks not in ACKS:
+            raise errors.InvalidArgument(f"acks must be one of {ACKS}, got {acks!r}")
+        if not 1.0 <= float(session_timeout) <= 60.0:
+            raise errors.InvalidArgument(f"session_timeout must be 1 to 60 seconds, got {session_timeout!r}")
+        self.core = core
+        self.addr = ZkAddress.parse(zk_url)
+        self.node_id = node_id
+        self.endpoint = endpoint
+        self.http = http
+        self.acks_override = acks
+        self.session_timeout = float(session_timeout)
+        self.ack_timeout = float(ack_timeout)
+        self.ctx = context or zmq.Context.instance()
+        self.log = ReplicatedLog(os.path.join(core.path, "cluster-log"))
+        self.cdb = core.store.env.open_db(b"cluster")
+        with core.store.read() as txn:
+            raw = txn.get(_APPLIED, db=self.cdb)
+        self.applied = int.from_bytes(raw, "big") if raw else 0
+        if self.applied > self.log.last_index:
+            raise errors.NodeDiverged(f"state applied up to {self.applied} but the log ends at {self.log.last_index}")
+        self.log.set_commit(self.applied)
+        # roles and epochs (guarded by self.log.lock for known_epoch / appends)
+        self.known_epoch = 0
+        self.epoch = 0  # the epoch this node leads, 0 when not leading
+        self.role = "follower"
+        self.leading = False
+        self.epoch_start = 0  # index of this leadership's first entry
+        self.lease_until = 0.0
+        self.diverged = False
+        self.config: dict[str, Any] = {"nodes": 1, "acks": "quorum"}
+        self.leader_info: dict[str, Any] = {}
+        self.match: dict[str, int] = {}
+        self._last_now = 0
+        self._cv = threading.Condition()  # commit / applied / leadership changes
+        self._waiting: dict[int, list[tuple[bool, Any]] | None] = {}
+        self._inflight: dict[tuple[str, int], int] = {}
+        self._stop = threading.Event()
+        self._stepdown = threading.Event()
+        self._zk_ok = False
+        self.elections = 0
+        self.commits = 0
+        # replication channel
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._router = self.ctx.socket(zmq.ROUTER)
+        self._router.setsockopt(zmq.LINGER, 0)
+        self._router.bind(repl_bind)
+        self.repl_endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._parked: list[tuple[bytes, dict[str, Any], float]] = []
+        from kazoo.client import KazooClient
+
+        self.zk = KazooClient(hosts=self.addr.hosts, timeout=self.session_timeout)
+        self.zk.add_listener(self._zk_state)
+        self._threads: list[threading.Thread] = []
+        self._lock_recipe: Any = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, timeout: float = 30.0) -> None:
+        try:
+            self.zk.start(timeout=timeout)
+        except Exception as exc:  # noqa: BLE001
+            raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {self.addr.hosts}: {exc}") from exc
+        self._zk_ok = True
+        if self.zk.exists(self.addr.config) is None:
+            self.zk.stop()
+            raise errors.InvalidArgument(f"no cluster at {self.addr}: run 'tstreams cluster init' first")
+        self.config = decode_json(self.zk.get(self.addr.config)[0])
+        self.known_epoch = int(self.zk.get(self.addr.epoch)[0] or b"0")
+        self._publish(force=True)
+        for name, fn in (("repl", self._repl_loop), ("fetch", self._follow_loop), ("apply", self._apply_loop),
+                         ("zk", self._zk_loop), ("election", self._election_loop)):
+            t = threading.Thread(target=fn, name=f"cluster-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        """Step down, leave ZooKeeper (closing the session at once), stop the threads."""
+        self._stop.set()
+        self._step_down("stopping")
+        if self._lock_recipe is not None:
+            try:
+                self._lock_recipe.cancel()
+            except Exception:  # noqa: BLE001
+                pass
+        self._wake()
+        with self._cv:
+            self._cv.notify_all()
+        for t in self._threads:
+            t.join(5)
+        try:
+            self.zk.stop()
+            self.zk.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self._router.close(0)
+        self.log.close()
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+
+    @property
+    def nodes(self) -> int:
+        return int(self.config.get("nodes", 1))
+
+    @property
+    def acks(self) -> str:
+        return self.acks_override or str(self.config.get("acks", "quorum"))
+
+    # ------------------------------------------------------------------ ZooKeeper
+    def _zk_state(self, state: str) -> None:
+        """kazoo's state listener (its own thread: no ZooKeeper calls here)."""
+        if state in ("SUSPENDED", "LOST"):
+            self._zk_ok = False
+            if self.leading:
+                log.warning("ZooKeeper session %s: stepping down at once", state.lower())
+                self._step_down(f"ZooKeeper session {state.lower()}")
+        else:
+            self._zk_ok = True
+
+    def info(self) -> dict[str, Any]:
+        return {"node": self.node_id, "role": self.role, "endpoint": self.endpoint, "repl": self.repl_endpoint,
+                "http": self.http, "epoch": self.epoch or self.known_epoch, "last_index": self.log.last_index,
+                "last_epoch": self.log.last_epoch, "commit": self.log.commit_index, "applied": self.applied,
+                "diverged": self.diverged}
+
+    _published: dict[str, Any] = {}
+
+    def _publish(self, force: bool = False) -> None:
+        info = self.info()
+        if not force and info == self._published:
+            return
+        path = self.addr.node(self.node_id)
+        data = encode_json(info)
+        try:
+            self.zk.set(path, data)
+        except Exception:  # noqa: BLE001 - not there (new session): create it
+            from kazoo.exceptions import NodeExistsError, NoNodeError
+
+            try:
+                self.zk.create(path, data, ephemeral=True, makepath=True)
+            except NodeExistsError:  # an old session's node, not yet expired
+                try:
+                    self.zk.delete(path)
+                except NoNodeError:
+                    pass
+                self.zk.create(path, data, ephemeral=True, makepath=True)
+        self._published = info
+
+    def _zk_loop(self) -> None:
+        """Publish this node's position, learn the leader and the newest epoch, renew the lease."""
+        renew = max(0.1, self.session_timeout / 8)
+        while not self._stop.wait(0.1):
+            if not self._zk_ok:
+                continue
+            try:
+                if self.leading:
+                    sent = time.monotonic()
+                    self.zk.sync(self.addr.epoch)
+                    current = int(self.zk.get(self.addr.epoch)[0] or b"0")
+                    if current != self.epoch:
+                        self._step_down(f"epoch moved to {current}")
+                    elif self._zk_ok:
+                        self.lease_until = sent + 0.75 * self.session_timeout
+                else:
+                    raw = self.zk.get(self.addr.leader)[0] if self.zk.exists(self.addr.leader) else None
+                    self.leader_info = decode_json(raw)
+                    epoch = int(self.zk.get(self.addr.epoch)[0] or b"0")
+                    with self.log.lock:
+                        self.known_epoch = max(self.known_epoch, epoch)
+                self._publish()
+            except Exception as exc:  # noqa: BLE001 - connection trouble: the listener handles it
+                log.debug("ZooKeeper loop: %s", exc)
+            if self.leading:
+                self._stop.wait(renew - 0.1 if renew > 0.1 else 0)
+
+    # ------------------------------------------------------------------ election
+    def _election_loop(self) -> None:
+        while not self._stop.is_set():
+            if not self._zk_ok or self.diverged:
+                self._stop.wait(0.1)
+                continue
+            lock = self.zk.Lock(self.addr.election, self.node_id)
+            self._lock_recipe = lock
+            try:
+                if not lock.acquire():
+                    continue
+            except Exception as exc:  # noqa: BLE001 - session trouble or cancelled
+                log.debug("election: %s", exc)
+                self._stop.wait(0.1)
+                continue
+            stepped_aside = False
+            try:
+                if not self._stop.is_set():
+                    stepped_aside = not self._lead()
+            except Exception:  # noqa: BLE001
+                log.exception("leadership failed")
+            finally:
+                self._step_down("leadership ended")
+                for _ in range(3):
+                    try:
+                        lock.release()
+                        break
+                    except Exception:  # noqa: BLE001
+                        if not self._zk_ok:
+                            break
+                        self._stop.wait(0.1)
+            if stepped_aside:
+                self._stop.wait(0.3)  # let the better node take the lock
+
+    def _lead(self) -> bool:
+        """Holding the election lock: become leader. False if this node must step aside."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        self.config = decode_json(self.zk.get(self.addr.config)[0])
+        while True:
+            raw, stat = self.zk.get(self.addr.epoch)
+            new = int(raw or b"0") + 1
+            try:
+                self.zk.set(self.addr.epoch, str(new).encode(), version=stat.version)
+                break
+            except BadVersionError:
+                continue
+        with self.log.lock:
+            self.known_epoch = max(self.known_epoch, new)
+            self.role = "candidate"
+        self.elections += 1
+        answers = self._handshake(new)
+        mine = self.log.position()
+        need = quorum_of(self.nodes)
+        if 1 + len(answers) < need:
+            log.info("epoch %d: only %d of %d nodes answered; not leading", new, 1 + len(answers), self.nodes)
+            return False
+        ahead = [n for n, pos in answers.items() if pos > mine]
+        if ahead:
+            log.info("epoch %d: %s hold newer log entries; stepping aside", new, ahead)
+            return False
+        if self._stop.is_set() or not self._zk_ok:
+            return True
+        with self.log.lock:
+            if self.known_epoch != new:
+                return False
+            self._last_now = max(self._last_now, self._entry_now(self.log.last_index))
+            now = self._next_now()
+            self.epoch_start = self.log.append(new, now, [])  # commits every older entry with it
+            self.match = {}
+            self.epoch = new
+            self.lease_until = time.monotonic() + 0.5 * self.session_timeout
+            self._stepdown.clear()
+            self.leading = True
+            self.role = "leader"
+        try:
+            self.zk.delete(self.addr.leader)
+        except NoNodeError:
+            pass
+        self.zk.create(self.addr.leader, encode_json({"node": self.node_id, "epoch": new, "endpoint": self.endpoint,
+                                                      "repl": self.repl_endpoint, "http": self.http}),
+                       ephemeral=True)
+        log.info("leading epoch %d from log index %d", new, self.epoch_start)
+        self._advance_commit()
+        self._wake()
+        while not self._stepdown.wait(0.2):
+            if self._stop.is_set():
+                break
+        return True
+
+    def _step_down(self, why: str) -> None:
+        with self.log.lock:
+            was = self.leading
+            self.leading = False
+            self.lease_until = 0.0
+            self.epoch = 0
+            if self.role != "follower":
+                self.role = "follower"
+            self._stepdown.set()
+        if was:
+            log.warning("stepped down: %s", why)
+            if self._zk_ok and not self._stop.is_set():
+                threading.Thread(target=self._drop_leader_node, daemon=True).start()
+        with self._cv:
+            self._cv.notify_all()
+
+    def _drop_leader_node(self) -> None:
+        try:
+            raw = self.zk.get(self.addr.leader)[0]
+            if decode_json(raw).get("node") == self.node_id:
+                self.zk.delete(self.addr.leader)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _handshake(self, epoch: int) -> dict[str, tuple[int, int]]:
+        """Send ``hello(epoch)`` to every other live node; return their log positions."""
+        peers: dict[str, str] = {}
+        for child in self.zk.get_children(self.addr.nodes):
+            if child == self.node_id:
+                continue
+            try:
+                info = decode_json(self.zk.get(self.addr.node(child))[0])
+            except Exception:  # noqa: BLE001
+                continue
+            if info.get("repl"):
+                peers[child] = str(info["repl"])
+        answers: dict[str, tuple[int, int]] = {}
+        socks: dict[zmq.Socket[Any], str] = {}
+        poller = zmq.Poller()
+        try:
+            for node, ep in peers.items():
+                s = self.ctx.socket(zmq.DEALER)
+                s.setsockopt(zmq.LINGER, 0)
+                s.connect(ep)
+                s.send(_pack({"op": "hello", "epoch": epoch, "node": self.node_id}))
+                socks[s] = node
+                poller.register(s, zmq.POLLIN)
+            deadline = time.monotonic() + min(2.0, self.session_timeout / 2)
+            while len(answers) < len(socks):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                for s, _ in poller.poll(int(remaining * 1000) + 1):
+                    rep = _unpack(cast("zmq.Socket[Any]", s).recv())
+                    if rep.get("ok"):
+                        answers[socks[cast("zmq.Socket[Any]", s)]] = (int(rep["last_epoch"]), int(rep["last_index"]))
+        finally:
+            for s in socks:
+                s.close(0)
+        return answers
+
+    # ------------------------------------------------------------------ replication server
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def _repl_loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        while not self._stop.is_set():
+            try:
+                events = dict(poller.poll(50))
+            except zmq.ZMQError:
+                return
+            if self._wake_r in events:
+                try:
+                    while os.read(self._wake_r, 4096):
+                        pass
+                except OSError:
+                    pass
+            if self._router in events:
+                while True:
+                    try:
+                        ident, body = self._router.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    except ValueError:
+                        continue
+                    try:
+                        self._on_repl(ident, _unpack(body))
+                    except Exception:  # noqa: BLE001
+                        log.exception("replication request failed")
+            self._answer_parked()
+
+    def _send(self, ident: bytes, value: dict[str, Any]) -> None:
+        try:
+            self._router.send_multipart([ident, _pack(value)], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    def _on_repl(self, ident: bytes, req: dict[str, Any]) -> None:
+        op = req.get("op")
+        if op == "hello":
+            epoch = int(req["epoch"])
+            with self.log.lock:
+                if epoch < self.known_epoch:
+                    self._send(ident, {"ok": False, "known": self.known_epoch})
+                    return
+                self.known_epoch = epoch
+                position = self.log.position()
+            if self.leading and self.epoch < epoch:
+                self._step_down(f"{req.get('node')} runs for epoch {epoch}")
+            self._send(ident, {"ok": True, "last_epoch": position[0], "last_index": position[1]})
+        elif op == "fetch":
+            self._on_fetch(ident, req)
+        else:
+            self._send(ident, {"error": f"unknown replication operation {op!r}"})
+
+    def _on_fetch(self, ident: bytes, req: dict[str, Any]) -> None:
+        rid = req.get("rid")
+        if not self.leading:
+            self._send(ident, {"rid": rid, "status": "not_leader"})
+            return
+        if int(req["known"]) > self.epoch:
+            self._send(ident, {"rid": rid, "status": "fenced"})
+            self._step_down(f"{req.get('node')} knows epoch {req['known']}")
+            return
+        start = int(req["from"])
+        prev = start - 1
+        last_epoch = int(req["last_epoch"])
+        if prev > self.log.last_index or self.log.epoch_at(prev) != last_epoch:
+            bound = self.log.last_index if prev > self.log.last_index else prev - 1
+            to = max(0, min(bound, self.log.end_of_epoch(last_epoch)))
+            self._send(ident, {"rid": rid, "status": "truncate", "to": to, "epoch": self.epoch})
+            return
+        node = str(req.get("node"))
+        self.match[node] = prev
+        self._advance_commit()
+        if not self._reply_fetch(ident, req):
+            self._parked.append((ident, req, time.monotonic() + FETCH_PARK))
+
+    def _reply_fetch(self, ident: bytes, req: dict[str, Any], force: bool = False) -> bool:
+        start = int(req["from"])
+        entries = self.log.read(start) if start <= self.log.last_index else []
+        commit = self.log.commit_index
+        if not entries and commit <= int(req.get("commit", 0)) and not force:
+            return False
+        self._send(ident, {"rid": req.get("rid"), "status": "ok", "epoch": self.epoch, "commit": commit,
+                           "entries": [e.to_wire() for e in entries]})
+        return True
+
+    def _answer_parked(self) -> None:
+        if not self._parked:
+            return
+        now = time.monotonic()
+        keep = []
+        for ident, req, deadline in self._parked:
+            if not self.leading:
+                self._send(ident, {"rid": req.get("rid"), "status": "not_leader"})
+            elif not self._reply_fetch(ident, req, force=now >= deadline):
+                keep.append((ident, req, deadline))
+        self._parked = keep
+
+    def _advance_commit(self) -> None:
+        """Leader: the highest index held by ``required_acks`` nodes, if of this epoch."""
+        if not self.leading:
+            return
+        n = self.nodes
+        positions = sorted([self.log.last_index, *self.match.values()], reverse=True)
+        positions += [0] * max(0, n - len(positions))
+        need = required_acks(self.acks, n)
+        candidate = positions[need - 1]
+        if candidate > self.log.commit_index and self.log.epoch_at(candidate) == self.epoch:
+            if self.log.set_commit(candidate):
+                self.commits += 1
+                with self._cv:
+                    self._cv.notify_all()
+                self._wake()
+
+    # ------------------------------------------------------------------ follower
+    def _follow_loop(self) -> None:
+        sock: zmq.Socket[Any] | None = None
+        target: tuple[str, int] | None = None
+        rid = 0
+        try:
+            while not self._stop.is_set():
+                info = self.leader_info
+                if (self.leading or self.role == "candidate" or self.diverged or not info
+                        or info.get("node") == self.node_id or int(info.get("epoch", 0)) < self.known_epoch):
+                    self._stop.wait(0.05)
+                    continue
+                want = (str(info.get("repl")), int(info.get("epoch", 0)))
+                if sock is None or target != want:
+                    if sock is not None:
+                        sock.close(0)
+                    sock = self.ctx.socket(zmq.DEALER)
+                    sock.setsockopt(zmq.LINGER, 0)
+                    sock.connect(want[0])
+                    target = want
+                rid += 1
+                with self.log.lock:
+                    req = {"op": "fetch", "rid": rid, "node": self.node_id, "known": self.known_epoch,
+                           "from": self.log.last_index + 1, "last_epoch": self.log.last_epoch,
+                           "commit": self.log.commit_index}
+                sock.send(_pack(req))
+                rep = None
+                deadline = time.monotonic() + FETCH_TIMEOUT
+                while rep is None and not self._stop.is_set():
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or not sock.poll(int(min(remaining, 0.2) * 1000) + 1):
+                        if remaining <= 0:
+                            break
+                        continue
+                    got = _unpack(sock.recv())
+                    if got.get("rid") == rid:
+                        rep = got
+                if rep is None:
+                    sock.close(0)
+                    sock, target = None, None
+                    continue
+                self._on_fetched(req, rep)
+        finally:
+            if sock is not None:
+                sock.close(0)
+
+    def _on_fetched(self, req: dict[str, Any], rep: dict[str, Any]) -> None:
+        status = rep.get("status")
+        if status != "ok" and status != "truncate":
+            self._stop.wait(0.05)
+            return
+        with self.log.lock:
+            if int(rep.get("epoch", 0)) < self.known_epoch or self.leading:
+                return  # a deposed leader's answer
+            if self.log.last_index + 1 != int(req["from"]):
+                return
+            if status == "truncate":
+                to = int(rep["to"])
+                if to < self.applied:
+                    self.diverged = True
+                    log.error("the leader's log diverges below this node's applied index %d (at %d): this "
+                              "node must be re-synced", self.applied, to)
+                    return
+                removed = self.log.truncate_after(to)
+                log.warning("truncated %d uncommitted log entries after index %d", removed, to)
+                return
+            entries = [Entry.from_wire(w) for w in rep.get("entries", [])]
+            self.log.append_entries(entries)
+            moved = self.log.set_commit(int(rep.get("commit", 0)))
+        if moved:
+            with self._cv:
+                self._cv.notify_all()
+
+    # ------------------------------------------------------------------ apply
+    def _apply_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._cv:
+                if self.log.commit_index <= self.applied:
+                    self._cv.wait(0.5)
+                    continue
+            commit = self.log.commit_index
+            for e in self.log.read(self.applied + 1, limit=256):
+                if e.index > commit or self._stop.is_set():
+                    break
+                try:
+                    outcomes = self._apply_entry(e)
+                except Exception:  # noqa: BLE001 - e.g. the engine closed under us
+                    log.exception("applying log entry %d failed", e.index)
+                    self._stop.wait(0.5)
+                    break
+                with self._cv:
+                    self.applied = e.index
+                    if e.index in self._waiting:
+                        self._waiting[e.index] = outcomes
+                    self._cv.notify_all()
+
+    def _apply_entry(self, e: Entry) -> list[tuple[bool, Any]]:
+        """Apply one committed entry; deterministic from the state and the entry alone."""
+        windows: dict[str, dict[int, Any]] = {}
+        outcomes: list[tuple[bool, Any] | None] = [None] * len(e.calls)
+        same_as: dict[int, int] = {}  # a repeat inside the entry -> the call it repeats
+        first: dict[tuple[str, int], int] = {}
+        todo: list[tuple[int, list[O.Operation]]] = []
+        with self.core.store.read() as txn:
+            for i, call in enumerate(e.calls):
+                cid, seq = call[0], int(call[1])
+                if cid:
+                    if cid not in windows:
+                        raw = txn.get(b"c" + cid.encode(), db=self.cdb)
+                        windows[cid] = dict(_unpack(raw)) if raw else {}
+                    w = windows[cid]
+                    if (cid, seq) in first:
+                        same_as[i] = first[(cid, seq)]
+                        continue
+                    if seq in w:
+                        outcomes[i] = outcome_from_wire(w[seq])
+                        continue
+                    if len(w) >= DEDUP_WINDOW and seq < min(w):
+                        outcomes[i] = (False, errors.RetryWindowExceeded(
+                            f"request {seq} of client {cid} is older than its last {DEDUP_WINDOW} requests"))
+                        continue
+                    first[(cid, seq)] = i
+                try:
+                    todo.append((i, O.decode_all(call[3])))
+                except errors.TStreamsError as exc:
+                    outcomes[i] = (False, exc)
+
+        def finish(wtxn: lmdb.Transaction, results: list[tuple[bool, Any]]) -> None:
+            touched = set()
+            for (i, _), (ok, value) in zip(todo, results, strict=True):
+                cid = e.calls[i][0]
+                if cid:
+                    windows[cid][int(e.calls[i][1])] = outcome_to_wire(ok, value)
+                    touched.add(cid)
+            for cid in touched:
+                w = windows[cid]
+                keep = dict(sorted(w.items())[-DEDUP_WINDOW:])
+                wtxn.put(b"c" + cid.encode(), _pack(keep), db=self.cdb)
+            wtxn.put(_APPLIED, e.index.to_bytes(8, "big"), db=self.cdb)
+
+        results = self.core.apply_committed(e.now_ms, [ops for _, ops in todo], finish)
+        for (i, _), res in zip(todo, results, strict=True):
+            outcomes[i] = res
+        for i, j in same_as.items():
+            outcomes[i] = outcomes[j]
+        return [o if o is not None else (False, errors.TStreamsError("no outcome")) for o in outcomes]
+
+    # ------------------------------------------------------------------ client side (leader)
+    def leader_hint(self) -> str:
+        info = self.leader_info
+        if self.leading:
+            return f"leader: {self.node_id} at {self.endpoint}"
+        if info.get("node") and info.get("node") != self.node_id:
+            return f"leader: {info.get('node')} at {info.get('endpoint')}"
+        return "no leader is known yet"
+
+    def serving(self) -> bool:
+        """Whether this node may serve reads now: leader, lease valid, own epoch applied."""
+        return (self.leading and self._zk_ok and time.monotonic() < self.lease_until
+                and self.applied >= self.epoch_start)
+
+    def check_serving(self) -> None:
+        if not self.serving():
+            raise errors.NotLeader(f"node {self.node_id} is not the leader ({self.role}); {self.leader_hint()}")
+
+    def _entry_now(self, index: int) -> int:
+        if index == 0:
+            return 0
+        got = self.log.read(index, limit=1)
+        return got[0].now_ms if got else 0
+
+    def _next_now(self) -> int:
+        self._last_now = max(self._last_now, wall_clock_ms())
+        return self._last_now
+
+    def submit_batch(self, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, Any]]:
+        """The server's ``submit`` batch function: ``[ops, durable, client_id, seq]`` per call.
+        Appends them as one log entry, waits for it to be committed and applied."""
+        out: list[tuple[bool, Any] | None] = [None] * len(calls)
+        rows_of: list[tuple[int, Call]] = []
+        waits: list[tuple[int, int, str, int]] = []  # (call, index, client, seq) of calls already in the log
+        for i, args in enumerate(calls):
+            try:
+                if not args:
+                    raise errors.InvalidArgument("submit takes (ops, durable, client_id, seq)")
+                ops = O.check_client_batch(O.decode_all(args[0]))
+                durable = args[1] if len(args) > 1 else True
+                if not isinstance(durable, bool):
+                    raise errors.InvalidArgument(f"durable must be a boolean, got {type(durable).__name__}")
+                cid = args[2] if len(args) > 2 else None
+                seq = args[3] if len(args) > 3 else 0
+                if cid is not None and (not isinstance(cid, str) or not cid or len(cid) > 128):
+                    raise errors.InvalidArgument("client_id must be a non-empty string of at most 128 characters")
+                if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**63:
+                    raise errors.InvalidArgument("seq must be a non-negative integer")
+                if not ops:
+                    out[i] = (True, [])
+                    continue
+                if cid is not None and (cid, seq) in self._inflight:
+                    waits.append((i, self._inflight[(cid, seq)], cid, seq))
+                    continue
+                rows_of.append((i, [cid, seq, durable, [_plain(O.encode(op)) for op in ops]]))
+            except errors.TStreamsError as exc:
+                out[i] = (False, exc)
+        if rows_of or waits:
+            try:
+                self._replicate(rows_of, waits, out)
+            except errors.TStreamsError as exc:
+                for i in [r[0] for r in rows_of] + [w[0] for w in waits]:
+                    if out[i] is None:
+                        out[i] = (False, exc)
+        return [o if o is not None else (False, errors.ClusterUnavailable("no outcome")) for o in out]
+
+    def _replicate(self, rows_of: list[tuple[int, Call]], waits: list[tuple[int, int, str, int]],
+                   out: list[tuple[bool, Any] | None]) -> None:
+        self.check_serving()
+        epoch = self.epoch
+        index = 0
+        if rows_of:
+            with self.log.lock:
+                if not self.leading or self.epoch != epoch:
+                    raise errors.NotLeader(f"node {self.node_id} stopped leading; {self.leader_hint()}")
+                with self._cv:
+                    self._waiting[self.log.last_index + 1] = None
+                index = self.log.append(epoch, self._next_now(), [c for _, c in rows_of])
+            for _, c in rows_of:
+                if c[0] is not None:
+                    self._inflight[(c[0], c[1])] = index
+            self._wake()
+            self._advance_commit()
+        indexes = {index} if index else set()
+        indexes.update(w[1] for w in waits)
+        for ix in indexes:
+            with self._cv:
+                self._waiting.setdefault(ix, None)
+        deadline = time.monotonic() + self.ack_timeout
+        try:
+            with self._cv:
+                while not all(self.applied >= ix for ix in indexes):
+                    if not self.leading or self.epoch != epoch:
+                        raise errors.ClusterUnavailable(
+                            f"node {self.node_id} stopped leading before the write was committed; its outcome is "
+                            f"unknown (retry it); {self.leader_hint()}")
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise errors.ClusterUnavailable(
+                            f"the write was not acknowledged by {required_acks(self.acks, self.nodes)} of "
+                            f"{self.nodes} nodes within {self.ack_timeout:g} s; its outcome is unknown (retry it)")
+                    self._cv.wait(min(remaining, 0.2))
+                # acknowledge only while this node surely still leads (lease from ZooKeeper)
+                if not (self.leading and self._zk_ok and time.monotonic() < self.lease_until):
+                    raise errors.ClusterUnavailable(
+                        f"node {self.node_id} cannot confirm its leadership; the outcome is unknown (retry it)")
+                results = {ix: self._waiting.get(ix) for ix in indexes}
+        finally:
+            with self._cv:
+                for ix in indexes:
+                    self._waiting.pop(ix, None)
+            for _, c in rows_of:
+                if c[0] is not None and self._inflight.get((c[0], c[1])) == index:
+                    del self._inflight[(c[0], c[1])]
+        if index:
+            got = results.get(index)
+            if got is None:  # applied before we registered: read the outcome from the window
+                got = [self.stored_outcome(c[0], c[1]) for _, c in rows_of]
+            for (i, _), res in zip(rows_of, got, strict=True):
+                out[i] = res
+        for i, _, cid, seq in waits:
+            out[i] = self.stored_outcome(cid, seq)
+
+    def stored_outcome(self, cid: str | None, seq: int) -> tuple[bool, Any]:
+        if cid is None:
+            return (False, errors.ClusterUnavailable("the outcome of this write is not known; retry it"))
+        with self.core.store.read() as txn:
+            raw = txn.get(b"c" + cid.encode(), db=self.cdb)
+        w = dict(_unpack(raw)) if raw else {}
+        if seq in w:
+            return outcome_from_wire(w[seq])
+        return (False, errors.ClusterUnavailable("the outcome of this write is not known; retry it"))
+
