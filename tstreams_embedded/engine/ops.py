@@ -317,6 +317,7 @@ Operation = (CreateStream | DeleteStream | Open | Data | Checkpoint | Cancel | I
 """Any operation record."""
 
 RECORDS: tuple[type, ...] = tuple(_SPECS)
+_CODES: dict[type, int] = {record: int(spec.opcode) for record, spec in _SPECS.items()}
 
 
 # --------------------------------------------------------------------------- properties
@@ -380,7 +381,7 @@ def describe(op: Any) -> str:
 # --------------------------------------------------------------------------- encoding
 def encode(op: Operation) -> list[Any]:
     """``[opcode, *fields]``: the wire and commit-log form of a record."""
-    return [_SPECS[type(op)].opcode.value, *op]
+    return [_CODES[type(op)], *op]
 
 
 def decode(row: Any) -> Operation:
@@ -417,9 +418,12 @@ def unpack_items(chunk: bytes) -> list[bytes]:
     return items
 
 
+_log_packer = msgpack.Packer(use_bin_type=True, default=_log_ext)
+
+
 def pack_batch(now_ms: int, ops: Iterable[Operation]) -> bytes:
-    """Encode a resolved batch as one commit-log value."""
-    value: bytes = msgpack.packb([now_ms, [encode(op) for op in ops]], use_bin_type=True, default=_log_ext)
+    """Encode a resolved batch as one commit-log value (chunk references as msgpack ext 2)."""
+    value: bytes = _log_packer.pack([now_ms, [[_CODES[type(op)], *op] for op in ops]])
     return value
 
 

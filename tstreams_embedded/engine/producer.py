@@ -101,22 +101,21 @@ class ProducerTransaction:
 
     def send(self, item: Any) -> None:
         """Add one item (serialized with the producer's serializer)."""
-        with self._lock:
-            self._send(item)
-
-    def _send(self, item: Any) -> None:
-        producer = self.producer
-        if self.state != OPEN or producer.engine.closed:
-            self._check_open()
+        producer = self.producer  # the per-item path: kept to one lock and a few lookups
         data = item if type(item) is bytes and producer.raw else producer.dumps(item)
         size = len(data)
-        if size > producer.max_item_size:
-            raise errors.ItemTooLarge(f"item of {size} bytes exceeds max_item_size={producer.max_item_size}")
-        if len(self._buffer) >= producer.batch_size or self._buffered_bytes + size > FLUSH_BYTES:
-            self.flush()
-        self._buffer.append(data)
-        self._buffered_bytes += size
-        self.count += 1
+        with self._lock:
+            if self.state != OPEN or producer.engine.closed:
+                self._check_open()
+            if size > producer.max_item_size:
+                raise errors.ItemTooLarge(f"item of {size} bytes exceeds max_item_size={producer.max_item_size}")
+            buffer = self._buffer
+            if len(buffer) >= producer.batch_size or self._buffered_bytes + size > FLUSH_BYTES:
+                self._flush()
+                buffer = self._buffer
+            buffer.append(data)
+            self._buffered_bytes += size
+            self.count += 1
 
     def send_many(self, items: Iterable[Any]) -> None:
         """Add several items, in order. All are validated before any is buffered."""
