@@ -186,7 +186,8 @@ class Applier:
                    chunk: Any, items: int) -> O.ChunkRef:
         """Store a chunk (sealed with its checksum); return the reference the log keeps."""
         if type(chunk) is not O.GoneChunk:
-            scope.txn.put(keys.chunk_key(info.id, partition, txn_id, index), seal(bytes(chunk)), db=self.store.data)
+            payload = chunk if type(chunk) is bytes else bytes(chunk)
+            scope.txn.put(keys.chunk_key(info.id, partition, txn_id, index), seal(payload), db=self.store.data)
         return O.ChunkRef(info.id, partition, txn_id, index, items)
 
     def put_state(self, scope: BatchScope, key: bytes, state: TxnState, deadline: int, chunks: int,
@@ -268,7 +269,7 @@ def _open(a: Applier, scope: BatchScope, op: O.Open) -> tuple[int, O.Open]:
     deadline = a.deadline(scope, op.ttl_ms, op.deadline)
     logged = a.put_chunk(scope, info, op.partition, txn_id, 0, op.chunk, n) if n else None
     a.put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.OPENED, deadline, 1 if n else 0, n)
-    return txn_id, op._replace(txn_id=txn_id, deadline=deadline, chunk=logged)
+    return txn_id, O.Open(op.stream, op.partition, op.ttl_ms, txn_id, deadline, logged, op.stream_id)
 
 
 @handles(O.Data)
@@ -280,7 +281,7 @@ def _data(a: Applier, scope: BatchScope, op: O.Data) -> tuple[int, O.Data]:
         return items, op
     logged = a.put_chunk(scope, info, op.partition, op.txn_id, chunks, op.chunk, n)
     a.put_state(scope, key, TxnState.OPENED, deadline, chunks + 1, items + n)
-    return items + n, op._replace(chunk=logged)
+    return items + n, O.Data(op.stream, op.partition, op.txn_id, logged, op.stream_id)
 
 
 @handles(O.Checkpoint)
@@ -298,7 +299,7 @@ def _checkpoint(a: Applier, scope: BatchScope, op: O.Checkpoint) -> tuple[int, O
         a.put_state(scope, key, TxnState.CANCELLED, 0, 0, 0)
     else:
         a.put_state(scope, key, TxnState.CHECKPOINTED, 0, chunks, items)
-    return items, op._replace(chunk=logged)
+    return items, O.Checkpoint(op.stream, op.partition, op.txn_id, logged, op.stream_id)
 
 
 @handles(O.Cancel)
@@ -321,7 +322,7 @@ def _instant(a: Applier, scope: BatchScope, op: O.Instant) -> tuple[int, O.Insta
     txn_id = a.allocate(scope, info, op.partition, op.txn_id)
     a.put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.CHECKPOINTED, 0, 1, n)
     logged = a.put_chunk(scope, info, op.partition, txn_id, 0, op.chunk, n)
-    return txn_id, op._replace(txn_id=txn_id, chunk=logged)
+    return txn_id, O.Instant(op.stream, op.partition, logged, txn_id, op.stream_id)
 
 
 @handles(O.KeepAlive)
