@@ -99,7 +99,7 @@ def _attach(module: str, names: list[str]) -> None:
 main.add_command(quickstart)
 _attach("tstreams_embedded.net.cli", ["serve", "keys"])
 _attach("tstreams_embedded.demo.cli", ["demo"])
-_attach("tstreams_embedded.cluster.cli", ["cluster"])
+_attach("tstreams_embedded.cluster.cli", ["cluster", "serve"])  # serve with the cluster options, when kazoo is there
 
 
 def run() -> None:

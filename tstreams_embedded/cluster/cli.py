@@ -1,12 +1,55 @@
-"""``tstreams cluster init|status``."""
+"""``tstreams cluster init|status``, and ``tstreams serve`` with the cluster options.
+
+``serve`` here is the network layer's single-node ``serve`` (:mod:`..net.cli`) plus
+``--cluster``, ``--node-id``, ``--http``, ``--repl``, ``--acks`` and ``--session-timeout``:
+without ``--cluster`` it runs exactly that single-node server.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
+from typing import Any
 
 import click
 
+from ..net.cli import configure_logging
+from ..net.cli import serve as node_serve
 from .zk import ACKS, cluster_status, init_cluster
+
+CLUSTER_OPTIONS = [
+    click.Option(["--cluster"], default=None,
+                 help="Join the replicated cluster at zk://host:port/path (see docs/CLUSTER.md)."),
+    click.Option(["--node-id"], default=None, help="This node's name in the cluster (with --cluster)."),
+    click.Option(["--http"], default=None,
+                 help="host:port for /health/leader, /health/ready, /status (with --cluster)."),
+    click.Option(["--repl"], default=None,
+                 help="Replication endpoint to bind (default: the --bind host, a free port)."),
+    click.Option(["--acks"], type=click.Choice(ACKS), default=None,
+                 help="Override the cluster's acks setting: quorum (default), all, leader."),
+    click.Option(["--session-timeout"], type=float, default=4.0, show_default=True,
+                 help="ZooKeeper session timeout in seconds (bounds failover time)."),
+]
+
+
+def _serve(cluster: str | None, node_id: str | None, http: str | None, repl: str | None, acks: str | None,
+           session_timeout: float, **node_options: Any) -> None:
+    if cluster is None:
+        assert node_serve.callback is not None
+        node_serve.callback(**node_options)
+        return
+    if not node_id:
+        raise click.UsageError("--cluster needs --node-id")
+    from .serve import serve_cluster
+
+    configure_logging(node_options["log_level"])
+    sys.exit(serve_cluster(node_options["data"], list(node_options["binds"]), cluster, node_id, http=http, repl=repl,
+                           acks=acks, durability=node_options["durability"], session_timeout=session_timeout,
+                           ready_file=node_options["ready_file"]))
+
+
+serve = click.Command("serve", params=[*node_serve.params, *CLUSTER_OPTIONS], callback=_serve,
+                      help=node_serve.help)
 
 
 @click.group("cluster")

@@ -44,34 +44,22 @@ _BYTES = click.IntRange(min=1)
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Write the bound endpoints to this file once serving.")
 @click.option("--log-level", default="INFO", show_default=True)
-@click.option("--cluster", default=None,
-              help="Join the replicated cluster at zk://host:port/path (see docs/CLUSTER.md).")
-@click.option("--node-id", default=None, help="This node's name in the cluster (with --cluster).")
-@click.option("--http", default=None, help="host:port for /health/leader, /health/ready, /status (with --cluster).")
-@click.option("--repl", default=None, help="Replication endpoint to bind (default: the --bind host, a free port).")
-@click.option("--acks", type=click.Choice(["quorum", "all", "leader"]), default=None,
-              help="Override the cluster's acks setting: quorum (default), all, leader.")
-@click.option("--session-timeout", type=float, default=4.0, show_default=True,
-              help="ZooKeeper session timeout in seconds (bounds failover time).")
 def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | None, max_msg_size: int,
           max_request_size: int, max_client_bytes: int, max_write_queue_bytes: int, max_reply_bytes: int,
-          ready_file: str | None, log_level: str, cluster: str | None, node_id: str | None, http: str | None,
-          repl: str | None, acks: str | None, session_timeout: float) -> None:
+          ready_file: str | None, log_level: str) -> None:
     """Serve the engine in DATA over ZeroMQ until SIGTERM (graceful: exit status 0)."""
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
-    if cluster is not None:
-        from ..cluster.serve import serve_cluster
-
-        if not node_id:
-            raise click.UsageError("--cluster needs --node-id")
-        sys.exit(serve_cluster(data, list(binds), cluster, node_id, http=http, repl=repl, acks=acks,
-                               durability=durability, session_timeout=session_timeout, ready_file=ready_file))
+    configure_logging(log_level)
     from .serve import serve as run
 
     sys.exit(run(data, list(binds), durability, curve_dir, max_msg_size, ready_file,
                  max_request_size=max_request_size, max_client_bytes=max_client_bytes,
                  max_write_queue_bytes=max_write_queue_bytes, max_reply_bytes=max_reply_bytes))
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr at ``level``, with the process id (servers run as child processes)."""
+    logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
 
 
 @click.group("keys")

@@ -68,7 +68,7 @@ class ServeProcess(ManagedProcess):
         return f"tcp://{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        return [self.python, "-m", "tstreams_embedded.net.cli", "serve", "--data", str(self.data),
+        return [self.python, "-m", "tstreams_embedded.cli", "serve", "--data", str(self.data),
                 "--bind", self.endpoint, "--durability", self.durability, "--ready-file", str(self.ready_file),
                 "--log-level", self.log_level, *self.extra_args]
 
