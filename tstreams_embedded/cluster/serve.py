@@ -10,23 +10,21 @@ of the applied state, for tests and operators).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
 import os
-import signal
 from collections.abc import Generator, Sequence
 from typing import Any
 
 import zmq
-from tornado.ioloop import IOLoop
 from tornado.web import Application, RequestHandler
 
 from .. import errors
 from ..engine.core import Core
 from ..net.handlers import backend_registry
 from ..net.registry import CALL, STREAM, Handler, Registry
+from ..net.serve import run_until_signal
 from ..net.server import Server, ServerOptions
 from ..net.session import Session
 from .node import Node
@@ -185,30 +183,13 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
     registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id})
     server = Server(registry, binds, ServerOptions(), commit_watch=core.wait_for_commit, context=ctx)
 
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        done = asyncio.Event()
-        server.start(IOLoop.current())
+    def on_start() -> None:
         if http_host is not None:
             http_app(node).listen(http_port, http_host)
         node.start()
 
-        def on_signal() -> None:
-            log.info("signal received: stopping")
-            node.stop()
-            server.stop(stop_timeout, on_stopped=done.set)
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal)
-        if ready_file:
-            tmp = ready_file + ".tmp"
-            with open(tmp, "w") as f:
-                f.write("\n".join(server.endpoints) + "\n")
-            os.replace(tmp, ready_file)
-        await done.wait()
-
     try:
-        asyncio.run(main())
+        run_until_signal(server, stop_timeout, ready_file, on_start=on_start, on_stop=node.stop)
     finally:
         core.close()
         ctx.term()

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
@@ -54,6 +54,40 @@ def _return_large_blocks(threshold: int = 256 * 1024) -> None:
     except (OSError, AttributeError):
         return
     mallopt(-3, threshold)  # M_MMAP_THRESHOLD (fixed: no dynamic adjustment)
+
+
+
+def run_until_signal(server: Server, stop_timeout: float, ready_file: str | None,
+                     on_start: Callable[[], None] | None = None, on_stop: Callable[[], None] | None = None) -> None:
+    """Run ``server`` on a new event loop until SIGTERM or SIGINT, then stop it gracefully.
+
+    ``on_start`` runs once the server is started (other services on the same loop);
+    ``on_stop`` runs first when a signal arrives. The bound endpoints are written to
+    ``ready_file`` (atomically) once serving."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        server.start(IOLoop.current())
+        if on_start is not None:
+            on_start()
+
+        def on_signal() -> None:
+            log.info("signal received: stopping")
+            if on_stop is not None:
+                on_stop()
+            server.stop(stop_timeout, on_stopped=done.set)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+        if ready_file:
+            tmp = ready_file + ".tmp"
+            with open(tmp, "w") as f:
+                f.write("\n".join(server.endpoints) + "\n")
+            os.replace(tmp, ready_file)
+        await done.wait()
+
+    asyncio.run(main())
 
 
 def serve(
@@ -108,26 +142,8 @@ def serve(
     registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))}, max_reply_bytes)
     server = Server(registry, bind, opts, commit_watch=core.wait_for_commit, context=ctx)
 
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        done = asyncio.Event()
-        server.start(IOLoop.current())
-
-        def on_signal() -> None:
-            log.info("signal received: stopping")
-            server.stop(stop_timeout, on_stopped=done.set)
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal)
-        if ready_file:
-            tmp = ready_file + ".tmp"
-            with open(tmp, "w") as f:
-                f.write("\n".join(server.endpoints) + "\n")
-            os.replace(tmp, ready_file)
-        await done.wait()
-
     try:
-        asyncio.run(main())
+        run_until_signal(server, stop_timeout, ready_file)
     finally:
         core.close()  # syncs
         if auth is not None:
