@@ -16,7 +16,7 @@ import pytest
 from tstreams_embedded.cluster.zk import init_cluster
 from tstreams_embedded.testing import ServeProcess, ZooKeeperServer, eventually, free_port
 
-SESSION = 2.0  # ZooKeeper session timeout of the nodes (seconds)
+SESSION = 3.0  # ZooKeeper session timeout of the nodes (seconds); short, but not so short that a loaded machine expires it
 _paths = itertools.count(1)
 
 
