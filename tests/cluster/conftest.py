@@ -16,7 +16,7 @@ import pytest
 from tstreams_embedded.cluster.zk import init_cluster
 from tstreams_embedded.testing import ServeProcess, ZooKeeperServer, eventually, free_port
 
-SESSION = 3.0  # ZooKeeper session timeout of the nodes (seconds); short, but not so short that a loaded machine expires it
+SESSION = 3.0  # ZooKeeper session timeout of the nodes (s): short, yet not expired by a loaded machine
 _paths = itertools.count(1)
 
 
