@@ -42,14 +42,14 @@ _LOG_SEQ = b"log_seq"
 
 
 class _Request:
-    __slots__ = ("batch", "durable", "done", "results", "error", "seq", "replay_now", "fn", "commit_no", "at_now")
+    __slots__ = ("batch", "durable", "done", "results", "error", "seq", "at", "replay", "fn", "commit_no")
 
-    def __init__(self, batch: Any, durable: bool, replay_now: int | None = None,
-                 fn: Callable[[lmdb.Transaction], Any] | None = None, at_now: int | None = None) -> None:
+    def __init__(self, batch: Any, durable: bool, at: int | None = None, replay: bool = False,
+                 fn: Callable[[lmdb.Transaction], Any] | None = None) -> None:
         self.batch = batch
         self.durable = durable
-        self.replay_now = replay_now
-        self.at_now = at_now  # client-batch rules, but at this time instead of the clock
+        self.at = at  # apply at this time instead of the clock's
+        self.replay = replay  # resolved records from a log (engine-resolved fields accepted)
         self.fn = fn
         self.done = False
         self.results: Any = None
@@ -90,7 +90,7 @@ class GroupCommitter:
 
     def replay(self, now_ms: int, batch: Sequence[Operation], durable: bool = True) -> list[Any]:
         """Apply an already-resolved batch (from another engine's log) at its original time."""
-        results: list[Any] = self._run(_Request(batch, durable, replay_now=now_ms))
+        results: list[Any] = self._run(_Request(batch, durable, at=now_ms, replay=True))
         return results
 
     def run_maintenance(self, fn: Callable[[lmdb.Transaction], Any]) -> Any:
@@ -156,7 +156,7 @@ class GroupCommitter:
         synced (a replicated log makes it durable). One ``(True, results)`` or
         ``(False, exception)`` per call. Used by the cluster to apply committed entries
         deterministically on every node."""
-        reqs = [_Request(batch, False, at_now=now_ms) for batch in calls]
+        reqs = [_Request(batch, False, at=now_ms) for batch in calls]
 
         def outcomes() -> list[tuple[bool, Any]]:
             return [(False, r.error) if r.error is not None else (True, r.results) for r in reqs]
@@ -293,10 +293,8 @@ class GroupCommitter:
                     if r.fn is not None:
                         r.results = r.fn(child)
                     else:
-                        at = r.replay_now if r.replay_now is not None else (
-                            now if r.at_now is None else r.at_now)
-                        results, resolved = self.applier.apply_batch(child, at, r.batch,
-                                                                     replay=r.replay_now is not None)
+                        at = now if r.at is None else r.at
+                        results, resolved = self.applier.apply_batch(child, at, r.batch, replay=r.replay)
                         seq += 1
                         child.put(keys.U64.pack(seq), O.pack_batch(at, resolved), db=self.store.log)
                         r.results, r.seq = results, seq
