@@ -65,6 +65,18 @@ class MarkerConflict(TStreamsError):
     """A guarded write found its marker already at or past the given value (a replayed batch)."""
 
 
+class ConsumerNotFound(TStreamsError, KeyError):
+    """The named consumer has no stored offsets on the stream."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class OffsetsConflict(TStreamsError):
+    """A guarded offset reset found the consumer's stored offsets changed since they were read
+    (a consumer is still running). Nothing was written."""
+
+
 class StorageFull(TStreamsError):
     """The LMDB map could not grow (``max_map_size`` reached or the disk is full). Nothing was written."""
 

@@ -50,6 +50,8 @@ def test_every_state_change_appends_one_entry(make_engine, clock) -> None:
     consumer = engine.consumer("s", "c")
     step(O.Invalidate, lambda: consumer.get_transaction(1))  # the reader passes over the expired one
     step(O.SetOffsets, lambda: consumer.checkpoint())
+    step(O.ResetOffsets, lambda: core.submit([O.ResetOffsets("s", "c", core.get_offsets("s", "c"), {0: 0})]))
+    step(O.DeleteConsumer, lambda: core.submit([O.DeleteConsumer("s", "c")]))
     step(O.SetMarker, lambda: core.submit([O.SetMarker("m", 1, True)]))
     step(O.Compact, lambda: engine.compact())  # "short" is past its TTL
     opened = core.submit([O.Open("s", 0, 1000)])[0]
@@ -61,7 +63,7 @@ def test_every_state_change_appends_one_entry(make_engine, clock) -> None:
     assert sorted(t.__name__ for t in _last_ops(core)) == ["Instant", "SetOffsets"]  # one entry for the group
     step(O.DeleteStream, lambda: engine.delete_stream("s"))
     covered = {O.CreateStream, O.Open, O.Data, O.Checkpoint, O.Instant, O.CancelIfOpen, O.KeepAlive, O.Invalidate,
-               O.SetOffsets, O.SetMarker, O.Compact, O.Cancel, O.DeleteStream}
+               O.SetOffsets, O.SetMarker, O.Compact, O.Cancel, O.DeleteStream, O.ResetOffsets, O.DeleteConsumer}
     assert covered == set(O.RECORDS), "every operation record has a step here"
 
 

@@ -35,6 +35,9 @@ RECORD_STRATEGIES: dict[type, Any] = {
     O.Compact: st.builds(O.Compact, names, small, ints, stream_id=optional),
     O.SetMarker: st.builds(O.SetMarker, names, st.integers(-(2**63), 2**63 - 1), st.booleans()),
     O.CancelIfOpen: st.builds(O.CancelIfOpen, names, small, ints, stream_id=optional),
+    O.DeleteConsumer: st.builds(O.DeleteConsumer, names, names, stream_id=optional),
+    O.ResetOffsets: st.builds(O.ResetOffsets, names, names, st.dictionaries(small, ints, max_size=3),
+                              st.dictionaries(small, ints, max_size=3), stream_id=optional),
 }
 any_record = st.one_of(*RECORD_STRATEGIES.values())
 

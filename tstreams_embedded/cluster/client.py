@@ -24,7 +24,7 @@ import msgpack
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.backend import Fetched, IndexScan, StreamInfo, TxnData
+from ..engine.backend import ConsumerInfo, Fetched, IndexScan, PartitionInfo, StreamInfo, TxnData
 from ..net import framing
 from ..net.client import RemoteBackend, encode_submit
 from .zk import ZkAddress, decode_json
@@ -199,6 +199,12 @@ class ClusterBackend:
 
     def get_marker(self, key: str) -> int | None:
         return self._retry(lambda r: r.get_marker(key))
+
+    def list_consumers(self, stream: str | None = None, limit: int | None = None) -> list[ConsumerInfo]:
+        return self._retry(lambda r: r.list_consumers(stream, limit))
+
+    def describe_partitions(self, stream: str, first: int = 0, count: int = 256) -> list[PartitionInfo]:
+        return self._retry(lambda r: r.describe_partitions(stream, first, count))
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         return self._retry(lambda r: r.wait_for_commit(seen, timeout))

@@ -387,6 +387,55 @@ def _set_offsets(a: Applier, scope: BatchScope, op: O.SetOffsets) -> tuple[None,
     return None, op._replace(offsets=dict(op.offsets))
 
 
+def _stored_offsets(a: Applier, scope: BatchScope, info: StreamInfo, consumer: str) -> dict[bytes, int]:
+    """A consumer's stored offsets in the write transaction: offset key -> txn id."""
+    prefix = keys.offsets_prefix(info.id, consumer)
+    out: dict[bytes, int] = {}
+    cur = scope.txn.cursor(db=a.store.offsets)
+    if cur.set_range(prefix):
+        while True:
+            k = as_bytes(cur.key())
+            if not k.startswith(prefix) or len(k) != len(prefix) + 4:
+                break
+            out[k] = keys.U64.unpack(cur.value())[0]
+            if not cur.next():
+                break
+    return out
+
+
+@handles(O.DeleteConsumer)
+def _delete_consumer(a: Applier, scope: BatchScope, op: O.DeleteConsumer) -> tuple[int, O.DeleteConsumer]:
+    info = a.stream_info(scope, op.stream, op.stream_id)
+    check_name(op.consumer, "consumer name")
+    stored = _stored_offsets(a, scope, info, op.consumer)
+    for k in stored:
+        scope.txn.delete(k, db=a.store.offsets)
+    return len(stored), op
+
+
+@handles(O.ResetOffsets)
+def _reset_offsets(a: Applier, scope: BatchScope, op: O.ResetOffsets) -> tuple[None, O.ResetOffsets]:
+    info = a.stream_info(scope, op.stream, op.stream_id)
+    check_name(op.consumer, "consumer name")
+    wanted: dict[str, dict[int, int]] = {}
+    for what, given in (("expected", op.expected), ("offsets", op.offsets)):
+        if not isinstance(given, dict):
+            raise errors.InvalidArgument(f"{what} must be a mapping of partition to transaction id")
+        for partition, txn_id in given.items():
+            check_partition(info, partition)
+            check_txn_id(txn_id, "offset")
+        wanted[what] = dict(given)
+    stored = {keys.partition_of_offset_key(k): v for k, v in _stored_offsets(a, scope, info, op.consumer).items()}
+    if stored != wanted["expected"]:
+        raise errors.OffsetsConflict(
+            f"the offsets of consumer {op.consumer!r} on {op.stream!r} changed since they were read "
+            f"(expected {wanted['expected']}, stored {stored}); stop the consumer and try again"
+        )
+    for partition, txn_id in wanted["offsets"].items():
+        scope.txn.put(keys.offset_key(info.id, op.consumer, partition), keys.U64.pack(txn_id), db=a.store.offsets)
+    return None, op._replace(expected=wanted["expected"], offsets=wanted["offsets"])
+
+
 @handles(O.Compact)
 def _compact(a: Applier, scope: BatchScope, op: O.Compact) -> tuple[int, O.Compact]:
     info = a.partition_info(scope, op.stream, op.partition, op.stream_id)

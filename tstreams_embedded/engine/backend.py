@@ -106,6 +106,71 @@ class IndexScan:
         return cls([(int(i), int(n)) for i, n in v[0]], v[1], v[2], v[3])
 
 
+@dataclass(frozen=True)
+class OpenTxn:
+    """An open transaction as :meth:`Backend.describe_partitions` reports it: its ID, its
+    deadline (epoch milliseconds; past it, the transaction expires) and the items flushed so far."""
+
+    id: int
+    deadline: int
+    items: int
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """What :meth:`Backend.describe_partitions` reports of one partition, from one snapshot.
+
+    ``last_id`` is the highest transaction ID ever allocated (0 if none); ``first`` and
+    ``head`` the lowest and highest visible checkpointed IDs (0 if none); ``checkpointed``
+    and ``items`` count the visible checkpointed transactions and their items; ``expired``
+    counts checkpointed transactions past the stream's TTL that compaction has not removed
+    yet. ``open`` lists up to :data:`MAX_OPEN_LISTED` open transactions in ID order
+    (``open_count`` counts them all). ``bytes`` is the size of the partition's stored keys
+    and values (transaction records and data chunks), without LMDB's page overhead.
+    """
+
+    partition: int
+    last_id: int
+    first: int
+    head: int
+    checkpointed: int
+    items: int
+    expired: int
+    open: list[OpenTxn]
+    open_count: int
+    bytes: int
+
+    def to_wire(self) -> list[Any]:
+        return [self.partition, self.last_id, self.first, self.head, self.checkpointed, self.items, self.expired,
+                [[t.id, t.deadline, t.items] for t in self.open], self.open_count, self.bytes]
+
+    @classmethod
+    def from_wire(cls, v: Sequence[Any]) -> PartitionInfo:
+        return cls(v[0], v[1], v[2], v[3], v[4], v[5], v[6], [OpenTxn(*t) for t in v[7]], v[8], v[9])
+
+
+#: The most open transactions :meth:`Backend.describe_partitions` lists per partition.
+MAX_OPEN_LISTED = 100
+#: The most partitions one :meth:`Backend.describe_partitions` call describes.
+MAX_DESCRIBED_PARTITIONS = 1024
+
+
+@dataclass(frozen=True)
+class ConsumerInfo:
+    """A named consumer of a stream and its stored offsets (partition -> last processed txn ID)."""
+
+    stream: str
+    name: str
+    offsets: dict[int, int]
+
+    def to_wire(self) -> list[Any]:
+        return [self.stream, self.name, self.offsets]
+
+    @classmethod
+    def from_wire(cls, v: Sequence[Any]) -> ConsumerInfo:
+        return cls(v[0], v[1], {int(p): int(o) for p, o in v[2].items()})
+
+
 class Backend(Protocol):
     """What the public API needs from storage. Every method raises errors from
     :mod:`tstreams_embedded.errors` (``EngineClosed`` once closed)."""
@@ -170,6 +235,19 @@ class Backend(Protocol):
         ...
 
     def get_marker(self, key: str) -> int | None: ...
+
+    def list_consumers(self, stream: str | None = None, limit: int | None = None) -> list[ConsumerInfo]:
+        """The consumers with stored offsets, by stream name then consumer name: those of
+        ``stream`` (``StreamNotFound`` if unknown), or of every stream when it is None; at
+        most ``limit``."""
+        ...
+
+    def describe_partitions(self, stream: str, first: int = 0, count: int = 256) -> list[PartitionInfo]:
+        """Partitions ``first .. first+count-1`` of ``stream`` (those that exist; ``count`` at
+        most :data:`MAX_DESCRIBED_PARTITIONS`), each read in one snapshot: heads, counts,
+        open transactions and bytes used. It visits every transaction record of those
+        partitions (no item data)."""
+        ...
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         """Block until a commit newer than generation ``seen`` (or ``timeout`` seconds);

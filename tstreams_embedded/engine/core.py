@@ -34,10 +34,10 @@ from typing import Any
 import lmdb
 
 from .. import errors
-from . import keys, paging, reads
+from . import inspection, keys, paging, reads
 from . import ops as O
 from .apply import Applier
-from .backend import Fetched, IndexScan, StreamInfo, TxnData
+from .backend import MAX_DESCRIBED_PARTITIONS, ConsumerInfo, Fetched, IndexScan, PartitionInfo, StreamInfo, TxnData
 from .catalog import decode_stream, lookup_stream
 from .committer import GroupCommitter
 from .iteration import iter_transactions
@@ -404,6 +404,25 @@ class Core:
         with self.store.read() as txn:
             raw = txn.get(key.encode("utf-8"), db=self.store.markers)
         return keys.I64.unpack(raw)[0] if raw is not None else None
+
+    def list_consumers(self, stream: str | None = None, limit: int | None = None) -> list[ConsumerInfo]:
+        self._check()
+        if stream is not None:
+            check_name(stream)
+        if limit is not None:
+            check_int(limit, "limit", 0, 1 << 62)
+        with self.store.read() as txn:
+            return inspection.list_consumers(txn, self.store, stream, limit)
+
+    def describe_partitions(self, stream: str, first: int = 0, count: int = 256) -> list[PartitionInfo]:
+        self._check()
+        check_int(first, "first", 0, 2**32 - 1)
+        check_int(count, "count", 1, MAX_DESCRIBED_PARTITIONS)
+        now = self.clock()
+        with self.store.read(buffers=True) as txn:
+            info = lookup_stream(txn, self.store, check_name(stream))
+            return [inspection.describe_partition(txn, self.store, info, p, now)
+                    for p in range(first, min(first + count, info.partitions))]
 
     def log_seq(self) -> int:
         """The sequence number of the newest commit-log entry (0 if none)."""

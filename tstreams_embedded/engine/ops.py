@@ -72,6 +72,9 @@ class Opcode(IntEnum):
     COMPACT = 11
     SET_MARKER = 12
     CANCEL_IF_OPEN = 13
+    # 20..29: operator tooling (``tstreams consumers``)
+    DELETE_CONSUMER = 20
+    RESET_OFFSETS = 21
 
 
 class TxnState(IntEnum):
@@ -312,8 +315,31 @@ class CancelIfOpen(NamedTuple):
     stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
+@operation(Opcode.DELETE_CONSUMER, mergeable=False)
+class DeleteConsumer(NamedTuple):
+    """Delete every stored offset of a consumer; result: how many partitions' offsets were
+    deleted (0 if it had none)."""
+
+    stream: str
+    consumer: str
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
+
+
+@operation(Opcode.RESET_OFFSETS, mergeable=False)
+class ResetOffsets(NamedTuple):
+    """Set a consumer's offsets ``{partition: txn_id}`` (they may move back) if its stored
+    offsets are still exactly ``expected`` (every partition: a consumer still running would
+    have moved them); otherwise fail with OffsetsConflict and write nothing. Result: None."""
+
+    stream: str
+    consumer: str
+    expected: dict[int, int]
+    offsets: dict[int, int]
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
+
+
 Operation = (CreateStream | DeleteStream | Open | Data | Checkpoint | Cancel | Instant | KeepAlive | Invalidate
-             | SetOffsets | Compact | SetMarker | CancelIfOpen)
+             | SetOffsets | Compact | SetMarker | CancelIfOpen | DeleteConsumer | ResetOffsets)
 """Any operation record."""
 
 RECORDS: tuple[type, ...] = tuple(_SPECS)

@@ -181,21 +181,26 @@ class Store:
         self.markers = self.dbs["markers"]
         self.log = self.dbs["log"]
 
+    def _begin_read(self, buffers: bool) -> lmdb.Transaction:
+        return self.env.begin(buffers=True) if buffers else self.env.begin(buffers=False)
+
     @contextmanager
-    def read(self) -> Iterator[lmdb.Transaction]:
+    def read(self, buffers: bool = False) -> Iterator[lmdb.Transaction]:
         """A read-only snapshot. Never overlaps a map resize in this process. LMDB errors
-        inside it become project errors (:meth:`translate`)."""
+        inside it become project errors (:meth:`translate`). With ``buffers``, keys and
+        values are memoryviews into the map, valid inside the snapshot only (reading a
+        value's length then touches none of its pages)."""
         self._gate.enter_read()
         try:
             if self._closed:
                 raise errors.EngineClosed(f"engine at {self.path!r} is closed")
             try:
-                txn = self.env.begin(buffers=False)
+                txn = self._begin_read(buffers)
             except lmdb.MapResizedError:
                 self._gate.exit_read()
                 self.adopt_map_size()
                 self._gate.enter_read()
-                txn = self.env.begin(buffers=False)
+                txn = self._begin_read(buffers)
             try:
                 yield txn
             except lmdb.Error as exc:

@@ -35,7 +35,7 @@ import zmq
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.backend import Backend, Fetched, IndexScan, StreamInfo, TxnData
+from ..engine.backend import Backend, ConsumerInfo, Fetched, IndexScan, PartitionInfo, StreamInfo, TxnData
 from . import framing
 from .connection import Connection
 from .future import Future
@@ -260,6 +260,8 @@ class RemoteBackend:
     last_txn_id = _remote(Backend.last_txn_id, _as_is)
     get_offsets = _remote(Backend.get_offsets, _as_is)
     get_marker = _remote(Backend.get_marker, _as_is)
+    list_consumers = _remote(Backend.list_consumers, _each(ConsumerInfo.from_wire))
+    describe_partitions = _remote(Backend.describe_partitions, _each(PartitionInfo.from_wire))
     now_ms = _remote(Backend.now_ms, _as_is)
     stats = _remote(Backend.stats, _as_is)
 

@@ -17,7 +17,8 @@ in their ``to_wire()`` forms.
   (never blocking the loop) and returns the newest commit sequence.
 * ``watch(seen)`` is a subscription: one response per commit-sequence change, until the
   client cancels it (``cancel(request_id)``) or goes away.
-* ``compact()`` runs on the thread pool.
+* ``compact()``, ``list_consumers`` and ``describe_partitions`` (operator reads that visit
+  every offset or transaction record they cover) run on the thread pool.
 
 The served object must provide :class:`ServedBackend`: the Backend, plus what the server
 reports (``path``, ``durability``) and runs (``compact``, ``submit_many``).
@@ -206,6 +207,14 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
     @reg.call("get_marker")
     def get_marker(session: Session, key: str) -> int | None:
         return core.get_marker(key)
+
+    @reg.call("list_consumers", executor="pool")
+    def list_consumers(session: Session, stream: str | None = None, limit: int | None = None) -> list[Any]:
+        return [c.to_wire() for c in core.list_consumers(stream, limit)]
+
+    @reg.call("describe_partitions", executor="pool")
+    def describe_partitions(session: Session, stream: str, first: int = 0, count: int = 256) -> list[Any]:
+        return [p.to_wire() for p in core.describe_partitions(stream, first, count)]
 
     @reg.call("stats")
     def stats(session: Session) -> dict[str, Any]:

@@ -1,0 +1,96 @@
+"""Operator reads (``Backend.describe_partitions``, ``Backend.list_consumers``) and the
+consumer records (``DeleteConsumer``, ``ResetOffsets``), embedded and remote alike."""
+
+from __future__ import annotations
+
+import pytest
+
+import tstreams_embedded as ts
+from tstreams_embedded import errors
+from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.backend import MAX_DESCRIBED_PARTITIONS
+
+
+def test_describe_partitions_counts_heads_open_transactions_and_bytes(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=3)
+    producer = engine.producer("s")
+    ids = [producer.instant([b"a" * 10, b"b" * 10], partition=0) for _ in range(3)]
+    cancelled = producer.new_transaction(partition=0)
+    cancelled.send(b"gone")
+    assert cancelled.id > ids[-1]
+    cancelled.cancel()
+    opened = producer.new_transaction(partition=1)
+    opened.send(b"pending")
+    opened.flush()
+    before = engine.backend.now_ms()
+
+    p0, p1, p2 = engine.backend.describe_partitions("s")
+    assert (p0.partition, p0.first, p0.head, p0.checkpointed, p0.items, p0.open_count) == (0, ids[0], ids[-1], 3, 6, 0)
+    assert p0.last_id == cancelled.id  # the highest ID allocated, even if cancelled
+    assert p0.bytes > 3 * 2 * 10  # the items' bytes at least, plus keys and records
+    assert (p1.checkpointed, p1.head, p1.open_count) == (0, 0, 1)
+    assert [(t.id, t.items) for t in p1.open] == [(opened.id, 1)]
+    assert p1.open[0].deadline >= before
+    assert (p2.last_id, p2.head, p2.bytes) == (0, 0, 0)
+    assert [p.partition for p in engine.backend.describe_partitions("s", first=1, count=5)] == [1, 2]
+    opened.cancel()
+
+
+@pytest.mark.parametrize("args, error", [
+    (("nope",), errors.StreamNotFound),
+    (("s", -1), errors.InvalidArgument),
+    (("s", 0, 0), errors.InvalidArgument),
+    (("s", 0, MAX_DESCRIBED_PARTITIONS + 1), errors.InvalidArgument),
+])
+def test_describe_partitions_refuses_bad_input(engine: ts.Engine, args: tuple, error: type) -> None:
+    engine.create_stream("s")
+    with pytest.raises(error):
+        engine.backend.describe_partitions(*args)
+
+
+def test_list_consumers_by_stream_and_all(engine: ts.Engine) -> None:
+    for name in ("b", "a"):
+        engine.create_stream(name, partitions=2)
+        engine.producer(name).instant([b"x"], partition=1)
+    for stream, consumer in (("a", "z"), ("a", "y"), ("b", "y")):
+        c = engine.consumer(stream, consumer)
+        assert c.get_transaction() is not None
+        c.checkpoint()
+    engine.consumer("b", "never-checkpointed")
+    listed = [(c.stream, c.name, sorted(c.offsets)) for c in engine.backend.list_consumers()]
+    assert listed == [("a", "y", [0, 1]), ("a", "z", [0, 1]), ("b", "y", [0, 1])]
+    assert [c.name for c in engine.backend.list_consumers("a")] == ["y", "z"]
+    assert len(engine.backend.list_consumers(limit=2)) == 2
+    with pytest.raises(errors.StreamNotFound):
+        engine.backend.list_consumers("nope")
+
+
+def test_reset_offsets_is_guarded_by_the_offsets_read(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=2)
+    ids = [engine.producer("s").instant([b"%d" % i], partition=0) for i in range(3)]
+    c = engine.consumer("s", "c", partitions=[0])
+    while c.get_transaction(0) is not None:
+        pass
+    c.checkpoint()
+    stored = engine.backend.get_offsets("s", "c")
+    assert stored == {0: ids[-1]}
+    engine.backend.submit([O.ResetOffsets("s", "c", stored, {0: ids[0], 1: 0})])
+    assert engine.backend.get_offsets("s", "c") == {0: ids[0], 1: 0}  # moved back, atomically
+    with pytest.raises(errors.OffsetsConflict):  # the stored offsets are no longer `stored`
+        engine.backend.submit([O.ResetOffsets("s", "c", stored, {0: 0})])
+    assert engine.backend.get_offsets("s", "c") == {0: ids[0], 1: 0}
+    with pytest.raises(errors.PartitionOutOfRange):
+        engine.backend.submit([O.ResetOffsets("s", "c", {0: ids[0], 1: 0}, {2: 0})])
+    again = engine.consumer("s", "c", partitions=[0])
+    assert [t.id for t in iter(lambda: again.get_transaction(0), None)] == ids[1:]
+
+
+def test_delete_consumer_removes_every_offset_of_that_consumer_only(engine: ts.Engine) -> None:
+    engine.create_stream("s", partitions=2)
+    engine.backend.submit([O.SetOffsets("s", "c", {0: 5, 1: 6}), O.SetOffsets("s", "c2", {0: 7})])
+    assert engine.backend.submit([O.DeleteConsumer("s", "c")]) == [2]
+    assert engine.backend.get_offsets("s", "c") == {}
+    assert engine.backend.get_offsets("s", "c2") == {0: 7}
+    assert engine.backend.submit([O.DeleteConsumer("s", "c")]) == [0]
+    with pytest.raises(errors.StreamNotFound):
+        engine.backend.submit([O.DeleteConsumer("nope", "c")])

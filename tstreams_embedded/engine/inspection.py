@@ -1,0 +1,94 @@
+"""Read-side queries for operators: what a partition holds and which consumers exist.
+
+Both run on one LMDB snapshot and read keys and transaction records only, never item data
+(:func:`describe_partition` takes the length of each stored chunk from the map without
+reading it: the snapshot must be opened with ``buffers=True``). They serve
+:meth:`~.backend.Backend.describe_partitions` and :meth:`~.backend.Backend.list_consumers`.
+"""
+
+from __future__ import annotations
+
+import lmdb
+
+from . import keys
+from .backend import MAX_OPEN_LISTED, ConsumerInfo, OpenTxn, PartitionInfo, StreamInfo
+from .catalog import decode_stream, lookup_stream
+from .ops import TxnState
+from .reads import ttl_floor
+from .store import Store
+from .validate import check_partition
+
+CHECKPOINTED = int(TxnState.CHECKPOINTED)
+OPENED = int(TxnState.OPENED)
+
+
+def describe_partition(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: int,
+                       now: int) -> PartitionInfo:
+    """One partition's :class:`PartitionInfo` as of ``now`` (epoch ms; decides the TTL floor)."""
+    check_partition(info, partition)
+    prefix = keys.part_key(info.id, partition)
+    raw = txn.get(prefix, db=store.parts)
+    last_id = keys.U64.unpack(bytes(raw))[0] if raw is not None else 0
+    floor = ttl_floor(info, now)
+    first = head = checkpointed = items = expired = open_count = size = 0
+    open_txns: list[OpenTxn] = []
+    cur = txn.cursor(db=store.txns)
+    if cur.set_range(prefix):
+        for k, v in cur.iternext():
+            key = bytes(k)
+            if key[: keys.PART_LEN] != prefix:
+                break
+            size += len(k) + len(v)
+            state, deadline, _, n = keys.STATE.unpack(v)
+            tid = keys.txn_id_of(key)
+            if state == CHECKPOINTED:
+                if tid >= floor:
+                    first = first or tid
+                    head = tid
+                    checkpointed += 1
+                    items += n
+                else:
+                    expired += 1
+            elif state == OPENED:
+                open_count += 1
+                if len(open_txns) < MAX_OPEN_LISTED:
+                    open_txns.append(OpenTxn(tid, deadline, n))
+    size += _range_bytes(txn.cursor(db=store.data), prefix)
+    return PartitionInfo(partition, last_id, first, head, checkpointed, items, expired, open_txns, open_count, size)
+
+
+def _range_bytes(cur: lmdb.Cursor, prefix: bytes) -> int:
+    """The bytes of the keys and values starting with ``prefix``."""
+    size = 0
+    if cur.set_range(prefix):
+        n = len(prefix)
+        for k, v in cur.iternext():
+            if bytes(k[:n]) != prefix:
+                break
+            size += len(k) + len(v)
+    return size
+
+
+def list_consumers(txn: lmdb.Transaction, store: Store, stream: str | None, limit: int | None) -> list[ConsumerInfo]:
+    """Consumers with stored offsets, of ``stream`` or of every stream (in stream name order)."""
+    if stream is not None:
+        streams = [lookup_stream(txn, store, stream)]
+    else:
+        streams = [decode_stream(bytes(k).decode("utf-8"), bytes(v)) for k, v in txn.cursor(db=store.streams)]
+    out: list[ConsumerInfo] = []
+    cur = txn.cursor(db=store.offsets)
+    for info in streams:
+        prefix = keys.stream_prefix(info.id)
+        found: dict[str, dict[int, int]] = {}
+        if cur.set_range(prefix):
+            for k, v in cur.iternext():
+                key = bytes(k)
+                if key[: len(prefix)] != prefix:
+                    break
+                name = key[len(prefix) : -5].decode("utf-8")
+                found.setdefault(name, {})[keys.partition_of_offset_key(key)] = keys.U64.unpack(bytes(v))[0]
+        for name in sorted(found):
+            if limit is not None and len(out) >= limit:
+                return out
+            out.append(ConsumerInfo(info.name, name, found[name]))
+    return out
