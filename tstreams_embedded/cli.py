@@ -1,10 +1,15 @@
-"""The ``tstreams`` command line: stream administration, the examples and the server."""
+"""The ``tstreams`` command line: stream administration, operator tooling (describe, consume,
+produce, consumers; :mod:`.tools`), the examples and the server.
+
+Errors of the engine become a one-line ``Error: Class: message`` with exit status 1 (see
+:class:`Main`), never a traceback."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -12,61 +17,98 @@ import tstreams_embedded as ts
 
 from . import errors
 from .quickstart import quickstart
+from .tools.commands import consume, consumers, produce, streams_describe
+from .tools.output import Output, ms_time
+from .tools.target import Target, make_target, target_options
 
 
-@click.group()
+class OneLineError(click.ClickException):
+    """An error shown as one line (``Error: …``) with ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(" ".join(message.split()))
+        self.exit_code = exit_code
+
+
+class Main(click.Group):
+    """The ``tstreams`` group: an engine error in any command becomes a one-line message
+    (``Error: StreamNotFound: …``) with exit status 1, and a bad option or argument of a
+    command a one-line message with exit status 2 (no usage text)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except errors.TStreamsError as exc:
+            raise OneLineError(f"{type(exc).__name__}: {exc}") from None
+        except click.UsageError as exc:
+            raise OneLineError(exc.format_message(), exc.exit_code) from None
+
+
+@click.group(cls=Main)
 @click.version_option(ts.__version__, prog_name="tstreams")
 def main() -> None:
-    """tstreams-embedded: transactional, partitioned, exactly-once queues on LMDB."""
+    """tstreams-embedded: transactional, partitioned, exactly-once queues on LMDB.
 
-
-def _open(data: str) -> ts.Engine:
-    return ts.open(data, compaction_interval=None)
+    Commands that read or change streams take --data DIR (the embedded engine on a data
+    directory) or --connect URL (a 'tstreams serve' server, tcp://host:port, or a cluster,
+    zk://host:port/path)."""
 
 
 @main.group()
 def streams() -> None:
-    """Create, list, inspect and delete streams in a data directory."""
+    """Create, list, describe and delete streams."""
 
 
 @streams.command("create")
-@click.option("--data", required=True, type=click.Path(file_okay=False), help="data directory")
+@click.option("--data", type=click.Path(file_okay=False), default=None, help="Data directory (created if missing).")
+@click.option("--connect", default=None, metavar="URL", help="A server or cluster instead of --data.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="Seconds each request to --connect may take.")
 @click.argument("name")
 @click.option("--partitions", default=1, show_default=True, type=int)
 @click.option("--ttl", default=86400, show_default=True, type=int, help="seconds")
 @click.option("--description", default="")
-def streams_create(data: str, name: str, partitions: int, ttl: int, description: str) -> None:
-    """Create stream NAME."""
-    with _open(data) as engine:
+def streams_create(data: str | None, connect: str | None, timeout: float, name: str, partitions: int, ttl: int,
+                   description: str) -> None:
+    """Create stream NAME (prints it as JSON)."""
+    with make_target(data, connect, None, timeout).open() as engine:
         info = engine.create_stream(name, partitions=partitions, ttl=ttl, description=description)
     click.echo(json.dumps(info.__dict__))
 
 
 @streams.command("list")
-@click.option("--data", required=True, type=click.Path(file_okay=False, exists=True))
-@click.option("--prefix", default="")
-@click.option("--limit", default=None, type=int)
-def streams_list(data: str, prefix: str, limit: int | None) -> None:
-    """List streams (JSON lines)."""
-    with _open(data) as engine:
-        for info in engine.list_streams(prefix, limit):
-            click.echo(json.dumps(info.__dict__))
+@target_options
+@click.option("--prefix", default="", help="Only streams whose name starts with it.")
+@click.option("--limit", default=None, type=click.IntRange(min=0))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
+def streams_list(target: Target, prefix: str, limit: int | None, as_json: bool) -> None:
+    """List streams."""
+    with target.open() as engine:
+        found = engine.list_streams(prefix, limit)
+    rows = [dict(s.__dict__, created_time=ms_time(s.created)) for s in found]
+    Output(as_json).table([s.__dict__ for s in found] if as_json else rows, [
+        ("name", "stream"), ("id", "id"), ("partitions", "partitions"), ("ttl", "ttl (s)"),
+        ("created_time", "created"), ("description", "description"),
+    ])
 
 
 @streams.command("delete")
-@click.option("--data", required=True, type=click.Path(file_okay=False, exists=True))
+@target_options
 @click.argument("name")
-def streams_delete(data: str, name: str) -> None:
+def streams_delete(target: Target, name: str) -> None:
     """Delete stream NAME and all its data."""
-    with _open(data) as engine:
+    with target.open() as engine:
         engine.delete_stream(name)
 
 
+streams.add_command(streams_describe)
+
+
 @main.command()
-@click.option("--data", required=True, type=click.Path(file_okay=False, exists=True))
-def stats(data: str) -> None:
+@target_options
+def stats(target: Target) -> None:
     """Print engine statistics as JSON."""
-    with _open(data) as engine:
+    with target.open() as engine:
         click.echo(json.dumps(engine.stats(), indent=2))
 
 
@@ -96,6 +138,9 @@ def _attach(module: str, names: list[str]) -> None:
             main.add_command(cmd)
 
 
+main.add_command(consume)
+main.add_command(produce)
+main.add_command(consumers)
 main.add_command(quickstart)
 _attach("tstreams_embedded.net.cli", ["serve", "keys"])
 _attach("tstreams_embedded.demo.cli", ["demo"])

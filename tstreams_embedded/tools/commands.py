@@ -1,0 +1,266 @@
+"""The operator commands of ``tstreams``: ``streams describe``, ``consume``, ``produce`` and
+the ``consumers`` group (``list``, ``describe``, ``reset``, ``delete``).
+
+Each takes ``--data DIR`` or ``--connect URL`` (:mod:`.target`), prints tables by default and
+JSON lines with ``--json`` (:mod:`.output`). Errors of the engine (an unknown stream or
+consumer, a partition out of range, …) become one-line messages with a non-zero exit status
+in :class:`tstreams_embedded.cli.Main`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, BinaryIO, TypeVar
+
+import click
+
+from ..engine.consumer import Transaction
+from ..engine.validate import check_partition
+from . import report
+from .formats import INPUT_FORMATS, OUTPUT_FORMATS, decode_item, item_line, to_json
+from .output import Output, duration, id_time, ms_time, size
+from .positions import Position, PositionType
+from .produce import produce as produce_items
+from .produce import read_items
+from .target import Target, target_options
+from .waiting import CommitWaiter
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: The consumer name ``consume`` reads under without ``--group`` (it never stores offsets then).
+ANONYMOUS = "tstreams-cli"
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")(fn)
+
+
+def partition_option(help_text: str) -> Callable[[F], F]:
+    return click.option("--partition", "partitions", type=click.IntRange(min=0), multiple=True, metavar="P",
+                        help=help_text)
+
+
+# --------------------------------------------------------------------------- streams describe
+@click.command("describe")
+@target_options
+@click.argument("name")
+@json_option
+def streams_describe(target: Target, name: str, as_json: bool) -> None:
+    """Describe stream NAME: per partition its head (last checkpointed transaction) and its
+    time, the transactions and items it holds, open transactions (ID, age, time left before
+    they expire), and the bytes it uses."""
+    out = Output(as_json)
+    with target.open() as engine:
+        info = report.stream_info(engine.backend, name)
+        parts = report.describe_partitions(engine.backend, info, list(range(info.partitions)))
+        now = engine.backend.now_ms()
+    rows = [report.partition_row(info, p, now) for p in parts]
+    if as_json:
+        for row in rows:
+            out.json(row)
+        return
+    out.text(f"stream {info.name} (id {info.id}): {info.partitions} partition(s), TTL {duration(info.ttl * 1000)}, "
+             f"created {ms_time(info.created)}")
+    if info.description:
+        out.text(f"description: {info.description}")
+    out.table([dict(r, size=size(r["bytes"])) for r in rows], [
+        ("partition", "partition"), ("head", "head"), ("head_time", "head time"), ("transactions", "txns"),
+        ("items", "items"), ("expired", "expired"), ("open_count", "open"), ("size", "size"),
+    ])
+    opened = [dict(t, partition=r["partition"], age=duration(t["age_ms"]), expires_in=duration(t["deadline_ms"]))
+              for r in rows for t in r["open"]]
+    if opened:
+        out.table(opened, [("partition", "partition"), ("id", "open transaction"), ("age", "age"),
+                           ("expires_in", "expires in"), ("items", "items so far")])
+    out.text(f"total: {sum(r['transactions'] for r in rows)} transactions, {sum(r['items'] for r in rows)} items, "
+             f"{sum(r['open_count'] for r in rows)} open, {size(sum(r['bytes'] for r in rows))}")
+
+
+# --------------------------------------------------------------------------- consume
+@click.command("consume")
+@target_options
+@click.argument("stream")
+@click.option("--from", "start", type=PositionType(), default=None,
+              help="Where to start: oldest (default), newest (only what comes next), a time (ISO 8601, "
+                   "UTC unless it has a zone; or -15m, -2h, -1d) or a transaction ID. With --group, the "
+                   "group's stored offsets are used unless --from is given.")
+@partition_option("Read only this partition (repeatable; default: all).")
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep reading new transactions as they are committed (like tail -f) until interrupted.")
+@click.option("--max", "max_txns", type=click.IntRange(min=1), default=None, help="Stop after N transactions.")
+@click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default="raw", show_default=True,
+              help="How to show items: raw bytes, JSON or msgpack documents (shown as JSON), or hex.")
+@click.option("--group", default=None, metavar="NAME", help="Read as the named consumer NAME.")
+@click.option("--commit", is_flag=True, help="Store the group's offsets after each transaction printed.")
+@json_option
+def consume(target: Target, stream: str, start: Position | None, partitions: tuple[int, ...], follow: bool,
+            max_txns: int | None, fmt: str, group: str | None, commit: bool, as_json: bool) -> None:
+    """Print the checkpointed transactions of STREAM, in order per partition: one line per
+    item, or one JSON line per transaction with --json. Without --commit no offset is stored."""
+    if commit and group is None:
+        raise click.UsageError("--commit needs --group NAME")
+    out: BinaryIO = sys.stdout.buffer
+    with target.open() as engine:
+        consumer = engine.consumer(stream, group or ANONYMOUS, start=start.start if start else "oldest",
+                                   partitions=partitions or None,
+                                   use_last_offset=group is not None and start is None)
+        waiter = CommitWaiter(engine.backend, target.data) if follow else None
+        printed = 0
+        try:
+            while max_txns is None or printed < max_txns:
+                seen = waiter.generation() if waiter is not None else 0
+                t = consumer.get_transaction()
+                if t is None:
+                    if waiter is None:
+                        break
+                    waiter.wait(seen)
+                    continue
+                _write_transaction(out, t, fmt, as_json)
+                printed += 1
+                if commit:
+                    consumer.checkpoint()
+        except KeyboardInterrupt:
+            pass
+        except BrokenPipeError:  # the reader went away (| head): stop quietly
+            _silence_stdout()
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+
+def _write_transaction(out: BinaryIO, t: Transaction, fmt: str, as_json: bool) -> None:
+    if as_json:
+        line = {"stream": t.stream, "partition": t.partition, "id": t.id, "time": id_time(t.id),
+                "items": [decode_item(i, fmt) for i in t.items]}
+        out.write(to_json(line).encode("utf-8") + b"\n")
+    else:
+        out.write(b"".join(item_line(i, fmt) + b"\n" for i in t.items))
+    out.flush()
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+# --------------------------------------------------------------------------- produce
+@click.command("produce")
+@target_options
+@click.argument("stream")
+@click.option("--format", "fmt", type=click.Choice(INPUT_FORMATS), default="lines", show_default=True,
+              help="Input: one item per line, one JSON document per line, or a stream of msgpack documents.")
+@click.option("--txn-size", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Items per transaction (the last one may hold fewer).")
+@click.option("--partition", type=click.IntRange(min=0), default=None, help="Write to this partition "
+              "(default: round-robin, one partition per transaction).")
+@json_option
+def produce(target: Target, stream: str, fmt: str, txn_size: int, partition: int | None, as_json: bool) -> None:
+    """Write items read from standard input to STREAM, checkpointing a transaction every
+    --txn-size items and at the end of the input."""
+    out = Output(as_json)
+    source: BinaryIO = sys.stdin.buffer
+    with target.open() as engine:
+        info = engine.get_stream(stream)
+        if partition is not None:
+            check_partition(info, partition)
+        items = read_items(source, fmt, engine.backend.max_item_size)
+
+        def written(p: int, txn_id: int, n: int) -> None:
+            if as_json:
+                out.json({"stream": info.name, "partition": p, "id": txn_id, "items": n})
+
+        done = produce_items(engine, info.name, items, txn_size, partition, written)
+    out.text(f"wrote {done.items} item(s) in {len(done.transactions)} transaction(s) to {info.name}")
+
+
+# --------------------------------------------------------------------------- consumers
+@click.group("consumers")
+def consumers() -> None:
+    """List, inspect, move and delete named consumers (their stored offsets)."""
+
+
+@consumers.command("list")
+@target_options
+@click.argument("stream", required=False)
+@json_option
+def consumers_list(target: Target, stream: str | None, as_json: bool) -> None:
+    """List the consumers with stored offsets, of STREAM or of every stream."""
+    with target.open() as engine:
+        found = engine.backend.list_consumers(stream)
+    rows = [{"stream": c.stream, "consumer": c.name, "partitions": len(c.offsets), "offsets": c.offsets,
+             "oldest_offset_time": id_time(min(c.offsets.values()))} for c in found]
+    Output(as_json).table(rows, [("stream", "stream"), ("consumer", "consumer"),
+                                 ("partitions", "partitions stored"), ("oldest_offset_time", "oldest offset time")])
+
+
+@consumers.command("describe")
+@target_options
+@click.argument("stream")
+@click.argument("name")
+@json_option
+def consumers_describe(target: Target, stream: str, name: str, as_json: bool) -> None:
+    """Per partition of STREAM: consumer NAME's offset, the head, and the lag in
+    transactions, items and time (how long the oldest unread transaction has waited)."""
+    out = Output(as_json)
+    with target.open() as engine:
+        info = report.stream_info(engine.backend, stream)
+        offsets = report.stored_offsets(engine.backend, info, name)
+        rows = report.consumer_rows(engine.backend, info, name, offsets, engine.backend.now_ms())
+    out.text(f"consumer {name} on stream {info.name}")
+    for row in rows:
+        row["lag_time"] = duration(row["lag_ms"])
+    out.table([{k: v for k, v in r.items() if k != "lag_time"} for r in rows] if as_json else rows, [
+        ("partition", "partition"), ("offset", "offset"), ("offset_time", "offset time"), ("head", "head"),
+        ("head_time", "head time"), ("lag_transactions", "lag txns"), ("lag_items", "lag items"),
+        ("lag_time", "lag time"), ("blocked_by_open", "waits on open txn"),
+    ])
+    out.text(f"total lag: {sum(r['lag_transactions'] for r in rows)} transactions, "
+             f"{sum(r['lag_items'] for r in rows)} items")
+
+
+@consumers.command("reset")
+@target_options
+@click.argument("stream")
+@click.argument("name")
+@click.option("--to", "to", type=PositionType(), required=True,
+              help="oldest, newest, a time (ISO 8601, UTC unless it has a zone; or -15m, -2h, -1d) or a "
+                   "transaction ID: the consumer next reads the first transaction at or after it.")
+@partition_option("Reset only this partition (repeatable; default: all).")
+@click.option("--dry-run", is_flag=True, help="Show the new offsets without writing them.")
+@json_option
+def consumers_reset(target: Target, stream: str, name: str, to: Position, partitions: tuple[int, ...],
+                    dry_run: bool, as_json: bool) -> None:
+    """Move consumer NAME's offsets on STREAM, all partitions in one atomic write. Stop the
+    consumer first: if its offsets change between the read and the write, nothing is
+    written (OffsetsConflict)."""
+    out = Output(as_json)
+    with target.open() as engine:
+        info = report.stream_info(engine.backend, stream)
+        chosen = report.checked_partitions(info, partitions)
+        stored, new = report.reset_plan(engine.backend, info, name, to, chosen)
+        if not dry_run:
+            report.apply_reset(engine.backend, info, name, stored, new)
+    rows = [{"stream": info.name, "consumer": name, "partition": p, "offset": stored.get(p),
+             "offset_time": id_time(stored.get(p, 0)), "new_offset": new[p], "new_offset_time": id_time(new[p]),
+             "applied": not dry_run} for p in chosen]
+    out.table(rows, [("partition", "partition"), ("offset", "offset"), ("offset_time", "offset time"),
+                     ("new_offset", "new offset"), ("new_offset_time", "new offset time")])
+    out.text(f"dry run: nothing written (--to {to.text})" if dry_run
+             else f"reset {len(chosen)} partition(s) of consumer {name} on {info.name} to {to.text}")
+
+
+@consumers.command("delete")
+@target_options
+@click.argument("stream")
+@click.argument("name")
+@json_option
+def consumers_delete(target: Target, stream: str, name: str, as_json: bool) -> None:
+    """Delete consumer NAME of STREAM: all its stored offsets, in one write."""
+    out = Output(as_json)
+    with target.open() as engine:
+        info = report.stream_info(engine.backend, stream)
+        removed = report.delete_consumer(engine.backend, info, name)
+    if as_json:
+        out.json({"stream": info.name, "consumer": name, "partitions_deleted": removed})
+    out.text(f"deleted consumer {name} of {info.name} ({removed} partition offset(s))")

@@ -1,0 +1,150 @@
+"""What ``tstreams streams describe`` and ``tstreams consumers …`` compute, as rows.
+
+Everything is read through the :class:`~tstreams_embedded.engine.backend.Backend`
+protocol: :meth:`~.Backend.describe_partitions` for heads, counts, open transactions and
+sizes; :meth:`~.Backend.list_consumers` and :meth:`~.Backend.get_offsets` for consumers;
+:meth:`~.Backend.scan_index` (IDs and item counts, no item data) for lags. Resets and
+deletions are one operation record each (:class:`~.ops.ResetOffsets`,
+:class:`~.ops.DeleteConsumer`): atomic, all partitions or none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import errors
+from ..engine import ops as O
+from ..engine.backend import MAX_DESCRIBED_PARTITIONS, Backend, PartitionInfo, StreamInfo
+from ..engine.validate import check_name, check_partition
+from ..ids import txn_millis
+from .output import id_time
+from .positions import Position
+
+
+def stream_info(backend: Backend, stream: str) -> StreamInfo:
+    return backend.get_stream(check_name(stream))
+
+
+def checked_partitions(info: StreamInfo, partitions: Iterable[int]) -> list[int]:
+    """``partitions`` (all of the stream's when empty), each checked to exist."""
+    chosen = sorted(set(partitions))
+    for p in chosen:
+        check_partition(info, p)
+    return chosen or list(range(info.partitions))
+
+
+def describe_partitions(backend: Backend, info: StreamInfo, partitions: list[int]) -> list[PartitionInfo]:
+    """The partitions' :class:`PartitionInfo`, asked in runs of consecutive partitions."""
+    out: list[PartitionInfo] = []
+    i = 0
+    while i < len(partitions):
+        first = partitions[i]
+        j = i
+        while (j + 1 < len(partitions) and partitions[j + 1] == partitions[j] + 1
+               and j + 1 - i < MAX_DESCRIBED_PARTITIONS):
+            j += 1
+        out.extend(backend.describe_partitions(info.name, first, j - i + 1))
+        i = j + 1
+    return out
+
+
+def partition_row(info: StreamInfo, p: PartitionInfo, now_ms: int) -> dict[str, Any]:
+    """One partition of ``tstreams streams describe``."""
+    return {
+        "stream": info.name,
+        "partition": p.partition,
+        "head": p.head or None,
+        "head_time": id_time(p.head),
+        "first": p.first or None,
+        "last_id": p.last_id or None,
+        "transactions": p.checkpointed,
+        "items": p.items,
+        "expired": p.expired,
+        "open": [{"id": t.id, "age_ms": now_ms - txn_millis(t.id), "deadline_ms": t.deadline - now_ms,
+                  "items": t.items} for t in p.open],
+        "open_count": p.open_count,
+        "bytes": p.bytes,
+        "ttl": info.ttl,
+    }
+
+
+# --------------------------------------------------------------------------- consumers
+def stored_offsets(backend: Backend, info: StreamInfo, consumer: str) -> dict[int, int]:
+    """A consumer's stored offsets; ConsumerNotFound if it has none."""
+    offsets = backend.get_offsets(info.name, check_name(consumer, "consumer name"))
+    if not offsets:
+        raise errors.ConsumerNotFound(f"consumer {consumer!r} has no stored offsets on stream {info.name!r}")
+    return offsets
+
+
+@dataclass(frozen=True)
+class Lag:
+    """What is checkpointed after an offset: transactions, items, the first of them, and
+    whether the scan stopped at an open transaction."""
+
+    transactions: int
+    items: int
+    first_unread: int
+    blocked: bool
+
+
+def lag_after(backend: Backend, stream: str, partition: int, offset: int) -> Lag:
+    """Count the visible checkpointed transactions after ``offset`` (index only)."""
+    txns = items = first = 0
+    position = offset
+    while True:
+        scan = backend.scan_index(stream, partition, position)
+        if scan.entries and not first:
+            first = scan.entries[0][0]
+        txns += len(scan.entries)
+        items += sum(n for _, n in scan.entries)
+        if not scan.truncated or scan.position <= position:
+            return Lag(txns, items, first, scan.blocked)
+        position = scan.position
+
+
+def consumer_rows(backend: Backend, info: StreamInfo, consumer: str, offsets: dict[int, int],
+                  now_ms: int) -> list[dict[str, Any]]:
+    """One row per partition of ``tstreams consumers describe``: offset, head, lag."""
+    heads = {p.partition: p.head for p in describe_partitions(backend, info, list(range(info.partitions)))}
+    rows = []
+    for partition in range(info.partitions):
+        offset = offsets.get(partition)
+        lag = lag_after(backend, info.name, partition, offset or 0)
+        rows.append({
+            "stream": info.name,
+            "consumer": consumer,
+            "partition": partition,
+            "offset": offset,
+            "offset_time": id_time(offset or 0),
+            "head": heads[partition] or None,
+            "head_time": id_time(heads[partition]),
+            "lag_transactions": lag.transactions,
+            "lag_items": lag.items,
+            "lag_ms": now_ms - txn_millis(lag.first_unread) if lag.first_unread else 0,
+            "blocked_by_open": lag.blocked,
+        })
+    return rows
+
+
+def reset_plan(backend: Backend, info: StreamInfo, consumer: str, to: Position,
+               partitions: list[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """``(stored offsets, new offsets)`` for a reset of ``partitions`` to ``to``."""
+    stored = stored_offsets(backend, info, consumer)
+    return stored, {p: to.offset(backend, info.name, p) for p in partitions}
+
+
+def apply_reset(backend: Backend, info: StreamInfo, consumer: str, stored: dict[int, int],
+                new: dict[int, int]) -> None:
+    """One atomic write, refused (OffsetsConflict) if the offsets moved since ``stored``."""
+    backend.submit([O.ResetOffsets(info.name, consumer, stored, new, info.id)], durable=True)
+
+
+def delete_consumer(backend: Backend, info: StreamInfo, consumer: str) -> int:
+    """Delete a consumer's offsets; ConsumerNotFound if it had none."""
+    (removed,) = backend.submit([O.DeleteConsumer(info.name, check_name(consumer, "consumer name"), info.id)])
+    if not removed:
+        raise errors.ConsumerNotFound(f"consumer {consumer!r} has no stored offsets on stream {info.name!r}")
+    return int(removed)
