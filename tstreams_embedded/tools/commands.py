@@ -36,6 +36,9 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")(fn)
 
 
+POSITION_METAVAR = "oldest|newest|TIME|ID"
+
+
 def partition_option(help_text: str) -> Callable[[F], F]:
     return click.option("--partition", "partitions", type=click.IntRange(min=0), multiple=True, metavar="P",
                         help=help_text)
@@ -81,19 +84,21 @@ def streams_describe(target: Target, name: str, as_json: bool) -> None:
 @click.command("consume")
 @target_options
 @click.argument("stream")
-@click.option("--from", "start", type=PositionType(), default=None,
+@click.option("--from", "start", type=PositionType(), default=None, metavar=POSITION_METAVAR,
               help="Where to start: oldest (default), newest (only what comes next), a time (ISO 8601, "
                    "UTC unless it has a zone; or -15m, -2h, -1d) or a transaction ID. With --group, the "
                    "group's stored offsets are used unless --from is given.")
 @partition_option("Read only this partition (repeatable; default: all).")
 @click.option("--follow", "-f", is_flag=True,
               help="Keep reading new transactions as they are committed (like tail -f) until interrupted.")
-@click.option("--max", "max_txns", type=click.IntRange(min=1), default=None, help="Stop after N transactions.")
+@click.option("--max", "max_txns", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Stop after N transactions.")
 @click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default="raw", show_default=True,
               help="How to show items: raw bytes, JSON or msgpack documents (shown as JSON), or hex.")
 @click.option("--group", default=None, metavar="NAME", help="Read as the named consumer NAME.")
 @click.option("--commit", is_flag=True, help="Store the group's offsets after each transaction printed.")
-@json_option
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON line per transaction (stream, partition, id, time, items).")
 def consume(target: Target, stream: str, start: Position | None, partitions: tuple[int, ...], follow: bool,
             max_txns: int | None, fmt: str, group: str | None, commit: bool, as_json: bool) -> None:
     """Print the checkpointed transactions of STREAM, in order per partition: one line per
@@ -150,11 +155,12 @@ def _silence_stdout() -> None:
 @click.argument("stream")
 @click.option("--format", "fmt", type=click.Choice(INPUT_FORMATS), default="lines", show_default=True,
               help="Input: one item per line, one JSON document per line, or a stream of msgpack documents.")
-@click.option("--txn-size", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--txn-size", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="Items per transaction (the last one may hold fewer).")
-@click.option("--partition", type=click.IntRange(min=0), default=None, help="Write to this partition "
+@click.option("--partition", type=click.IntRange(min=0), default=None, metavar="P", help="Write to this partition "
               "(default: round-robin, one partition per transaction).")
-@json_option
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON line per transaction written (stream, partition, id, items).")
 def produce(target: Target, stream: str, fmt: str, txn_size: int, partition: int | None, as_json: bool) -> None:
     """Write items read from standard input to STREAM, checkpointing a transaction every
     --txn-size items and at the end of the input."""
@@ -223,7 +229,7 @@ def consumers_describe(target: Target, stream: str, name: str, as_json: bool) ->
 @target_options
 @click.argument("stream")
 @click.argument("name")
-@click.option("--to", "to", type=PositionType(), required=True,
+@click.option("--to", "to", type=PositionType(), required=True, metavar=POSITION_METAVAR,
               help="oldest, newest, a time (ISO 8601, UTC unless it has a zone; or -15m, -2h, -1d) or a "
                    "transaction ID: the consumer next reads the first transaction at or after it.")
 @partition_option("Reset only this partition (repeatable; default: all).")

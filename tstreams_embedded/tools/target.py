@@ -63,6 +63,7 @@ def target_options(fn: F) -> F:
         click.option("--curve-dir", type=click.Path(file_okay=False, exists=True), default=None,
                      help="CURVE keys directory for --connect (made by 'tstreams keys generate')."),
         click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+                     metavar="SECONDS",
                      help="Seconds each request to --connect may take."),
     ]):
         command = option(command)
