@@ -248,10 +248,10 @@ def consumers_reset(target: Target, stream: str, name: str, to: Position, partit
         if not dry_run:
             report.apply_reset(engine.backend, info, name, stored, new)
     rows = [{"stream": info.name, "consumer": name, "partition": p, "offset": stored.get(p),
-             "offset_time": id_time(stored.get(p, 0)), "new_offset": new[p], "new_offset_time": id_time(new[p]),
-             "applied": not dry_run} for p in chosen]
+             "offset_time": id_time(stored.get(p, 0)), "new_offset": new[p],
+             "next_read_from": id_time(new[p] + 1) if new[p] else None, "applied": not dry_run} for p in chosen]
     out.table(rows, [("partition", "partition"), ("offset", "offset"), ("offset_time", "offset time"),
-                     ("new_offset", "new offset"), ("new_offset_time", "new offset time")])
+                     ("new_offset", "new offset"), ("next_read_from", "next read from (time)")])
     out.text(f"dry run: nothing written (--to {to.text})" if dry_run
              else f"reset {len(chosen)} partition(s) of consumer {name} on {info.name} to {to.text}")
 

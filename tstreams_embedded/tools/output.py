@@ -39,7 +39,12 @@ class Output:
             table.add_column(heading, no_wrap=not sys.stdout.isatty())
         for row in rows:
             table.add_row(*(show(row.get(key)) for key, _ in columns))
-        self._console.print(table)
+        if self._console.is_terminal:
+            self._console.print(table)
+            return
+        with self._console.capture() as captured:  # into a pipe or a file: no trailing blanks
+            self._console.print(table)
+        sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
     def json(self, obj: Any) -> None:
         sys.stdout.write(to_json(obj) + "\n")
