@@ -3,7 +3,12 @@ consumer records (``DeleteConsumer``, ``ResetOffsets``), embedded and remote ali
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
@@ -94,3 +99,55 @@ def test_delete_consumer_removes_every_offset_of_that_consumer_only(engine: ts.E
     assert engine.backend.submit([O.DeleteConsumer("s", "c")]) == [0]
     with pytest.raises(errors.StreamNotFound):
         engine.backend.submit([O.DeleteConsumer("nope", "c")])
+
+
+class ConsumerOffsetsMachine(RuleBasedStateMachine):
+    """``SetOffsets``, guarded ``ResetOffsets`` and ``DeleteConsumer`` against a dict model;
+    ``get_offsets`` and ``list_consumers`` agree with it after every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.engine = ts.open(self.tmp.name, compaction_interval=None)
+        self.engine.create_stream("s", partitions=3)
+        self.model: dict[str, dict[int, int]] = {}
+
+    names = st.sampled_from(["a", "b", "c"])
+    offsets = st.dictionaries(st.integers(0, 2), st.integers(0, 2**63 - 1), max_size=3)
+
+    @rule(name=names, offsets=offsets)
+    def set_offsets(self, name: str, offsets: dict[int, int]) -> None:
+        self.engine.backend.submit([O.SetOffsets("s", name, offsets)])
+        if offsets:
+            self.model.setdefault(name, {}).update(offsets)
+
+    @rule(name=names, offsets=offsets, stale=st.booleans())
+    def reset(self, name: str, offsets: dict[int, int], stale: bool) -> None:
+        current = dict(self.model.get(name, {}))
+        expected = {**current, 0: current.get(0, 0) + 1} if stale else current
+        if expected != current:
+            with pytest.raises(errors.OffsetsConflict):
+                self.engine.backend.submit([O.ResetOffsets("s", name, expected, offsets)])
+            return
+        self.engine.backend.submit([O.ResetOffsets("s", name, expected, offsets)])
+        if offsets:
+            self.model.setdefault(name, {}).update(offsets)
+
+    @rule(name=names)
+    def delete(self, name: str) -> None:
+        assert self.engine.backend.submit([O.DeleteConsumer("s", name)]) == [len(self.model.pop(name, {}))]
+
+    @invariant()
+    def agrees_with_the_model(self) -> None:
+        listed = {c.name: c.offsets for c in self.engine.backend.list_consumers("s")}
+        assert listed == self.model
+        for name in ("a", "b", "c"):
+            assert self.engine.backend.get_offsets("s", name) == self.model.get(name, {})
+
+    def teardown(self) -> None:
+        self.engine.close()
+        self.tmp.cleanup()
+
+
+ConsumerOffsetsMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=15, deadline=None)
+test_consumer_offsets_machine = ConsumerOffsetsMachine.TestCase

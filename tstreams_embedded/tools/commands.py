@@ -30,6 +30,8 @@ from .waiting import CommitWaiter
 F = TypeVar("F", bound=Callable[..., Any])
 #: The consumer name ``consume`` reads under without ``--group`` (it never stores offsets then).
 ANONYMOUS = "tstreams-cli"
+#: Transactions read ahead per partition by ``consume`` (bounds what it holds in memory).
+PREFETCH = 32
 
 
 def json_option(fn: F) -> F:
@@ -109,7 +111,8 @@ def consume(target: Target, stream: str, start: Position | None, partitions: tup
     with target.open() as engine:
         consumer = engine.consumer(stream, group or ANONYMOUS, start=start.start if start else "oldest",
                                    partitions=partitions or None,
-                                   use_last_offset=group is not None and start is None)
+                                   use_last_offset=group is not None and start is None,
+                                   prefetch=min(max_txns or PREFETCH, PREFETCH))
         waiter = CommitWaiter(engine.backend, target.data) if follow else None
         printed = 0
         try:
