@@ -68,12 +68,16 @@ def streams() -> None:
 @click.option("--partitions", default=1, show_default=True, type=int)
 @click.option("--ttl", default=86400, show_default=True, type=int, help="seconds")
 @click.option("--description", default="")
+@click.option("--json", "as_json", is_flag=True, help="Print the stream as a JSON line.")
 def streams_create(data: str | None, connect: str | None, timeout: float, name: str, partitions: int, ttl: int,
-                   description: str) -> None:
-    """Create stream NAME (prints it as JSON)."""
+                   description: str, as_json: bool) -> None:
+    """Create stream NAME."""
     with make_target(data, connect, None, timeout).open() as engine:
         info = engine.create_stream(name, partitions=partitions, ttl=ttl, description=description)
-    click.echo(json.dumps(info.__dict__))
+    if as_json:
+        click.echo(json.dumps(info.__dict__))
+    else:
+        click.echo(f"created stream {info.name} (id {info.id}): {info.partitions} partition(s), TTL {info.ttl} s")
 
 
 @streams.command("list")
@@ -99,6 +103,7 @@ def streams_delete(target: Target, name: str) -> None:
     """Delete stream NAME and all its data."""
     with target.open() as engine:
         engine.delete_stream(name)
+    click.echo(f"deleted stream {name}")
 
 
 streams.add_command(streams_describe)
@@ -106,10 +111,16 @@ streams.add_command(streams_describe)
 
 @main.command()
 @target_options
-def stats(target: Target) -> None:
-    """Print engine statistics as JSON."""
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as one JSON line.")
+def stats(target: Target, as_json: bool) -> None:
+    """Print engine statistics (counters of the engine that answers)."""
     with target.open() as engine:
-        click.echo(json.dumps(engine.stats(), indent=2))
+        counters = engine.stats()
+    if as_json:
+        click.echo(json.dumps(counters))
+    else:
+        Output(False).table([{"name": k, "value": v} for k, v in counters.items()], [("name", "counter"),
+                                                                                     ("value", "value")])
 
 
 @main.command()

@@ -34,7 +34,8 @@ def _next_millisecond(site: Site) -> None:
 
 # --------------------------------------------------------------------------- streams
 def test_streams_create_list_describe_delete(site: Site) -> None:
-    site.ok("streams", "create", "orders", "--partitions", "3", "--ttl", "3600", "--description", "shop")
+    created = site.json("streams", "create", "orders", "--partitions", "3", "--ttl", "3600", "--description", "shop")
+    assert [(c["name"], c["partitions"], c["ttl"]) for c in created] == [("orders", 3, 3600)]
     site.engine.create_stream("other")
     producer = site.engine.producer("orders")
     ids = [producer.instant([b"x" * 100, b"y"], partition=0) for _ in range(2)]
@@ -60,8 +61,17 @@ def test_streams_create_list_describe_delete(site: Site) -> None:
     assert str(pending.id) in text and "total: 3 transactions, 5 items, 1 open" in text
     pending.cancel()
 
-    site.ok("streams", "delete", "other")
+    assert site.ok("streams", "delete", "other").stdout == "deleted stream other\n"
     assert [s["name"] for s in site.json("streams", "list")] == ["orders"]
+    assert "created stream again (id " in site.ok("streams", "create", "again").stdout
+
+
+def test_stats(site: Site) -> None:
+    site.engine.create_stream("s")
+    site.engine.producer("s").instant([b"x"])
+    (counters,) = site.json("stats")
+    assert counters["streams"] == 1 and counters["transactions"] == 1
+    assert "transactions" in site.ok("stats").stdout
 
 
 # --------------------------------------------------------------------------- consume
