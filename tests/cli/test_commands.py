@@ -165,6 +165,9 @@ def test_produce_stops_at_a_bad_item_and_keeps_what_was_checkpointed(site: Site)
     assert _items(site, "j") == [b"1", b"2"]  # the transaction holding 3 was cancelled: nothing partial
     assert [d["open_count"] for d in site.json("streams", "describe", "j")] == [0]
 
+    broken = site.run("produce", "j", "--format", "msgpack", "--txn-size", "5", input=msgpack.packb(7) + b"\xc1")
+    assert broken.exit_code == 1 and broken.stderr.startswith("Error: InvalidArgument: msgpack document 2 is malformed")
+    assert _items(site, "j") == [b"1", b"2"]  # 7 went with its cancelled transaction
     big = site.run("produce", "j", input=b"x" * (site.engine.backend.max_item_size + 10) + b"\n")
     assert big.exit_code == 1 and big.stderr.startswith("Error: ItemTooLarge: line 1 is longer than max_item_size")
     assert _items(site, "j") == [b"1", b"2"]
@@ -267,6 +270,8 @@ BAD_INPUT = [
     (["produce", "s", "--partition", "7"], 1, "Error: PartitionOutOfRange"),
     (["consumers", "reset", "s", "g", "--to", "oldest", "--partition", "2"], 1, "Error: PartitionOutOfRange"),
     (["consume", "s", "--commit"], 2, "Error: --commit needs --group NAME"),
+    (["consume", "s", "--group", ""], 1, "Error: InvalidArgument: consumer name must be a non-empty string"),
+    (["consumers", "describe", "s", ""], 1, "Error: InvalidArgument: consumer name must be a non-empty string"),
     (["consume", "s", "--format", "yaml"], 2, "Error: Invalid value for '--format'"),
 ]
 

@@ -109,8 +109,8 @@ def consume(target: Target, stream: str, start: Position | None, partitions: tup
         raise click.UsageError("--commit needs --group NAME")
     out: BinaryIO = sys.stdout.buffer
     with target.open() as engine:
-        consumer = engine.consumer(stream, group or ANONYMOUS, start=start.start if start else "oldest",
-                                   partitions=partitions or None,
+        consumer = engine.consumer(stream, ANONYMOUS if group is None else group,
+                                   start=start.start if start else "oldest", partitions=partitions or None,
                                    use_last_offset=group is not None and start is None,
                                    prefetch=min(max_txns or PREFETCH, PREFETCH))
         waiter = CommitWaiter(engine.backend, target.data) if follow else None
