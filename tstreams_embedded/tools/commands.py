@@ -210,7 +210,8 @@ def consumers_list(target: Target, stream: str | None, as_json: bool) -> None:
 @json_option
 def consumers_describe(target: Target, stream: str, name: str, as_json: bool) -> None:
     """Per partition of STREAM: consumer NAME's offset, the head, and the lag in
-    transactions, items and time (how long the oldest unread transaction has waited)."""
+    transactions, items and time (how long the oldest unread transaction has waited). A
+    partition without a stored offset counts from the oldest transaction."""
     out = Output(as_json)
     with target.open() as engine:
         info = report.stream_info(engine.backend, stream)
