@@ -23,11 +23,18 @@ from .tools.target import Target, make_target, target_options
 
 
 class OneLineError(click.ClickException):
-    """An error shown as one line (``Error: …``) with ``exit_code``."""
+    """An engine error shown as one line (``Error: …``), exit status 1."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()))
-        self.exit_code = exit_code
+
+
+class OneLineUsageError(OneLineError):
+    """A bad option or argument shown as one line, without usage text, exit status 2."""
+
+    exit_code = 2
 
 
 class Main(click.Group):
@@ -41,7 +48,7 @@ class Main(click.Group):
         except errors.TStreamsError as exc:
             raise OneLineError(f"{type(exc).__name__}: {exc}") from None
         except click.UsageError as exc:
-            raise OneLineError(exc.format_message(), exc.exit_code) from None
+            raise OneLineUsageError(exc.format_message()) from None
 
 
 @click.group(cls=Main)
