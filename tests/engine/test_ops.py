@@ -35,6 +35,11 @@ RECORD_STRATEGIES: dict[type, Any] = {
     O.Compact: st.builds(O.Compact, names, small, ints, stream_id=optional),
     O.SetMarker: st.builds(O.SetMarker, names, st.integers(-(2**63), 2**63 - 1), st.booleans()),
     O.CancelIfOpen: st.builds(O.CancelIfOpen, names, small, ints, stream_id=optional),
+    O.StoreWrite: st.builds(O.StoreWrite, names, st.lists(st.lists(st.binary(max_size=8), min_size=2, max_size=2),
+                                                          max_size=3),
+                            st.none() | st.lists(st.binary(max_size=8), min_size=1, max_size=3),
+                            st.none() | st.lists(st.lists(st.none() | st.binary(max_size=8), min_size=2,
+                                                          max_size=2), min_size=1, max_size=2)),
 }
 any_record = st.one_of(*RECORD_STRATEGIES.values())
 

@@ -200,6 +200,17 @@ class ClusterBackend:
     def get_marker(self, key: str) -> int | None:
         return self._retry(lambda r: r.get_marker(key))
 
+    def store_get(self, store: str, key: bytes) -> bytes | None:
+        return self._retry(lambda r: r.store_get(store, key))
+
+    def store_range(self, store: str, start: bytes | None = None, end: bytes | None = None,
+                    limit: int = 10_000) -> list[tuple[bytes, bytes]]:
+        return self._retry(lambda r: r.store_range(store, start, end, limit))
+
+    def store_windows(self, store: str, key: bytes | None, end_from: int, end_to: int,
+                      limit: int = 10_000) -> list[tuple[bytes, bytes]]:
+        return self._retry(lambda r: r.store_windows(store, key, end_from, end_to, limit))
+
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         return self._retry(lambda r: r.wait_for_commit(seen, timeout))
 

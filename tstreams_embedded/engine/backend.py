@@ -171,6 +171,24 @@ class Backend(Protocol):
 
     def get_marker(self, key: str) -> int | None: ...
 
+    # --- state stores (engine/state.py; written with the StoreWrite record) -----------
+    def store_get(self, store: str, key: bytes) -> bytes | None:
+        """The value of ``key`` in the state store ``store``, or None."""
+        ...
+
+    def store_range(self, store: str, start: bytes | None = None, end: bytes | None = None,
+                    limit: int = 10_000) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` entries ``(key, value)`` of ``store`` with ``start <= key < end``
+        (None: unbounded), in key order; continue after the last key to page."""
+        ...
+
+    def store_windows(self, store: str, key: bytes | None, end_from: int, end_to: int,
+                      limit: int = 10_000) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` entries of the windowed store ``store`` whose window ends in
+        ``[end_from, end_to]`` (epoch ms), of user key ``key`` (None: every key), ordered by
+        (end, start, key); keys as :func:`.state.window_key` encodes them."""
+        ...
+
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         """Block until a commit newer than generation ``seen`` (or ``timeout`` seconds);
         return the current commit generation."""

@@ -72,6 +72,7 @@ class Opcode(IntEnum):
     COMPACT = 11
     SET_MARKER = 12
     CANCEL_IF_OPEN = 13
+    STORE_WRITE = 20
 
 
 class TxnState(IntEnum):
@@ -312,8 +313,25 @@ class CancelIfOpen(NamedTuple):
     stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
+@operation(Opcode.STORE_WRITE)
+class StoreWrite(NamedTuple):
+    """Change the entries of one state store (a namespace of the ``state`` database, used by
+    :mod:`tstreams_embedded.streams`): first delete every key in each ``[start, end)`` of
+    ``delete_ranges`` (``end`` None: to the store's end), then each key of ``deletes``, then
+    write ``puts`` (``[[key, value], ...]``, bytes). Result: None.
+
+    A streams task puts one per store into its commit batch, next to its output
+    transactions and its input offsets, so state, output and input position change in one
+    write, and the commit log (and a cluster's replicated log) carries the state too."""
+
+    store: str
+    puts: list[Any]
+    deletes: list[Any] | None = None
+    delete_ranges: list[Any] | None = None
+
+
 Operation = (CreateStream | DeleteStream | Open | Data | Checkpoint | Cancel | Instant | KeepAlive | Invalidate
-             | SetOffsets | Compact | SetMarker | CancelIfOpen)
+             | SetOffsets | Compact | SetMarker | CancelIfOpen | StoreWrite)
 """Any operation record."""
 
 RECORDS: tuple[type, ...] = tuple(_SPECS)
