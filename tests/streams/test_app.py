@@ -108,3 +108,29 @@ def test_bad_data_stops_the_app_at_its_last_commit(tstreams_embedded_engine: ts.
     first = engine.backend.scan_index("views", 0, 0).entries[0][0]
     assert engine.backend.get_offsets("views", "strict") == {0: first}  # the good transaction only
     assert app.store("views-per-page").all() == {Windowed("/a", 0, 300_000): 1}
+
+
+def test_a_commit_is_one_engine_write(tstreams_embedded_engine: ts.Engine) -> None:
+    """Output, store changes and input offsets of a commit are ONE commit-log entry."""
+    engine = tstreams_embedded_engine
+    engine.create_stream("views")
+    write_views(engine, [("/a", 1_000), ("/a", 400_000)])
+    core: Any = engine.backend
+    seq = core.log_seq()
+    App(engine, application_id="one", topology=page_counts()).run(until_idle=True)
+    entries = core.read_log(seq + 1, 100)
+    with_offsets = [ops for _, _, ops in entries if any(type(op).__name__ == "SetOffsets" for op in ops)]
+    assert len(with_offsets) == 1
+    kinds = sorted({type(op).__name__ for op in with_offsets[0]})
+    assert kinds == ["Instant", "SetOffsets", "StoreWrite"]
+
+
+@pytest.mark.parametrize("processing", ["exactly_once", "at_least_once"])
+def test_processing_modes_give_the_same_results(tstreams_embedded_engine: ts.Engine, processing: str) -> None:
+    engine = tstreams_embedded_engine
+    engine.create_stream("views")
+    for t in range(0, 1_000_000, 50_000):
+        write_views(engine, [("/a", t), ("/b", t + 1)])
+    App(engine, application_id="m", topology=page_counts(), processing=processing, commit_records=3).run()
+    expected = [(Windowed(p, s, s + 300_000), 6) for s in (0, 300_000, 600_000) for p in ("/a", "/b")]
+    assert read_out(engine) == sorted(expected, key=repr)
