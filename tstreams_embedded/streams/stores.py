@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from .. import errors
 from ..engine import ops as O
 from ..engine import state
 from ..engine.backend import Backend
@@ -53,6 +54,9 @@ class KeyValueStore:
         return None if v is _ABSENT else v
 
     def put_raw(self, kb: bytes, value: Any) -> None:
+        if len(kb) > state.MAX_STORE_KEY:
+            raise errors.InvalidArgument(f"store {self.name!r}: a key is at most {state.MAX_STORE_KEY} bytes "
+                                         f"serialized (16 fewer in a windowed store), got {len(kb)}")
         self._cache[kb] = _ABSENT if value is None else value
         self._dirty.add(kb)
 

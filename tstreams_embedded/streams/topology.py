@@ -3,7 +3,7 @@
 The builder only records *specifications*; :meth:`Topology.instantiate` makes the runtime
 nodes (:mod:`.nodes`) of one task. Keys that a ``group_by`` (or an operation that may
 change keys, followed by ``group_by_key``) needs on the right task go through an internal
-*repartition stream* ``<application_id>-repartition-<n>``: written by the task that read
+*repartition stream* ``<application_id>-<n>-repartition``: written by the task that read
 the record, in the same commit as everything else, and read back by the task of the key's
 partition.
 """
@@ -266,9 +266,10 @@ class KStream:
 
     def repartition(self, *, name: str | None = None, key_serde: SerdeSpec = "msgpack",
                     value_serde: SerdeSpec = "msgpack", partitions: int | None = None) -> KStream:
-        """Through an internal stream ``<application_id>-<name>-repartition``."""
-        label = name or f"repartition-{next(self._b._counter):04d}"
-        internal = f"{INTERNAL}{label}" if label.endswith("repartition") else f"{INTERNAL}{label}-repartition"
+        """Through an internal stream ``<application_id>-<name or a number>-repartition``."""
+        if name is not None:
+            check_name(name, "repartition name")
+        internal = f"{INTERNAL}{name or format(next(self._b._counter), '04d')}-repartition"
         if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int)
                                        or partitions < 1):
             raise errors.InvalidArgument(f"partitions must be a positive integer, got {partitions!r}")
