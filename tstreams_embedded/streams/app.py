@@ -32,8 +32,10 @@ class App:
       the task's output, store changes and input offsets. ``"at_least_once"``: the same
       single write, but not waited for on disk (an OS crash may lose the last commits,
       whose input is then processed again).
-    * A task commits every ``commit_interval_ms`` or every ``commit_records`` records,
-      whichever comes first (at transaction boundaries), and whenever it runs out of input.
+    * A task commits every ``commit_interval_ms``, every ``commit_records`` records or when
+      ``commit_bytes`` of output are buffered, whichever comes first (at transaction
+      boundaries), and whenever it runs out of input. Memory per task is bounded by that and
+      by its stores' caches (at most 200,000 entries each, dropped after a commit).
     * The application's offsets are stored under the consumer name ``application_id``;
       its stores under ``application_id/partition/store``; internal streams are named
       ``application_id-…``. Output streams that do not exist are created with the task
@@ -42,7 +44,7 @@ class App:
 
     def __init__(self, engine: Engine, *, application_id: str, topology: Topology, num_threads: int = 1,
                  processing: str = "exactly_once", commit_interval_ms: int = 100, commit_records: int = 10_000,
-                 clock: Callable[[], int] | None = None) -> None:
+                 commit_bytes: int = 8 << 20, clock: Callable[[], int] | None = None) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
         check_name(application_id, "application_id")
@@ -53,7 +55,7 @@ class App:
         if processing not in PROCESSING:
             raise errors.InvalidArgument(f"processing must be one of {PROCESSING}, got {processing!r}")
         for value, what in ((num_threads, "num_threads"), (commit_interval_ms, "commit_interval_ms"),
-                            (commit_records, "commit_records")):
+                            (commit_records, "commit_records"), (commit_bytes, "commit_bytes")):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise errors.InvalidArgument(f"{what} must be a positive integer, got {value!r}")
         self.engine = engine
@@ -64,6 +66,7 @@ class App:
         self.durable = processing == "exactly_once"
         self.commit_interval = commit_interval_ms / 1000.0
         self.commit_records = commit_records
+        self.commit_bytes = commit_bytes
         self.clock = clock if clock is not None else _wall_ms
         self.metrics: dict[str, int] = {}
         self._metrics_lock = threading.Lock()
@@ -173,7 +176,7 @@ class App:
         return total
 
     def _maybe_commit(self, task: Task) -> None:
-        if task.records_since_commit >= self.commit_records or \
+        if task.records_since_commit >= self.commit_records or task.output_bytes >= self.commit_bytes or \
                 time.monotonic() - task.last_commit >= self.commit_interval:
             task.commit(self.durable)
 

@@ -72,6 +72,8 @@ class Task:
         self.application_id = app.application_id
         self.partition = partition
         self.outputs: dict[tuple[str, int], list[bytes]] = {}
+        #: bytes of output buffered since the last commit (the app commits at a bound)
+        self.output_bytes = 0
         self.metrics = app.metrics
         self._stream_time: int | None = None
         self._punctuators: list[Punctuator] = []
@@ -122,6 +124,7 @@ class Task:
         n = self.app.partitions_of(stream)
         p = partition_of(key, n) if key is not None else self.partition % n
         item = pack_envelope(key, value, timestamp, headers)
+        self.output_bytes += len(item)
         out = self.outputs.get((stream, p))
         if out is None:
             self.outputs[(stream, p)] = [item]
@@ -237,6 +240,7 @@ class Task:
             self.backend.submit(ops, durable=durable)
             self.app.count("commits")
         self.outputs = {}
+        self.output_bytes = 0
         for store in (*self._stores.values(), self._meta):
             store.committed()
         for r in self.readers:
