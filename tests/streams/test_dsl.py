@@ -180,3 +180,20 @@ def test_topology_errors() -> None:
         StreamsBuilder().build()
     with pytest.raises(errors.InvalidArgument):
         s.group_by_key().windowed_by("5 minutes")  # type: ignore[arg-type]
+
+
+def test_add_processor_by_name() -> None:
+    class Double(Processor):
+        def process(self, record: Record) -> None:
+            self.context.forward(record.with_(value=record.value * 2))
+
+    b = StreamsBuilder()
+    source = b.stream("in", key_serde="str", value_serde="json")
+    doubled = b.add_processor("double", Double, source)
+    assert doubled.name == "double"
+    doubled.to("out")
+    with pytest.raises(errors.TopologyError):
+        b.add_processor("double", Double, source)
+    with TestDriver(b.build()) as d:
+        d.pipe("in", "k", 21, 1)
+        assert [(r.key, r.value) for r in d.read_output("out")] == [("k", 42)]

@@ -58,6 +58,9 @@ class Node:
         for child in self.children:
             child.process(rec)
 
+    def flush(self) -> None:
+        """Called before each commit: put state kept in memory into the task's stores."""
+
     def close(self) -> None:
         pass
 
@@ -267,6 +270,10 @@ class WindowAggregateNode(Node):
                 end, start, kb = state.split_window_key(wk)
                 self._track(wk, end, start, kb)
 
+    def flush(self) -> None:
+        if self.observed is not None:
+            self.ctx.meta().put_raw(self.meta_key, self.observed)
+
     def _track(self, wk: bytes, end: int, start: int, kb: bytes) -> None:
         if wk not in self.open:
             self.open.add(wk)
@@ -289,9 +296,7 @@ class WindowAggregateNode(Node):
             return
         t = rec.timestamp
         observed = t if self.observed is None or t > self.observed else self.observed
-        if observed != self.observed:
-            self.observed = observed
-            self.ctx.meta().put_raw(self.meta_key, observed)
+        self.observed = observed
         kb = self.key_serde.serialize(rec.key)
         if self.sessions:
             late = self._session(rec, kb, observed)

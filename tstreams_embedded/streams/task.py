@@ -226,6 +226,8 @@ class Task:
 
     def commit(self, durable: bool) -> None:
         """Output, store changes and input offsets in ONE engine write."""
+        for node in self.nodes.values():
+            node.flush()
         ops: list[O.Operation] = []
         for (stream, p), items in self.outputs.items():
             ops.append(O.Instant(stream, p, O.pack_items(items), stream_id=self.app.stream_info[stream].id))
