@@ -84,3 +84,24 @@ def test_keys_too_long_for_the_engine_are_refused_at_once(tstreams_make_engine: 
     store = KeyValueStore(engine.backend, "app/0/s", "s", StrSerde(), MsgpackSerde())
     with pytest.raises(errors.InvalidArgument, match="'s'"):
         store.put("k" * 256, 1)
+
+
+@pytest.mark.parametrize("page", [1, 2, 3, 1000])
+def test_reads_page_through_every_entry(tstreams_make_engine: object, monkeypatch: pytest.MonkeyPatch,
+                                        page: int) -> None:
+    from tstreams_embedded.engine import ops as O
+    from tstreams_embedded.streams import stores
+
+    monkeypatch.setattr(stores, "PAGE", page)
+    engine = tstreams_make_engine()  # type: ignore[operator]
+    entries = {f"k{i:02d}": i for i in range(10)}
+    engine.backend.submit([O.StoreWrite("app/0/s", [[k.encode(), MsgpackSerde().serialize(v)]
+                                                    for k, v in entries.items()])])
+    view = stores.ReadOnlyKeyValueStore(engine.backend, ["app/0/s"], StrSerde(), MsgpackSerde())
+    assert view.all() == entries
+    assert view.range("k03", "k07") == [(f"k{i:02d}", i) for i in range(3, 7)]
+    store = KeyValueStore(engine.backend, "app/0/s", "s", StrSerde(), MsgpackSerde())
+    store.delete("k05")
+    store.put("k055", 55)
+    expected = sorted({**{k: v for k, v in entries.items() if k != "k05"}, "k055": 55}.items())
+    assert list(store.all()) == expected

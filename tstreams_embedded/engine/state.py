@@ -27,6 +27,10 @@ from .validate import check_int, check_name, utf8
 MAX_STORE_KEY = 255
 #: the most entries one range read returns
 MAX_RANGE = 1 << 20
+#: a range read stops once its keys and values reach this many bytes (after at least one
+#: entry), embedded and remote alike, so that no server reply grows without bound; callers
+#: page by continuing after the last key until a read returns nothing
+MAX_READ_BYTES = 16 << 20
 _WINDOW = struct.Struct(">QQ")
 _OFFSET = 1 << 63
 MIN_TIME = -(1 << 63)
@@ -102,10 +106,12 @@ def scan(txn: lmdb.Transaction, store: Store, name: str, start: bytes | None, en
     if not cur.set_range(lo):
         return out
     n = len(pfx)
+    size = 0
     for k, v in entries(cur.iternext()):
-        if k[:n] != pfx or (hi is not None and k >= hi) or len(out) >= limit:
+        if k[:n] != pfx or (hi is not None and k >= hi) or len(out) >= limit or size >= MAX_READ_BYTES:
             break
         out.append((k[n:], v))
+        size += len(k) + len(v)
     return out
 
 
@@ -134,10 +140,12 @@ def windows(txn: lmdb.Transaction, store: Store, name: str, key: bytes | None, e
     if not cur.set_range(pfx + window_bound(end_from)):
         return out
     n = len(pfx)
-    size = n + _WINDOW.size
+    head = n + _WINDOW.size
+    size = 0
     for k, v in entries(cur.iternext()):
-        if k[:n] != pfx or (hi is not None and k >= hi) or len(out) >= limit:
+        if k[:n] != pfx or (hi is not None and k >= hi) or len(out) >= limit or size >= MAX_READ_BYTES:
             break
-        if key is None or k[size:] == key:
+        if key is None or k[head:] == key:
             out.append((k[n:], v))
+            size += len(k) + len(v)
     return out

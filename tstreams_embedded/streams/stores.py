@@ -31,6 +31,22 @@ def namespace(application_id: str, partition: int, store: str) -> str:
     return f"{application_id}/{partition}/{store}"
 
 
+def pages(backend: Backend, store: str, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+    """Every entry of ``store`` in ``[lo, hi)``, read page by page."""
+    start = lo
+    skip: bytes | None = None
+    while True:
+        page = backend.store_range(store, start, hi, PAGE)
+        fresh = [kv for kv in page if kv[0] != skip]
+        if not fresh:
+            if not page or skip is None or len(skip) >= state.MAX_STORE_KEY:
+                return
+            start = skip + b"\x00"  # the page held only the last key again (a value near the byte cap)
+            continue
+        yield from fresh
+        skip = start = page[-1][0]  # the next page starts at the last key (read again, skipped)
+
+
 class KeyValueStore:
     """A task's key-value store: ``get``, ``put``, ``delete``, ``range``, ``all``."""
 
@@ -70,15 +86,9 @@ class KeyValueStore:
     def scan_raw(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
         """Entries in ``[lo, hi)`` in key order, this commit's changes included."""
         stored: dict[bytes, Any] = {}
-        start = lo
-        while True:
-            page = self.backend.store_range(self.namespace, start, hi, PAGE)
-            for k, v in page:
-                if not self._deleted_by_range(k):
-                    stored[k] = v
-            if len(page) < PAGE:
-                break
-            start = page[-1][0] + b"\x00"
+        for k, v in pages(self.backend, self.namespace, lo, hi):
+            if not self._deleted_by_range(k):
+                stored[k] = v
         merged: dict[bytes, Any] = {k: _RAW(v) for k, v in stored.items()}
         for k, v in self._cache.items():
             if (lo is None or k >= lo) and (hi is None or k < hi) and (k in self._dirty or k in merged):
@@ -165,22 +175,16 @@ class ReadOnlyKeyValueStore:
         """Every entry, as a dict."""
         out: dict[Any, Any] = {}
         for ns in self.namespaces:
-            start: bytes | None = None
-            while True:
-                page = self.backend.store_range(ns, start, None, PAGE)
-                for k, v in page:
-                    out[_hashable(self.key_serde.deserialize(k))] = self.value_serde.deserialize(v)
-                if len(page) < PAGE:
-                    break
-                start = page[-1][0] + b"\x00"
+            for k, v in pages(self.backend, ns, None, None):
+                out[_hashable(self.key_serde.deserialize(k))] = self.value_serde.deserialize(v)
         return out
 
     def range(self, start: Any = None, end: Any = None) -> list[tuple[Any, Any]]:
         lo = None if start is None else self.key_serde.serialize(start)
         hi = None if end is None else self.key_serde.serialize(end)
-        out = []
+        out: list[tuple[bytes, bytes]] = []
         for ns in self.namespaces:
-            out.extend(self.backend.store_range(ns, lo, hi, state.MAX_RANGE))
+            out.extend(pages(self.backend, ns, lo, hi))
         return [(self.key_serde.deserialize(k), self.value_serde.deserialize(v)) for k, v in sorted(out)]
 
 
@@ -219,9 +223,9 @@ class ReadOnlyWindowStore:
     def _scan(self, kb: bytes | None, time_from: int) -> list[tuple[Windowed, Any]]:
         out = []
         for ns in self.namespaces:
-            for k, v in self.backend.store_windows(ns, kb, time_from, state.MAX_TIME, state.MAX_RANGE):
+            for k, v in pages(self.backend, ns, state.window_bound(time_from), None):
                 end, start, key = state.split_window_key(k)
-                if start >= time_from:
+                if start >= time_from and (kb is None or key == kb):
                     out.append((Windowed(_hashable(self.key_serde.deserialize(key)), start, end),
                                 self.value_serde.deserialize(v)))
         out.sort(key=lambda wv: (wv[0].end, wv[0].start))
