@@ -128,3 +128,13 @@ class StoreModel(RuleBasedStateMachine):
 
 TestStoreModel = StoreModel.TestCase
 TestStoreModel.settings = settings(max_examples=30, stateful_step_count=15, deadline=None)
+
+
+def test_range_reads_stop_at_the_byte_cap(tstreams_make_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tstreams_embedded.engine import state
+
+    monkeypatch.setattr(state, "MAX_READ_BYTES", 25)
+    engine = tstreams_make_engine()
+    engine.backend.submit([O.StoreWrite("s", [[b"k%d" % i, b"v" * 10] for i in range(5)])])
+    assert [k for k, _ in engine.backend.store_range("s")] == [b"k0", b"k1", b"k2"]  # 12 bytes each; >= 25 stops
+    assert len(engine.backend.store_windows("s", None, state.MIN_TIME, state.MAX_TIME)) <= 3
