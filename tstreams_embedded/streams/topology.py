@@ -19,6 +19,7 @@ from .. import errors
 from ..engine.validate import check_name
 from . import nodes as N
 from .serdes import SerdeSpec, WindowedSerde, serde
+from .windowed import WindowAggregateNode
 from .windows import SessionWindows, SlidingWindows, Windowed, Windows
 
 INTERNAL = "\x00internal:"  # prefix of a stream name resolved against the application id
@@ -444,7 +445,7 @@ class WindowedKStream:
         holder: list[KTable] = []
 
         def make(n: str) -> N.Node:
-            made = N.WindowAggregateNode(n, store_name, windows, agg, late_to, late_serde, raw)
+            made = WindowAggregateNode(n, store_name, windows, agg, late_to, late_serde, raw)
             made.suppress = holder[0]._suppressed
             return made
 
