@@ -97,3 +97,27 @@ def test_typed_values_through_a_topology() -> None:
     with TestDriver(b.build()) as d:
         d.pipe("in", "k", View("/a", 1), 1)
         assert [(r.key, r.value) for r in d.read_output("out")] == [("k", View("/A", 2))]
+
+
+def test_send_records_partitions_by_key(tstreams_engine: Any) -> None:
+    from tstreams_embedded.streams import Record, send_records
+
+    engine = tstreams_engine
+    engine.create_stream("in", partitions=3)
+    recs = [(f"k{i}", {"i": i}, i) for i in range(20)] + [Record(None, {"i": 99}, 5, {"h": b"1"})]
+    assert send_records(engine, "in", recs, key_serde="str", value_serde="json", records_per_transaction=7) == 21
+    seen = []
+    for p in range(3):
+        for txn in engine.backend.transactions_range("in", p, 0, 2**63 - 1):
+            for item in txn.items:
+                kb, vb, ts, headers = unpack_envelope(item)  # type: ignore[misc]
+                assert kb is None or partition_of(kb, 3) == p
+                seen.append((None if kb is None else kb.decode(), serde("json").deserialize(vb), ts, headers))
+    expected = [(k, v, t, None) for k, v, t in recs[:-1]] + [(None, {"i": 99}, 5, {"h": b"1"})]
+    assert sorted(seen, key=repr) == sorted(expected, key=repr)
+    with pytest.raises(errors.InvalidArgument):
+        send_records(engine, "in", [("k", 1, "soon")])
+    with pytest.raises(errors.InvalidArgument):
+        send_records(engine, "in", ["not a record"])
+    with pytest.raises(errors.StreamNotFound):
+        send_records(engine, "missing", [])

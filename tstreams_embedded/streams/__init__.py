@@ -17,6 +17,7 @@ from __future__ import annotations
 from .app import App
 from .driver import TestDriver
 from .processor import STREAM_TIME, WALL_CLOCK, Processor, ProcessorContext
+from .produce import send_records
 from .records import Record, partition_of
 from .serdes import Serde, serde
 from .stores import KeyValueStore, ReadOnlyKeyValueStore, ReadOnlyWindowStore
@@ -49,5 +50,6 @@ __all__ = [
     "WindowedKStream",
     "Windows",
     "partition_of",
+    "send_records",
     "serde",
 ]
