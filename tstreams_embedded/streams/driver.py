@@ -21,7 +21,7 @@ from .app import App
 from .records import Record, pack_envelope, partition_of, unpack_envelope
 from .serdes import Serde, SerdeSpec, serde
 from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore
-from .topology import Topology
+from .topology import Topology, is_internal
 
 
 class TestDriver:
@@ -42,9 +42,8 @@ class TestDriver:
         self._read: dict[tuple[str, int], int] = {}
         try:
             for stream in topology.sources:
-                name = topology_stream(topology, stream, application_id)
-                if name is not None and not self.engine.has_stream(name):
-                    self.engine.create_stream(name, partitions=partitions)
+                if not is_internal(stream) and not self.engine.has_stream(stream):
+                    self.engine.create_stream(stream, partitions=partitions)
             self.app = App(self.engine, application_id=application_id, topology=topology,
                            commit_records=commit_records, clock=lambda: self._wall)
             self.app.task_count()
@@ -76,7 +75,7 @@ class TestDriver:
         name = self.topology.sources.get(stream)
         if name is None:
             raise errors.StreamNotFound(f"{stream!r} is not an input stream of the topology; inputs: "
-                                        f"{sorted(s for s in self.topology.sources if not s.startswith(chr(0)))}")
+                                        f"{sorted(s for s in self.topology.sources if not is_internal(s))}")
         spec = self.topology.nodes[name]
         return spec.make(lambda s: s)
 
@@ -150,7 +149,3 @@ class TestDriver:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def topology_stream(topology: Topology, stream: str, application_id: str) -> str | None:
-    """The engine name of an external source stream (None for internal streams)."""
-    return None if stream.startswith("\x00") else stream

@@ -25,6 +25,11 @@ from .windows import SessionWindows, SlidingWindows, Windowed, Windows
 INTERNAL = "\x00internal:"  # prefix of a stream name resolved against the application id
 
 
+def is_internal(name: str) -> bool:
+    """Whether a topology's stream name is an internal (repartition) stream."""
+    return name.startswith(INTERNAL)
+
+
 def internal_name(application_id: str, name: str) -> str:
     return f"{application_id}-{name[len(INTERNAL):]}" if name.startswith(INTERNAL) else name
 
