@@ -15,7 +15,6 @@ from .task import Task
 from .topology import Topology, internal_name
 
 PROCESSING = ("exactly_once", "at_least_once")
-IDLE_WAIT = 0.05
 
 
 def _wall_ms() -> int:
@@ -36,6 +35,9 @@ class App:
       ``commit_bytes`` of output are buffered, whichever comes first (at transaction
       boundaries), and whenever it runs out of input. Memory per task is bounded by that and
       by its stores' caches (at most 200,000 entries each, dropped after a commit).
+    * A running app (``start()``) without input waits for the next commit: at once when it is
+      made in this process or by a served engine's server, within ``poll_interval_ms`` when
+      another process writes the same directory.
     * The application's offsets are stored under the consumer name ``application_id``;
       its stores under ``application_id/partition/store``; internal streams are named
       ``application_id-…``. Output streams that do not exist are created with the task
@@ -44,7 +46,8 @@ class App:
 
     def __init__(self, engine: Engine, *, application_id: str, topology: Topology, num_threads: int = 1,
                  processing: str = "exactly_once", commit_interval_ms: int = 100, commit_records: int = 10_000,
-                 commit_bytes: int = 8 << 20, clock: Callable[[], int] | None = None) -> None:
+                 commit_bytes: int = 8 << 20, poll_interval_ms: int = 10,
+                 clock: Callable[[], int] | None = None) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
         check_name(application_id, "application_id")
@@ -55,7 +58,8 @@ class App:
         if processing not in PROCESSING:
             raise errors.InvalidArgument(f"processing must be one of {PROCESSING}, got {processing!r}")
         for value, what in ((num_threads, "num_threads"), (commit_interval_ms, "commit_interval_ms"),
-                            (commit_records, "commit_records"), (commit_bytes, "commit_bytes")):
+                            (commit_records, "commit_records"), (commit_bytes, "commit_bytes"),
+                            (poll_interval_ms, "poll_interval_ms")):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise errors.InvalidArgument(f"{what} must be a positive integer, got {value!r}")
         self.engine = engine
@@ -67,6 +71,7 @@ class App:
         self.commit_interval = commit_interval_ms / 1000.0
         self.commit_records = commit_records
         self.commit_bytes = commit_bytes
+        self.poll_interval = poll_interval_ms / 1000.0
         self.clock = clock if clock is not None else _wall_ms
         self.metrics: dict[str, int] = {}
         self._metrics_lock = threading.Lock()
@@ -210,7 +215,7 @@ class App:
                     elif task.dirty():
                         task.commit(self.durable)
                 if not processed:
-                    seen = backend.wait_for_commit(seen, IDLE_WAIT)
+                    seen = backend.wait_for_commit(seen, self.poll_interval)
             for task in tasks:
                 if task.dirty():
                     task.commit(self.durable)
