@@ -74,7 +74,6 @@ class Task:
         self.outputs: dict[tuple[str, int], list[bytes]] = {}
         #: bytes of output buffered since the last commit (the app commits at a bound)
         self.output_bytes = 0
-        self.metrics = app.metrics
         self._stream_time: int | None = None
         self._punctuators: list[Punctuator] = []
         self._stores: dict[str, KeyValueStore] = {}

@@ -166,14 +166,9 @@ class StreamsBuilder:
         return ks, vs
 
     def build(self) -> Topology:
-        """The topology; the builder may not be used afterwards."""
+        """The topology (stores used by processors were checked when they were added)."""
         if not self._sources:
             raise errors.TopologyError("a topology needs at least one source stream (builder.stream(...))")
-        for spec in self._nodes.values():
-            stores = getattr(spec, "stores", ())
-            for s in stores:
-                if s not in self._stores:
-                    raise errors.TopologyError(f"node {spec.name!r} uses store {s!r}, which is not declared")
         return Topology(dict(self._nodes), dict(self._stores), dict(self._sources), dict(self._sinks),
                         dict(self._internal))
 
