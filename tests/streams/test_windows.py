@@ -239,3 +239,25 @@ def test_hopping_windows_count_each_record_in_every_window() -> None:
     starts = Counter({Windowed("k", -5, 5): 2, Windowed("k", 0, 10): 3, Windowed("k", 5, 15): 2,
                       Windowed("k", 10, 20): 1})
     assert got == dict(starts)
+
+
+@settings(max_examples=20, deadline=None)
+@given(events=events_strategy)
+def test_windowed_reduce_and_aggregate_equal_the_model(events: list[tuple[str, int]]) -> None:
+    windows = TimeWindows(20, grace_ms=10, advance_ms=10, retention_ms=10**9)
+    b = StreamsBuilder()
+    grouped = b.stream("in", key_serde="str", value_serde="json").group_by_key(key_serde="str").windowed_by(windows)
+    grouped.reduce(lambda a, v: {"t": max(a["t"], v["t"])}, store="latest")
+    grouped.aggregate(list, lambda k, v, agg: agg + [v["t"]], store="all")
+    accepted: dict[Windowed, list[int]] = defaultdict(list)
+    observed = None
+    for key, t in events:
+        observed = t if observed is None else max(observed, t)
+        for start in range(t - t % 10 - 10, t + 1, 10):
+            if start <= t < start + 20 and start + 20 + 10 > observed:
+                accepted[Windowed(key, start, start + 20)].append(t)
+    with TestDriver(b.build()) as d:
+        for key, t in events:
+            d.pipe("in", key, {"t": t}, t)
+        assert d.store("all").all() == dict(accepted)
+        assert d.store("latest").all() == {w: {"t": max(ts)} for w, ts in accepted.items()}
