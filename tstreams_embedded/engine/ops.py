@@ -72,7 +72,8 @@ class Opcode(IntEnum):
     COMPACT = 11
     SET_MARKER = 12
     CANCEL_IF_OPEN = 13
-    STORE_WRITE = 20
+    # 30..39: state stores (``tstreams_embedded.streams``); 20..29 are the operator tooling's
+    STORE_WRITE = 30
 
 
 class TxnState(IntEnum):
