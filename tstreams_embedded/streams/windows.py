@@ -75,6 +75,9 @@ class TimeWindows(Windows):
 
     def windows_for(self, t: int) -> list[tuple[int, int]]:
         size, adv = self.size_ms, self.advance_ms
+        if adv == size:  # tumbling
+            start = t - t % size
+            return [(start, start + size)]
         last = t - t % adv  # the latest window start <= t (floor, also for negative t)
         out = []
         start = last
