@@ -98,11 +98,16 @@ class Task:
                 continue
             offset = self.backend.get_offsets(resolved, self.application_id).get(partition, 0)
             self.readers.append(SourceReader(resolved, partition, info.id, node, offset, offset, offset))
+        fused: dict[N.Node, list[N.Node]] = {}
         for node in self.nodes.values():
             if isinstance(node, N.SinkNode) and node.stream in app.fused:
                 source = next(n for n in self.nodes.values()
                               if isinstance(n, N.SourceNode) and n.stream == node.stream)
                 node.fused = source
+                fused[node] = source.children
+        for node in self.nodes.values():  # parents of a fused sink call the internal source's children
+            if any(c in fused for c in node.children):
+                node.children = [g for c in node.children for g in fused.get(c, [c])]
         self.records_since_commit = 0
         self.last_commit = time.monotonic()
         for node in self.nodes.values():
