@@ -97,6 +97,20 @@ class DataCorrupted(TStreamsError):
         self.txn_id = txn_id
 
 
+class TopologyError(TStreamsError, ValueError):
+    """A stream-processing topology (:mod:`tstreams_embedded.streams`) is malformed: an
+    unknown or duplicate name, a missing store, an operation that needs a key it lacks."""
+
+
+class SerdeError(TStreamsError, ValueError):
+    """A serde could not be built from its specification, or could not (de)serialize a
+    key or value; the message names the stream and the data."""
+
+
+class StoreNotFound(TStreamsError, KeyError):
+    """No state store of that name in the application (or the processor was not given it)."""
+
+
 class EngineBusy(TStreamsError):
     """The data directory is already open in a way that forbids this operation."""
 

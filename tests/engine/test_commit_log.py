@@ -61,9 +61,11 @@ def test_every_state_change_appends_one_entry(make_engine, clock) -> None:
     g_txn.send(b"g")
     step(O.Instant, lambda: ts.CheckpointGroup(g_out, consumer).checkpoint())
     assert sorted(t.__name__ for t in _last_ops(core)) == ["Instant", "SetOffsets"]  # one entry for the group
+    step(O.StoreWrite, lambda: core.submit([O.StoreWrite("app/0/counts", [[b"k", b"v"]], [b"gone"])]))
     step(O.DeleteStream, lambda: engine.delete_stream("s"))
     covered = {O.CreateStream, O.Open, O.Data, O.Checkpoint, O.Instant, O.CancelIfOpen, O.KeepAlive, O.Invalidate,
-               O.SetOffsets, O.SetMarker, O.Compact, O.Cancel, O.DeleteStream, O.ResetOffsets, O.DeleteConsumer}
+               O.SetOffsets, O.SetMarker, O.Compact, O.Cancel, O.DeleteStream, O.ResetOffsets, O.DeleteConsumer,
+               O.StoreWrite}
     assert covered == set(O.RECORDS), "every operation record has a step here"
 
 
@@ -129,6 +131,7 @@ def _snapshot(engine: ts.Engine) -> dict:
                                 _txn_tuple(c.get_last_transaction(p)))
         out[(s.name, "offsets")] = {n: core.get_offsets(s.name, n) for n in ("c1", "c2", "snapshot-reader")}
     out["markers"] = {k: core.get_marker(k) for k in ("m1", "m2")}
+    out["state"] = core.store_range("app/0/s")
     return out
 
 
@@ -164,6 +167,8 @@ def test_replaying_the_log_into_another_directory_reproduces_the_data(tmp_path) 
         ts.CheckpointGroup(views, consumer).checkpoint()
         a.consumer("views", "c2").checkpoint()
         a.backend.submit([O.SetMarker("m1", 5, True)])
+        a.backend.submit([O.StoreWrite("app/0/s", [[b"a", b"1"], [b"b", b"2"], [b"c", b"3"], [b"d", b"4"]])])
+        a.backend.submit([O.StoreWrite("app/0/s", [[b"e", b"5"]], [b"a"], [[b"b", b"d"]])])
 
         core_a: Core = a.backend
         log = core_a.read_log(0, 100_000)
@@ -172,6 +177,7 @@ def test_replaying_the_log_into_another_directory_reproduces_the_data(tmp_path) 
         assert b_core.apply_log(core_a.read_log(log[half][0], 100_000)) == len(log) - half
         b = ts.Engine(b_core, keepalive_interval=None)
         assert _snapshot(b) == _snapshot(a)
+        assert _snapshot(a)["state"] == [(b"d", b"4"), (b"e", b"5")]
         assert b_core.read_log(0, 100_000) == log  # the replica's log is the same log
         # the open transaction is open on the replica too: checkpoint it on both, same result
         a.backend.submit([O.Checkpoint("clicks", 2, open_txn.id)])

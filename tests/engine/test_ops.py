@@ -38,6 +38,11 @@ RECORD_STRATEGIES: dict[type, Any] = {
     O.DeleteConsumer: st.builds(O.DeleteConsumer, names, names, stream_id=optional),
     O.ResetOffsets: st.builds(O.ResetOffsets, names, names, st.dictionaries(small, ints, max_size=3),
                               st.dictionaries(small, ints, max_size=3), stream_id=optional),
+    O.StoreWrite: st.builds(O.StoreWrite, names, st.lists(st.lists(st.binary(max_size=8), min_size=2, max_size=2),
+                                                          max_size=3),
+                            st.none() | st.lists(st.binary(max_size=8), min_size=1, max_size=3),
+                            st.none() | st.lists(st.lists(st.none() | st.binary(max_size=8), min_size=2,
+                                                          max_size=2), min_size=1, max_size=2)),
 }
 any_record = st.one_of(*RECORD_STRATEGIES.values())
 

@@ -205,6 +205,16 @@ class ClusterBackend:
 
     def describe_partitions(self, stream: str, first: int = 0, count: int = 256) -> list[PartitionInfo]:
         return self._retry(lambda r: r.describe_partitions(stream, first, count))
+    def store_get(self, store: str, key: bytes) -> bytes | None:
+        return self._retry(lambda r: r.store_get(store, key))
+
+    def store_range(self, store: str, start: bytes | None = None, end: bytes | None = None,
+                    limit: int = 10_000) -> list[tuple[bytes, bytes]]:
+        return self._retry(lambda r: r.store_range(store, start, end, limit))
+
+    def store_windows(self, store: str, key: bytes | None, end_from: int, end_to: int,
+                      limit: int = 10_000) -> list[tuple[bytes, bytes]]:
+        return self._retry(lambda r: r.store_windows(store, key, end_from, end_to, limit))
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         return self._retry(lambda r: r.wait_for_commit(seen, timeout))

@@ -27,7 +27,7 @@ import lmdb
 
 from .. import errors
 from ..ids import ID_MULTIPLIER
-from . import keys
+from . import keys, state
 from . import ops as O
 from .backend import StreamInfo
 from .catalog import encode_stream, lookup_stream
@@ -467,6 +467,55 @@ def _set_marker(a: Applier, scope: BatchScope, op: O.SetMarker) -> tuple[None, O
         raise errors.MarkerConflict(f"marker {op.key!r} is already at {keys.I64.unpack(raw)[0]} >= {op.value}")
     scope.txn.put(kb, keys.I64.pack(op.value), db=a.store.markers)
     return None, op._replace(guard=bool(op.guard))
+
+
+@handles(O.StoreWrite)
+def _store_write(a: Applier, scope: BatchScope, op: O.StoreWrite) -> tuple[None, O.StoreWrite]:
+    pfx = state.prefix(op.store)
+    db = a.store.state
+    puts = _pairs(op.puts, "puts")
+    deletes = op.deletes if op.deletes is not None else []
+    ranges = _pairs(op.delete_ranges if op.delete_ranges is not None else [], "delete_ranges", bounds=True)
+    if not isinstance(deletes, (list, tuple)):
+        raise errors.InvalidArgument("deletes must be a list of keys")
+    for k, v in puts:
+        state.check_key(k)
+        state.check_value(v, a.max_item_size)
+    for k in deletes:
+        state.check_key(k)
+    for lo, hi in ranges:
+        state.check_key(lo, "range start")
+        if hi is not None:
+            state.check_key(hi, "range end")
+    txn = scope.txn
+    n = len(pfx)
+    for lo, hi in ranges:
+        cur = txn.cursor(db=db)
+        end = pfx + hi if hi is not None else None
+        if cur.set_range(pfx + lo):
+            while True:
+                k = as_bytes(cur.key())
+                if k[:n] != pfx or (end is not None and k >= end):
+                    break
+                if not cur.delete():
+                    break
+    for k in deletes:
+        txn.delete(pfx + k, db=db)
+    for k, v in puts:
+        txn.put(pfx + k, v, db=db)
+    return None, O.StoreWrite(op.store, [list(p) for p in puts], list(deletes) or None,
+                              [list(r) for r in ranges] or None)
+
+
+def _pairs(value: Any, what: str, bounds: bool = False) -> list[tuple[Any, Any]]:
+    if not isinstance(value, (list, tuple)):
+        raise errors.InvalidArgument(f"{what} must be a list of pairs")
+    out = []
+    for pair in value:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise errors.InvalidArgument(f"each of {what} must be a pair, got {pair!r:.60}")
+        out.append((pair[0], pair[1]))
+    return out
 
 
 _missing = [r.__name__ for r in O.RECORDS if r not in _HANDLERS]

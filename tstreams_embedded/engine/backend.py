@@ -249,6 +249,27 @@ class Backend(Protocol):
         partitions (no item data)."""
         ...
 
+    # --- state stores (engine/state.py; written with the StoreWrite record) -----------
+    def store_get(self, store: str, key: bytes) -> bytes | None:
+        """The value of ``key`` in the state store ``store``, or None."""
+        ...
+
+    def store_range(self, store: str, start: bytes | None = None, end: bytes | None = None,
+                    limit: int = 10_000) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` entries ``(key, value)`` of ``store`` with ``start <= key < end``
+        (None: unbounded), in key order, and at most about 16 MiB
+        (:data:`.state.MAX_READ_BYTES`); page by continuing after the last key until a read
+        returns nothing."""
+        ...
+
+    def store_windows(self, store: str, key: bytes | None, end_from: int, end_to: int,
+                      limit: int = 10_000) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` entries of the windowed store ``store`` whose window ends in
+        ``[end_from, end_to]`` (epoch ms), of user key ``key`` (None: every key), ordered by
+        (end, start, key); keys as :func:`.state.window_key` encodes them. At most about
+        16 MiB per read, like :meth:`store_range`."""
+        ...
+
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         """Block until a commit newer than generation ``seen`` (or ``timeout`` seconds);
         return the current commit generation."""

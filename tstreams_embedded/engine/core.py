@@ -34,7 +34,7 @@ from typing import Any
 import lmdb
 
 from .. import errors
-from . import inspection, keys, paging, reads
+from . import inspection, keys, paging, reads, state
 from . import ops as O
 from .apply import Applier
 from .backend import MAX_DESCRIBED_PARTITIONS, ConsumerInfo, Fetched, IndexScan, PartitionInfo, StreamInfo, TxnData
@@ -423,6 +423,24 @@ class Core:
             info = lookup_stream(txn, self.store, check_name(stream))
             return [inspection.describe_partition(txn, self.store, info, p, now)
                     for p in range(first, min(first + count, info.partitions))]
+    def store_get(self, store: str, key: bytes) -> bytes | None:
+        self._check()
+        with self.store.read() as txn:
+            return state.get(txn, self.store, store, key)
+
+    def store_range(self, store: str, start: bytes | None = None, end: bytes | None = None,
+                    limit: int = 10_000) -> list[tuple[bytes, bytes]]:
+        self._check()
+        state.check_limit(limit)
+        with self.store.read() as txn:
+            return state.scan(txn, self.store, store, start, end, limit)
+
+    def store_windows(self, store: str, key: bytes | None, end_from: int, end_to: int,
+                      limit: int = 10_000) -> list[tuple[bytes, bytes]]:
+        self._check()
+        state.check_limit(limit)
+        with self.store.read() as txn:
+            return state.windows(txn, self.store, store, key, end_from, end_to, limit)
 
     def log_seq(self) -> int:
         """The sequence number of the newest commit-log entry (0 if none)."""

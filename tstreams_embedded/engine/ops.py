@@ -75,6 +75,8 @@ class Opcode(IntEnum):
     # 20..29: operator tooling (``tstreams consumers``)
     DELETE_CONSUMER = 20
     RESET_OFFSETS = 21
+    # 30..39: state stores (``tstreams_embedded.streams``)
+    STORE_WRITE = 30
 
 
 class TxnState(IntEnum):
@@ -338,8 +340,25 @@ class ResetOffsets(NamedTuple):
     stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
 
 
+@operation(Opcode.STORE_WRITE)
+class StoreWrite(NamedTuple):
+    """Change the entries of one state store (a namespace of the ``state`` database, used by
+    :mod:`tstreams_embedded.streams`): first delete every key in each ``[start, end)`` of
+    ``delete_ranges`` (``end`` None: to the store's end), then each key of ``deletes``, then
+    write ``puts`` (``[[key, value], ...]``, bytes). Result: None.
+
+    A streams task puts one per store into its commit batch, next to its output
+    transactions and its input offsets, so state, output and input position change in one
+    write, and the commit log (and a cluster's replicated log) carries the state too."""
+
+    store: str
+    puts: list[Any]
+    deletes: list[Any] | None = None
+    delete_ranges: list[Any] | None = None
+
+
 Operation = (CreateStream | DeleteStream | Open | Data | Checkpoint | Cancel | Instant | KeepAlive | Invalidate
-             | SetOffsets | Compact | SetMarker | CancelIfOpen | DeleteConsumer | ResetOffsets)
+             | SetOffsets | Compact | SetMarker | CancelIfOpen | DeleteConsumer | ResetOffsets | StoreWrite)
 """Any operation record."""
 
 RECORDS: tuple[type, ...] = tuple(_SPECS)

@@ -72,7 +72,9 @@ def translate(exc: BaseException, action: str, path: str, closed: bool = False) 
     return errors.TStreamsError(f"{action} failed: {type(exc).__name__}: {exc}")
 
 
-DB_NAMES = ("meta", "streams", "parts", "txns", "data", "offsets", "markers", "log")
+DB_NAMES = ("meta", "streams", "parts", "txns", "data", "offsets", "markers", "log", "state")
+#: databases a read-only open does without when a directory predates them
+OPTIONAL_DBS = ("state",)
 
 DEFAULT_MAP_SIZE = 1 << 30  # 1 GiB to start; the file is sparse and grows with use
 DEFAULT_MAX_MAP_SIZE = 1 << 40  # 1 TiB of address space
@@ -154,7 +156,13 @@ class Store:
             try:
                 directory.check_size(self.env, path)
                 if readonly:  # handles opened inside a read-only transaction close with it
-                    self.dbs = {name: self.env.open_db(name.encode(), create=False) for name in DB_NAMES}
+                    self.dbs: dict[str, Any] = {}
+                    for name in DB_NAMES:
+                        try:
+                            self.dbs[name] = self.env.open_db(name.encode(), create=False)
+                        except lmdb.NotFoundError:
+                            if name not in OPTIONAL_DBS:
+                                raise
                 txn = self.env.begin(write=not readonly)
                 try:
                     if not readonly:
@@ -180,6 +188,9 @@ class Store:
         self.offsets = self.dbs["offsets"]
         self.markers = self.dbs["markers"]
         self.log = self.dbs["log"]
+        #: state stores of stream applications (:mod:`.state`); None only in a read-only open
+        #: of a directory older than them
+        self.state = self.dbs.get("state")
 
     def _begin_read(self, buffers: bool) -> lmdb.Transaction:
         return self.env.begin(buffers=True) if buffers else self.env.begin(buffers=False)

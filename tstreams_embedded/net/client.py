@@ -109,6 +109,10 @@ def _each(decode: Callable[[Any], T]) -> Callable[[Any], list[T]]:
     return lambda values: [decode(v) for v in values]
 
 
+def _pairs(value: Any) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in value]
+
+
 def _optional(decode: Callable[[Any], T]) -> Callable[[Any], T | None]:
     return lambda value: None if value is None else decode(value)
 
@@ -262,6 +266,9 @@ class RemoteBackend:
     get_marker = _remote(Backend.get_marker, _as_is)
     list_consumers = _remote(Backend.list_consumers, _each(ConsumerInfo.from_wire))
     describe_partitions = _remote(Backend.describe_partitions, _each(PartitionInfo.from_wire))
+    store_get = _remote(Backend.store_get, _as_is)
+    store_range = _remote(Backend.store_range, _pairs)
+    store_windows = _remote(Backend.store_windows, _pairs)
     now_ms = _remote(Backend.now_ms, _as_is)
     stats = _remote(Backend.stats, _as_is)
 

@@ -204,6 +204,20 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
     def get_offsets(session: Session, stream: str, consumer: str) -> dict[int, int]:
         return core.get_offsets(stream, consumer)
 
+    @reg.call("store_get")
+    def store_get(session: Session, store: str, key: bytes) -> bytes | None:
+        return core.store_get(store, key)
+
+    @reg.call("store_range")
+    def store_range(session: Session, store: str, start: bytes | None = None, end: bytes | None = None,
+                    limit: int = 10_000) -> list[Any]:
+        return [list(kv) for kv in core.store_range(store, start, end, limit)]
+
+    @reg.call("store_windows")
+    def store_windows(session: Session, store: str, key: bytes | None, end_from: int, end_to: int,
+                      limit: int = 10_000) -> list[Any]:
+        return [list(kv) for kv in core.store_windows(store, key, end_from, end_to, limit)]
+
     @reg.call("get_marker")
     def get_marker(session: Session, key: str) -> int | None:
         return core.get_marker(key)

@@ -1,0 +1,140 @@
+"""State-store records (``StoreWrite``) and the Backend's store reads, embedded and served."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+import tstreams_embedded as ts
+from tstreams_embedded import errors
+from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.state import split_window_key, window_key
+
+
+def test_puts_deletes_and_ranges(tstreams_engine: ts.Engine) -> None:
+    b = tstreams_engine.backend
+    b.submit([O.StoreWrite("app/0/kv", [[b"a", b"1"], [b"b", b"2"], [b"c", b"3"]]),
+              O.StoreWrite("app/1/kv", [[b"a", b"other task"]])])
+    assert b.store_get("app/0/kv", b"b") == b"2"
+    assert b.store_get("app/0/kv", b"zz") is None
+    assert b.store_range("app/0/kv") == [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
+    assert b.store_range("app/0/kv", b"b") == [(b"b", b"2"), (b"c", b"3")]
+    assert b.store_range("app/0/kv", b"a", b"c") == [(b"a", b"1"), (b"b", b"2")]
+    assert b.store_range("app/0/kv", limit=1) == [(b"a", b"1")]
+    assert b.store_range("app/1/kv") == [(b"a", b"other task")]  # stores are separate namespaces
+    b.submit([O.StoreWrite("app/0/kv", [[b"d", b"4"]], [b"a"], [[b"b", b"c"]])])
+    assert b.store_range("app/0/kv") == [(b"c", b"3"), (b"d", b"4")]
+    b.submit([O.StoreWrite("app/0/kv", [], None, [[b"", None]])])
+    assert b.store_range("app/0/kv") == []
+    assert b.store_range("app/1/kv") == [(b"a", b"other task")]
+
+
+def test_windowed_fetch(tstreams_engine: ts.Engine) -> None:
+    b = tstreams_engine.backend
+    puts = [[window_key(end, end - 10, k), b"%d" % end] for end in (-5, 10, 20, 30) for k in (b"x", b"y")]
+    b.submit([O.StoreWrite("app/0/w", puts)])
+    got = [split_window_key(k) for k, _ in b.store_windows("app/0/w", b"x", 10, 20)]
+    assert got == [(10, 0, b"x"), (20, 10, b"x")]
+    got = [split_window_key(k) for k, _ in b.store_windows("app/0/w", None, -100, 10)]
+    assert got == [(-5, -15, b"x"), (-5, -15, b"y"), (10, 0, b"x"), (10, 0, b"y")]
+    assert b.store_windows("app/0/w", None, 31, 2**63 - 1) == []
+    assert len(b.store_windows("app/0/w", None, -(2**63), 2**63 - 1, limit=3)) == 3
+
+
+@pytest.mark.parametrize("bad, error", [
+    (O.StoreWrite("", [[b"k", b"v"]]), errors.InvalidArgument),
+    (O.StoreWrite("s", [[b"k", "not bytes"]]), errors.InvalidArgument),
+    (O.StoreWrite("s", [["k", b"v"]]), errors.InvalidArgument),
+    (O.StoreWrite("s", [[b"k" * 300, b"v"]]), errors.InvalidArgument),
+    (O.StoreWrite("s", [[b"k"]]), errors.InvalidArgument),
+    (O.StoreWrite("s", "nope"), errors.InvalidArgument),
+    (O.StoreWrite("s", [], [1]), errors.InvalidArgument),
+    (O.StoreWrite("s", [], None, [[b"a"]]), errors.InvalidArgument),
+])
+def test_bad_store_writes_write_nothing(tstreams_engine: ts.Engine, bad: Any, error: type) -> None:
+    b = tstreams_engine.backend
+    b.submit([O.StoreWrite("s", [[b"before", b"1"]])])
+    with pytest.raises(error):
+        b.submit([O.StoreWrite("s", [[b"partial", b"no"]]), bad])
+    assert b.store_range("s") == [(b"before", b"1")]
+
+
+def test_store_values_obey_max_item_size(tstreams_make_engine: Any) -> None:
+    engine = tstreams_make_engine(max_item_size=100)
+    with pytest.raises(errors.ItemTooLarge):
+        engine.backend.submit([O.StoreWrite("s", [[b"k", b"x" * 101]])])
+    assert engine.backend.store_range("s") == []
+
+
+def test_bad_store_reads(tstreams_engine: ts.Engine) -> None:
+    b = tstreams_engine.backend
+    with pytest.raises(errors.InvalidArgument):
+        b.store_get("s", "str key")  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgument):
+        b.store_get("", b"k")
+    with pytest.raises(errors.InvalidArgument):
+        b.store_range("s", limit=0)
+    with pytest.raises(errors.InvalidArgument):
+        b.store_windows("s", None, "0", 5)  # type: ignore[arg-type]
+
+
+keys = st.binary(min_size=0, max_size=3)
+
+
+class StoreModel(RuleBasedStateMachine):
+    """A store against a dict: every StoreWrite (puts, deletes, range deletes) and reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+
+        self.dir = tempfile.TemporaryDirectory()
+        self.engine = ts.open(self.dir.name, durability="async", compaction_interval=None)
+        self.model: dict[bytes, bytes] = {}
+
+    @rule(puts=st.dictionaries(keys, st.binary(max_size=4), max_size=4), deletes=st.lists(keys, max_size=3),
+          ranges=st.lists(st.tuples(keys, st.none() | keys), max_size=2))
+    def write(self, puts: dict[bytes, bytes], deletes: list[bytes], ranges: list[tuple[bytes, bytes | None]]) -> None:
+        self.engine.backend.submit([O.StoreWrite("m", [[k, v] for k, v in puts.items()], deletes or None,
+                                                 [list(r) for r in ranges] or None)])
+        for lo, hi in ranges:
+            for k in [k for k in self.model if k >= lo and (hi is None or k < hi)]:
+                del self.model[k]
+        for k in deletes:
+            self.model.pop(k, None)
+        self.model.update(puts)
+
+    @rule(key=keys)
+    def get(self, key: bytes) -> None:
+        assert self.engine.backend.store_get("m", key) == self.model.get(key)
+
+    @rule(lo=st.none() | keys, hi=st.none() | keys, limit=st.integers(1, 5))
+    def range(self, lo: bytes | None, hi: bytes | None, limit: int) -> None:
+        expected = sorted((k, v) for k, v in self.model.items() if (lo is None or k >= lo) and (hi is None or k < hi))
+        assert self.engine.backend.store_range("m", lo, hi, limit) == expected[:limit]
+
+    @invariant()
+    def everything(self) -> None:
+        assert self.engine.backend.store_range("m") == sorted(self.model.items())
+
+    def teardown(self) -> None:
+        self.engine.close()
+        self.dir.cleanup()
+
+
+TestStoreModel = StoreModel.TestCase
+TestStoreModel.settings = settings(max_examples=30, stateful_step_count=15, deadline=None)
+
+
+def test_range_reads_stop_at_the_byte_cap(tstreams_make_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tstreams_embedded.engine import state
+
+    monkeypatch.setattr(state, "MAX_READ_BYTES", 25)
+    engine = tstreams_make_engine()
+    engine.backend.submit([O.StoreWrite("s", [[b"k%d" % i, b"v" * 10] for i in range(5)])])
+    assert [k for k, _ in engine.backend.store_range("s")] == [b"k0", b"k1"]  # 14 stored bytes each; 28 >= 25
+    assert len(engine.backend.store_windows("s", None, state.MIN_TIME, state.MAX_TIME)) <= 3

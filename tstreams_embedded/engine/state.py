@@ -1,0 +1,151 @@
+"""State stores of stream applications: the ``state`` database.
+
+A *store* is a namespace of the ``state`` database, named by a string (the streams layer
+uses ``application/task/store``). Its entries are keyed ``store name (UTF-8) · 0x00 · key``,
+so a store is one contiguous key range, and its keys sort by bytes.
+
+Windowed stores (:mod:`tstreams_embedded.streams`) encode their keys with
+:func:`window_key`: window end, window start (both i64 offset to sort numerically), then the
+user key. Ordering by end lets the streams layer close windows and drop expired ones with
+range operations, and :func:`windows` serves the windowed fetch.
+
+Only :mod:`.apply` writes here (the ``StoreWrite`` record); :mod:`.core` reads.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import lmdb
+
+from .. import errors
+from .store import Store, as_bytes, entries
+from .validate import check_int, check_name, utf8
+
+#: LMDB keys are at most 511 bytes: store name (at most 255) + NUL + key (at most 255).
+MAX_STORE_KEY = 255
+#: the most entries one range read returns
+MAX_RANGE = 1 << 20
+#: a range read stops once its keys and values reach this many bytes (after at least one
+#: entry), embedded and remote alike, so that no server reply grows without bound; callers
+#: page by continuing after the last key until a read returns nothing
+MAX_READ_BYTES = 16 << 20
+_WINDOW = struct.Struct(">QQ")
+_OFFSET = 1 << 63
+MIN_TIME = -(1 << 63)
+MAX_TIME = (1 << 63) - 1
+
+
+def check_store(name: Any) -> str:
+    return check_name(name, "store name")
+
+
+def check_key(key: Any, what: str = "store key") -> bytes:
+    if not isinstance(key, bytes):
+        raise errors.InvalidArgument(f"{what} must be bytes, got {type(key).__name__}")
+    if len(key) > MAX_STORE_KEY:
+        raise errors.InvalidArgument(f"{what} must be at most {MAX_STORE_KEY} bytes, got {len(key)}")
+    return key
+
+
+def check_value(value: Any, max_size: int) -> bytes:
+    if not isinstance(value, bytes):
+        raise errors.InvalidArgument(f"store value must be bytes, got {type(value).__name__}")
+    if len(value) > max_size:
+        raise errors.ItemTooLarge(f"store value of {len(value)} bytes exceeds max_item_size={max_size}")
+    return value
+
+
+def check_limit(limit: Any) -> int:
+    return check_int(limit, "limit", 1, MAX_RANGE)
+
+
+def prefix(store: str) -> bytes:
+    """The first bytes of every key of ``store``."""
+    return utf8(check_store(store), "store name") + b"\x00"
+
+
+def window_key(end: int, start: int, key: bytes) -> bytes:
+    """A windowed store's key: window end, window start (epoch ms), user key."""
+    return _WINDOW.pack(end + _OFFSET, start + _OFFSET) + key
+
+
+def split_window_key(stored: bytes) -> tuple[int, int, bytes]:
+    """``(end, start, key)`` of a :func:`window_key`."""
+    end, start = _WINDOW.unpack_from(stored)
+    return end - _OFFSET, start - _OFFSET, stored[_WINDOW.size:]
+
+
+def window_bound(end: int) -> bytes:
+    """The smallest windowed key with window end ``end``."""
+    return _WINDOW.pack(end + _OFFSET, 0)
+
+
+def check_time(value: Any, what: str) -> int:
+    return check_int(value, what, MIN_TIME, MAX_TIME)
+
+
+def get(txn: lmdb.Transaction, store: Store, name: str, key: bytes) -> bytes | None:
+    if store.state is None:
+        return None
+    raw = txn.get(prefix(name) + check_key(key), db=store.state)
+    return None if raw is None else as_bytes(raw)
+
+
+def scan(txn: lmdb.Transaction, store: Store, name: str, start: bytes | None, end: bytes | None,
+         limit: int) -> list[tuple[bytes, bytes]]:
+    """Entries of ``name`` with ``start <= key < end`` (None: unbounded), in key order."""
+    pfx = prefix(name)
+    if store.state is None:
+        return []
+    lo = pfx + (check_key(start, "start") if start is not None else b"")
+    hi = pfx + check_key(end, "end") if end is not None else None
+    out: list[tuple[bytes, bytes]] = []
+    cur = txn.cursor(db=store.state)
+    if not cur.set_range(lo):
+        return out
+    n = len(pfx)
+    size = 0
+    for k, v in entries(cur.iternext()):
+        if k[:n] != pfx or (hi is not None and k >= hi) or len(out) >= limit or size >= MAX_READ_BYTES:
+            break
+        out.append((k[n:], v))
+        size += len(k) + len(v)
+    return out
+
+
+def prefix_end(p: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``p`` (None: no such key)."""
+    stripped = p.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def windows(txn: lmdb.Transaction, store: Store, name: str, key: bytes | None, end_from: int, end_to: int,
+            limit: int) -> list[tuple[bytes, bytes]]:
+    """Windowed entries of ``name`` with window end in ``[end_from, end_to]`` (and user key
+    ``key`` unless None), in (end, start, key) order."""
+    check_time(end_from, "end_from")
+    check_time(end_to, "end_to")
+    if key is not None:
+        check_key(key)
+    pfx = prefix(name)
+    out: list[tuple[bytes, bytes]] = []
+    if store.state is None or end_to < end_from:
+        return out
+    hi = pfx + window_bound(end_to + 1) if end_to < MAX_TIME else None
+    cur = txn.cursor(db=store.state)
+    if not cur.set_range(pfx + window_bound(end_from)):
+        return out
+    n = len(pfx)
+    head = n + _WINDOW.size
+    size = 0
+    for k, v in entries(cur.iternext()):
+        if k[:n] != pfx or (hi is not None and k >= hi) or len(out) >= limit or size >= MAX_READ_BYTES:
+            break
+        if key is None or k[head:] == key:
+            out.append((k[n:], v))
+            size += len(k) + len(v)
+    return out

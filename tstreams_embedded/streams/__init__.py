@@ -1,0 +1,55 @@
+"""Stream processing on the engine: a Kafka-Streams-style topology DSL, state stores inside
+the engine, event-time windows, and exactly-once processing in ONE engine write per commit.
+
+>>> from tstreams_embedded.streams import StreamsBuilder, App, TimeWindows
+>>> b = StreamsBuilder()
+>>> counts = (b.stream("views", value_serde="json", timestamp=lambda k, v: v["ts"])
+...     .group_by(lambda k, v: v["page"])
+...     .windowed_by(TimeWindows(size_ms=300_000, grace_ms=10_000))
+...     .count(store="views-per-page"))
+>>> counts.suppress_until_window_closes().to_stream().to("page-counts", value_serde="json")
+
+See ``docs/STREAMS.md``.
+"""
+
+from __future__ import annotations
+
+from .app import App
+from .driver import TestDriver
+from .processor import STREAM_TIME, WALL_CLOCK, Processor, ProcessorContext
+from .produce import send_records
+from .records import Record, partition_of
+from .serdes import Serde, serde
+from .stores import KeyValueStore, ReadOnlyKeyValueStore, ReadOnlyWindowStore
+from .topology import BranchedKStream, KGroupedStream, KStream, KTable, StreamsBuilder, Topology, WindowedKStream
+from .windows import CalendarWindows, SessionWindows, SlidingWindows, TimeWindows, Windowed, Windows
+
+__all__ = [
+    "STREAM_TIME",
+    "WALL_CLOCK",
+    "App",
+    "BranchedKStream",
+    "CalendarWindows",
+    "KGroupedStream",
+    "KStream",
+    "KTable",
+    "KeyValueStore",
+    "Processor",
+    "ProcessorContext",
+    "ReadOnlyKeyValueStore",
+    "ReadOnlyWindowStore",
+    "Record",
+    "Serde",
+    "SessionWindows",
+    "SlidingWindows",
+    "StreamsBuilder",
+    "TestDriver",
+    "TimeWindows",
+    "Topology",
+    "Windowed",
+    "WindowedKStream",
+    "Windows",
+    "partition_of",
+    "send_records",
+    "serde",
+]

@@ -1,0 +1,252 @@
+"""Runtime processor nodes: one instance per task, wired parent -> children.
+
+Each node receives a :class:`~.records.Record` in :meth:`Node.process` and passes results
+on with :meth:`Node.forward`. Nodes reach their task only through :class:`TaskContext`
+(stores, output, metrics, time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from .. import errors
+from .records import Record
+from .serdes import Serde
+from .stores import KeyValueStore
+
+
+class TaskContext(Protocol):
+    """What nodes may use of their task."""
+
+    application_id: str
+    partition: int
+
+    def store(self, name: str) -> KeyValueStore: ...
+
+    def meta(self) -> KeyValueStore: ...
+
+    def send(self, stream: str, key: bytes | None, value: bytes | None, timestamp: int,
+             headers: dict[str, bytes] | None) -> None: ...
+
+    def count(self, metric: str, n: int = 1) -> None: ...
+
+    def stream_time(self) -> int | None: ...
+
+    def wall_clock_ms(self) -> int: ...
+
+    def schedule(self, interval_ms: int, punctuation: str, callback: Callable[[int], Any]) -> None: ...
+
+
+class Node:
+    """A processor node: ``process`` a record, ``forward`` results to the children."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.children: list[Node] = []
+
+    def init(self, ctx: TaskContext) -> None:
+        self.ctx = ctx
+
+    def process(self, rec: Record) -> None:
+        self.forward(rec)
+
+    def forward(self, rec: Record) -> None:
+        for child in self.children:
+            child.process(rec)
+
+    def flush(self) -> None:
+        """Called before each commit: put state kept in memory into the task's stores."""
+
+    def close(self) -> None:
+        pass
+
+
+class SourceNode(Node):
+    """Decodes items of a stream into records (see :mod:`.records` for the envelope)."""
+
+    def __init__(self, name: str, stream: str, key_serde: Serde, value_serde: Serde,
+                 timestamp: Callable[[Any, Any], int] | None) -> None:
+        super().__init__(name)
+        self.stream = stream
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.extract = timestamp
+
+
+class FilterNode(Node):
+    def __init__(self, name: str, predicate: Callable[[Any, Any], Any], keep: bool) -> None:
+        super().__init__(name)
+        self.predicate = predicate
+        self.keep = keep
+
+    def process(self, rec: Record) -> None:
+        if bool(self.predicate(rec.key, rec.value)) is self.keep:
+            self.forward(rec)
+
+
+class MapNode(Node):
+    """``map``: ``fn(key, value) -> (key, value)``."""
+
+    def __init__(self, name: str, fn: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def process(self, rec: Record) -> None:
+        key, value = _pair(self.fn(rec.key, rec.value), self.name)
+        self.forward(Record(key, value, rec.timestamp, rec.headers))
+
+
+class MapValuesNode(Node):
+    def __init__(self, name: str, fn: Callable[[Any, Any], Any], with_key: bool) -> None:
+        super().__init__(name)
+        self.fn = fn
+        self.with_key = with_key
+
+    def process(self, rec: Record) -> None:
+        value = self.fn(rec.key, rec.value) if self.with_key else self.fn(rec.value)  # type: ignore[call-arg]
+        self.forward(Record(rec.key, value, rec.timestamp, rec.headers))
+
+
+class FlatMapNode(Node):
+    """``flat_map``: ``fn(key, value) -> iterable of (key, value)``; ``flat_map_values``:
+    ``fn(value) -> iterable of values``."""
+
+    def __init__(self, name: str, fn: Callable[..., Iterable[Any]], values_only: bool) -> None:
+        super().__init__(name)
+        self.fn = fn
+        self.values_only = values_only
+
+    def process(self, rec: Record) -> None:
+        if self.values_only:
+            for value in self.fn(rec.value):
+                self.forward(Record(rec.key, value, rec.timestamp, rec.headers))
+        else:
+            for pair in self.fn(rec.key, rec.value):
+                key, value = _pair(pair, self.name)
+                self.forward(Record(key, value, rec.timestamp, rec.headers))
+
+
+class SelectKeyNode(Node):
+    def __init__(self, name: str, fn: Callable[[Any, Any], Any]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def process(self, rec: Record) -> None:
+        self.forward(Record(self.fn(rec.key, rec.value), rec.value, rec.timestamp, rec.headers))
+
+
+class PeekNode(Node):
+    """``peek`` (forwards) and ``foreach`` (terminal)."""
+
+    def __init__(self, name: str, fn: Callable[[Any, Any], Any]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def process(self, rec: Record) -> None:
+        self.fn(rec.key, rec.value)
+        self.forward(rec)
+
+
+class BranchNode(Node):
+    """``split()``: each record goes to the first branch whose predicate holds (children in
+    branch order; a default branch has predicate None)."""
+
+    def __init__(self, name: str, predicates: list[Callable[[Any, Any], Any] | None]) -> None:
+        super().__init__(name)
+        self.predicates = predicates
+        self.branches: list[Node | None] = []
+
+    def process(self, rec: Record) -> None:
+        for predicate, child in zip(self.predicates, self.branches, strict=True):
+            if predicate is None or predicate(rec.key, rec.value):
+                if child is not None:
+                    child.process(rec)
+                return
+
+
+class SinkNode(Node):
+    """Writes records to a stream (committed with the task: output, state and offsets in one
+    write). Keys go to their CRC-32C partition."""
+
+    def __init__(self, name: str, stream: str, key_serde: Serde, value_serde: Serde) -> None:
+        super().__init__(name)
+        self.stream = stream
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        #: set by the task: the source node that reads this stream in the same task when the
+        #: stream is an internal repartition stream with one partition (no round trip needed)
+        self.fused: Node | None = None
+
+    def process(self, rec: Record) -> None:
+        if self.fused is not None:
+            self.fused.forward(rec)
+            return
+        kb = None if rec.key is None else self.key_serde.serialize(rec.key)
+        vb = None if rec.value is None else self.value_serde.serialize(rec.value)
+        self.ctx.send(self.stream, kb, vb, rec.timestamp, rec.headers)
+
+
+class Aggregation:
+    """``initializer() -> agg``, ``aggregator(key, value, agg) -> agg`` and, for sessions,
+    ``merger(key, agg1, agg2) -> agg``."""
+
+    def __init__(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
+                 merger: Callable[[Any, Any, Any], Any] | None) -> None:
+        self.initializer = initializer
+        self.aggregator = aggregator
+        self.merger = merger
+
+
+class AggregateNode(Node):
+    """``count`` / ``reduce`` / ``aggregate`` per key; forwards each updated value."""
+
+    def __init__(self, name: str, store: str, agg: Aggregation) -> None:
+        super().__init__(name)
+        self.store_name = store
+        self.agg = agg
+
+    def init(self, ctx: TaskContext) -> None:
+        super().init(ctx)
+        self.store = ctx.store(self.store_name)
+
+    def process(self, rec: Record) -> None:
+        if rec.key is None:
+            self.ctx.count("skipped_null_key")
+            return
+        kb = self.store.key_serde.serialize(rec.key)
+        current = self.store.get_raw(kb)
+        if current is None:
+            current = self.agg.initializer()
+        new = self.agg.aggregator(rec.key, rec.value, current)
+        self.store.put_raw(kb, new)
+        self.forward(Record(rec.key, new, rec.timestamp, rec.headers))
+
+
+class ProcessorNode(Node):
+    """A user :class:`Processor` (``stream.process`` / ``add_processor``)."""
+
+    def __init__(self, name: str, factory: Callable[[], Any], stores: tuple[str, ...]) -> None:
+        super().__init__(name)
+        self.factory = factory
+        self.store_names = stores
+
+    def init(self, ctx: TaskContext) -> None:
+        super().init(ctx)
+        from .processor import ProcessorContext
+
+        self.processor = self.factory()
+        self.processor.init(ProcessorContext(ctx, self))
+
+    def process(self, rec: Record) -> None:
+        self.processor.process(rec)
+
+    def close(self) -> None:
+        self.processor.close()
+
+
+def _pair(value: Any, where: str) -> tuple[Any, Any]:
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise errors.TopologyError(f"{where}: the function must return a (key, value) pair, got {value!r:.80}")
+    return value[0], value[1]
+

@@ -1,0 +1,64 @@
+"""Records, the envelope that stores them in a stream, and the key partitioner.
+
+A record is ``(key, value, timestamp)`` with optional headers. Streams written by the DSL
+hold one *envelope* per item: the byte ``0xC1`` followed by the msgpack array
+``[key bytes or nil, value bytes or nil, timestamp ms, headers map or nil]``. ``0xC1`` is the
+one byte msgpack never uses, and no UTF-8 text (so no JSON) starts with it, so an item is
+read as an envelope exactly when it starts with it; any other item is an opaque value with
+key ``None`` and its transaction's timestamp.
+
+Records with a key go to partition ``crc32c(key bytes) % partitions`` (CRC-32C, the
+Castagnoli polynomial, from the ``crc32c`` package: hardware-accelerated and stable across
+processes and versions, unlike Python's ``hash``). Records without a key stay in the
+partition of the task that writes them (modulo the stream's partitions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import crc32c
+import msgpack
+
+from .. import errors
+
+ENVELOPE_MARK = 0xC1
+_MARK = bytes([ENVELOPE_MARK])
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+@dataclass(slots=True)
+class Record:
+    """One record: ``key``, ``value``, ``timestamp`` (event time, epoch ms) and ``headers``."""
+
+    key: Any
+    value: Any
+    timestamp: int
+    headers: dict[str, bytes] | None = field(default=None)
+
+    def with_(self, key: Any = ..., value: Any = ..., timestamp: Any = ...) -> Record:
+        """A copy with the given fields replaced."""
+        return Record(self.key if key is ... else key, self.value if value is ... else value,
+                      self.timestamp if timestamp is ... else timestamp, self.headers)
+
+
+def pack_envelope(key: bytes | None, value: bytes | None, timestamp: int, headers: dict[str, bytes] | None) -> bytes:
+    data: bytes = _packer.pack([key, value, timestamp, headers])
+    return _MARK + data
+
+
+def unpack_envelope(item: bytes) -> tuple[bytes | None, bytes | None, int, dict[str, bytes] | None] | None:
+    """The fields of an envelope item, or None if ``item`` is not one."""
+    if not item or item[0] != ENVELOPE_MARK:
+        return None
+    try:
+        key, value, ts, headers = msgpack.unpackb(memoryview(item)[1:], raw=False, strict_map_key=False)
+    except Exception as exc:  # noqa: BLE001 - a damaged envelope is bad data
+        raise errors.SerdeError(f"damaged record envelope {item[:40]!r}: {exc}") from None
+    return key, value, ts, headers
+
+
+def partition_of(key: bytes, partitions: int) -> int:
+    """The partition of a record with key bytes ``key`` (CRC-32C modulo ``partitions``)."""
+    return int(crc32c.crc32c(key)) % partitions

@@ -1,0 +1,214 @@
+"""Windowed aggregation: the runtime node behind ``windowed_by(...).count/reduce/aggregate``."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from .. import errors
+from ..engine import state
+from .nodes import Aggregation, Node, TaskContext
+from .records import Record
+from .serdes import Serde
+from .windows import SessionWindows, SlidingWindows, Windowed, Windows
+
+
+class WindowAggregateNode(Node):
+    """A windowed aggregation with event-time semantics.
+
+    * Its *stream time* is the largest timestamp it has seen (kept in the task's meta store,
+      so it survives restarts with the rest of the commit).
+    * A record is *late* for a window when ``end + grace <= stream time`` (after counting
+      the record itself): it is dropped and counted (``late_dropped``), or sent to
+      ``late_to`` once.
+    * Without suppression every update is forwarded; with ``suppress_until_window_closes``
+      each window is forwarded once, when it closes, with the window end as timestamp.
+    * Windows are deleted from the store once ``end + retention <= stream time``.
+    """
+
+    def __init__(self, name: str, store: str, windows: Windows, agg: Aggregation, late_to: str | None,
+                 late_value_serde: Serde, raw_store: str | None = None) -> None:
+        super().__init__(name)
+        self.store_name = store
+        self.raw_store_name = raw_store
+        self.windows = windows
+        self.agg = agg
+        self.suppress = False
+        self.late_to = late_to
+        self.late_value_serde = late_value_serde
+        self.grace = windows.grace_ms
+        self.sessions = isinstance(windows, SessionWindows)
+        self.sliding = isinstance(windows, SlidingWindows)
+
+    def init(self, ctx: TaskContext) -> None:
+        super().init(ctx)
+        self.store = ctx.store(self.store_name)
+        self.raw = ctx.store(self.raw_store_name) if self.raw_store_name is not None else None
+        self.key_serde = self.store.key_serde
+        self.meta_key = ("observed/" + self.name).encode()
+        self.observed: int | None = ctx.meta().get_raw(self.meta_key)
+        self.retired_to = state.MIN_TIME
+        self.heap: list[tuple[int, int, bytes]] = []
+        self.open: set[bytes] = set()
+        self.by_key: dict[bytes, set[tuple[int, int]]] = {}
+        if self.observed is not None:  # windows not closed yet, from the store (no replay)
+            lo = state.window_bound(self.observed - self.grace + 1)
+            for wk, _ in self.store.scan_raw(lo, None):
+                end, start, kb = state.split_window_key(wk)
+                self._track(wk, end, start, kb)
+
+    def flush(self) -> None:
+        if self.observed is not None:
+            self.ctx.meta().put_raw(self.meta_key, self.observed)
+
+    def _track(self, wk: bytes, end: int, start: int, kb: bytes) -> None:
+        if wk not in self.open:
+            self.open.add(wk)
+            heapq.heappush(self.heap, (end, start, kb))
+            if self.sessions or self.sliding:
+                self.by_key.setdefault(kb, set()).add((start, end))
+
+    def _untrack(self, wk: bytes, end: int, start: int, kb: bytes) -> None:
+        self.open.discard(wk)
+        if self.sessions or self.sliding:
+            spans = self.by_key.get(kb)
+            if spans is not None:
+                spans.discard((start, end))
+                if not spans:
+                    del self.by_key[kb]
+
+    def process(self, rec: Record) -> None:
+        if rec.key is None:
+            self.ctx.count("skipped_null_key")
+            return
+        t = rec.timestamp
+        observed = t if self.observed is None or t > self.observed else self.observed
+        self.observed = observed
+        kb = self.key_serde.serialize(rec.key)
+        if self.sessions:
+            late = self._session(rec, kb, observed)
+        elif self.sliding:
+            late = self._slide(rec, kb, observed)
+        else:
+            late = False
+            for start, end in self.windows.windows_for(t):
+                if end + self.grace <= observed:
+                    late = True
+                    continue
+                self._add(rec, kb, start, end)
+        if late:
+            self._late(rec)
+        self._close(observed)
+
+    def _add(self, rec: Record, kb: bytes, start: int, end: int) -> None:
+        wk = state.window_key(end, start, kb)
+        current = self.store.get_raw(wk)
+        if current is None:
+            current = self.agg.initializer()
+        self._put(rec, wk, kb, start, end, self.agg.aggregator(rec.key, rec.value, current))
+
+    def _put(self, rec: Record, wk: bytes, kb: bytes, start: int, end: int, value: Any) -> None:
+        self.store.put_raw(wk, value)
+        self._track(wk, end, start, kb)
+        if not self.suppress:
+            self.forward(Record(Windowed(rec.key, start, end), value, rec.timestamp, rec.headers))
+
+    def _session(self, rec: Record, kb: bytes, observed: int) -> bool:
+        t = rec.timestamp
+        gap = self.windows.gap_ms  # type: ignore[attr-defined]
+        merged = sorted((s, e) for s, e in self.by_key.get(kb, ()) if s - gap <= t <= e - 1 + gap)
+        start = min([t] + [s for s, _ in merged])
+        end = max([t + 1] + [e for _, e in merged])
+        if end + self.grace <= observed:
+            return True
+        value = self.agg.aggregator(rec.key, rec.value, self.agg.initializer())
+        merger = self.agg.merger
+        for s, e in merged:
+            wk = state.window_key(e, s, kb)
+            old = self.store.get_raw(wk)
+            if old is not None:
+                if merger is None:
+                    raise errors.TopologyError("session windows need a merger: aggregate(..., merger=...)")
+                value = merger(rec.key, value, old)
+            self.store.put_raw(wk, None)
+            self._untrack(wk, e, s, kb)
+            if not self.suppress and (s, e) != (start, end):
+                self.forward(Record(Windowed(rec.key, s, e), None, t, rec.headers))
+        self._put(rec, state.window_key(end, start, kb), kb, start, end, value)
+        return False
+
+    def _slide(self, rec: Record, kb: bytes, observed: int) -> bool:
+        """Sliding windows: the record's own window aggregates every record of the key in
+        ``[t - size, t]`` (the records are kept in a second store, by time); the windows
+        that contain ``t`` get the record added."""
+        t = rec.timestamp
+        size = self.windows.size_ms  # type: ignore[attr-defined]
+        late = True
+        # existing windows [e - 1 - size, e) that contain t (their own record time e - 1 >= t)
+        for s, e in sorted(self.by_key.get(kb, ())):
+            if s <= t < e and (s, e) != (t - size, t + 1) and e + self.grace > observed:
+                self._add(rec, kb, s, e)
+                late = False
+        start, end = t - size, t + 1
+        if end + self.grace > observed:
+            late = False
+            wk = state.window_key(end, start, kb)
+            if wk not in self.open:
+                value = self.agg.initializer()
+                raw = self._raw_records(kb, start, t)
+                for key, v in raw:
+                    value = self.agg.aggregator(key, v, value)
+                self._put(rec, wk, kb, start, end, self.agg.aggregator(rec.key, rec.value, value))
+            else:
+                self._add(rec, kb, start, end)
+        self._keep_raw(rec, kb)
+        return late
+
+    def _raw_records(self, kb: bytes, lo: int, hi: int) -> list[tuple[Any, Any]]:
+        assert self.raw is not None
+        out = []
+        for rk, values in self.raw.scan_raw(state.window_bound(lo), state.window_bound(hi + 1)):
+            if state.split_window_key(rk)[2] == kb:
+                out.extend(values)
+        return out
+
+    def _keep_raw(self, rec: Record, kb: bytes) -> None:
+        assert self.raw is not None
+        t = rec.timestamp
+        wk = state.window_key(t, t, kb)
+        values = list(self.raw.get_raw(wk) or [])
+        values.append([rec.key, rec.value])
+        self.raw.put_raw(wk, values)
+
+    def _late(self, rec: Record) -> None:
+        self.ctx.count("late_dropped")
+        if self.late_to is not None:
+            vb = None if rec.value is None else self.late_value_serde.serialize(rec.value)
+            self.ctx.send(self.late_to, self.key_serde.serialize(rec.key), vb, rec.timestamp, rec.headers)
+
+    def _close(self, observed: int) -> None:
+        heap = self.heap
+        grace = self.grace
+        while heap and heap[0][0] + grace <= observed:
+            end, start, kb = heapq.heappop(heap)
+            wk = state.window_key(end, start, kb)
+            if wk not in self.open:
+                continue
+            self._untrack(wk, end, start, kb)
+            if self.suppress:
+                value = self.store.get_raw(wk)
+                if value is not None:
+                    key = _hashable(self.key_serde.deserialize(kb))
+                    self.forward(Record(Windowed(key, start, end), value, end, None))
+        cutoff = observed - self.windows.retention_ms
+        if cutoff - self.retired_to >= max(1, self.windows.retention_ms // 4):
+            for store in (self.store, self.raw):
+                if store is not None:
+                    store.delete_range_raw(state.window_bound(state.MIN_TIME), state.window_bound(cutoff + 1))
+            self.retired_to = cutoff
+
+
+def _hashable(key: Any) -> Any:
+    if isinstance(key, list):
+        return tuple(_hashable(k) for k in key)
+    return key
