@@ -67,6 +67,9 @@ _INTRO = {
            "loop and HAProxy. Server CPU is per request, summed over the server processes.",
     "spark": "the Spark connector against Spark's own Parquet and file sources (one local[2] session, "
              "one warm-up run of each variant).",
+    "streams": "`tstreams_embedded.streams` against Bytewax, Pathway and a plain-Python floor on the same "
+               "windowed-count job, each system in its own child process (peak RSS is that process's own, from "
+               "`wait4`); every output is checked exact against a plain-Python reference.",
 }
 
 
@@ -121,7 +124,8 @@ def _scenario_table(sc: dict[str, Any], systems: dict[str, Any]) -> list[str]:
             row += [fmt_num(r.get("seconds"), 1), fmt_bytes(r.get("disk_bytes_per_item")),
                     fmt_bytes(r.get("mem_bytes_per_item")), fmt_num(r.get("peak_rss_mb"), 0)]
         else:
-            row += [fmt_num(r.get("p50_ms"), 3), fmt_num(r.get("p99_ms"), 3), fmt_num(r.get("peak_rss_mb"), 0)]
+            rss = r.get("job_peak_rss_mb", r.get("peak_rss_mb"))
+            row += [fmt_num(r.get("p50_ms"), 3), fmt_num(r.get("p99_ms"), 3), fmt_num(rss, 0)]
         out.append("| " + " | ".join(row) + " |")
     if sc.get("latency_of"):
         out += ["", f"Latency is per {sc['latency_of']}."]
@@ -144,6 +148,8 @@ def fmt_goal(g: dict[str, Any]) -> str:
         return f"{fmt_rate(v)} items/s"
     if g["unit"] == "B":
         return fmt_bytes(v)
+    if g["unit"] == "MB" and v is not None:
+        return f"{v:+.0f} MB"
     return f"{fmt_num(v, 1)} {g['unit']}"
 
 
@@ -248,7 +254,7 @@ def plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
             paths.append(out_dir / f"peers_{sc_id}.png")
             fig.savefig(paths[-1])
             plt.close(fig)
-    elif suite in ("engine", "net"):
+    elif suite in ("engine", "net", "streams"):
         scs = list(report["scenarios"].values())
         cols = 3
         rows = (len(scs) + cols - 1) // cols
