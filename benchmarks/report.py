@@ -129,6 +129,7 @@ def _scenario_table(sc: dict[str, Any], systems: dict[str, Any]) -> list[str]:
         out.append("| " + " | ".join(row) + " |")
     if sc.get("latency_of"):
         out += ["", f"Latency is per {sc['latency_of']}."]
+    out += _details(sc, systems)
     if sc.get("per_item"):
         out += ["", "Memory per item is the growth of RSS (benchmark process + server) during the run divided "
                 "by N; disk per item is the space allocated on disk after close divided by N."]
@@ -138,6 +139,29 @@ def _scenario_table(sc: dict[str, Any], systems: dict[str, Any]) -> list[str]:
                            f"{fmt_bytes(r['redis_used_memory_per_stream'])} per stream.")
     out.append("")
     return out
+
+
+_DETAILS = (
+    # (extra figure, how it is shown)
+    ("windows", "{:,.0f} windows checked exact"),
+    ("late_dropped", "{:,.0f} late events dropped"),
+    ("job_process_seconds", "{:.2f} s inside the job (start-up excluded)"),
+    ("start_seconds", "app started in {:.2f} s inside its process"),
+    ("state_mb", "{:,.0f} MiB of state"),
+    ("state_disk_mb", "{:,.0f} MiB on disk"),
+    ("recovery_s", "**first output {:.3f} s after the restart**"),
+    ("restart_app_start_s", "of which {:.3f} s inside the restarted process (imports, engine open, start)"),
+)
+
+
+def _details(sc: dict[str, Any], systems: dict[str, Any]) -> list[str]:
+    """One line per variant with the medians of the extra figures a suite reports (streams)."""
+    lines = []
+    for name, r in sc["results"].items():
+        parts = [fmt.format(r[key]) for key, fmt in _DETAILS if r.get(key) is not None]
+        if parts:
+            lines.append(f"* {systems[name]['label']}: " + "; ".join(parts) + ".")
+    return ["", *lines] if lines else []
 
 
 def fmt_goal(g: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ def run(spec: dict[str, Any]) -> None:
     stream_time = -1
     next_close = None  # the smallest start + size + grace of an open window
     late = emitted = 0
+    drop_late = spec.get("drop_late", True)
     with open(spec["input"], "rb") as src, open(spec["output"], "w", encoding="utf-8") as out:
         for line in src:
             event = loads(line)
@@ -41,7 +42,7 @@ def run(spec: dict[str, Any]) -> None:
                             emitted += 1
                     next_close = min(windows) + SIZE_MS + GRACE_MS if windows else None
             start = ts - ts % SIZE_MS
-            if start + SIZE_MS + GRACE_MS <= stream_time:
+            if start + SIZE_MS + GRACE_MS <= stream_time and drop_late:
                 late += 1
                 continue
             pages = windows.get(start)
