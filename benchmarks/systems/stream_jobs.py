@@ -168,10 +168,12 @@ class StreamJob(System):
         spec = {"input": str(self.input), "output": str(output), "workdir": str(self.workdir), **self.job_spec()}
         job = run_job(self.python(), self.module, spec, self.workdir / "logs", "job")
         checked = check(self.expected, self.read_rows(output), self.label)
+        version = job.result().get("version")
         return Outcome(
             items=n_events, seconds=job.wall_seconds, stored=checked, expected=len(self.expected.windows),
             extra={"job_peak_rss_mb": job.peak_rss_bytes / 2**20, "windows": checked,
-                   "late_dropped": self.expected.late, "job_process_seconds": job.result().get("process_seconds")},
+                   "late_dropped": self.expected.late, "job_process_seconds": job.result().get("process_seconds"),
+                   **({"version": version} if version else {})},
         )
 
     def read_rows(self, output: Path) -> list[tuple[str, int, int]]:

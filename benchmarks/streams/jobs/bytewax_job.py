@@ -68,7 +68,9 @@ def run(spec: dict[str, Any]) -> None:
         kwargs["recovery_config"] = RecoveryConfig(str(db))
         kwargs["epoch_interval"] = timedelta(seconds=float(spec.get("snapshot_s", 1.0)))
     cli_main(flow, **kwargs)
-    report(process_seconds=time.perf_counter() - t0)
+    from importlib.metadata import version
+
+    report(process_seconds=time.perf_counter() - t0, version=version("bytewax"))
 
 
 if __name__ == "__main__":

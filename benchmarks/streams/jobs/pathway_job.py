@@ -61,7 +61,7 @@ def run(spec: dict[str, Any]) -> None:
         backend = pw.persistence.Backend.filesystem(str(Path(spec["workdir"]) / "pathway-state"))
         persistence = pw.persistence.Config(backend, snapshot_interval_ms=int(spec.get("snapshot_ms", 1000)))
     pw.run(persistence_config=persistence, monitoring_level=pw.MonitoringLevel.NONE)
-    report(process_seconds=time.perf_counter() - t0)
+    report(process_seconds=time.perf_counter() - t0, version=pw.__version__)
 
 
 def read_output(path: str) -> list[tuple[str, int, int]]:
