@@ -146,7 +146,7 @@ _DETAILS = (
     # (extra figure, how it is shown)
     ("windows", "{:,.0f} windows checked exact"),
     ("late_dropped", "{:,.0f} late events dropped"),
-    ("job_process_seconds", "{:.2f} s inside the job (start-up excluded)"),
+    ("job_process_seconds", "{:.2f} s inside the job process (interpreter start excluded)"),
     ("start_seconds", "app started in {:.2f} s inside its process"),
     ("state_mb", "{:,.0f} MiB of state"),
     ("state_disk_mb", "{:,.0f} MiB on disk"),
