@@ -149,7 +149,7 @@ _DETAILS = (
     ("job_process_seconds", "{:.2f} s inside the job process (interpreter start excluded)"),
     ("start_seconds", "app started in {:.2f} s inside its process"),
     ("state_mb", "{:,.0f} MiB of state"),
-    ("state_disk_mb", "{:,.0f} MiB on disk"),
+    ("state_disk_mb", "{:,.0f} MiB on disk (input, state and output)"),
     ("recovery_s", "**first output {:.3f} s after the restart**"),
     ("restart_app_start_s", "of which {:.3f} s inside the restarted process (imports, engine open, start)"),
 )

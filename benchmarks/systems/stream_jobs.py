@@ -367,7 +367,7 @@ class OursStreams(StreamJob):
             reader = OutputReader(engine, "blob-acks")
             first = ServedApp(self, {"topology": "state"}, tag="load")
             try:
-                reader.wait_for(n_keys, timeout=3600.0)   # the state is built and committed
+                reader.wait_for(n_keys, timeout=3600.0, interval=0.05)  # the state is built and committed
                 write(n_keys, extra_records)              # more work in flight ...
                 first.kill()                              # ... and SIGKILL
             finally:
@@ -382,16 +382,17 @@ class OursStreams(StreamJob):
                 reader.wait_for(seen_before + 1, timeout=600.0)
                 recovery = time.perf_counter() - started
                 total = n_keys + extra_records + 1
-                reader.wait_for(total, timeout=600.0)
+                reader.wait_for(total, timeout=600.0, interval=0.05)
                 ready = second.wait_ready(timeout=60.0)
             finally:
                 second.stop()
             keys = [v[0] for v in reader.values]
+            wanted = {f"k{i}" for i in range(total)}
             duplicated = len(keys) - len(set(keys))
-            missing = total - len(set(keys))
-            if duplicated or missing:
-                raise AssertionError(f"after SIGKILL: {duplicated} duplicated and {missing} missing outputs "
-                                     f"of {total} keys")
+            missing, unexpected = len(wanted - set(keys)), len(set(keys) - wanted)
+            if duplicated or missing or unexpected:
+                raise AssertionError(f"after SIGKILL: {duplicated} duplicated, {missing} missing and {unexpected} "
+                                     f"unexpected outputs of {total} keys")
         return Outcome(1, recovery, stored=len(set(keys)), expected=total,
                        extra={"state_mb": state_mb, "state_disk_mb": state_bytes / 2**20, "keys": n_keys,
                               "recovery_s": recovery, "restart_app_start_s": ready,
@@ -490,12 +491,12 @@ class OutputReader:
                 time.sleep(0.0001)
         return self.pending.pop(0)
 
-    def wait_for(self, n: int, timeout: float) -> None:
-        """Poll until at least ``n`` values have been read."""
+    def wait_for(self, n: int, timeout: float, interval: float = 0.0002) -> None:
+        """Poll every ``interval`` seconds until at least ``n`` values have been read."""
         deadline = time.monotonic() + timeout
         while self.count < n:
             if self.poll() == 0:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{self.count} of {n} outputs on {self.stream} after {timeout} s")
-                time.sleep(0.0002)
+                time.sleep(interval)
         self.pending.clear()
