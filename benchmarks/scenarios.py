@@ -395,6 +395,8 @@ _STREAMS_COUNT_VARIANTS = (
     Variant("python-floor-orjson", "plain Python, orjson"),
 )
 _OURS_STREAMS = "ours (embedded, exactly-once, durable)"
+_OURS_LATENCY_LOCAL = "ours, producer in the app's process"
+_OURS_LATENCY_REMOTE = "ours, producer in another process"
 
 STREAMS_SCENARIOS = (
     Scenario(
@@ -411,10 +413,13 @@ STREAMS_SCENARIOS = (
     ),
     Scenario(
         "streams", "latency", "End-to-end latency, 1-record transactions", "latency",
-        "A closed loop: write one event as a durable 1-record transaction, wait until the app (another process, "
-        "exactly-once, windowed count without suppression, commit_interval_ms=1) has committed its count "
-        "update and the update is readable, then write the next.",
-        (Variant("ours-streams", _OURS_STREAMS),),
+        "A closed loop: write one event as a durable 1-record transaction, wait until the app (exactly-once, "
+        "windowed count without suppression, commit_interval_ms=1) has committed its count update and the "
+        "update is readable, then write the next. The loop runs in the app's process (embedded: the app's "
+        "commits wake the reader at once) or in another process on the same engine directory (the app notices "
+        "another process's commits by polling).",
+        (Variant("ours-streams", _OURS_LATENCY_LOCAL, params={"producer": "same-process"}),
+         Variant("ours-streams", _OURS_LATENCY_REMOTE, params={"producer": "other-process"})),
         {"tiny": {"n_records": 30, "commit_interval_ms": 1}, "quick": {"n_records": 300, "commit_interval_ms": 1},
          "full": {"n_records": 3_000, "commit_interval_ms": 1}},
         latency="1-record transaction written -> its output update readable", unit="records/s",
@@ -445,7 +450,10 @@ STREAMS_GOALS = (
          metric="job_peak_rss_mb", difference=True, at_most=50.0, unit="MB"),
     Goal("windowed_count", ">= 50,000 events/s (kstream's claim)", _OURS_STREAMS, at_least=50_000,
          unit="items/s"),
-    Goal("latency", "p99 <= 5 ms", _OURS_STREAMS, metric="p99_ms", at_most=5.0, unit="ms"),
+    Goal("latency", "p99 <= 5 ms, producer in the app's process", _OURS_LATENCY_LOCAL, metric="p99_ms",
+         at_most=5.0, unit="ms"),
+    Goal("latency", "p99 <= 5 ms, producer in another process", _OURS_LATENCY_REMOTE, metric="p99_ms",
+         at_most=5.0, unit="ms"),
     Goal("recovery", "first output <= 1 s after restart (full size: 1 GiB of state)", _OURS_STREAMS,
          metric="seconds", at_most=1.0, unit="s"),
 )

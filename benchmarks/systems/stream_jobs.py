@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from benchmarks.streams.events import EventSpec, Expected, check, generate, reference
 from benchmarks.streams.jobs import JOB_PREFIX
+from benchmarks.streams.output import OutputReader, latency_loop, read_stream_values
 from benchmarks.systems.base import Outcome, System
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -246,27 +247,6 @@ class Pathway(StreamJob):
 
 
 # --- ours -------------------------------------------------------------------------------------
-def decode_json_output(item: bytes) -> Any:
-    """The JSON value of one item a DSL sink wrote (an envelope, see ``streams.records``)."""
-    from tstreams_embedded.streams.records import unpack_envelope
-
-    fields = unpack_envelope(item)
-    if fields is None:
-        raise ValueError(f"not a record envelope: {item[:40]!r}")
-    return json.loads(fields[1]) if fields[1] is not None else None
-
-
-def read_stream_values(engine: Any, stream: str) -> list[Any]:
-    """Every value checkpointed in ``stream`` (all partitions), decoded."""
-    from tstreams_embedded.engine.iteration import iter_transactions
-
-    values = []
-    for partition in range(engine.get_stream(stream).partitions):
-        for txn in iter_transactions(engine.backend, stream, partition):
-            values.extend(decode_json_output(item) for item in txn.items)
-    return values
-
-
 class OursStreams(StreamJob):
     name = "ours-streams"
     label = "tstreams_embedded.streams (embedded, exactly-once, durable)"
@@ -316,30 +296,34 @@ class OursStreams(StreamJob):
             return [tuple(v) for v in read_stream_values(engine, "page-counts")]  # type: ignore[misc]
 
     # latency ---------------------------------------------------------------------------------
-    def run_latency(self, n_records: int, commit_interval_ms: int | None = None, **_params: Any) -> Outcome:
-        """Closed loop: write a 1-record transaction, wait until its output update is visible."""
-        from benchmarks.streams.events import BASE_MS
+    def run_latency(self, n_records: int, commit_interval_ms: int | None = None, producer: str = "same-process",
+                    **_params: Any) -> Outcome:
+        """Closed loop: write a 1-record transaction, wait until its output update is visible.
+
+        ``producer="same-process"``: the loop runs in the app's process (the embedded case; the
+        app's commits wake the reader at once). ``"other-process"``: the loop runs here and
+        the app in its own process."""
+        from benchmarks.streams.events import BASE_MS, SIZE_MS
 
         with self.open_engine() as engine:
             engine.create_stream("views", partitions=1)
             engine.create_stream("page-counts", partitions=1)
+        if producer == "same-process":
+            spec = {"data": str(self.data), "mode": "latency", "topology": "updates", "durability": "sync",
+                    "commit_interval_ms": commit_interval_ms, "n_records": n_records}
+            job = run_job(sys.executable, self.module, spec, self.workdir / "logs", "latency", timeout=600.0)
+            result = job.result()
+            return Outcome(n_records, result["seconds"], result["latencies_ns"], stored=len(result["latencies_ns"]),
+                           expected=n_records, extra={"job_peak_rss_mb": job.peak_rss_bytes / 2**20,
+                                                      "start_seconds": result["start_seconds"]})
+        if producer != "other-process":
+            raise ValueError(f"producer must be 'same-process' or 'other-process', not {producer!r}")
+        with self.open_engine() as engine:
             server = ServedApp(self, {"topology": "updates", "commit_interval_ms": commit_interval_ms})
             try:
-                producer = engine.producer("views", partition=0)
                 reader = OutputReader(engine, "page-counts")
-                latencies: list[int] = []
-                clock = time.perf_counter_ns
-                t0 = time.perf_counter()
-                for i in range(n_records):
-                    page = f"/latency/{i}"
-                    item = json.dumps({"page": page, "user": "u0", "ts": BASE_MS + i}).encode()
-                    sent = clock()
-                    producer.instant([item], partition=0)
-                    out = reader.next_value(timeout=30.0)
-                    latencies.append(clock() - sent)
-                    if out != [page, BASE_MS - BASE_MS % 300_000, 1]:
-                        raise AssertionError(f"record {i}: output {out!r} is not the count update of {page}")
-                seconds = time.perf_counter() - t0
+                seconds, latencies = latency_loop(engine.producer("views", partition=0), reader, n_records,
+                                                  BASE_MS, SIZE_MS)
             finally:
                 server.stop()
             extra = {"job_peak_rss_mb": server.peak_rss_bytes / 2**20, "start_seconds": server.ready_seconds}
@@ -452,51 +436,3 @@ class ServedApp:
             pass
         job = wait_job(self.proc, self.log_dir, self.tag, self.started, timeout=60.0)
         self.peak_rss_bytes = job.peak_rss_bytes
-
-
-class OutputReader:
-    """Reads a DSL output stream incrementally (partition 0), polling without a consumer offset."""
-
-    def __init__(self, engine: Any, stream: str) -> None:
-        self.engine = engine
-        self.stream = stream
-        self.after = 0
-        self.values: list[Any] = []
-        self.pending: list[Any] = []
-
-    @property
-    def count(self) -> int:
-        return len(self.values)
-
-    def poll(self) -> int:
-        from tstreams_embedded.engine.iteration import iter_transactions
-
-        walk = iter_transactions(self.engine.backend, self.stream, 0, self.after)
-        n = 0
-        for txn in walk:
-            decoded = [decode_json_output(item) for item in txn.items]
-            self.values.extend(decoded)
-            self.pending.extend(decoded)
-            n += len(decoded)
-        self.after = walk.position
-        return n
-
-    def next_value(self, timeout: float) -> Any:
-        """The next output value, polling every 0.1 ms until it is there."""
-        deadline = time.monotonic() + timeout
-        while not self.pending:
-            if self.poll() == 0:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"no output on {self.stream} within {timeout} s")
-                time.sleep(0.0001)
-        return self.pending.pop(0)
-
-    def wait_for(self, n: int, timeout: float, interval: float = 0.0002) -> None:
-        """Poll every ``interval`` seconds until at least ``n`` values have been read."""
-        deadline = time.monotonic() + timeout
-        while self.count < n:
-            if self.poll() == 0:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{self.count} of {n} outputs on {self.stream} after {timeout} s")
-                time.sleep(interval)
-        self.pending.clear()

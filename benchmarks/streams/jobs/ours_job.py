@@ -13,7 +13,9 @@ topologies over the engine directory ``data``:
   large state of the recovery scenario) -> ``blob-acks`` (JSON ``[k, seq]`` per update).
 
 ``mode`` ``run`` processes until idle and exits (``app.run(until_idle=True)``); ``serve``
-starts the app, prints ``READY`` and runs until it is killed (SIGTERM stops it cleanly).
+starts the app, prints ``READY`` and runs until it is killed (SIGTERM stops it cleanly);
+``latency`` starts the app and runs the latency scenario's closed loop in this process
+(:func:`benchmarks.streams.output.latency_loop`), then reports every round trip.
 """
 
 from __future__ import annotations
@@ -70,9 +72,24 @@ def run(spec: dict[str, Any]) -> None:
     kind = spec.get("topology", "count")
     with ts.open(spec["data"], durability=spec.get("durability", "sync")) as engine:
         app = App(engine, application_id=APPLICATION_ID[kind], topology=topology(kind), **app_options(spec))
-        if spec.get("mode", "run") == "run":
+        mode = spec.get("mode", "run")
+        if mode == "run":
             app.run(until_idle=True)
             report(process_seconds=time.perf_counter() - t0)
+            return
+        if mode == "latency":
+            from benchmarks.streams.events import BASE_MS
+            from benchmarks.streams.output import OutputReader, latency_loop
+
+            app.start()
+            started = time.perf_counter() - t0
+            try:
+                reader = OutputReader(engine, STREAMS[kind][1], local=True)
+                seconds, latencies = latency_loop(engine.producer(STREAMS[kind][0], partition=0), reader,
+                                                  int(spec["n_records"]), BASE_MS, SIZE_MS)
+            finally:
+                app.stop()
+            report(seconds=seconds, latencies_ns=latencies, start_seconds=started)
             return
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
