@@ -306,7 +306,7 @@ def _streams_plot(report: dict[str, Any], out_dir: Path, title: str) -> Path:
 
     systems = report["systems"]
     scs = report["scenarios"]
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4.8), dpi=100, gridspec_kw={"width_ratios": [3, 3, 1.2, 1.2]})
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4.8), dpi=100, gridspec_kw={"width_ratios": [3, 3, 2, 1.2]})
     for ax in axes:
         ax.axis("off")
 
@@ -357,15 +357,21 @@ def _streams_plot(report: dict[str, Any], out_dir: Path, title: str) -> Path:
         sc = scs.get(sc_id)
         if not sc or not sc["results"]:
             continue
-        r = next(iter(sc["results"].values()))
-        vals = [r.get(m) or 0 for m in metrics]
+        labels, vals = [], []
+        for name, r in sc["results"].items():
+            where = systems[name]["label"].replace("ours, producer in ", "").replace("the app's process", "same proc.")
+            where = where.replace("another process", "other proc.")
+            for m in metrics:
+                labels.append(m.replace("_ms", "").replace("seconds", "first output")
+                              + ("" if len(sc["results"]) == 1 else f"\n{where}"))
+                vals.append(r.get(m) or 0)
         ax.axis("on")
         ax.bar(range(len(vals)), vals, color="#1f77b4", edgecolor="black")
         for i, v in enumerate(vals):
             ax.annotate(f"{v:.3g}", (i, v), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
         ax.axhline(goal, color="red", linestyle="--", linewidth=1)
         ax.set_xticks(range(len(vals)))
-        ax.set_xticklabels([m.replace("_ms", "").replace("seconds", "first output") for m in metrics], fontsize=7)
+        ax.set_xticklabels(labels, fontsize=6.5)
         ax.set_ylabel(unit)
         ax.set_ylim(0, max(vals + [goal]) * 1.3)
         size = f", {sc['params']['state_mb']:,} MiB state" if "state_mb" in sc["params"] else ""
