@@ -3,9 +3,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
+# Pathway (a peer of the streams benchmark) pins pyarrow<26, so it lives in its own venv;
+# benchmarks/systems/stream_jobs.py finds it there (or at $BENCH_PATHWAY_PYTHON).
+PATHWAY_VENV ?= .venv-pathway
+PATHWAY_STAMP := $(PATHWAY_VENV)/.installed
 APT_PACKAGES := zookeeper haproxy redis-server
 
-.PHONY: demo test lint bench bench-quick system-deps clean
+.PHONY: demo test lint bench bench-quick bench-streams system-deps clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -14,6 +18,11 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install --quiet -e '.[all]'
 	touch $(STAMP)
+
+$(PATHWAY_STAMP):
+	python3 -m venv $(PATHWAY_VENV)
+	$(PATHWAY_VENV)/bin/pip install --quiet 'pathway==0.33.*'
+	touch $(PATHWAY_STAMP)
 
 # Debian packages the tests and benchmarks start for real (ZooKeeper, HAProxy, Redis).
 system-deps:
@@ -29,7 +38,7 @@ system-deps:
 demo: $(STAMP)
 	$(PY) -m tstreams_embedded.demo
 
-test: $(STAMP) system-deps
+test: $(STAMP) $(PATHWAY_STAMP) system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -ra tests
@@ -44,5 +53,8 @@ bench: $(STAMP) system-deps
 bench-quick: $(STAMP) system-deps
 	$(PY) -m benchmarks --quick
 
+bench-streams: $(STAMP) $(PATHWAY_STAMP)
+	$(PY) -m benchmarks --suite streams
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(PATHWAY_VENV) build *.egg-info .pytest_cache

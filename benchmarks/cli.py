@@ -19,7 +19,7 @@ ALL_SCENARIOS = sorted({sc.id for scenarios, _goals in SUITES.values() for sc in
 @click.command("bench")
 @click.option("--suite", default="peers", show_default=True, type=click.Choice(list(SUITES)),
               help="peers: against Redis/SQLite/LMDB; engine: against raw py-lmdb; net: the network layer; "
-                   "spark: the Spark connector.")
+                   "spark: the Spark connector; streams: stream processing against Bytewax/Pathway.")
 @click.option("--quick", is_flag=True, help="Smaller sizes (peers: about 2 minutes instead of up to 15).")
 @click.option("--reps", default=3, show_default=True, type=click.IntRange(1, 20), help="Interleaved repetitions.")
 @click.option("--system", "systems", multiple=True, type=click.Choice(sorted(REGISTRY)),

@@ -155,7 +155,8 @@ def run_suite(
                 bar.set_description(f"{sc.id} #{rep + 1} {v.label}")
             method, params = sc.method_of(v), sc.params(mode, v)
             if sc.isolation == "process":
-                result = run_worker(v.system, method, params, base, timeout)
+                limit = sc.timeouts[mode] if sc.timeouts and mode in sc.timeouts else timeout
+                result = run_worker(v.system, method, params, base, limit)
             else:
                 result = shared.run(v.system, method, params)
             if bar is not None:

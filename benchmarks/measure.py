@@ -114,6 +114,8 @@ _PACKAGES = (
     "matplotlib",
     "tqdm",
     "click",
+    "bytewax",
+    "orjson",
 )
 
 

@@ -1,7 +1,8 @@
 """Writing a suite's report: ``<suite>.json``, ``<suite>.md`` and its charts.
 
 The peers suite draws one PNG per scenario (``peers_<scenario>.png``); the engine and net
-suites one grid of every scenario (``engine.png``, ``net.png``); the Spark suite none.
+suites one grid of every scenario (``engine.png``, ``net.png``); the streams suite one row of
+throughput, peak RSS, latency and recovery (``streams.png``); the Spark suite none.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ _INTRO = {
            "loop and HAProxy. Server CPU is per request, summed over the server processes.",
     "spark": "the Spark connector against Spark's own Parquet and file sources (one local[2] session, "
              "one warm-up run of each variant).",
+    "streams": "`tstreams_embedded.streams` against Bytewax, Pathway and a plain-Python floor on the same "
+               "windowed-count job, each system in its own child process (peak RSS is that process's own, from "
+               "`wait4`); every output is checked exact against a plain-Python reference.",
 }
 
 
@@ -121,10 +125,12 @@ def _scenario_table(sc: dict[str, Any], systems: dict[str, Any]) -> list[str]:
             row += [fmt_num(r.get("seconds"), 1), fmt_bytes(r.get("disk_bytes_per_item")),
                     fmt_bytes(r.get("mem_bytes_per_item")), fmt_num(r.get("peak_rss_mb"), 0)]
         else:
-            row += [fmt_num(r.get("p50_ms"), 3), fmt_num(r.get("p99_ms"), 3), fmt_num(r.get("peak_rss_mb"), 0)]
+            rss = r.get("job_peak_rss_mb", r.get("peak_rss_mb"))
+            row += [fmt_num(r.get("p50_ms"), 3), fmt_num(r.get("p99_ms"), 3), fmt_num(rss, 0)]
         out.append("| " + " | ".join(row) + " |")
     if sc.get("latency_of"):
         out += ["", f"Latency is per {sc['latency_of']}."]
+    out += _details(sc, systems)
     if sc.get("per_item"):
         out += ["", "Memory per item is the growth of RSS (benchmark process + server) during the run divided "
                 "by N; disk per item is the space allocated on disk after close divided by N."]
@@ -136,6 +142,29 @@ def _scenario_table(sc: dict[str, Any], systems: dict[str, Any]) -> list[str]:
     return out
 
 
+_DETAILS = (
+    # (extra figure, how it is shown)
+    ("windows", "{:,.0f} windows checked exact"),
+    ("late_dropped", "{:,.0f} late events dropped"),
+    ("job_process_seconds", "{:.2f} s inside the job process (interpreter start excluded)"),
+    ("start_seconds", "app started in {:.2f} s inside its process"),
+    ("state_mb", "{:,.0f} MiB of state"),
+    ("state_disk_mb", "{:,.0f} MiB on disk (input, state and output)"),
+    ("recovery_s", "**first output {:.3f} s after the restart**"),
+    ("restart_app_start_s", "of which {:.3f} s inside the restarted process (imports, engine open, start)"),
+)
+
+
+def _details(sc: dict[str, Any], systems: dict[str, Any]) -> list[str]:
+    """One line per variant with the medians of the extra figures a suite reports (streams)."""
+    lines = []
+    for name, r in sc["results"].items():
+        parts = [fmt.format(r[key]) for key, fmt in _DETAILS if r.get(key) is not None]
+        if parts:
+            lines.append(f"* {systems[name]['label']}: " + "; ".join(parts) + ".")
+    return ["", *lines] if lines else []
+
+
 def fmt_goal(g: dict[str, Any]) -> str:
     v = g["value"]
     if g["unit"] == "x":
@@ -144,6 +173,8 @@ def fmt_goal(g: dict[str, Any]) -> str:
         return f"{fmt_rate(v)} items/s"
     if g["unit"] == "B":
         return fmt_bytes(v)
+    if g["unit"] == "MB" and v is not None:
+        return f"{v:+.0f} MB"
     return f"{fmt_num(v, 1)} {g['unit']}"
 
 
@@ -248,6 +279,8 @@ def plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
             paths.append(out_dir / f"peers_{sc_id}.png")
             fig.savefig(paths[-1])
             plt.close(fig)
+    elif suite == "streams":
+        paths.append(_streams_plot(report, out_dir, title))
     elif suite in ("engine", "net"):
         scs = list(report["scenarios"].values())
         cols = 3
@@ -265,6 +298,90 @@ def plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
         fig.savefig(paths[-1])
         plt.close(fig)
     return paths
+
+
+def _streams_plot(report: dict[str, Any], out_dir: Path, title: str) -> Path:
+    """``streams.png``: throughput (with ratios), peak RSS, latency and recovery against their goals."""
+    import matplotlib.pyplot as plt
+
+    systems = report["systems"]
+    scs = report["scenarios"]
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4.8), dpi=100, gridspec_kw={"width_ratios": [3, 3, 2, 1.2]})
+    for ax in axes:
+        ax.axis("off")
+
+    def short(name: str) -> str:
+        label = systems[name]["label"].replace("exactly_once_behavior", "exactly-once")
+        return "ours" if systems[name]["ours"] else wrap_label(label, 12)
+
+    count = scs.get("windowed_count")
+    if count and count["results"]:
+        names = list(count["results"])
+        res = count["results"]
+        ours = next(iter(count["ratios"]), None)
+        colors = ["#1f77b4" if systems[n]["ours"] else "#b0b0b0" for n in names]
+        ax = axes[0]
+        ax.axis("on")
+        vals = [res[n].get("rate_median") or 0 for n in names]
+        bars = ax.bar(range(len(names)), vals, color=colors, edgecolor="black")
+        for bar, n, v in zip(bars, names, vals, strict=True):
+            ratio = count["ratios"].get(ours, {}).get(n) if ours else None
+            text = fmt_rate(v) + (f"\nours {ratio:.2f}×" if ratio else "") + ("\nnoisy" if res[n].get("noisy") else "")
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, v), xytext=(0, 3), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels([short(n) for n in names], fontsize=6.5)
+        ax.set_ylim(0, max(vals + [1]) * 1.35)
+        ax.yaxis.set_major_formatter(rate_formatter())
+        ax.set_ylabel("events/s")
+        ax.set_title(wrap_label(count["title"], 50), fontsize=9)
+        ax = axes[1]
+        ax.axis("on")
+        rss = [res[n].get("job_peak_rss_mb") or 0 for n in names]
+        bars = ax.bar(range(len(names)), rss, color=colors, edgecolor="black")
+        for bar, v in zip(bars, rss, strict=True):
+            ax.annotate(f"{v:.0f}", (bar.get_x() + bar.get_width() / 2, v), xytext=(0, 3), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels([short(n) for n in names], fontsize=6.5)
+        ax.set_yscale("log")
+        from matplotlib.ticker import ScalarFormatter
+
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.tick_params(axis="y", which="minor", labelsize=6)
+        ax.set_ylabel("peak RSS of the job process, MB (log)")
+        ax.set_title("Peak RSS, same job", fontsize=9)
+    for ax, sc_id, metrics, goal, unit in ((axes[2], "latency", ("p50_ms", "p99_ms"), 5.0, "ms"),
+                                            (axes[3], "recovery", ("seconds",), 1.0, "s")):
+        sc = scs.get(sc_id)
+        if not sc or not sc["results"]:
+            continue
+        labels, vals = [], []
+        for name, r in sc["results"].items():
+            where = systems[name]["label"].replace("ours, producer in ", "").replace("the app's process", "same proc.")
+            where = where.replace("another process", "other proc.")
+            for m in metrics:
+                labels.append(m.replace("_ms", "").replace("seconds", "first output")
+                              + ("" if len(sc["results"]) == 1 else f"\n{where}"))
+                vals.append(r.get(m) or 0)
+        ax.axis("on")
+        ax.bar(range(len(vals)), vals, color="#1f77b4", edgecolor="black")
+        for i, v in enumerate(vals):
+            ax.annotate(f"{v:.3g}", (i, v), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
+        ax.axhline(goal, color="red", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(vals)))
+        ax.set_xticklabels(labels, fontsize=6.5)
+        ax.set_ylabel(unit)
+        ax.set_ylim(0, max(vals + [goal]) * 1.3)
+        size = f", {sc['params']['state_mb']:,} MiB state" if "state_mb" in sc["params"] else ""
+        ax.set_title(wrap_label(sc["title"], 24) + f"\n(goal {goal:g} {unit}, dashed{size})", fontsize=8)
+    fig.suptitle(f"streams {title}", fontsize=10)
+    fig.tight_layout()
+    path = out_dir / "streams.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def write(report: dict[str, Any], out_dir: Path, charts: bool = True) -> list[Path]:

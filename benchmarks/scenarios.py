@@ -10,7 +10,9 @@ Suites:
 * ``peers``: this project against Redis Streams, SQLite and raw py-lmdb (100-byte items, durable);
 * ``engine``: the engine's own figures, each beside raw py-lmdb doing the same work;
 * ``net``: ``tstreams serve`` against an echo server on the same loop, a Moebius-style loop and HAProxy;
-* ``spark``: the Spark connector against Spark's own Parquet and file sources.
+* ``spark``: the Spark connector against Spark's own Parquet and file sources;
+* ``streams``: ``tstreams_embedded.streams`` against Bytewax, Pathway and a plain-Python floor on
+  one windowed-count job (every output checked exact), plus its latency and its recovery.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Scenario:
     isolation: str = "process"
     per_item: bool = False
     warmup: bool = False
+    timeouts: dict[str, float] | None = None
+    """Per-mode worker timeout in seconds, when the harness's default is not enough."""
 
     def params(self, mode: str, variant: Variant | None = None) -> dict[str, Any]:
         return {**self.sizes[mode], **(variant.params if variant else {})}
@@ -87,13 +91,18 @@ class Goal:
     strict: bool = False
     scale: float = 1.0
     unit: str = "x"
+    difference: bool = False
+    """With ``vs``: judge ``of`` − ``vs`` instead of the ratio (e.g. extra memory in MB)."""
 
     def evaluate(self, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         mine = results.get(self.of, {})
         value = mine.get(self.metric)
         if self.vs is not None:
             base = results.get(self.vs, {}).get(self.metric)
-            value = value / base if value and base else None
+            if self.difference:
+                value = value - base if value is not None and base is not None else None
+            else:
+                value = value / base if value and base else None
         elif value is not None:
             value *= self.scale
         met: bool | None = None
@@ -376,11 +385,85 @@ SPARK_GOALS = (
     Goal("streaming", "streaming vs files + Parquet sink (report the ratio)", "spark-tstreams", "spark-files"),
 )
 
+# --- streams: one windowed count job, every system in its own child process -------------------
+_STREAMS_COUNT_VARIANTS = (
+    Variant("ours-streams", "ours (embedded, exactly-once, durable)"),
+    Variant("bytewax", "Bytewax 0.21, recovery, 1-s snapshots"),
+    Variant("pathway", "Pathway, exactly_once_behavior, 1 thread", params={"threads": 1}),
+    Variant("pathway", "Pathway, exactly_once_behavior, 2 threads", params={"threads": 2}),
+    Variant("python-floor", "plain Python, stdlib json"),
+    Variant("python-floor-orjson", "plain Python, orjson"),
+)
+_OURS_STREAMS = "ours (embedded, exactly-once, durable)"
+_OURS_LATENCY_LOCAL = "ours, producer in the app's process"
+_OURS_LATENCY_REMOTE = "ours, producer in another process"
+
+STREAMS_SCENARIOS = (
+    Scenario(
+        "streams", "windowed_count", "Windowed count: 5-minute tumbling windows, final results only", "windowed_count",
+        "N JSON page-view events (1,000 pages, Zipf-like; up to 5 s of disorder; 10 events late by minutes) "
+        "counted per page in 5-minute tumbling event-time windows with 10 s grace, one final result per window, "
+        "exactly-once and durable. Each system runs in its own child process: rate = N / wall time of that "
+        "process (start-up included), peak RSS = its own. Every output is checked against a plain-Python "
+        "reference (no missing, duplicated, wrong or extra window) or the run FAILS.",
+        _STREAMS_COUNT_VARIANTS,
+        {"tiny": {"n_events": 3_000, "seed": 12}, "quick": {"n_events": 30_000, "seed": 12},
+         "full": {"n_events": 1_000_000, "seed": 12}},
+        unit="events/s", timeouts={"tiny": 180, "quick": 300, "full": 1800},
+    ),
+    Scenario(
+        "streams", "latency", "End-to-end latency, 1-record transactions", "latency",
+        "A closed loop: write one event as a durable 1-record transaction, wait until the app (exactly-once, "
+        "windowed count without suppression, commit_interval_ms=1) has committed its count update and the "
+        "update is readable, then write the next. The loop runs in the app's process (embedded: the app's "
+        "commits wake the reader at once) or in another process on the same engine directory (the app notices "
+        "another process's commits by polling).",
+        (Variant("ours-streams", _OURS_LATENCY_LOCAL, params={"producer": "same-process"}),
+         Variant("ours-streams", _OURS_LATENCY_REMOTE, params={"producer": "other-process"})),
+        {"tiny": {"n_records": 30, "commit_interval_ms": 1}, "quick": {"n_records": 300, "commit_interval_ms": 1},
+         "full": {"n_records": 3_000, "commit_interval_ms": 1}},
+        latency="1-record transaction written -> its output update readable", unit="records/s",
+    ),
+    Scenario(
+        "streams", "recovery", "Recovery after SIGKILL with large state", "recovery",
+        "An app keeps the latest 1 KiB value per key (state_mb of state in its store), is SIGKILLed while "
+        "processing more input, and is restarted: time from the restart (process start included) to its first "
+        "new output. Afterwards every key's output must be there exactly once.",
+        (Variant("ours-streams", _OURS_STREAMS),),
+        {"tiny": {"state_mb": 2}, "quick": {"state_mb": 16}, "full": {"state_mb": 1024}},
+        unit="restarts/s", timeouts={"tiny": 180, "quick": 300, "full": 7200},
+    ),
+)
+
+STREAMS_GOALS = (
+    Goal("windowed_count", ">= 1.5x Bytewax (recovery on)", _OURS_STREAMS, "Bytewax 0.21, recovery, 1-s snapshots",
+         at_least=1.5),
+    Goal("windowed_count", ">= 2x Pathway (1 thread)", _OURS_STREAMS, "Pathway, exactly_once_behavior, 1 thread",
+         at_least=2.0),
+    Goal("windowed_count", ">= 2x Pathway (2 threads)", _OURS_STREAMS, "Pathway, exactly_once_behavior, 2 threads",
+         at_least=2.0),
+    Goal("windowed_count", ">= 0.5x the plain-Python floor (orjson, the serde's parser)", _OURS_STREAMS,
+         "plain Python, orjson", at_least=0.5),
+    Goal("windowed_count", "vs the plain-Python floor with stdlib json (informational)", _OURS_STREAMS,
+         "plain Python, stdlib json"),
+    Goal("windowed_count", "peak RSS <= Bytewax + 50 MB", _OURS_STREAMS, "Bytewax 0.21, recovery, 1-s snapshots",
+         metric="job_peak_rss_mb", difference=True, at_most=50.0, unit="MB"),
+    Goal("windowed_count", ">= 50,000 events/s (kstream's claim)", _OURS_STREAMS, at_least=50_000,
+         unit="items/s"),
+    Goal("latency", "p99 <= 5 ms, producer in the app's process", _OURS_LATENCY_LOCAL, metric="p99_ms",
+         at_most=5.0, unit="ms"),
+    Goal("latency", "p99 <= 5 ms, producer in another process", _OURS_LATENCY_REMOTE, metric="p99_ms",
+         at_most=5.0, unit="ms"),
+    Goal("recovery", "first output <= 1 s after restart (full size: 1 GiB of state)", _OURS_STREAMS,
+         metric="seconds", at_most=1.0, unit="s"),
+)
+
 SUITES: dict[str, tuple[tuple[Scenario, ...], tuple[Goal, ...]]] = {
     "peers": (PEER_SCENARIOS, PEER_GOALS),
     "engine": (ENGINE_SCENARIOS, ENGINE_GOALS),
     "net": (NET_SCENARIOS, NET_GOALS),
     "spark": (SPARK_SCENARIOS, SPARK_GOALS),
+    "streams": (STREAMS_SCENARIOS, STREAMS_GOALS),
 }
 SCENARIOS = PEER_SCENARIOS
 BY_ID = {s.id: s for s in PEER_SCENARIOS}

@@ -118,3 +118,91 @@ def test_engine_figures_tiny(tmp_path):
     assert loaded["scenarios"]["streams"]["results"]["ours engine.batch(), 1000 streams/commit"][
         "disk_bytes_per_item"] > 0
     assert paths[-1].name == "engine.png" and paths[-1].read_bytes()[:8] == PNG_MAGIC
+
+
+# --- streams suite ---------------------------------------------------------------------------
+STREAMS_PEERS = ("bytewax", "pathway", "python-floor", "python-floor-orjson")
+
+
+def test_streams_events_are_deterministic_and_the_reference_agrees_with_every_lateness_rule(tmp_path):
+    from benchmarks.streams.events import MAX_DISORDER_MS, EventSpec, generate, reference
+
+    spec = EventSpec(5_000, seed=7, n_late=6)
+    generate(tmp_path / "a.jsonl", spec)
+    generate(tmp_path / "b.jsonl", spec)
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    events = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert len(events) == 5_000
+    newest, behind = 0, []
+    for e in events:
+        behind.append(newest - e["ts"])
+        newest = max(newest, e["ts"])
+    late = [b for b in behind if b > MAX_DISORDER_MS]
+    assert len(late) == 6 and min(late) > 300_000  # far behind: late under every rule
+    expected = reference(tmp_path / "a.jsonl")  # raises if the lateness rules disagreed
+    assert expected.late == 6 and expected.events == 5_000
+    assert sum(expected.windows.values()) + sum(1 for _ in expected.open_at_end) + 6 == 5_000
+    assert len(expected.open_at_end) == 1  # only the closing event's own window
+
+
+def test_streams_check_rejects_missing_duplicated_wrong_and_extra_windows(tmp_path):
+    from benchmarks.streams.events import EventSpec, ResultMismatch, check, generate, reference
+
+    generate(tmp_path / "e.jsonl", EventSpec(2_000))
+    expected = reference(tmp_path / "e.jsonl")
+    rows = [(p, s, c) for (p, s), c in expected.windows.items()]
+    assert check(expected, rows, "exact") == len(rows)
+    (page, start, count) = rows[0]
+    for bad, what in ((rows[1:], "1 missing"), (rows + [rows[0]], "1 duplicated"),
+                      ([(page, start, count + 1)] + rows[1:], "1 wrong"),
+                      (rows + [("/nowhere", start, 1)], "1 unexpected")):
+        with pytest.raises(ResultMismatch, match=what):
+            check(expected, bad, "bad")
+
+
+def test_streams_a_wrong_job_fails_the_run(tmp_path):
+    from benchmarks.scenarios import STREAMS_SCENARIOS
+
+    params = {**STREAMS_SCENARIOS[0].params("tiny"), "drop_late": False}
+    result = run_worker("python-floor", "windowed_count", params, tmp_path, timeout=120)
+    assert result["ok"] is False
+    assert "ResultMismatch" in result["error"] and "differs from the reference" in result["error"]
+
+
+def test_streams_suite_tiny(tmp_path):
+    import importlib.util
+    import os
+
+    from benchmarks.scenarios import STREAMS_GOALS
+
+    report = run_suite("streams", mode="tiny", reps=1, workdir=tmp_path, progress=False)
+    write(report, tmp_path / "out", charts=False)
+    loaded = json.loads((tmp_path / "out" / "streams.json").read_text())
+    skipped = loaded["skipped"]
+    assert "python-floor" not in skipped
+    for system in STREAMS_PEERS:
+        if system in skipped and os.environ.get("CI"):
+            pytest.fail(f"{system} must run in CI: {skipped[system]}")
+    ours = importlib.util.find_spec("tstreams_embedded.streams") is not None
+    assert ("ours-streams" in skipped) is not ours, skipped
+    windowed = loaded["scenarios"]["windowed_count"]
+    assert windowed["results"], skipped
+    for name, row in windowed["results"].items():
+        assert row["ok"], (name, row.get("errors"))
+        for run in windowed["raw_runs"][name]:
+            assert run["stored"] == run["expected"] == run["extra"]["windows"] > 0, (name, run)
+            assert run["extra"]["late_dropped"] == 10 and run["extra"]["job_peak_rss_mb"] > 1
+            assert run["items"] == windowed["params"]["n_events"] and run["rate"] > 0
+    md = (tmp_path / "out" / "streams.md").read_text()
+    assert "Windowed count" in md
+    if ours:
+        label = "ours (embedded, exactly-once, durable)"
+        assert set(windowed["ratios"][label]) == set(windowed["results"]) - {label}
+        for where in ("the app's process", "another process"):
+            latency = loaded["scenarios"]["latency"]["results"][f"ours, producer in {where}"]
+            assert latency["ok"] and 0 < latency["p50_ms"] <= latency["p99_ms"], latency
+        recovery = loaded["scenarios"]["recovery"]["results"][label]
+        assert recovery["ok"] and recovery["recovery_s"] > 0 and recovery["state_disk_mb"] > 0, recovery
+        assert len(loaded["goals"]) == len(STREAMS_GOALS)
+        assert all(g["value"] is not None for g in loaded["goals"] if "Pathway" not in g["goal"]
+                   or "pathway" not in skipped)

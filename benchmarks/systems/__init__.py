@@ -29,6 +29,12 @@ REGISTRY: dict[str, str] = {
     "spark-parquet": "benchmarks.systems.spark_sources:SparkParquet",
     "spark-python-floor": "benchmarks.systems.spark_sources:SparkPythonFloor",
     "spark-files": "benchmarks.systems.spark_sources:SparkFiles",
+    # streams (each job in its own child process)
+    "ours-streams": "benchmarks.systems.stream_jobs:OursStreams",
+    "python-floor": "benchmarks.systems.stream_jobs:PythonFloor",
+    "python-floor-orjson": "benchmarks.systems.stream_jobs:PythonFloorOrjson",
+    "bytewax": "benchmarks.systems.stream_jobs:Bytewax",
+    "pathway": "benchmarks.systems.stream_jobs:Pathway",
 }
 OURS = ("ours-embedded", "ours-zmq")
 PEERS = ("redis-everysec", "redis-always", "sqlite-wal-full", "lmdb-raw")

@@ -1,0 +1,107 @@
+"""Ours: ``tstreams_embedded.streams`` embedded, exactly-once (the default) and durable.
+
+Written against the API of issue 12 (``StreamsBuilder``, ``App``, ``TimeWindows``,
+``suppress_until_window_closes``; windowed keys are ``Windowed(key, start, end)``). Three
+topologies over the engine directory ``data``:
+
+* ``count``: the job. ``views`` (plain JSON items) -> ``group_by(page)`` -> 5-minute
+  ``TimeWindows`` with 10 s grace -> ``count`` -> ``suppress_until_window_closes`` ->
+  ``page-counts`` (JSON ``[page, start, count]``);
+* ``updates``: the same without suppression (one output update per input record), for the
+  latency scenario;
+* ``state``: ``blobs`` keyed by ``k`` -> ``reduce`` keeping the latest value per key (the
+  large state of the recovery scenario) -> ``blob-acks`` (JSON ``[k, seq]`` per update).
+
+``mode`` ``run`` processes until idle and exits (``app.run(until_idle=True)``); ``serve``
+starts the app, prints ``READY`` and runs until it is killed (SIGTERM stops it cleanly);
+``latency`` starts the app and runs the latency scenario's closed loop in this process
+(:func:`benchmarks.streams.output.latency_loop`), then reports every round trip.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from benchmarks.streams.events import GRACE_MS, SIZE_MS
+from benchmarks.streams.jobs import report, spec_from_argv
+
+APPLICATION_ID = {"count": "pageviews", "updates": "pageviews-latency", "state": "blob-state"}
+STREAMS = {"count": ("views", "page-counts"), "updates": ("views", "page-counts"), "state": ("blobs", "blob-acks")}
+
+
+def topology(kind: str) -> Any:
+    from tstreams_embedded.streams import StreamsBuilder, TimeWindows
+
+    b = StreamsBuilder()
+    source, sink = STREAMS[kind]
+    if kind == "state":
+        latest = (b.stream(source, value_serde="json")
+                  .group_by(lambda _k, v: v["k"])
+                  .reduce(lambda _old, new: new, store="blobs"))
+        latest.to_stream().map(lambda k, v: (k, [k, v["seq"]])).to(sink, value_serde="json")
+        return b.build()
+    counts = (b.stream(source, value_serde="json", timestamp=lambda _k, v: v["ts"])
+              .group_by(lambda _k, v: v["page"])
+              .windowed_by(TimeWindows(size_ms=SIZE_MS, grace_ms=GRACE_MS))
+              .count(store="views-per-page"))
+    if kind == "count":
+        counts = counts.suppress_until_window_closes()
+    counts.to_stream().map(lambda wk, n: (wk.key, [wk.key, wk.start, n])).to(sink, value_serde="json")
+    return b.build()
+
+
+def app_options(spec: dict[str, Any]) -> dict[str, Any]:
+    options: dict[str, Any] = {"processing": spec.get("processing", "exactly_once")}
+    if spec.get("commit_interval_ms") is not None:
+        options["commit_interval_ms"] = int(spec["commit_interval_ms"])
+    if spec.get("num_threads") is not None:
+        options["num_threads"] = int(spec["num_threads"])
+    return options
+
+
+def run(spec: dict[str, Any]) -> None:
+    t0 = time.perf_counter()
+    from tstreams_embedded.streams import App
+
+    import tstreams_embedded as ts
+
+    kind = spec.get("topology", "count")
+    with ts.open(spec["data"], durability=spec.get("durability", "sync")) as engine:
+        app = App(engine, application_id=APPLICATION_ID[kind], topology=topology(kind), **app_options(spec))
+        mode = spec.get("mode", "run")
+        if mode == "run":
+            app.run(until_idle=True)
+            report(process_seconds=time.perf_counter() - t0)
+            return
+        if mode == "latency":
+            from benchmarks.streams.events import BASE_MS
+            from benchmarks.streams.output import OutputReader, latency_loop
+
+            app.start()
+            started = time.perf_counter() - t0
+            try:
+                reader = OutputReader(engine, STREAMS[kind][1], local=True)
+                seconds, latencies = latency_loop(engine.producer(STREAMS[kind][0], partition=0), reader,
+                                                  int(spec["n_records"]), BASE_MS, SIZE_MS)
+            finally:
+                app.stop()
+            report(seconds=seconds, latencies_ns=latencies, start_seconds=started)
+            return
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        app.start()
+        try:
+            report(ready=True, start_seconds=time.perf_counter() - t0)
+            sys.stdout.write("READY\n")
+            sys.stdout.flush()
+            stop.wait()
+        finally:
+            app.stop()
+
+
+if __name__ == "__main__":
+    run(spec_from_argv())
