@@ -1,0 +1,258 @@
+"""Snapshot transfer: a consistent hot copy of a node's state environment, streamed over
+the replication channel to a follower that the log can no longer bring up to date.
+
+**Leader** (:class:`SnapshotSource`): one read transaction of the state environment pins a
+consistent view; it holds the node's *applied position* (index, epoch and time of the last
+applied entry, in the ``cluster`` named database: :func:`read_applied`), so the copy says
+itself where the log continues. LMDB copies that view (``env.copyfd(fd, compact=True,
+txn=…)``, in a thread of its own) into a pipe; the replication loop answers each chunk
+request with what the pipe holds (at most :data:`CHUNK_BYTES`), never waiting for it
+(a request that finds the pipe empty is parked until it is readable). The follower asks for
+the next chunk only after it has written the previous one, so memory is bounded by the
+pipe and one chunk, and a slow follower slows the copy down (the copy thread blocks on the
+full pipe). An idle transfer is closed after :data:`TRANSFER_IDLE` seconds: the copy thread
+gets ``EPIPE`` and ends, and its read transaction ends with it. While a copy runs, its read
+transaction holds the store's resize gate: the leader's map cannot grow meanwhile.
+
+**Follower** (:class:`SnapshotSink`, :func:`install`): chunks go to
+``DATA/cluster-snapshot.tmp/data.mdb``; when the last one arrived the file is synced, opened
+as an LMDB environment to check its applied position against the one announced, given this
+directory's own id (``meta/directory_id``, see :mod:`tstreams_embedded.engine.directory`)
+and synced again. :func:`install` then swaps it in with :meth:`Core.reopen
+<tstreams_embedded.engine.core.Core.reopen>`: close, ``rename`` over ``DATA/data.mdb``
+(atomic), fsync the directory, open. The caller restarts its log after the snapshot's
+position (:meth:`ReplicatedLog.reset <.log.ReplicatedLog.reset>`).
+
+Crash safety: before the rename, the old state and log are intact, and the partial copy is
+deleted at the next start (:func:`discard_partial`); after it, the state's applied position
+is not in the log, which the node notices at start and answers by resetting its log there
+(the same reset the install does next).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import struct
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import lmdb
+
+from .. import errors
+from ..engine import directory
+from ..engine.core import Core
+from ..engine.store import Store
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 1 << 20  # at most this much per chunk reply
+PIPE_BYTES = 1 << 20  # the pipe between the copy thread and the replication loop
+TRANSFER_IDLE = 30.0  # seconds without a chunk request before a transfer is closed
+MAX_TRANSFERS = 2  # snapshot copies a leader runs at once
+PARTIAL_DIR = "cluster-snapshot.tmp"
+APPLIED_KEY = b"\x00applied"
+_POSITION = struct.Struct(">QQQ")
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a state stands in the log: the index, epoch and ``now_ms`` of its last applied entry."""
+
+    index: int
+    epoch: int
+    now_ms: int
+
+
+def encode_applied(p: Position) -> bytes:
+    return _POSITION.pack(p.index, p.epoch, p.now_ms)
+
+
+def read_applied(txn: lmdb.Transaction, cdb: Any) -> tuple[int, Position | None]:
+    """The applied index in the ``cluster`` database, and the full position if it is stored
+    (states applied before positions were kept hold the index only)."""
+    raw = txn.get(APPLIED_KEY, db=cdb)
+    if not raw:
+        return 0, None
+    raw = bytes(raw)
+    if len(raw) == _POSITION.size:
+        p = Position(*_POSITION.unpack(raw))
+        return p.index, p
+    return int.from_bytes(raw, "big"), None
+
+
+# ------------------------------------------------------------------------------ leader side
+class SnapshotSource:
+    """One snapshot being sent (see the module docstring). Used by the replication loop
+    only (one thread), apart from the copy thread it starts."""
+
+    def __init__(self, sid: str, store: Store, cdb: Any, fallback_epoch: int | None = None,
+                 fallback_now: int | None = None) -> None:
+        self.sid = sid
+        self._stack = ExitStack()
+        txn = self._stack.enter_context(store.read())
+        try:
+            index, position = read_applied(txn, cdb)
+            if position is None:
+                position = Position(index, fallback_epoch or 0, fallback_now or 0)
+            self.position = position
+            self._r, w = os.pipe()
+            try:
+                fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_BYTES)
+            except OSError:  # pipe-max-size lower than ours: the default size works too
+                pass
+            os.set_blocking(self._r, False)
+        except BaseException:
+            self._stack.close()
+            raise
+        self.sent = 0
+        self.finished = False
+        self.error: BaseException | None = None
+        self.touched = time.monotonic()
+        self.waiting: tuple[bytes, dict[str, Any]] | None = None  # a parked chunk request
+        self._thread = threading.Thread(target=self._copy, args=(store.env, txn, w), name=f"snapshot-{sid}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _copy(self, env: lmdb.Environment, txn: lmdb.Transaction, w: int) -> None:
+        try:
+            env.copyfd(w, compact=True, txn=txn)
+        except BaseException as exc:  # noqa: BLE001 - reported to the follower as a failed transfer
+            self.error = exc
+        finally:
+            os.close(w)
+
+    def fileno(self) -> int:
+        return self._r
+
+    def read_chunk(self, max_bytes: int = CHUNK_BYTES) -> bytes | None:
+        """What the pipe holds now (up to ``max_bytes``); ``b""`` at the end of the copy,
+        ``None`` if nothing is ready yet. Raises :class:`ClusterUnavailable` if the copy failed."""
+        self.touched = time.monotonic()
+        parts: list[bytes] = []
+        size = 0
+        while size < max_bytes:
+            try:
+                got = os.read(self._r, max_bytes - size)
+            except BlockingIOError:
+                break
+            if not got:
+                self._thread.join()
+                if self.error is not None:
+                    raise errors.ClusterUnavailable(f"the snapshot copy failed: {self.error}")
+                self.finished = True
+                break
+            parts.append(got)
+            size += len(got)
+        if not parts:
+            return b"" if self.finished else None
+        data = b"".join(parts)
+        self.sent += len(data)
+        return data
+
+    def idle(self, now: float) -> bool:
+        return now - self.touched > TRANSFER_IDLE
+
+    def close(self) -> None:
+        """End the transfer: the copy thread (if still running) gets EPIPE; the read
+        transaction ends."""
+        try:
+            os.close(self._r)
+        except OSError:
+            pass
+        self._thread.join(30)
+        self._stack.close()
+
+
+# ------------------------------------------------------------------------------ follower side
+def partial_dir(data: str) -> str:
+    return os.path.join(data, PARTIAL_DIR)
+
+
+def discard_partial(data: str) -> bool:
+    """Delete an unfinished snapshot download (after a crash); True if there was one."""
+    path = partial_dir(data)
+    if not os.path.exists(path):
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SnapshotSink:
+    """One snapshot being received into ``DATA/cluster-snapshot.tmp/data.mdb``."""
+
+    def __init__(self, data: str, position: Position) -> None:
+        self.data = data
+        self.position = position
+        self.dir = partial_dir(data)
+        discard_partial(data)
+        os.makedirs(self.dir)
+        self.file = os.path.join(self.dir, directory.DATA_FILE)
+        self._fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        self.received = 0
+
+    def write(self, chunk: bytes) -> None:
+        view = memoryview(chunk)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        self.received += len(chunk)
+
+    def finish(self) -> None:
+        """Sync the file, check it is an LMDB environment at the announced position, and make
+        it this directory's own (its id), ready for :func:`install`."""
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        try:
+            env = lmdb.open(self.dir, max_dbs=16, lock=True, sync=True,
+                            map_size=os.path.getsize(self.file) + (64 << 20))
+        except lmdb.Error as exc:
+            raise errors.DataCorrupted(f"the received snapshot is not a valid LMDB environment: {exc}") from exc
+        try:
+            with env.begin(write=True) as txn:
+                cdb = env.open_db(b"cluster", txn=txn)
+                meta = env.open_db(b"meta", txn=txn)
+                index, position = read_applied(txn, cdb)
+                want = self.position
+                if index != want.index or (position is not None and position != want):
+                    raise errors.DataCorrupted(f"the received snapshot holds applied position {index} "
+                                               f"({position}), not the announced {want}")
+                txn.put(APPLIED_KEY, encode_applied(want), db=cdb)
+                own = directory.read_marker(self.data)
+                if own is not None:
+                    txn.put(directory.ID_KEY, own.encode("ascii"), db=meta)
+            env.sync(True)
+        finally:
+            env.close()
+
+    def abort(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        discard_partial(self.data)
+
+
+def install(core: Core, sink: SnapshotSink) -> None:
+    """Swap the finished snapshot in for ``core``'s data file (close, rename, fsync, open)."""
+
+    def replace() -> None:
+        os.replace(sink.file, os.path.join(core.path, directory.DATA_FILE))
+        _fsync_dir(core.path)
+
+    core.reopen(replace)
+    discard_partial(sink.data)
