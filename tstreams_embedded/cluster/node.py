@@ -128,6 +128,7 @@ class Node:
         self._apply_lock = threading.Lock()  # applying entries / swapping the state for a snapshot
         self.snapshots_sent = 0
         self.snapshots_installed = 0
+        self.last_snapshot: dict[str, float] = {}  # bytes and seconds of the last snapshot installed
         self.log_trimmed = 0
         # roles and epochs (guarded by self.log.lock for known_epoch / appends)
         self.known_epoch = 0
@@ -242,7 +243,8 @@ class Node:
                 "http": self.http, "epoch": self.epoch or self.known_epoch, "last_index": self.log.last_index,
                 "last_epoch": self.log.last_epoch, "commit": self.log.commit_index, "applied": self.applied,
                 "diverged": self.diverged, "log_first": self.log.first_index, "needs_snapshot": self.need_snapshot,
-                "snapshots_sent": self.snapshots_sent, "snapshots_installed": self.snapshots_installed}
+                "snapshots_sent": self.snapshots_sent, "snapshots_installed": self.snapshots_installed,
+                "last_snapshot": self.last_snapshot}
 
     _published: dict[str, Any] = {}
 
@@ -726,6 +728,7 @@ class Node:
         """Receive a snapshot of the leader's state and swap it in (see :mod:`.snapshot`);
         the log then restarts after the snapshot's position. False if the transfer failed
         (it is retried from the start)."""
+        started = time.monotonic()
         head = ask({"op": "snapshot", "sid": None, "node": self.node_id, "known": self.known_epoch})
         if head is None or head.get("status") != "ok":
             return False
@@ -761,6 +764,8 @@ class Node:
                 self.need_snapshot = False
                 self.diverged = False
                 self.snapshots_installed += 1
+                self.last_snapshot = {"index": position.index, "bytes": sink.received,
+                                      "seconds": time.monotonic() - started}
         except BaseException:
             sink.abort()
             raise
