@@ -29,6 +29,8 @@ REGISTRY: dict[str, str] = {
     "spark-parquet": "benchmarks.systems.spark_sources:SparkParquet",
     "spark-python-floor": "benchmarks.systems.spark_sources:SparkPythonFloor",
     "spark-files": "benchmarks.systems.spark_sources:SparkFiles",
+    # cluster catch-up
+    "cluster-catchup": "benchmarks.systems.cluster_catchup:ClusterCatchup",
 }
 OURS = ("ours-embedded", "ours-zmq")
 PEERS = ("redis-everysec", "redis-always", "sqlite-wal-full", "lmdb-raw")

@@ -5,14 +5,16 @@ the replication channel to a follower that the log can no longer bring up to dat
 consistent view; it holds the node's *applied position* (index, epoch and time of the last
 applied entry, in the ``cluster`` named database: :func:`read_applied`), so the copy says
 itself where the log continues. LMDB copies that view (``env.copyfd(fd, compact=True,
-txn=…)``, in a thread of its own) into a pipe; the replication loop answers each chunk
-request with what the pipe holds (at most :data:`CHUNK_BYTES`), never waiting for it
-(a request that finds the pipe empty is parked until it is readable). The follower asks for
-the next chunk only after it has written the previous one, so memory is bounded by the
-pipe and one chunk, and a slow follower slows the copy down (the copy thread blocks on the
-full pipe). An idle transfer is closed after :data:`TRANSFER_IDLE` seconds: the copy thread
-gets ``EPIPE`` and ends, and its read transaction ends with it. While a copy runs, its read
-transaction holds the store's resize gate: the leader's map cannot grow meanwhile.
+txn=…)``, in a thread of its own) into a pipe; a pump thread cuts the stream into chunks of
+:data:`CHUNK_BYTES` and keeps at most :data:`READY_CHUNKS` ready. The replication loop
+answers each chunk request with a ready chunk, never waiting for one (a request that finds
+none is parked until the pump signals). The follower asks for the next chunk only after it
+has written the previous one, so memory is bounded (pipe + ready chunks, about 4 MiB per
+transfer, at most :data:`MAX_TRANSFERS` at once) and a slow follower slows the copy down
+(the copy thread blocks on the full pipe). An idle transfer is closed after
+:data:`TRANSFER_IDLE` seconds: the copy thread gets ``EPIPE`` and ends, and its read
+transaction ends with it. While a copy runs, its read transaction holds the store's resize
+gate: the leader's map cannot grow meanwhile.
 
 **Follower** (:class:`SnapshotSink`, :func:`install`): chunks go to
 ``DATA/cluster-snapshot.tmp/data.mdb``; when the last one arrived the file is synced, opened
@@ -34,6 +36,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import queue
 import shutil
 import struct
 import threading
@@ -51,8 +54,9 @@ from ..engine.store import Store
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 1 << 20  # at most this much per chunk reply
-PIPE_BYTES = 1 << 20  # the pipe between the copy thread and the replication loop
+CHUNK_BYTES = 1 << 20  # bytes per chunk reply (the last one is shorter)
+READY_CHUNKS = 2  # chunks cut ahead of the follower's requests, per transfer
+PIPE_BYTES = 1 << 20  # the pipe between the LMDB copy and the chunk pump
 TRANSFER_IDLE = 30.0  # seconds without a chunk request before a transfer is closed
 MAX_TRANSFERS = 2  # snapshot copies a leader runs at once
 PARTIAL_DIR = "cluster-snapshot.tmp"
@@ -89,8 +93,11 @@ def read_applied(txn: lmdb.Transaction, cdb: Any) -> tuple[int, Position | None]
 
 # ------------------------------------------------------------------------------ leader side
 class SnapshotSource:
-    """One snapshot being sent (see the module docstring). Used by the replication loop
-    only (one thread), apart from the copy thread it starts."""
+    """One snapshot being sent (see the module docstring). Its chunks are read by the
+    replication loop only; two threads of its own produce them: the LMDB copy (into a pipe)
+    and a pump that cuts the pipe's stream into chunks of :data:`CHUNK_BYTES`, at most
+    :data:`READY_CHUNKS` of them ready at a time. :meth:`fileno` becomes readable when a
+    chunk is ready (the replication loop polls it)."""
 
     def __init__(self, sid: str, store: Store, cdb: Any, fallback_epoch: int | None = None,
                  fallback_now: int | None = None) -> None:
@@ -102,12 +109,14 @@ class SnapshotSource:
             if position is None:
                 position = Position(index, fallback_epoch or 0, fallback_now or 0)
             self.position = position
-            self._r, w = os.pipe()
+            r, w = os.pipe()
             try:
                 fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_BYTES)
             except OSError:  # pipe-max-size lower than ours: the default size works too
                 pass
-            os.set_blocking(self._r, False)
+            self._notify_r, self._notify_w = os.pipe()
+            os.set_blocking(self._notify_r, False)
+            os.set_blocking(self._notify_w, False)
         except BaseException:
             self._stack.close()
             raise
@@ -116,9 +125,13 @@ class SnapshotSource:
         self.error: BaseException | None = None
         self.touched = time.monotonic()
         self.waiting: tuple[bytes, dict[str, Any]] | None = None  # a parked chunk request
-        self._thread = threading.Thread(target=self._copy, args=(store.env, txn, w), name=f"snapshot-{sid}",
+        self._ready: queue.Queue[bytes] = queue.Queue(READY_CHUNKS)
+        self._closing = threading.Event()
+        self._copier = threading.Thread(target=self._copy, args=(store.env, txn, w), name=f"snapshot-copy-{sid}",
                                         daemon=True)
-        self._thread.start()
+        self._pump = threading.Thread(target=self._cut, args=(r,), name=f"snapshot-pump-{sid}", daemon=True)
+        self._copier.start()
+        self._pump.start()
 
     def _copy(self, env: lmdb.Environment, txn: lmdb.Transaction, w: int) -> None:
         try:
@@ -128,45 +141,83 @@ class SnapshotSource:
         finally:
             os.close(w)
 
-    def fileno(self) -> int:
-        return self._r
-
-    def read_chunk(self, max_bytes: int = CHUNK_BYTES) -> bytes | None:
-        """What the pipe holds now (up to ``max_bytes``); ``b""`` at the end of the copy,
-        ``None`` if nothing is ready yet. Raises :class:`ClusterUnavailable` if the copy failed."""
-        self.touched = time.monotonic()
-        parts: list[bytes] = []
-        size = 0
-        while size < max_bytes:
+    def _offer(self, chunk: bytes) -> bool:
+        while not self._closing.is_set():
             try:
-                got = os.read(self._r, max_bytes - size)
-            except BlockingIOError:
-                break
-            if not got:
-                self._thread.join()
-                if self.error is not None:
-                    raise errors.ClusterUnavailable(f"the snapshot copy failed: {self.error}")
-                self.finished = True
-                break
-            parts.append(got)
-            size += len(got)
-        if not parts:
-            return b"" if self.finished else None
-        data = b"".join(parts)
-        self.sent += len(data)
-        return data
+                self._ready.put(chunk, timeout=0.2)
+            except queue.Full:
+                continue
+            try:
+                os.write(self._notify_w, b"x")
+            except OSError:  # full: the loop has a wake-up pending already
+                pass
+            return True
+        return False
+
+    def _cut(self, r: int) -> None:
+        try:
+            while not self._closing.is_set():
+                parts: list[bytes] = []
+                size = 0
+                while size < CHUNK_BYTES:
+                    got = os.read(r, CHUNK_BYTES - size)
+                    if not got:
+                        break
+                    parts.append(got)
+                    size += len(got)
+                if parts and not self._offer(b"".join(parts)):
+                    return
+                if size < CHUNK_BYTES:  # end of the copy
+                    self._copier.join()
+                    self._offer(b"")
+                    return
+        except OSError as exc:
+            self.error = exc
+            self._offer(b"")
+        finally:
+            os.close(r)  # a copy still running gets EPIPE and ends
+
+    def fileno(self) -> int:
+        """Readable when a chunk may be ready."""
+        return self._notify_r
+
+    def read_chunk(self) -> bytes | None:
+        """The next chunk; ``b""`` at the end of the copy, ``None`` if none is ready yet.
+        Raises :class:`ClusterUnavailable` if the copy failed."""
+        self.touched = time.monotonic()
+        try:
+            while os.read(self._notify_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        if self.finished:
+            return b""
+        try:
+            chunk = self._ready.get_nowait()
+        except queue.Empty:
+            return None
+        if not chunk:
+            if self.error is not None:
+                raise errors.ClusterUnavailable(f"the snapshot copy failed: {self.error}")
+            self.finished = True
+            return b""
+        self.sent += len(chunk)
+        return chunk
 
     def idle(self, now: float) -> bool:
         return now - self.touched > TRANSFER_IDLE
 
     def close(self) -> None:
-        """End the transfer: the copy thread (if still running) gets EPIPE; the read
-        transaction ends."""
-        try:
-            os.close(self._r)
-        except OSError:
-            pass
-        self._thread.join(30)
+        """End the transfer: the threads end (a copy still running gets EPIPE) and the read
+        transaction with them."""
+        self._closing.set()
+        self._pump.join(30)
+        self._copier.join(30)
+        for fd in (self._notify_r, self._notify_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         self._stack.close()
 
 
