@@ -142,7 +142,8 @@ class ClusterCatchup(System):
             shutil.rmtree(self.workdir / node_id, ignore_errors=True)
         mib = snap["bytes"] / MIB
         return Outcome(mib, snap["seconds"], stored=int(same), expected=1,  # type: ignore[arg-type]
-                       extra={"end_to_end_s": end_to_end, "snapshot_mib": mib})
+                       extra={"end_to_end_s": end_to_end, "snapshot_mib": mib,
+                              "transfer_s": snap.get("transfer_seconds", 0.0)})
 
     def run_env_copy(self, size_mib: int) -> Outcome:
         import lmdb

@@ -85,6 +85,37 @@ def _plain(row: list[Any]) -> list[Any]:
     return [bytes(v) if isinstance(v, (memoryview, bytearray)) else v for v in row]
 
 
+class Channel:
+    """Replication requests of a follower over its DEALER socket to the leader, matched to
+    their replies by request id (``rid``); replies to older requests are dropped."""
+
+    def __init__(self, sock: zmq.Socket[Any], next_rid: Any, stop: threading.Event) -> None:
+        self.sock = sock
+        self.next_rid = next_rid
+        self.stop = stop
+
+    def send(self, req: dict[str, Any]) -> int:
+        rid: int = self.next_rid()
+        self.sock.send(_pack({**req, "rid": rid}))
+        return rid
+
+    def wait(self, rid: int, timeout: float) -> dict[str, Any] | None:
+        """The reply to request ``rid``, or None after ``timeout`` seconds (or at stop)."""
+        deadline = time.monotonic() + timeout
+        while not self.stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            if self.sock.poll(int(min(remaining, 0.2) * 1000) + 1):
+                got: dict[str, Any] = _unpack(self.sock.recv())
+                if got.get("rid") == rid:
+                    return got
+        return None
+
+    def ask(self, req: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+        return self.wait(self.send(req), timeout)
+
+
 class Node:
     """A cluster member around one :class:`Core` (see the module docstring)."""
 
@@ -671,15 +702,12 @@ class Node:
                     sock.connect(want[0])
                     target = want
                 if self.need_snapshot:
-                    current = sock
-
-                    def ask(req: dict[str, Any], timeout: float = FETCH_TIMEOUT,
-                            on: zmq.Socket[Any] = current) -> dict[str, Any] | None:
+                    def next_rid() -> int:
                         nonlocal rid
                         rid += 1
-                        return self._ask(on, {**req, "rid": rid}, timeout)
+                        return rid
 
-                    if not self._resync(ask):
+                    if not self._resync(Channel(sock, next_rid, self._stop)):
                         sock.close(0)
                         sock, target = None, None
                         self._stop.wait(0.2)
@@ -710,26 +738,14 @@ class Node:
             if sock is not None:
                 sock.close(0)
 
-    def _ask(self, sock: zmq.Socket[Any], req: dict[str, Any], timeout: float) -> dict[str, Any] | None:
-        """Send one replication request; its reply (matched by ``rid``), or None on timeout."""
-        sock.send(_pack(req))
-        deadline = time.monotonic() + timeout
-        while not self._stop.is_set():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            if sock.poll(int(min(remaining, 0.2) * 1000) + 1):
-                got: dict[str, Any] = _unpack(sock.recv())
-                if got.get("rid") == req["rid"]:
-                    return got
-        return None
-
-    def _resync(self, ask: Any) -> bool:
+    def _resync(self, channel: Channel) -> bool:
         """Receive a snapshot of the leader's state and swap it in (see :mod:`.snapshot`);
         the log then restarts after the snapshot's position. False if the transfer failed
-        (it is retried from the start)."""
+        (it is retried from the start). The request for the next chunk goes out before the
+        current one is written, so the leader cuts and sends it meanwhile."""
         started = time.monotonic()
-        head = ask({"op": "snapshot", "sid": None, "node": self.node_id, "known": self.known_epoch})
+        head = channel.ask({"op": "snapshot", "sid": None, "node": self.node_id, "known": self.known_epoch},
+                           FETCH_TIMEOUT)
         if head is None or head.get("status") != "ok":
             return False
         if int(head.get("epoch", 0)) < self.known_epoch:
@@ -738,16 +754,23 @@ class Node:
         log.info("receiving a snapshot at index %d", position.index)
         sink = snap.SnapshotSink(self.core.path, position)
         try:
+            offset = 0
+            pending = channel.send({"op": "snapshot", "sid": head["sid"], "offset": offset, "node": self.node_id})
             while True:
-                rep = ask({"op": "snapshot", "sid": head["sid"], "offset": sink.received, "node": self.node_id},
-                          snap.TRANSFER_IDLE / 2)
+                rep = channel.wait(pending, snap.TRANSFER_IDLE / 2)
                 if rep is None or rep.get("status") != "ok":
                     log.warning("snapshot transfer interrupted after %d bytes; starting again", sink.received)
                     sink.abort()
                     return False
-                sink.write(rep["data"])
+                data: bytes = rep["data"]
+                offset += len(data)
+                if not rep.get("done"):
+                    pending = channel.send({"op": "snapshot", "sid": head["sid"], "offset": offset,
+                                            "node": self.node_id})
+                sink.write(data)
                 if rep.get("done"):
                     break
+            transferred = time.monotonic()
             sink.finish()
             with self._apply_lock:
                 with self.log.lock:
@@ -765,7 +788,8 @@ class Node:
                 self.diverged = False
                 self.snapshots_installed += 1
                 self.last_snapshot = {"index": position.index, "bytes": sink.received,
-                                      "seconds": time.monotonic() - started}
+                                      "seconds": time.monotonic() - started,
+                                      "transfer_seconds": transferred - started}
         except BaseException:
             sink.abort()
             raise
