@@ -155,6 +155,7 @@ class Node:
         self.need_snapshot = False  # the leader's log cannot bring this node up to date
         self.live_nodes: set[str] | None = None  # leader: nodes with a ZooKeeper session (None: unknown yet)
         self._transfers: dict[str, snap.SnapshotSource] = {}
+        self._installing: dict[str, tuple[int, float]] = {}  # node -> (snapshot index, sent at) until it fetches
         self._transfer_ids = 0
         self._apply_lock = threading.Lock()  # applying entries / swapping the state for a snapshot
         self.snapshots_sent = 0
@@ -399,6 +400,7 @@ class Node:
             now = self._next_now()
             self.epoch_start = self.log.append(new, now, [])  # commits every older entry with it
             self.match = {}
+            self._installing = {}
             self.live_nodes = None
             self.epoch = new
             self.lease_until = time.monotonic() + 0.5 * self.session_timeout
@@ -568,6 +570,7 @@ class Node:
             return
         node = str(req.get("node"))
         self.match[node] = prev
+        self._installing.pop(node, None)
         self._advance_commit()
         if not self._reply_fetch(ident, req):
             self._parked.append((ident, req, time.monotonic() + FETCH_PARK))
@@ -594,6 +597,7 @@ class Node:
                 self._send(ident, {"rid": rid, "status": "busy"})
                 return
             self._transfers[sid] = source
+            self._installing[str(req.get("node"))] = (source.position.index, time.monotonic())
             self._poller.register(source.fileno(), zmq.POLLIN)
             self.snapshots_sent += 1
             p = source.position
@@ -870,7 +874,9 @@ class Node:
         if self.leading:
             live = self.live_nodes
             needed = [m + 1 for n, m in list(self.match.items()) if live is None or n in live]
+            now = time.monotonic()
             needed += [t.position.index + 1 for t in list(self._transfers.values())]
+            needed += [i + 1 for i, at in list(self._installing.values()) if now - at < 2 * snap.TRANSFER_IDLE]
         bytes_upto = lg.index_to_fit(r.bytes - r.bytes // 8) if lg.size_bytes > r.bytes else None
         upto = trim_point(r, lg.base_index, lg.last_index, lg.size_bytes, self.applied, needed, bytes_upto)
         if upto > lg.base_index:
