@@ -141,7 +141,7 @@ class ClusterCatchup(System):
             node.stop()
             shutil.rmtree(self.workdir / node_id, ignore_errors=True)
         mib = snap["bytes"] / MIB
-        return Outcome(mib, snap["seconds"], stored=int(same), expected=1,  # type: ignore[arg-type]
+        return Outcome(mib, snap["seconds"], stored=int(same), expected=1,
                        extra={"end_to_end_s": end_to_end, "snapshot_mib": mib,
                               "transfer_s": snap.get("transfer_seconds", 0.0)})
 
@@ -165,5 +165,5 @@ class ClusterCatchup(System):
             env.close()
         mib = (dst / "data.mdb").stat().st_size / MIB
         shutil.rmtree(dst, ignore_errors=True)
-        return Outcome(mib, seconds, stored=int(mib > 0), expected=1,  # type: ignore[arg-type]
+        return Outcome(mib, seconds, stored=int(mib > 0), expected=1,
                        extra={"snapshot_mib": mib})

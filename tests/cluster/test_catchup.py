@@ -212,3 +212,33 @@ def test_sigkill_during_a_snapshot_transfer(small_log: Cluster) -> None:
     assert follower.status()["snapshots_installed"] == 1
     assert "deleted an unfinished snapshot download" in follower.log()
     assert not partial.parent.exists()
+
+
+def test_the_byte_bound_trims_even_for_a_live_follower(zk: ZooKeeperServer, tmp_path: Path) -> None:
+    """Past --log-retain-bytes the leader trims entries a live (paused) follower still needs;
+    that follower then catches up by snapshot."""
+    c = Cluster(zk, tmp_path, session=9.0, log_retain_entries=100_000, log_retain_bytes=1 << 16).start()
+    try:
+        leader = c.leader(timeout=30)
+        engine = c.connect(timeout=60)
+        c.closers.append(engine.close)
+        engine.create_stream("s")
+        producer = engine.producer("s")
+        producer.instant([b"first"])
+        lagging = c.followers(leader)[0]
+        eventually(lambda: leader.status()["match"].get(lagging.node_id) == leader.status()["last_index"], 60, 0.05,
+                   message="the follower is up to date")
+        lagging.pause()
+        try:
+            held = leader.status()["match"][lagging.node_id]
+            for i in range(8):  # 8 entries of 16 KiB: twice the byte bound
+                producer.instant([f"big{i}:".encode() + b"x" * (16 << 10)])
+            assert lagging.node_id in cluster_status(c.url)["nodes"], "still a live follower"
+            status = leader.status()
+            assert status["log_first"] > held + 1, f"trimmed past the live follower's position {held}: {status}"
+        finally:
+            lagging.resume()
+        converged(c)
+        assert lagging.status()["snapshots_installed"] == 1
+    finally:
+        c.stop()
