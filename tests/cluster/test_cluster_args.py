@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import tstreams_embedded as ts
@@ -42,19 +44,23 @@ def test_init_and_connect_errors(zk: ZooKeeperServer) -> None:
     assert init_cluster(f"zk://{zk.address}/x", 3, log_retain_entries=5)["log_retain_entries"] == 5
 
 
-def test_zookeeper_calls_are_bounded(zk: ZooKeeperServer) -> None:
+def test_zookeeper_calls_are_bounded(tmp_path: Path) -> None:
     """A ZooKeeper that accepted the connection but does not answer (SIGSTOP) makes a call
     fail with ClusterUnavailable after the bound, instead of hanging (Node.start, init,
     status and the cluster client use these calls)."""
+    zk = ZooKeeperServer(tmp_path / "zk")  # its own server: this test stops it
+    zk.start()
     client = zk.client(timeout=10)
-    client.start(timeout=10)
-    bounded = BoundedZk(client, timeout=1.0)
-    assert bounded.exists("/") is not None
-    zk.pause()
     try:
+        client.start(timeout=10)
+        bounded = BoundedZk(client, timeout=1.0)
+        assert bounded.exists("/") is not None
+        zk.pause()  # returns once the process is stopped
+        assert "State:\tT" in Path(f"/proc/{zk.pid}/status").read_text()
         with pytest.raises(errors.ClusterUnavailable, match="did not answer"):
-            bounded.get("/")
+            bounded.get("/zookeeper")
     finally:
         zk.resume()
         client.stop()
         client.close()
+        zk.cleanup()
