@@ -97,6 +97,8 @@ class Cluster:
         """The common state of all nodes once every node applied the same entries."""
         states = [n.state() for n in self.nodes]
         statuses = [n.status() for n in self.nodes]
+        if any("digest" not in s for s in states):  # (503 while a node swaps in a snapshot)
+            return None
         if len({s["digest"] for s in states}) == 1 and len({s["applied"] for s in statuses}) == 1:
             return states[0]
         return None

@@ -145,7 +145,12 @@ class _State(RequestHandler):
 
     def get(self) -> None:
         self.set_header("Content-Type", "application/json")
-        out = state_digest(self.node.core, with_items=self.get_argument("items", "0") == "1")
+        try:
+            out = state_digest(self.node.core, with_items=self.get_argument("items", "0") == "1")
+        except errors.EngineClosed as exc:  # a follower swapping in a snapshot, for a moment
+            self.set_status(503)
+            self.finish(json.dumps({"error": str(exc), "node": self.node.node_id}))
+            return
         self.finish(json.dumps({**out, "applied": self.node.applied, "node": self.node.node_id}))
 
 
