@@ -711,7 +711,12 @@ class Node:
                         rid += 1
                         return rid
 
-                    if not self._resync(Channel(sock, next_rid, self._stop)):
+                    try:
+                        installed = self._resync(Channel(sock, next_rid, self._stop))
+                    except Exception:  # noqa: BLE001 - e.g. a damaged copy: start the transfer again
+                        log.exception("installing a snapshot failed")
+                        installed = False
+                    if not installed:
                         sock.close(0)
                         sock, target = None, None
                         self._stop.wait(0.2)
