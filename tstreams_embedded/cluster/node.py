@@ -48,6 +48,7 @@ from .. import errors
 from ..engine import ops as O
 from ..engine.core import Core, wall_clock_ms
 from . import snapshot as snap
+from .channel import Channel
 from .log import Call, Entry, ReplicatedLog
 from .retention import Retention, trim_point
 from .zk import ACKS, BoundedZk, ZkAddress, decode_json, encode_json, quorum_of, required_acks
@@ -83,37 +84,6 @@ def outcome_from_wire(w: Sequence[Any]) -> tuple[bool, Any]:
 
 def _plain(row: list[Any]) -> list[Any]:
     return [bytes(v) if isinstance(v, (memoryview, bytearray)) else v for v in row]
-
-
-class Channel:
-    """Replication requests of a follower over its DEALER socket to the leader, matched to
-    their replies by request id (``rid``); replies to older requests are dropped."""
-
-    def __init__(self, sock: zmq.Socket[Any], next_rid: Any, stop: threading.Event) -> None:
-        self.sock = sock
-        self.next_rid = next_rid
-        self.stop = stop
-
-    def send(self, req: dict[str, Any]) -> int:
-        rid: int = self.next_rid()
-        self.sock.send(_pack({**req, "rid": rid}))
-        return rid
-
-    def wait(self, rid: int, timeout: float) -> dict[str, Any] | None:
-        """The reply to request ``rid``, or None after ``timeout`` seconds (or at stop)."""
-        deadline = time.monotonic() + timeout
-        while not self.stop.is_set():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            if self.sock.poll(int(min(remaining, 0.2) * 1000) + 1):
-                got: dict[str, Any] = _unpack(self.sock.recv())
-                if got.get("rid") == rid:
-                    return got
-        return None
-
-    def ask(self, req: dict[str, Any], timeout: float) -> dict[str, Any] | None:
-        return self.wait(self.send(req), timeout)
 
 
 class Node:
@@ -154,11 +124,7 @@ class Node:
         self.retention = Retention()
         self.need_snapshot = False  # the leader's log cannot bring this node up to date
         self.live_nodes: set[str] | None = None  # leader: nodes with a ZooKeeper session (None: unknown yet)
-        self._transfers: dict[str, snap.SnapshotSource] = {}
-        self._installing: dict[str, tuple[int, float]] = {}  # node -> (snapshot index, sent at) until it fetches
-        self._transfer_ids = 0
         self._apply_lock = threading.Lock()  # applying entries / swapping the state for a snapshot
-        self.snapshots_sent = 0
         self.snapshots_installed = 0
         self.last_snapshot: dict[str, float] = {}  # bytes and seconds of the last snapshot installed
         self.log_trimmed = 0
@@ -191,7 +157,7 @@ class Node:
         self._router.bind(repl_bind)
         self.repl_endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         self._parked: list[tuple[bytes, dict[str, Any], float]] = []
-        self._poller = zmq.Poller()  # the replication loop's (set when it starts)
+        self.snapshot_server = snap.SnapshotServer(self._send)  # leader: snapshots being sent
         from kazoo.client import KazooClient
 
         self.zk = KazooClient(hosts=self.addr.hosts, timeout=self.session_timeout)
@@ -243,9 +209,7 @@ class Node:
             self.zk.close()
         except Exception:  # noqa: BLE001
             pass
-        for transfer in list(self._transfers.values()):
-            transfer.close()
-        self._transfers.clear()
+        self.snapshot_server.close()
         self._router.close(0)
         self.log.close()
         for fd in (self._wake_r, self._wake_w):
@@ -275,7 +239,7 @@ class Node:
                 "http": self.http, "epoch": self.epoch or self.known_epoch, "last_index": self.log.last_index,
                 "last_epoch": self.log.last_epoch, "commit": self.log.commit_index, "applied": self.applied,
                 "diverged": self.diverged, "log_first": self.log.first_index, "needs_snapshot": self.need_snapshot,
-                "snapshots_sent": self.snapshots_sent, "snapshots_installed": self.snapshots_installed,
+                "snapshots_sent": self.snapshot_server.started, "snapshots_installed": self.snapshots_installed,
                 "last_snapshot": self.last_snapshot}
 
     _published: dict[str, Any] = {}
@@ -400,7 +364,7 @@ class Node:
             now = self._next_now()
             self.epoch_start = self.log.append(new, now, [])  # commits every older entry with it
             self.match = {}
-            self._installing = {}
+            self.snapshot_server.reset()
             self.live_nodes = None
             self.epoch = new
             self.lease_until = time.monotonic() + 0.5 * self.session_timeout
@@ -494,13 +458,13 @@ class Node:
         poller = zmq.Poller()
         poller.register(self._router, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
-        self._poller = poller
+        self.snapshot_server.attach(poller)
         while not self._stop.is_set():
             try:
                 events = dict(poller.poll(50))
             except zmq.ZMQError:
                 return
-            self._serve_transfers()
+            self.snapshot_server.serve()
             if self._wake_r in events:
                 try:
                     while os.read(self._wake_r, 4096):
@@ -542,8 +506,14 @@ class Node:
             self._send(ident, {"ok": True, "last_epoch": position[0], "last_index": position[1]})
         elif op == "fetch":
             self._on_fetch(ident, req)
-        elif op == "snapshot":
-            self._on_snapshot(ident, req)
+        elif op == "snapshot":  # see snapshot.SnapshotServer
+            if req.get("sid") is not None:
+                self.snapshot_server.chunk(ident, req)
+            elif not self.leading:
+                self._send(ident, {"rid": req.get("rid"), "status": "not_leader"})
+            else:
+                self.snapshot_server.begin(ident, req, self.epoch, self.core.store, self.cdb,
+                                           self.log.epoch_at(self.applied), self.log.now_at(self.applied))
         else:
             self._send(ident, {"error": f"unknown replication operation {op!r}"})
 
@@ -570,82 +540,10 @@ class Node:
             return
         node = str(req.get("node"))
         self.match[node] = prev
-        self._installing.pop(node, None)
+        self.snapshot_server.fetched(node)
         self._advance_commit()
         if not self._reply_fetch(ident, req):
             self._parked.append((ident, req, time.monotonic() + FETCH_PARK))
-
-    def _on_snapshot(self, ident: bytes, req: dict[str, Any]) -> None:
-        """``snapshot(sid=None)`` starts a transfer and answers its position; ``snapshot(sid,
-        offset)`` asks for the next chunk (see :mod:`.snapshot`)."""
-        rid = req.get("rid")
-        sid = req.get("sid")
-        if sid is None:
-            if not self.leading:
-                self._send(ident, {"rid": rid, "status": "not_leader"})
-                return
-            if len(self._transfers) >= snap.MAX_TRANSFERS:
-                self._send(ident, {"rid": rid, "status": "busy"})
-                return
-            self._transfer_ids += 1
-            sid = f"{self.epoch}-{self._transfer_ids}"
-            base = self.log.base_index
-            source = snap.SnapshotSource(sid, self.core.store, self.cdb, self.log.epoch_at(self.applied),
-                                         self.log.now_at(self.applied))
-            if source.position.index < base:  # cannot happen: the log is never trimmed past the applied index
-                source.close()
-                self._send(ident, {"rid": rid, "status": "busy"})
-                return
-            self._transfers[sid] = source
-            self._installing[str(req.get("node"))] = (source.position.index, time.monotonic())
-            self._poller.register(source.fileno(), zmq.POLLIN)
-            self.snapshots_sent += 1
-            p = source.position
-            log.info("sending a snapshot at index %d to %s", p.index, req.get("node"))
-            self._send(ident, {"rid": rid, "status": "ok", "sid": sid, "epoch": self.epoch, "index": p.index,
-                               "index_epoch": p.epoch, "now_ms": p.now_ms})
-            return
-        running = self._transfers.get(str(sid))
-        if running is None or int(req.get("offset", -1)) != running.sent or running.waiting is not None:
-            self._send(ident, {"rid": rid, "status": "gone"})
-            return
-        running.waiting = (ident, req)
-        self._serve_transfer(running)
-
-    def _serve_transfer(self, source: snap.SnapshotSource) -> None:
-        if source.waiting is None:
-            return
-        ident, req = source.waiting
-        try:
-            data = source.read_chunk()
-        except errors.ClusterUnavailable as exc:
-            log.warning("snapshot %s: %s", source.sid, exc)
-            self._send(ident, {"rid": req.get("rid"), "status": "gone"})
-            self._end_transfer(source)
-            return
-        if data is None:
-            return  # parked until the pipe is readable
-        source.waiting = None
-        self._send(ident, {"rid": req.get("rid"), "status": "ok", "data": data, "done": source.finished})
-        if source.finished:
-            self._end_transfer(source)
-
-    def _end_transfer(self, source: snap.SnapshotSource) -> None:
-        try:
-            self._poller.unregister(source.fileno())
-        except KeyError:
-            pass
-        self._transfers.pop(source.sid, None)
-        source.close()
-
-    def _serve_transfers(self) -> None:
-        now = time.monotonic()
-        for source in list(self._transfers.values()):
-            if source.idle(now):
-                log.warning("snapshot %s: no request for %.0f s; closed", source.sid, snap.TRANSFER_IDLE)
-                self._end_transfer(source)
-            else:
-                self._serve_transfer(source)
 
     def _reply_fetch(self, ident: bytes, req: dict[str, Any], force: bool = False) -> bool:
         start = int(req["from"])
@@ -748,39 +646,14 @@ class Node:
                 sock.close(0)
 
     def _resync(self, channel: Channel) -> bool:
-        """Receive a snapshot of the leader's state and swap it in (see :mod:`.snapshot`);
+        """Receive a snapshot of the leader's state (:func:`.snapshot.receive`) and swap it in;
         the log then restarts after the snapshot's position. False if the transfer failed
-        (it is retried from the start). The request for the next chunk goes out before the
-        current one is written, so the leader cuts and sends it meanwhile."""
-        started = time.monotonic()
-        head = channel.ask({"op": "snapshot", "sid": None, "node": self.node_id, "known": self.known_epoch},
-                           FETCH_TIMEOUT)
-        if head is None or head.get("status") != "ok":
+        (it is retried from the start)."""
+        sink = snap.receive(channel, self.core.path, self.node_id, self.known_epoch)
+        if sink is None:
             return False
-        if int(head.get("epoch", 0)) < self.known_epoch:
-            return False
-        position = snap.Position(int(head["index"]), int(head["index_epoch"]), int(head["now_ms"]))
-        log.info("receiving a snapshot at index %d", position.index)
-        sink = snap.SnapshotSink(self.core.path, position)
+        position = sink.position
         try:
-            offset = 0
-            pending = channel.send({"op": "snapshot", "sid": head["sid"], "offset": offset, "node": self.node_id})
-            while True:
-                rep = channel.wait(pending, snap.TRANSFER_IDLE / 2)
-                if rep is None or rep.get("status") != "ok":
-                    log.warning("snapshot transfer interrupted after %d bytes; starting again", sink.received)
-                    sink.abort()
-                    return False
-                data: bytes = rep["data"]
-                offset += len(data)
-                if not rep.get("done"):
-                    pending = channel.send({"op": "snapshot", "sid": head["sid"], "offset": offset,
-                                            "node": self.node_id})
-                sink.write(data)
-                if rep.get("done"):
-                    break
-            transferred = time.monotonic()
-            sink.finish()
             with self._apply_lock:
                 with self.log.lock:
                     if self.leading or self.role == "candidate":
@@ -797,8 +670,8 @@ class Node:
                 self.diverged = False
                 self.snapshots_installed += 1
                 self.last_snapshot = {"index": position.index, "bytes": sink.received,
-                                      "seconds": time.monotonic() - started,
-                                      "transfer_seconds": transferred - started}
+                                      "seconds": time.monotonic() - sink.started,
+                                      "transfer_seconds": sink.transferred - sink.started}
         except BaseException:
             sink.abort()
             raise
@@ -879,9 +752,7 @@ class Node:
         if self.leading:
             live = self.live_nodes
             needed = [m + 1 for n, m in list(self.match.items()) if live is None or n in live]
-            now = time.monotonic()
-            needed += [t.position.index + 1 for t in list(self._transfers.values())]
-            needed += [i + 1 for i, at in list(self._installing.values()) if now - at < 2 * snap.TRANSFER_IDLE]
+            needed += self.snapshot_server.needed_from()
         bytes_upto = lg.index_to_fit(r.bytes - r.bytes // 8) if lg.size_bytes > r.bytes else None
         upto = trim_point(r, lg.base_index, lg.last_index, lg.size_bytes, self.applied, needed, bytes_upto)
         if upto > lg.base_index:

@@ -1,5 +1,7 @@
 """Snapshot transfer: a consistent hot copy of a node's state environment, streamed over
 the replication channel to a follower that the log can no longer bring up to date.
+:class:`SnapshotServer` is the leader's side of the protocol, :func:`receive` the
+follower's; :class:`~.node.Node` wires them to its replication loop and its state.
 
 **Leader** (:class:`SnapshotSource`): one read transaction of the state environment pins a
 consistent view; it holds the node's *applied position* (index, epoch and time of the last
@@ -41,16 +43,19 @@ import shutil
 import struct
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
 import lmdb
+import zmq
 
 from .. import errors
 from ..engine import directory
 from ..engine.core import Core
 from ..engine.store import Store
+from .channel import Channel
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +226,119 @@ class SnapshotSource:
         self._stack.close()
 
 
+class SnapshotServer:
+    """The leader's side of the protocol: the transfers in flight, served by the replication
+    loop (one thread), which polls their :meth:`SnapshotSource.fileno`.
+
+    * ``snapshot(sid=None, node)`` (:meth:`begin`) starts a copy and answers its position
+      ``{sid, index, index_epoch, now_ms}``; ``busy`` when :data:`MAX_TRANSFERS` run;
+    * ``snapshot(sid, offset)`` (:meth:`chunk`) answers the next chunk ``{data, done}``, or
+      parks the request until one is ready; ``gone`` for an unknown transfer or an offset
+      that is not where the transfer stands (the follower starts again).
+
+    It also remembers, per receiving node, the index its snapshot stops at until that node
+    fetches again (:meth:`fetched`): :meth:`needed_from` tells the log trimming to keep the
+    entries after it."""
+
+    def __init__(self, send: Callable[[bytes, dict[str, Any]], None]) -> None:
+        self.send = send
+        self.poller: Any = None
+        self.transfers: dict[str, SnapshotSource] = {}
+        self.installing: dict[str, tuple[int, float]] = {}  # node -> (snapshot index, sent at)
+        self.started = 0
+
+    def attach(self, poller: Any) -> None:
+        """The replication loop's poller (a ``zmq.Poller``): transfers register their fd in it."""
+        self.poller = poller
+
+    def begin(self, ident: bytes, req: dict[str, Any], epoch: int, store: Store, cdb: Any,
+              fallback_epoch: int | None, fallback_now: int | None) -> None:
+        rid = req.get("rid")
+        if len(self.transfers) >= MAX_TRANSFERS:
+            self.send(ident, {"rid": rid, "status": "busy"})
+            return
+        self.started += 1
+        sid = f"{epoch}-{self.started}"
+        source = SnapshotSource(sid, store, cdb, fallback_epoch, fallback_now)
+        self.transfers[sid] = source
+        self.installing[str(req.get("node"))] = (source.position.index, time.monotonic())
+        if self.poller is not None:
+            self.poller.register(source.fileno(), zmq.POLLIN)
+        p = source.position
+        log.info("sending a snapshot at index %d to %s", p.index, req.get("node"))
+        self.send(ident, {"rid": rid, "status": "ok", "sid": sid, "epoch": epoch, "index": p.index,
+                          "index_epoch": p.epoch, "now_ms": p.now_ms})
+
+    def chunk(self, ident: bytes, req: dict[str, Any]) -> None:
+        running = self.transfers.get(str(req.get("sid")))
+        try:
+            offset = int(req.get("offset", -1))
+        except (TypeError, ValueError):
+            offset = -1
+        if running is None or offset != running.sent or running.waiting is not None:
+            self.send(ident, {"rid": req.get("rid"), "status": "gone"})
+            return
+        running.waiting = (ident, req)
+        self._serve(running)
+
+    def _serve(self, source: SnapshotSource) -> None:
+        if source.waiting is None:
+            return
+        ident, req = source.waiting
+        try:
+            data = source.read_chunk()
+        except errors.ClusterUnavailable as exc:
+            log.warning("snapshot %s: %s", source.sid, exc)
+            self.send(ident, {"rid": req.get("rid"), "status": "gone"})
+            self._end(source)
+            return
+        if data is None:
+            return  # parked until the pump signals
+        source.waiting = None
+        self.send(ident, {"rid": req.get("rid"), "status": "ok", "data": data, "done": source.finished})
+        if source.finished:
+            self._end(source)
+
+    def _end(self, source: SnapshotSource) -> None:
+        if self.poller is not None:
+            try:
+                self.poller.unregister(source.fileno())
+            except KeyError:
+                pass
+        self.transfers.pop(source.sid, None)
+        source.close()
+
+    def serve(self) -> None:
+        """Answer parked chunk requests that can be answered; close idle transfers."""
+        now = time.monotonic()
+        for source in list(self.transfers.values()):
+            if source.idle(now):
+                log.warning("snapshot %s: no request for %.0f s; closed", source.sid, TRANSFER_IDLE)
+                self._end(source)
+            else:
+                self._serve(source)
+
+    def fetched(self, node: str) -> None:
+        """``node`` fetched from the log: it no longer depends on a snapshot's position."""
+        self.installing.pop(node, None)
+
+    def needed_from(self) -> list[int]:
+        """First log indexes that transfers in flight, and snapshots sent but not followed by
+        a fetch yet (for at most 2 × :data:`TRANSFER_IDLE`), still need."""
+        now = time.monotonic()
+        out = [t.position.index + 1 for t in list(self.transfers.values())]
+        out += [i + 1 for i, at in list(self.installing.values()) if now - at < 2 * TRANSFER_IDLE]
+        return out
+
+    def reset(self) -> None:
+        """A new leadership: forget who was installing what."""
+        self.installing = {}
+
+    def close(self) -> None:
+        for source in list(self.transfers.values()):
+            self._end(source)
+
+
 # ------------------------------------------------------------------------------ follower side
 def partial_dir(data: str) -> str:
     return os.path.join(data, PARTIAL_DIR)
@@ -255,6 +373,8 @@ class SnapshotSink:
         self.file = os.path.join(self.dir, directory.DATA_FILE)
         self._fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         self.received = 0
+        self.started = time.monotonic()
+        self.transferred = 0.0  # when the last chunk arrived
 
     def write(self, chunk: bytes) -> None:
         view = memoryview(chunk)
@@ -296,6 +416,44 @@ class SnapshotSink:
             os.close(self._fd)
             self._fd = -1
         discard_partial(self.data)
+
+
+def receive(channel: Channel, data: str, node_id: str, known_epoch: int) -> SnapshotSink | None:
+    """The follower's side of the protocol (see :class:`SnapshotServer`): receive a snapshot
+    into ``data``'s partial directory and :meth:`~SnapshotSink.finish` it; the sink (with
+    its :attr:`~SnapshotSink.position`), or None if the transfer failed (the partial copy is
+    then deleted; the caller starts again). The request for the next chunk goes out before
+    the current one is written, so the leader cuts and sends it meanwhile."""
+    started = time.monotonic()
+    head = channel.ask({"op": "snapshot", "sid": None, "node": node_id, "known": known_epoch}, 2.0)
+    if head is None or head.get("status") != "ok" or int(head.get("epoch", 0)) < known_epoch:
+        return None
+    position = Position(int(head["index"]), int(head["index_epoch"]), int(head["now_ms"]))
+    log.info("receiving a snapshot at index %d", position.index)
+    sink = SnapshotSink(data, position)
+    sink.started = started
+    try:
+        offset = 0
+        pending = channel.send({"op": "snapshot", "sid": head["sid"], "offset": offset, "node": node_id})
+        while True:
+            rep = channel.wait(pending, TRANSFER_IDLE / 2)
+            if rep is None or rep.get("status") != "ok":
+                log.warning("snapshot transfer interrupted after %d bytes; starting again", sink.received)
+                sink.abort()
+                return None
+            chunk: bytes = rep["data"]
+            offset += len(chunk)
+            if not rep.get("done"):
+                pending = channel.send({"op": "snapshot", "sid": head["sid"], "offset": offset, "node": node_id})
+            sink.write(chunk)
+            if rep.get("done"):
+                break
+        sink.transferred = time.monotonic()
+        sink.finish()
+    except BaseException:
+        sink.abort()
+        raise
+    return sink
 
 
 def install(core: Core, sink: SnapshotSink) -> None:
