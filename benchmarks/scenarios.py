@@ -458,12 +458,32 @@ STREAMS_GOALS = (
          metric="seconds", at_most=1.0, unit="s"),
 )
 
+# --- cluster catch-up: an empty node joins a leader holding N MiB (benchmarks/systems/cluster_catchup.py) ----
+CATCHUP_SCENARIOS = (
+    Scenario(
+        "cluster-catchup", "catchup", "Catch-up of an empty node by snapshot", "catchup",
+        "A new node with an empty data directory joins a leader holding N MiB and receives a streamed hot "
+        "snapshot of its LMDB environment (transfer, fsync, swap; timed by the node), against LMDB's own "
+        "env.copy(compact=True) of the same environment to local disk plus an fsync.",
+        (Variant("cluster-catchup", "ours: empty node catch-up (snapshot)", method="catchup"),
+         Variant("cluster-catchup", "LMDB env.copy to local disk", method="env_copy")),
+        {"tiny": {"size_mib": 4}, "quick": {"size_mib": 20}, "full": {"size_mib": 1024}},
+        unit="MiB/s", isolation="shared",
+    ),
+)
+
+CATCHUP_GOALS = (
+    Goal("catchup", "empty-node catch-up >= 0.5x LMDB env.copy to local disk",
+         "ours: empty node catch-up (snapshot)", "LMDB env.copy to local disk", at_least=0.5),
+)
+
 SUITES: dict[str, tuple[tuple[Scenario, ...], tuple[Goal, ...]]] = {
     "peers": (PEER_SCENARIOS, PEER_GOALS),
     "engine": (ENGINE_SCENARIOS, ENGINE_GOALS),
     "net": (NET_SCENARIOS, NET_GOALS),
     "spark": (SPARK_SCENARIOS, SPARK_GOALS),
     "streams": (STREAMS_SCENARIOS, STREAMS_GOALS),
+    "cluster-catchup": (CATCHUP_SCENARIOS, CATCHUP_GOALS),
 }
 SCENARIOS = PEER_SCENARIOS
 BY_ID = {s.id: s for s in PEER_SCENARIOS}

@@ -35,6 +35,8 @@ REGISTRY: dict[str, str] = {
     "python-floor-orjson": "benchmarks.systems.stream_jobs:PythonFloorOrjson",
     "bytewax": "benchmarks.systems.stream_jobs:Bytewax",
     "pathway": "benchmarks.systems.stream_jobs:Pathway",
+    # cluster catch-up
+    "cluster-catchup": "benchmarks.systems.cluster_catchup:ClusterCatchup",
 }
 OURS = ("ours-embedded", "ours-zmq")
 PEERS = ("redis-everysec", "redis-always", "sqlite-wal-full", "lmdb-raw")

@@ -23,11 +23,12 @@ _paths = itertools.count(1)
 class ClusterNode(ServeProcess):
     """``tstreams serve --cluster`` in a child process."""
 
-    def __init__(self, node_id: str, data: Path, workdir: Path, url: str, acks: str | None = None) -> None:
+    def __init__(self, node_id: str, data: Path, workdir: Path, url: str, acks: str | None = None,
+                 session: float = SESSION) -> None:
         self.node_id = node_id
         self.http_port = free_port()
         args = ["--cluster", url, "--node-id", node_id, "--http", f"127.0.0.1:{self.http_port}",
-                "--session-timeout", str(SESSION)]
+                "--session-timeout", str(session)]
         if acks:
             args += ["--acks", acks]
         super().__init__(data, workdir, extra_args=args, name=node_id, log_level="INFO")
@@ -53,10 +54,16 @@ class ClusterNode(ServeProcess):
 
 
 class Cluster:
-    def __init__(self, zk: ZooKeeperServer, root: Path, n: int = 3, acks: str | None = None) -> None:
+    def __init__(self, zk: ZooKeeperServer, root: Path, n: int = 3, acks: str | None = None,
+                 session: float = SESSION, **config: Any) -> None:
+        """``config``: more cluster settings for ``init_cluster`` (e.g. ``log_retain_entries``)."""
         self.url = f"zk://{zk.address}/c{next(_paths)}"
-        init_cluster(self.url, n)
-        self.nodes = [ClusterNode(f"n{i}", root / f"n{i}", root / "logs", self.url, acks) for i in range(1, n + 1)]
+        self.root = root
+        self.session = session
+        self.closers: list[Any] = []  # clients to close at stop (also when a test fails)
+        init_cluster(self.url, n, **config)
+        self.nodes = [ClusterNode(f"n{i}", root / f"n{i}", root / "logs", self.url, acks, session)
+                      for i in range(1, n + 1)]
 
     def start(self) -> Cluster:
         for node in self.nodes:
@@ -71,6 +78,12 @@ class Cluster:
         found: ClusterNode = eventually(find, timeout, 0.05, message="one serving leader")
         return found
 
+    def add_node(self, node_id: str) -> ClusterNode:
+        """A new node with an empty data directory (not started)."""
+        node = ClusterNode(node_id, self.root / node_id, self.root / "logs", self.url, session=self.session)
+        self.nodes.append(node)
+        return node
+
     def followers(self, leader: ClusterNode) -> list[ClusterNode]:
         return [n for n in self.nodes if n is not leader]
 
@@ -84,11 +97,15 @@ class Cluster:
         """The common state of all nodes once every node applied the same entries."""
         states = [n.state() for n in self.nodes]
         statuses = [n.status() for n in self.nodes]
+        if any("digest" not in s for s in states):  # (503 while a node swaps in a snapshot)
+            return None
         if len({s["digest"] for s in states}) == 1 and len({s["applied"] for s in statuses}) == 1:
             return states[0]
         return None
 
     def stop(self) -> None:
+        for close in self.closers:
+            close()
         for node in self.nodes:
             node.stop()
 

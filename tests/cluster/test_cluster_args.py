@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.cluster import ZkAddress, init_cluster
-from tstreams_embedded.cluster.zk import required_acks
+from tstreams_embedded.cluster.zk import BoundedZk, required_acks
 from tstreams_embedded.testing import ZooKeeperServer
 
 
@@ -34,4 +36,31 @@ def test_init_and_connect_errors(zk: ZooKeeperServer) -> None:
         init_cluster(f"zk://{zk.address}/x", 3, acks="most")
     with pytest.raises(errors.InvalidArgument, match="cluster init"):
         ts.connect(f"zk://{zk.address}/never-initialised", timeout=5)
-    assert init_cluster(f"zk://{zk.address}/x", 3) == {"nodes": 3, "acks": "quorum"}
+    for bad in ({"log_retain_entries": -1}, {"log_retain_bytes": 1}, {"log_retain_entries": "10"}):
+        with pytest.raises(errors.InvalidArgument, match="log_retain"):
+            init_cluster(f"zk://{zk.address}/x", 3, **bad)  # type: ignore[arg-type]
+    assert init_cluster(f"zk://{zk.address}/x", 3) == {"nodes": 3, "acks": "quorum", "log_retain_entries": 100_000,
+                                                       "log_retain_bytes": 256 << 20}
+    assert init_cluster(f"zk://{zk.address}/x", 3, log_retain_entries=5)["log_retain_entries"] == 5
+
+
+def test_zookeeper_calls_are_bounded(tmp_path: Path) -> None:
+    """A ZooKeeper that accepted the connection but does not answer (SIGSTOP) makes a call
+    fail with ClusterUnavailable after the bound, instead of hanging (Node.start, init,
+    status and the cluster client use these calls)."""
+    zk = ZooKeeperServer(tmp_path / "zk")  # its own server: this test stops it
+    zk.start()
+    client = zk.client(timeout=10)
+    try:
+        client.start(timeout=10)
+        bounded = BoundedZk(client, timeout=1.0)
+        assert bounded.exists("/") is not None
+        zk.pause()  # returns once the process is stopped
+        assert "State:\tT" in Path(f"/proc/{zk.pid}/status").read_text()
+        with pytest.raises(errors.ClusterUnavailable, match="did not answer"):
+            bounded.get("/zookeeper")
+    finally:
+        zk.resume()
+        client.stop()
+        client.close()
+        zk.cleanup()

@@ -15,6 +15,7 @@ import click
 
 from ..net.cli import configure_logging
 from ..net.cli import serve as node_serve
+from .retention import DEFAULT_RETAIN_BYTES, DEFAULT_RETAIN_ENTRIES
 from .zk import ACKS, cluster_status, init_cluster
 
 CLUSTER_OPTIONS = [
@@ -62,9 +63,14 @@ def cluster() -> None:
 @click.option("--nodes", type=int, required=True, help="Number of nodes (quorums are counted on it).")
 @click.option("--acks", type=click.Choice(ACKS), default="quorum", show_default=True,
               help="When a write is acknowledged: held by a majority, by all nodes, or by the leader only.")
-def init(url: str, nodes: int, acks: str) -> None:
-    """Record the cluster at URL (zk://host:port/path): its size and acks setting."""
-    click.echo(json.dumps(init_cluster(url, nodes, acks)))
+@click.option("--log-retain-entries", type=int, default=DEFAULT_RETAIN_ENTRIES, show_default=True,
+              help="Replicated log entries each node keeps (more while a live follower still needs them).")
+@click.option("--log-retain-bytes", type=int, default=DEFAULT_RETAIN_BYTES, show_default=True,
+              help="Hard bound on each node's replicated log; a follower behind it catches up by snapshot.")
+def init(url: str, nodes: int, acks: str, log_retain_entries: int, log_retain_bytes: int) -> None:
+    """Record the cluster at URL (zk://host:port/path): its size, acks and log retention."""
+    click.echo(json.dumps(init_cluster(url, nodes, acks, log_retain_entries=log_retain_entries,
+                                       log_retain_bytes=log_retain_bytes)))
 
 
 @cluster.command("status")

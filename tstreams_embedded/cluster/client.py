@@ -27,7 +27,7 @@ from ..engine import ops as O
 from ..engine.backend import ConsumerInfo, Fetched, IndexScan, PartitionInfo, StreamInfo, TxnData
 from ..net import framing
 from ..net.client import RemoteBackend, encode_submit
-from .zk import ZkAddress, decode_json
+from .zk import BoundedZk, ZkAddress, decode_json
 
 T = TypeVar("T")
 
@@ -68,9 +68,13 @@ class ClusterBackend:
             self._zk.start(timeout=zk_timeout)
         except Exception as exc:  # noqa: BLE001
             raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {self.addr.hosts}: {exc}") from exc
-        if self._zk.exists(self.addr.config) is None:
+        try:
+            if BoundedZk(self._zk, zk_timeout).exists(self.addr.config) is None:
+                raise errors.InvalidArgument(f"no cluster at {self.addr}: run 'tstreams cluster init' first")
+        except BaseException:
             self._zk.stop()
-            raise errors.InvalidArgument(f"no cluster at {self.addr}: run 'tstreams cluster init' first")
+            self._zk.close()
+            raise
         self._zk.DataWatch(self.addr.leader, self._on_leader)
 
     def __repr__(self) -> str:

@@ -9,6 +9,15 @@ Every append is synced (LMDB's own two-step commit) before it returns: an entry 
 reports as held is on its disk. The commit index is stored with each append (never synced on its
 own: after a crash it may lag, and the leader tells it again; the state's applied index is
 a floor for it).
+
+**Trimming.** The log keeps a suffix of the history: entries ``first_index … last_index``.
+What was trimmed is summed up by its **base** ``(index, epoch, now_ms)`` of the last removed
+entry (Raft's *lastIncludedIndex/Term*), stored in the same LMDB transaction as the removal,
+so that the log-matching check (``epoch_at(first_index - 1)``) and the leader's clock
+(``now_at``) still work at the boundary. :meth:`ReplicatedLog.trim_upto` removes a prefix
+(the node decides how far: :mod:`.retention`); :meth:`ReplicatedLog.reset` empties the log
+onto a new base after a snapshot was installed (:mod:`.snapshot`). An empty log has the
+base ``(0, 0, 0)``, so ``last_index`` is the base index when no entry follows it.
 """
 
 from __future__ import annotations
@@ -22,8 +31,14 @@ from typing import Any, cast
 import lmdb
 import msgpack
 
+from .. import errors
+
 U64 = struct.Struct(">Q")
+BASE = struct.Struct(">QQQ")  # index, epoch, now_ms of the last trimmed entry
 _COMMIT = b"commit"
+_BASE = b"base"
+_BYTES = b"bytes"
+TRIM_SLICE = 10_000  # entries removed per write transaction
 
 Call = list[Any]
 """``[client_id | None, seq, durable, rows]``."""
@@ -67,15 +82,29 @@ class ReplicatedLog:
         self.entries = self.env.open_db(b"entries")
         self.meta = self.env.open_db(b"meta")
         self.lock = threading.RLock()
+        self._base = (0, 0, 0)
         self._last = (0, 0)
+        self._last_now = 0
         self._commit = 0
+        self._bytes = 0
         with self.env.begin() as txn:
+            raw = txn.get(_BASE, db=self.meta)
+            if raw:
+                self._base = cast(tuple[int, int, int], BASE.unpack(raw))
             cur = txn.cursor(db=self.entries)
             if cur.last():
                 idx = U64.unpack(cur.key())[0]
-                self._last = (idx, _unpack(idx, cur.value()).epoch)
+                e = _unpack(idx, cur.value())
+                self._last, self._last_now = (idx, e.epoch), e.now_ms
+            else:
+                self._last, self._last_now = (self._base[0], self._base[1]), self._base[2]
             raw = txn.get(_COMMIT, db=self.meta)
-            self._commit = min(U64.unpack(raw)[0], self._last[0]) if raw else 0
+            self._commit = max(self._base[0], min(U64.unpack(raw)[0], self._last[0])) if raw else self._base[0]
+            raw = txn.get(_BYTES, db=self.meta)
+            if raw:
+                self._bytes = U64.unpack(raw)[0]
+            else:  # a log written before sizes were kept: count once
+                self._bytes = sum(len(v) for _, v in txn.cursor(db=self.entries))
 
     # ------------------------------------------------------------------ positions
     @property
@@ -90,36 +119,94 @@ class ReplicatedLog:
     def commit_index(self) -> int:
         return self._commit
 
+    @property
+    def base_index(self) -> int:
+        """The index of the last trimmed entry (0 if none): entries start after it."""
+        return self._base[0]
+
+    @property
+    def base_epoch(self) -> int:
+        return self._base[1]
+
+    @property
+    def first_index(self) -> int:
+        """The index of the oldest entry the log holds (``last_index + 1`` when empty)."""
+        return self._base[0] + 1
+
+    @property
+    def count(self) -> int:
+        """How many entries the log holds."""
+        return self._last[0] - self._base[0]
+
+    @property
+    def size_bytes(self) -> int:
+        """The encoded size of the entries the log holds."""
+        return self._bytes
+
     def position(self) -> tuple[int, int]:
         """``(last epoch, last index)``: the order in which logs are compared for election."""
         return self._last[1], self._last[0]
 
     def epoch_at(self, index: int) -> int | None:
-        """The epoch of entry ``index`` (0 for index 0), ``None`` if absent."""
-        if index == 0:
-            return 0
+        """The epoch of entry ``index`` (the base's at the base index, 0 for index 0),
+        ``None`` if the log does not know it (trimmed or not there yet)."""
+        base = self._base
+        if index == base[0]:
+            return base[1]
+        if index < base[0]:
+            return None
         if index == self._last[0]:
             return self._last[1]
         with self.env.begin() as txn:
             raw = txn.get(U64.pack(index), db=self.entries)
         return None if raw is None else _unpack(index, raw).epoch
 
+    def now_at(self, index: int) -> int | None:
+        """The ``now_ms`` of entry ``index`` (the base's at the base index), ``None`` if unknown."""
+        base = self._base
+        if index == base[0]:
+            return base[2]
+        if index < base[0]:
+            return None
+        if index == self._last[0]:
+            return self._last_now
+        with self.env.begin() as txn:
+            raw = txn.get(U64.pack(index), db=self.entries)
+        return None if raw is None else _unpack(index, raw).now_ms
+
     def end_of_epoch(self, epoch: int) -> int:
-        """The largest index whose entry's epoch is <= ``epoch`` (0 if none)."""
+        """The largest index whose entry's epoch is <= ``epoch``, as far as the log knows:
+        the base index if only the base qualifies, 0 if nothing does."""
         with self.env.begin() as txn:
             cur = txn.cursor(db=self.entries)
-            if not cur.last():
-                return 0
-            while True:
-                idx = U64.unpack(cur.key())[0]
-                if _unpack(idx, cur.value()).epoch <= epoch:
-                    return int(idx)
-                if not cur.prev():
-                    return 0
+            if cur.last():
+                while True:
+                    idx = U64.unpack(cur.key())[0]
+                    if _unpack(idx, cur.value()).epoch <= epoch:
+                        return int(idx)
+                    if not cur.prev():
+                        break
+        return self._base[0] if self._base[1] <= epoch else 0
+
+    def index_to_fit(self, max_bytes: int) -> int:
+        """The smallest index up to which trimming leaves at most ``max_bytes`` of entries
+        (the base index if the log already fits)."""
+        excess = self._bytes - max_bytes
+        index = self._base[0]
+        if excess <= 0:
+            return index
+        with self.env.begin() as txn:
+            for k, v in txn.cursor(db=self.entries):
+                index = U64.unpack(k)[0]
+                excess -= len(v)
+                if excess <= 0:
+                    break
+        return int(index)
 
     # ------------------------------------------------------------------ reads
     def read(self, start: int, limit: int = 256, max_bytes: int = 8 << 20) -> list[Entry]:
-        """Entries ``start, start+1, …`` (at most ``limit`` / about ``max_bytes``)."""
+        """Entries ``start, start+1, …`` (at most ``limit`` / about ``max_bytes``); empty if
+        ``start`` is not in the log."""
         out: list[Entry] = []
         size = 0
         with self.env.begin() as txn:
@@ -135,14 +222,20 @@ class ReplicatedLog:
         return out
 
     # ------------------------------------------------------------------ writes
+    def _put_meta(self, txn: lmdb.Transaction) -> None:
+        txn.put(_COMMIT, U64.pack(self._commit), db=self.meta)
+        txn.put(_BYTES, U64.pack(self._bytes), db=self.meta)
+
     def append(self, epoch: int, now_ms: int, calls: list[Call]) -> int:
         """Append one new entry (leader); return its index once it is on disk."""
         with self.lock:
             index = self._last[0] + 1
+            raw = _pack(epoch, now_ms, calls)
             with self.env.begin(write=True) as txn:
-                txn.put(U64.pack(index), _pack(epoch, now_ms, calls), db=self.entries)
-                txn.put(_COMMIT, U64.pack(self._commit), db=self.meta)
-            self._last = (index, epoch)
+                txn.put(U64.pack(index), raw, db=self.entries)
+                self._bytes += len(raw)
+                self._put_meta(txn)
+            self._last, self._last_now = (index, epoch), now_ms
             return index
 
     def append_entries(self, entries: Sequence[Entry]) -> None:
@@ -150,35 +243,111 @@ class ReplicatedLog:
         if not entries:
             return
         with self.lock:
+            expect = self._last[0] + 1
+            added = 0
+            for e in entries:
+                if e.index != expect:
+                    raise errors.InvalidArgument(f"log entry {e.index} does not follow {expect - 1}")
+                expect += 1
             with self.env.begin(write=True) as txn:
-                expect = self._last[0] + 1
                 for e in entries:
-                    if e.index != expect:
-                        raise ValueError(f"log entry {e.index} does not follow {expect - 1}")
-                    txn.put(U64.pack(e.index), _pack(e.epoch, e.now_ms, e.calls), db=self.entries)
-                    expect += 1
-                txn.put(_COMMIT, U64.pack(self._commit), db=self.meta)
-            self._last = (entries[-1].index, entries[-1].epoch)
+                    raw = _pack(e.epoch, e.now_ms, e.calls)
+                    txn.put(U64.pack(e.index), raw, db=self.entries)
+                    added += len(raw)
+                self._bytes += added
+                try:
+                    self._put_meta(txn)
+                except BaseException:
+                    self._bytes -= added
+                    raise
+            self._last, self._last_now = (entries[-1].index, entries[-1].epoch), entries[-1].now_ms
 
     def truncate_after(self, index: int) -> int:
-        """Delete every entry after ``index``; return how many were removed."""
+        """Delete every entry after ``index`` (>= the base index); return how many were removed."""
         with self.lock:
+            if index < self._base[0]:
+                raise errors.InvalidArgument(f"cannot truncate the log after {index}: it was trimmed up to "
+                                             f"{self._base[0]} (a snapshot must replace it)")
             removed = 0
+            freed = 0
             with self.env.begin(write=True) as txn:
                 cur = txn.cursor(db=self.entries)
                 if cur.set_range(U64.pack(index + 1)):
-                    while cur.delete():
+                    while True:
+                        freed += len(cur.value())
+                        if not cur.delete():
+                            break
                         removed += 1
-                c = cur.last()
-                if c:
+                        if not cur.key():
+                            break
+                if cur.last():
                     idx = U64.unpack(cur.key())[0]
-                    self._last = (idx, _unpack(idx, cur.value()).epoch)
+                    e = _unpack(idx, cur.value())
+                    last, last_now = (idx, e.epoch), e.now_ms
                 else:
-                    self._last = (0, 0)
-                if self._commit > self._last[0]:
-                    self._commit = self._last[0]
-                    txn.put(_COMMIT, U64.pack(self._commit), db=self.meta)
+                    last, last_now = (self._base[0], self._base[1]), self._base[2]
+                commit = min(self._commit, last[0])
+                txn.put(_COMMIT, U64.pack(commit), db=self.meta)
+                txn.put(_BYTES, U64.pack(self._bytes - freed), db=self.meta)
+            self._last, self._last_now, self._commit = last, last_now, commit
+            self._bytes -= freed
             return removed
+
+    def trim_upto(self, index: int) -> int:
+        """Remove the entries up to ``index`` (bounded by the last one), oldest first, in
+        slices of :data:`TRIM_SLICE` per synced transaction; the base becomes the last removed
+        entry. The caller keeps what is still needed (never past its applied index). Returns
+        how many entries were removed."""
+        total = 0
+        while True:
+            with self.lock:
+                upto = min(index, self._last[0])
+                if upto <= self._base[0]:
+                    return total
+                removed = 0
+                freed = 0
+                base = self._base
+                with self.env.begin(write=True) as txn:
+                    cur = txn.cursor(db=self.entries)
+                    if cur.first():
+                        while removed < TRIM_SLICE:
+                            key = cur.key()
+                            if not key:
+                                break
+                            idx = U64.unpack(key)[0]
+                            if idx > upto:
+                                break
+                            raw = cur.value()
+                            e = _unpack(idx, raw)
+                            base = (idx, e.epoch, e.now_ms)
+                            freed += len(raw)
+                            removed += 1
+                            if not cur.delete():
+                                break
+                    txn.put(_BASE, BASE.pack(*base), db=self.meta)
+                    txn.put(_BYTES, U64.pack(self._bytes - freed), db=self.meta)
+                self._base = base
+                self._bytes -= freed
+                total += removed
+                if removed == 0:
+                    return total
+
+    def reset(self, index: int, epoch: int, now_ms: int) -> None:
+        """Drop every entry and start the log after ``(index, epoch, now_ms)``: the position
+        of an installed snapshot. Everything up to ``index`` counts as committed."""
+        for name, v in (("index", index), ("epoch", epoch), ("now_ms", now_ms)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
+                raise errors.InvalidArgument(f"log base {name} must be a non-negative integer, got {v!r}")
+        with self.lock:
+            with self.env.begin(write=True) as txn:
+                txn.drop(self.entries, delete=False)
+                txn.put(_BASE, BASE.pack(index, epoch, now_ms), db=self.meta)
+                txn.put(_COMMIT, U64.pack(index), db=self.meta)
+                txn.put(_BYTES, U64.pack(0), db=self.meta)
+            self._base = (index, epoch, now_ms)
+            self._last, self._last_now = (index, epoch), now_ms
+            self._commit = index
+            self._bytes = 0
 
     def set_commit(self, index: int) -> bool:
         """Raise the commit index to ``index`` (bounded by the last entry); True if it moved."""

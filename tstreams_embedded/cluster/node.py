@@ -47,13 +47,16 @@ import zmq
 from .. import errors
 from ..engine import ops as O
 from ..engine.core import Core, wall_clock_ms
+from . import snapshot as snap
+from .channel import Channel
 from .log import Call, Entry, ReplicatedLog
-from .zk import ACKS, ZkAddress, decode_json, encode_json, quorum_of, required_acks
+from .retention import Retention, trim_point
+from .zk import ACKS, BoundedZk, ZkAddress, decode_json, encode_json, quorum_of, required_acks
 
 log = logging.getLogger(__name__)
 
 DEDUP_WINDOW = 64
-_APPLIED = b"\x00applied"
+LOG_MAP_SIZE = 1 << 34  # address space for the log (sparse; its size is bounded by the retention)
 FETCH_PARK = 0.25  # seconds a fetch with nothing new waits on the leader
 FETCH_TIMEOUT = 2.0  # seconds a follower waits for a fetch reply before reconnecting
 
@@ -104,14 +107,27 @@ class Node:
         self.session_timeout = float(session_timeout)
         self.ack_timeout = float(ack_timeout)
         self.ctx = context or zmq.Context.instance()
-        self.log = ReplicatedLog(os.path.join(core.path, "cluster-log"))
+        if snap.discard_partial(core.path):
+            log.warning("deleted an unfinished snapshot download (the node stopped during a transfer)")
+        self.log = ReplicatedLog(os.path.join(core.path, "cluster-log"), map_size=LOG_MAP_SIZE)
         self.cdb = core.store.env.open_db(b"cluster")
         with core.store.read() as txn:
-            raw = txn.get(_APPLIED, db=self.cdb)
-        self.applied = int.from_bytes(raw, "big") if raw else 0
-        if self.applied > self.log.last_index:
+            self.applied, position = snap.read_applied(txn, self.cdb)
+        if position is not None and self.log.epoch_at(position.index) != position.epoch:
+            # the state came from a snapshot and the node stopped before its log restarted after it
+            log.warning("state installed from a snapshot at index %d: the log restarts after it", position.index)
+            self.log.reset(position.index, position.epoch, position.now_ms)
+        elif self.applied > self.log.last_index:
             raise errors.NodeDiverged(f"state applied up to {self.applied} but the log ends at {self.log.last_index}")
         self.log.set_commit(self.applied)
+        # catch-up and trimming (docs/CLUSTER.md, "Snapshots and log trimming")
+        self.retention = Retention()
+        self.need_snapshot = False  # the leader's log cannot bring this node up to date
+        self.live_nodes: set[str] | None = None  # leader: nodes with a ZooKeeper session (None: unknown yet)
+        self._apply_lock = threading.Lock()  # applying entries / swapping the state for a snapshot
+        self.snapshots_installed = 0
+        self.last_snapshot: dict[str, float] = {}  # bytes and seconds of the last snapshot installed
+        self.log_trimmed = 0
         # roles and epochs (guarded by self.log.lock for known_epoch / appends)
         self.known_epoch = 0
         self.epoch = 0  # the epoch this node leads, 0 when not leading
@@ -141,9 +157,11 @@ class Node:
         self._router.bind(repl_bind)
         self.repl_endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         self._parked: list[tuple[bytes, dict[str, Any], float]] = []
+        self.snapshot_server = snap.SnapshotServer(self._send)  # leader: snapshots being sent
         from kazoo.client import KazooClient
 
         self.zk = KazooClient(hosts=self.addr.hosts, timeout=self.session_timeout)
+        self.bzk = BoundedZk(self.zk)  # calls that cannot hang (start-up, election)
         self.zk.add_listener(self._zk_state)
         self._threads: list[threading.Thread] = []
         self._lock_recipe: Any = None
@@ -155,12 +173,17 @@ class Node:
         except Exception as exc:  # noqa: BLE001
             raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {self.addr.hosts}: {exc}") from exc
         self._zk_ok = True
-        if self.zk.exists(self.addr.config) is None:
+        try:
+            if self.bzk.exists(self.addr.config) is None:
+                raise errors.InvalidArgument(f"no cluster at {self.addr}: run 'tstreams cluster init' first")
+            self.config = decode_json(self.bzk.get(self.addr.config)[0])
+            self.retention = Retention.from_config(self.config)
+            self.known_epoch = int(self.bzk.get(self.addr.epoch)[0] or b"0")
+            self._publish(force=True)
+        except BaseException:
             self.zk.stop()
-            raise errors.InvalidArgument(f"no cluster at {self.addr}: run 'tstreams cluster init' first")
-        self.config = decode_json(self.zk.get(self.addr.config)[0])
-        self.known_epoch = int(self.zk.get(self.addr.epoch)[0] or b"0")
-        self._publish(force=True)
+            self.zk.close()
+            raise
         for name, fn in (("repl", self._repl_loop), ("fetch", self._follow_loop), ("apply", self._apply_loop),
                          ("zk", self._zk_loop), ("election", self._election_loop)):
             t = threading.Thread(target=fn, name=f"cluster-{name}", daemon=True)
@@ -186,6 +209,7 @@ class Node:
             self.zk.close()
         except Exception:  # noqa: BLE001
             pass
+        self.snapshot_server.close()
         self._router.close(0)
         self.log.close()
         for fd in (self._wake_r, self._wake_w):
@@ -214,7 +238,9 @@ class Node:
         return {"node": self.node_id, "role": self.role, "endpoint": self.endpoint, "repl": self.repl_endpoint,
                 "http": self.http, "epoch": self.epoch or self.known_epoch, "last_index": self.log.last_index,
                 "last_epoch": self.log.last_epoch, "commit": self.log.commit_index, "applied": self.applied,
-                "diverged": self.diverged}
+                "diverged": self.diverged, "log_first": self.log.first_index, "needs_snapshot": self.need_snapshot,
+                "snapshots_sent": self.snapshot_server.started, "snapshots_installed": self.snapshots_installed,
+                "last_snapshot": self.last_snapshot}
 
     _published: dict[str, Any] = {}
 
@@ -224,19 +250,19 @@ class Node:
             return
         path = self.addr.node(self.node_id)
         data = encode_json(info)
-        try:
-            self.zk.set(path, data)
-        except Exception:  # noqa: BLE001 - not there (new session): create it
-            from kazoo.exceptions import NodeExistsError, NoNodeError
+        from kazoo.exceptions import NodeExistsError, NoNodeError
 
+        try:
+            self.bzk.set(path, data)
+        except NoNodeError:  # not there (new session): create it
             try:
-                self.zk.create(path, data, ephemeral=True, makepath=True)
+                self.bzk.create(path, data, ephemeral=True, makepath=True)
             except NodeExistsError:  # an old session's node, not yet expired
                 try:
-                    self.zk.delete(path)
+                    self.bzk.delete(path)
                 except NoNodeError:
                     pass
-                self.zk.create(path, data, ephemeral=True, makepath=True)
+                self.bzk.create(path, data, ephemeral=True, makepath=True)
         self._published = info
 
     def _zk_loop(self) -> None:
@@ -248,6 +274,7 @@ class Node:
             try:
                 if self.leading:
                     sent = time.monotonic()
+                    self.live_nodes = set(self.zk.get_children(self.addr.nodes))
                     self.zk.sync(self.addr.epoch)
                     current = int(self.zk.get(self.addr.epoch)[0] or b"0")
                     if current != self.epoch:
@@ -269,7 +296,7 @@ class Node:
     # ------------------------------------------------------------------ election
     def _election_loop(self) -> None:
         while not self._stop.is_set():
-            if not self._zk_ok or self.diverged:
+            if not self._zk_ok or self.diverged or self.need_snapshot:
                 self._stop.wait(0.1)
                 continue
             lock = self.zk.Lock(self.addr.election, self.node_id)
@@ -304,12 +331,13 @@ class Node:
         """Holding the election lock: become leader. False if this node must step aside."""
         from kazoo.exceptions import BadVersionError, NoNodeError
 
-        self.config = decode_json(self.zk.get(self.addr.config)[0])
+        self.config = decode_json(self.bzk.get(self.addr.config)[0])
+        self.retention = Retention.from_config(self.config)
         while True:
-            raw, stat = self.zk.get(self.addr.epoch)
+            raw, stat = self.bzk.get(self.addr.epoch)
             new = int(raw or b"0") + 1
             try:
-                self.zk.set(self.addr.epoch, str(new).encode(), version=stat.version)
+                self.bzk.set(self.addr.epoch, str(new).encode(), version=stat.version)
                 break
             except BadVersionError:
                 continue
@@ -330,22 +358,24 @@ class Node:
         if self._stop.is_set() or not self._zk_ok:
             return True
         with self.log.lock:
-            if self.known_epoch != new:
+            if self.known_epoch != new or self.need_snapshot:
                 return False
             self._last_now = max(self._last_now, self._entry_now(self.log.last_index))
             now = self._next_now()
             self.epoch_start = self.log.append(new, now, [])  # commits every older entry with it
             self.match = {}
+            self.snapshot_server.reset()
+            self.live_nodes = None
             self.epoch = new
             self.lease_until = time.monotonic() + 0.5 * self.session_timeout
             self._stepdown.clear()
             self.leading = True
             self.role = "leader"
         try:
-            self.zk.delete(self.addr.leader)
+            self.bzk.delete(self.addr.leader)
         except NoNodeError:
             pass
-        self.zk.create(self.addr.leader, encode_json({"node": self.node_id, "epoch": new, "endpoint": self.endpoint,
+        self.bzk.create(self.addr.leader, encode_json({"node": self.node_id, "epoch": new, "endpoint": self.endpoint,
                                                       "repl": self.repl_endpoint, "http": self.http}),
                        ephemeral=True)
         log.info("leading epoch %d from log index %d", new, self.epoch_start)
@@ -383,11 +413,11 @@ class Node:
     def _handshake(self, epoch: int) -> dict[str, tuple[int, int]]:
         """Send ``hello(epoch)`` to every other live node; return their log positions."""
         peers: dict[str, str] = {}
-        for child in self.zk.get_children(self.addr.nodes):
+        for child in self.bzk.get_children(self.addr.nodes):
             if child == self.node_id:
                 continue
             try:
-                info = decode_json(self.zk.get(self.addr.node(child))[0])
+                info = decode_json(self.bzk.get(self.addr.node(child))[0])
             except Exception:  # noqa: BLE001
                 continue
             if info.get("repl"):
@@ -428,11 +458,13 @@ class Node:
         poller = zmq.Poller()
         poller.register(self._router, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
+        self.snapshot_server.attach(poller)
         while not self._stop.is_set():
             try:
                 events = dict(poller.poll(50))
             except zmq.ZMQError:
                 return
+            self.snapshot_server.serve()
             if self._wake_r in events:
                 try:
                     while os.read(self._wake_r, 4096):
@@ -474,6 +506,14 @@ class Node:
             self._send(ident, {"ok": True, "last_epoch": position[0], "last_index": position[1]})
         elif op == "fetch":
             self._on_fetch(ident, req)
+        elif op == "snapshot":  # see snapshot.SnapshotServer
+            if req.get("sid") is not None:
+                self.snapshot_server.chunk(ident, req)
+            elif not self.leading:
+                self._send(ident, {"rid": req.get("rid"), "status": "not_leader"})
+            else:
+                self.snapshot_server.begin(ident, req, self.epoch, self.core.store, self.cdb,
+                                           self.log.epoch_at(self.applied), self.log.now_at(self.applied))
         else:
             self._send(ident, {"error": f"unknown replication operation {op!r}"})
 
@@ -489,6 +529,10 @@ class Node:
         start = int(req["from"])
         prev = start - 1
         last_epoch = int(req["last_epoch"])
+        if prev < self.log.base_index:  # trimmed: only a snapshot can bring this follower up to date
+            self.match.pop(str(req.get("node")), None)
+            self._send(ident, {"rid": rid, "status": "snapshot", "epoch": self.epoch, "first": self.log.first_index})
+            return
         if prev > self.log.last_index or self.log.epoch_at(prev) != last_epoch:
             bound = self.log.last_index if prev > self.log.last_index else prev - 1
             to = max(0, min(bound, self.log.end_of_epoch(last_epoch)))
@@ -496,6 +540,7 @@ class Node:
             return
         node = str(req.get("node"))
         self.match[node] = prev
+        self.snapshot_server.fetched(node)
         self._advance_commit()
         if not self._reply_fetch(ident, req):
             self._parked.append((ident, req, time.monotonic() + FETCH_PARK))
@@ -546,7 +591,7 @@ class Node:
         try:
             while not self._stop.is_set():
                 info = self.leader_info
-                if (self.leading or self.role == "candidate" or self.diverged or not info
+                if (self.leading or self.role == "candidate" or not info
                         or info.get("node") == self.node_id or int(info.get("epoch", 0)) < self.known_epoch):
                     self._stop.wait(0.05)
                     continue
@@ -558,6 +603,22 @@ class Node:
                     sock.setsockopt(zmq.LINGER, 0)
                     sock.connect(want[0])
                     target = want
+                if self.need_snapshot:
+                    def next_rid() -> int:
+                        nonlocal rid
+                        rid += 1
+                        return rid
+
+                    try:
+                        installed = self._resync(Channel(sock, next_rid, self._stop))
+                    except Exception:  # noqa: BLE001 - e.g. a damaged copy: start the transfer again
+                        log.exception("installing a snapshot failed")
+                        installed = False
+                    if not installed:
+                        sock.close(0)
+                        sock, target = None, None
+                        self._stop.wait(0.2)
+                    continue
                 rid += 1
                 with self.log.lock:
                     req = {"op": "fetch", "rid": rid, "node": self.node_id, "known": self.known_epoch,
@@ -584,9 +645,43 @@ class Node:
             if sock is not None:
                 sock.close(0)
 
+    def _resync(self, channel: Channel) -> bool:
+        """Receive a snapshot of the leader's state (:func:`.snapshot.receive`) and swap it in;
+        the log then restarts after the snapshot's position. False if the transfer failed
+        (it is retried from the start)."""
+        sink = snap.receive(channel, self.core.path, self.node_id, self.known_epoch)
+        if sink is None:
+            return False
+        position = sink.position
+        try:
+            with self._apply_lock:
+                with self.log.lock:
+                    if self.leading or self.role == "candidate":
+                        sink.abort()
+                        return False
+                snap.install(self.core, sink)
+                self.cdb = self.core.store.env.open_db(b"cluster")
+                with self.log.lock:
+                    self.log.reset(position.index, position.epoch, position.now_ms)
+                with self._cv:
+                    self.applied = position.index
+                    self._cv.notify_all()
+                self.need_snapshot = False
+                self.diverged = False
+                self.snapshots_installed += 1
+                self.last_snapshot = {"index": position.index, "bytes": sink.received,
+                                      "seconds": time.monotonic() - sink.started,
+                                      "transfer_seconds": sink.transferred - sink.started}
+        except BaseException:
+            sink.abort()
+            raise
+        log.info("installed a snapshot at index %d (%d bytes); following from there", position.index,
+                 sink.received)
+        return True
+
     def _on_fetched(self, req: dict[str, Any], rep: dict[str, Any]) -> None:
         status = rep.get("status")
-        if status != "ok" and status != "truncate":
+        if status not in ("ok", "truncate", "snapshot"):
             self._stop.wait(0.05)
             return
         with self.log.lock:
@@ -594,12 +689,18 @@ class Node:
                 return  # a deposed leader's answer
             if self.log.last_index + 1 != int(req["from"]):
                 return
+            if status == "snapshot":
+                log.info("the leader's log starts at %s, after this node's %d: catching up by snapshot",
+                         rep.get("first"), self.log.last_index)
+                self.need_snapshot = True
+                return
             if status == "truncate":
                 to = int(rep["to"])
                 if to < self.applied:
                     self.diverged = True
+                    self.need_snapshot = True
                     log.error("the leader's log diverges below this node's applied index %d (at %d): this "
-                              "node must be re-synced", self.applied, to)
+                              "node re-syncs from a snapshot", self.applied, to)
                     return
                 removed = self.log.truncate_after(to)
                 log.warning("truncated %d uncommitted log entries after index %d", removed, to)
@@ -618,21 +719,44 @@ class Node:
                 if self.log.commit_index <= self.applied:
                     self._cv.wait(0.5)
                     continue
-            commit = self.log.commit_index
-            for e in self.log.read(self.applied + 1, limit=256):
-                if e.index > commit or self._stop.is_set():
-                    break
+            with self._apply_lock:
+                commit = self.log.commit_index
+                failed = False
+                for e in self.log.read(self.applied + 1, limit=256):
+                    if e.index > commit or self._stop.is_set():
+                        break
+                    try:
+                        outcomes = self._apply_entry(e)
+                    except Exception:  # noqa: BLE001 - e.g. the engine closed under us
+                        log.exception("applying log entry %d failed", e.index)
+                        failed = True
+                        break
+                    with self._cv:
+                        self.applied = e.index
+                        if e.index in self._waiting:
+                            self._waiting[e.index] = outcomes
+                        self._cv.notify_all()
                 try:
-                    outcomes = self._apply_entry(e)
-                except Exception:  # noqa: BLE001 - e.g. the engine closed under us
-                    log.exception("applying log entry %d failed", e.index)
-                    self._stop.wait(0.5)
-                    break
-                with self._cv:
-                    self.applied = e.index
-                    if e.index in self._waiting:
-                        self._waiting[e.index] = outcomes
-                    self._cv.notify_all()
+                    self._trim_log()
+                except Exception:  # noqa: BLE001 - trimming is retried after the next apply
+                    log.exception("trimming the log failed")
+            if failed:
+                self._stop.wait(0.5)
+
+    def _trim_log(self) -> None:
+        """Trim the log to the retention (:mod:`.retention`): never past the applied index;
+        on the leader, keep what live followers and snapshots in flight still need."""
+        r = self.retention
+        lg = self.log
+        needed: list[int] = []
+        if self.leading:
+            live = self.live_nodes
+            needed = [m + 1 for n, m in list(self.match.items()) if live is None or n in live]
+            needed += self.snapshot_server.needed_from()
+        bytes_upto = lg.index_to_fit(r.bytes - r.bytes // 8) if lg.size_bytes > r.bytes else None
+        upto = trim_point(r, lg.base_index, lg.last_index, lg.size_bytes, self.applied, needed, bytes_upto)
+        if upto > lg.base_index:
+            self.log_trimmed += lg.trim_upto(upto)
 
     def _apply_entry(self, e: Entry) -> list[tuple[bool, Any]]:
         """Apply one committed entry; deterministic from the state and the entry alone."""
@@ -676,7 +800,7 @@ class Node:
                 w = windows[cid]
                 keep = dict(sorted(w.items())[-DEDUP_WINDOW:])
                 wtxn.put(b"c" + cid.encode(), _pack(keep), db=self.cdb)
-            wtxn.put(_APPLIED, e.index.to_bytes(8, "big"), db=self.cdb)
+            wtxn.put(snap.APPLIED_KEY, snap.encode_applied(snap.Position(e.index, e.epoch, e.now_ms)), db=self.cdb)
 
         results = self.core.apply_committed(e.now_ms, [ops for _, ops in todo], finish)
         for (i, _), res in zip(todo, results, strict=True):
@@ -704,10 +828,7 @@ class Node:
             raise errors.NotLeader(f"node {self.node_id} is not the leader ({self.role}); {self.leader_hint()}")
 
     def _entry_now(self, index: int) -> int:
-        if index == 0:
-            return 0
-        got = self.log.read(index, limit=1)
-        return got[0].now_ms if got else 0
+        return self.log.now_at(index) or 0
 
     def _next_now(self) -> int:
         self._last_now = max(self._last_now, wall_clock_ms())

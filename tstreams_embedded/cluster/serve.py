@@ -121,8 +121,8 @@ class _Health(RequestHandler):
         if self.what == "leader":
             ok = node.serving()
         else:  # ready: leader serving, or a follower that follows and is not far behind
-            ok = node.serving() or (not node.diverged and bool(node.leader_info) and node.role == "follower"
-                                    and node.log.commit_index - node.applied < 1000)
+            ok = node.serving() or (not node.diverged and not node.need_snapshot and bool(node.leader_info)
+                                    and node.role == "follower" and node.log.commit_index - node.applied < 1000)
         self.set_status(200 if ok else 503)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"ok": ok, **node.info()}))
@@ -145,7 +145,12 @@ class _State(RequestHandler):
 
     def get(self) -> None:
         self.set_header("Content-Type", "application/json")
-        out = state_digest(self.node.core, with_items=self.get_argument("items", "0") == "1")
+        try:
+            out = state_digest(self.node.core, with_items=self.get_argument("items", "0") == "1")
+        except errors.EngineClosed as exc:  # a follower swapping in a snapshot, for a moment
+            self.set_status(503)
+            self.finish(json.dumps({"error": str(exc), "node": self.node.node_id}))
+            return
         self.finish(json.dumps({**out, "applied": self.node.applied, "node": self.node.node_id}))
 
 

@@ -2,7 +2,8 @@
 
 Layout under the cluster path ``P`` (``zk://hosts/P``)::
 
-    P/config          JSON {"nodes": N, "acks": "quorum"}        written by `cluster init`
+    P/config          JSON {"nodes": N, "acks": "quorum",         written by `cluster init`
+                            "log_retain_entries": R, "log_retain_bytes": B}
     P/epoch           the current epoch, a decimal integer        bumped with a version check
     P/election/…      kazoo Lock nodes (the election)
     P/leader          ephemeral JSON {node, epoch, endpoint, repl, http}   the serving leader
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import errors
+from .retention import DEFAULT_RETAIN_BYTES, DEFAULT_RETAIN_ENTRIES, check_bytes, check_entries
 
 ACKS = ("quorum", "all", "leader")
 
@@ -71,6 +73,59 @@ class ZkAddress:
         return f"{self.path}/nodes/{node_id}"
 
 
+#: Seconds any one ZooKeeper call may take on a start-up or election path before it fails
+#: with :class:`~tstreams_embedded.errors.ClusterUnavailable` (kazoo's synchronous calls
+#: wait forever on a server that accepted the connection but does not answer).
+ZK_CALL_TIMEOUT = 10.0
+
+
+class BoundedZk:
+    """kazoo calls that cannot hang: each runs through kazoo's asynchronous API and waits at
+    most ``timeout`` seconds; a timeout or a connection problem raises
+    :class:`~tstreams_embedded.errors.ClusterUnavailable`, naming the call. kazoo's own
+    errors about the data (``NoNodeError``, ``NodeExistsError``, ``BadVersionError``…)
+    pass through unchanged."""
+
+    def __init__(self, client: Any, timeout: float = ZK_CALL_TIMEOUT) -> None:
+        self.client = client
+        self.timeout = float(timeout)
+
+    def _wait(self, result: Any, what: str) -> Any:
+        from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+
+        try:
+            return result.get(timeout=self.timeout)
+        except self.client.handler.timeout_exception as exc:
+            raise errors.ClusterUnavailable(
+                f"ZooKeeper did not answer {what} within {self.timeout:g} s") from exc
+        except (ConnectionLoss, SessionExpiredError) as exc:
+            raise errors.ClusterUnavailable(f"ZooKeeper connection lost during {what}: {exc!r}") from exc
+
+    def exists(self, path: str) -> Any:
+        return self._wait(self.client.exists_async(path), f"exists({path})")
+
+    def get(self, path: str) -> tuple[bytes, Any]:
+        got: tuple[bytes, Any] = self._wait(self.client.get_async(path), f"get({path})")
+        return got
+
+    def get_children(self, path: str) -> list[str]:
+        got: list[str] = self._wait(self.client.get_children_async(path), f"get_children({path})")
+        return got
+
+    def set(self, path: str, value: bytes, version: int = -1) -> Any:
+        return self._wait(self.client.set_async(path, value, version), f"set({path})")
+
+    def create(self, path: str, value: bytes = b"", ephemeral: bool = False, makepath: bool = False) -> Any:
+        return self._wait(self.client.create_async(path, value, ephemeral=ephemeral, makepath=makepath),
+                          f"create({path})")
+
+    def delete(self, path: str) -> Any:
+        return self._wait(self.client.delete_async(path), f"delete({path})")
+
+    def ensure_path(self, path: str) -> Any:
+        return self._wait(self.client.ensure_path_async(path), f"ensure_path({path})")
+
+
 def quorum_of(nodes: int) -> int:
     return nodes // 2 + 1
 
@@ -98,9 +153,12 @@ def encode_json(value: dict[str, Any]) -> bytes:
     return json.dumps(value, sort_keys=True).encode("utf-8")
 
 
-def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10.0) -> dict[str, Any]:
+def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10.0,
+                 log_retain_entries: int = DEFAULT_RETAIN_ENTRIES,
+                 log_retain_bytes: int = DEFAULT_RETAIN_BYTES) -> dict[str, Any]:
     """Create the cluster's znodes (``tstreams cluster init``); existing ones keep their data
-    except ``config``, which is rewritten. Returns the configuration."""
+    except ``config``, which is rewritten. Returns the configuration: the size, ``acks`` and
+    the log retention (:mod:`.retention`)."""
     from kazoo.client import KazooClient
 
     addr = ZkAddress.parse(url)
@@ -108,12 +166,14 @@ def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10
         raise errors.InvalidArgument(f"nodes must be an integer from 1 to 99, got {nodes!r}")
     if acks not in ACKS:
         raise errors.InvalidArgument(f"acks must be one of {ACKS}, got {acks!r}")
-    config = {"nodes": nodes, "acks": acks}
-    zk = KazooClient(hosts=addr.hosts, timeout=timeout)
+    config = {"nodes": nodes, "acks": acks, "log_retain_entries": check_entries(log_retain_entries),
+              "log_retain_bytes": check_bytes(log_retain_bytes)}
+    client = KazooClient(hosts=addr.hosts, timeout=timeout)
     try:
-        zk.start(timeout=timeout)
+        client.start(timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - kazoo raises its own timeout class
         raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {addr.hosts}: {exc}") from exc
+    zk = BoundedZk(client, timeout)
     try:
         for p in (addr.election, addr.nodes):
             zk.ensure_path(p)
@@ -124,8 +184,8 @@ def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10
         else:
             zk.set(addr.config, encode_json(config))
     finally:
-        zk.stop()
-        zk.close()
+        client.stop()
+        client.close()
     return config
 
 
@@ -135,11 +195,12 @@ def cluster_status(url: str, timeout: float = 10.0) -> dict[str, Any]:
     from kazoo.client import KazooClient
 
     addr = ZkAddress.parse(url)
-    zk = KazooClient(hosts=addr.hosts, timeout=timeout)
+    client = KazooClient(hosts=addr.hosts, timeout=timeout)
     try:
-        zk.start(timeout=timeout)
+        client.start(timeout=timeout)
     except Exception as exc:  # noqa: BLE001
         raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {addr.hosts}: {exc}") from exc
+    zk = BoundedZk(client, timeout)
     try:
         if zk.exists(addr.config) is None:
             raise errors.InvalidArgument(f"no cluster at {addr}: run 'tstreams cluster init' first")
@@ -153,8 +214,8 @@ def cluster_status(url: str, timeout: float = 10.0) -> dict[str, Any]:
             except Exception:  # noqa: BLE001 - gone meanwhile
                 continue
     finally:
-        zk.stop()
-        zk.close()
+        client.stop()
+        client.close()
     head = int(nodes.get(str(leader.get("node")), {}).get("last_index", 0)) if leader else 0
     for info in nodes.values():
         info["lag"] = max(0, head - int(info.get("last_index", 0))) if leader else None

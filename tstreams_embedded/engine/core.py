@@ -133,6 +133,7 @@ class Core:
         self.max_item_size = max_item_size
         self.log_retention = log_retention
         self.clock = clock or wall_clock_ms
+        self._store_sizes = (map_size, max_map_size)
         try:
             self.store = Store(self.path, durability, map_size=map_size, max_map_size=max_map_size)
         except (lmdb.Error, OSError) as exc:
@@ -237,6 +238,35 @@ class Core:
             self.committer.close()
         finally:
             self.store.close()
+
+    def reopen(self, replace: Callable[[], None]) -> None:
+        """Close the LMDB environment, call ``replace()`` (which may swap the directory's data
+        file for another, e.g. a cluster snapshot), and open the directory again: same object,
+        new contents. Meant for an engine nobody else writes to (a cluster follower): calls
+        made meanwhile fail with :class:`EngineClosed`. Only for ``compaction_interval=None``
+        engines in ``sync``/``strict`` mode (no maintenance thread)."""
+        self._check()
+        if self._maintenance is not None:
+            raise errors.InvalidArgument("reopen() needs an engine without a maintenance thread")
+        self.committer.close()
+        self.store.close()
+        try:
+            replace()
+        finally:
+            map_size, max_map_size = self._store_sizes
+            try:
+                self.store = Store(self.path, self.durability, map_size=map_size, max_map_size=max_map_size)
+            except (lmdb.Error, OSError) as exc:
+                self._closed = True
+                raise translate(exc, "reopening the LMDB environment", self.path) from exc
+            except BaseException:
+                self._closed = True
+                raise
+            self.applier = Applier(self.store, self.max_item_size)
+            self.committer = GroupCommitter(self.store, self.applier, self.clock,
+                                            sync_durable=self.durability == "sync")
+            self.committer.on_commit = self._notify_commit
+            self._notify_commit()
 
     # ------------------------------------------------------------------ writes
     def submit(self, ops: Sequence[Operation], durable: bool = True) -> list[Any]:

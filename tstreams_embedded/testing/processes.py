@@ -162,9 +162,22 @@ class ManagedProcess:
         """SIGKILL by PID and reap; return the exit status (``-9`` if it was running)."""
         return kill_process(self.proc)
 
-    def pause(self) -> None:
-        """SIGSTOP: the process stays alive but does nothing (a hung server)."""
-        os.kill(self._running().pid, signal.SIGSTOP)
+    def pause(self, timeout: float = 10.0) -> None:
+        """SIGSTOP: the process stays alive but does nothing (a hung server). Returns once
+        the process is stopped (the signal is delivered asynchronously: without waiting, a
+        request sent right after could still be answered)."""
+        pid = self._running().pid
+        os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    state = f.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):  # no procfs, or gone: nothing to wait for
+                return
+            if state in (b"T", b"t"):
+                return
+            time.sleep(0.002)
 
     def resume(self) -> None:
         """SIGCONT after :meth:`pause`."""
