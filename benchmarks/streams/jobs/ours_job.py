@@ -65,9 +65,8 @@ def app_options(spec: dict[str, Any]) -> dict[str, Any]:
 
 def run(spec: dict[str, Any]) -> None:
     t0 = time.perf_counter()
-    from tstreams_embedded.streams import App
-
     import tstreams_embedded as ts
+    from tstreams_embedded.streams import App
 
     kind = spec.get("topology", "count")
     with ts.open(spec["data"], durability=spec.get("durability", "sync")) as engine:
