@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
-APT_PACKAGES := zookeeper haproxy redis-server
+APT_PACKAGES := zookeeper haproxy redis-server chromium chromium-driver
 
 .PHONY: demo test lint bench bench-quick system-deps clean
 
@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install --quiet -e '.[all]'
 	touch $(STAMP)
 
-# Debian packages the tests and benchmarks start for real (ZooKeeper, HAProxy, Redis).
+# Debian packages the tests and benchmarks start for real (ZooKeeper, HAProxy, Redis; Chromium
+# and its WebDriver for the cluster status page's browser test).
 system-deps:
 	@missing=""; \
 	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

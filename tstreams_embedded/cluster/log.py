@@ -69,6 +69,7 @@ class ReplicatedLog:
         self.lock = threading.RLock()
         self._last = (0, 0)
         self._commit = 0
+        self.syncs = 0  # synced write transactions (appends, truncations): for /metrics
         with self.env.begin() as txn:
             cur = txn.cursor(db=self.entries)
             if cur.last():
@@ -142,6 +143,7 @@ class ReplicatedLog:
             with self.env.begin(write=True) as txn:
                 txn.put(U64.pack(index), _pack(epoch, now_ms, calls), db=self.entries)
                 txn.put(_COMMIT, U64.pack(self._commit), db=self.meta)
+            self.syncs += 1
             self._last = (index, epoch)
             return index
 
@@ -158,6 +160,7 @@ class ReplicatedLog:
                     txn.put(U64.pack(e.index), _pack(e.epoch, e.now_ms, e.calls), db=self.entries)
                     expect += 1
                 txn.put(_COMMIT, U64.pack(self._commit), db=self.meta)
+            self.syncs += 1
             self._last = (entries[-1].index, entries[-1].epoch)
 
     def truncate_after(self, index: int) -> int:

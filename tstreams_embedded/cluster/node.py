@@ -47,6 +47,7 @@ import zmq
 from .. import errors
 from ..engine import ops as O
 from ..engine.core import Core, wall_clock_ms
+from .counters import NodeCounters
 from .log import Call, Entry, ReplicatedLog
 from .zk import ACKS, ZkAddress, decode_json, encode_json, quorum_of, required_acks
 
@@ -132,6 +133,7 @@ class Node:
         self._zk_ok = False
         self.elections = 0
         self.commits = 0
+        self.counters = NodeCounters()  # histograms for /metrics
         # replication channel
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -756,6 +758,7 @@ class Node:
         self.check_serving()
         epoch = self.epoch
         index = 0
+        started = time.monotonic()
         if rows_of:
             with self.log.lock:
                 if not self.leading or self.epoch != epoch:
@@ -763,6 +766,7 @@ class Node:
                 with self._cv:
                     self._waiting[self.log.last_index + 1] = None
                 index = self.log.append(epoch, self._next_now(), [c for _, c in rows_of])
+            self.counters.group_size.observe(len(rows_of))
             for _, c in rows_of:
                 if c[0] is not None:
                     self._inflight[(c[0], c[1])] = index
@@ -792,6 +796,7 @@ class Node:
                     raise errors.ClusterUnavailable(
                         f"node {self.node_id} cannot confirm its leadership; the outcome is unknown (retry it)")
                 results = {ix: self._waiting.get(ix) for ix in indexes}
+            self.counters.ack_seconds.observe(time.monotonic() - started)
         finally:
             with self._cv:
                 for ix in indexes:

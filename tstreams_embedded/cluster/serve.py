@@ -4,8 +4,9 @@ The client port serves the same methods as a single-node server, guarded: only t
 answers (others raise :class:`~tstreams_embedded.errors.NotLeader` naming the leader), and
 ``submit`` goes through the replicated log (:meth:`Node.submit_batch`). The ``--http``
 port (Tornado, same loop) serves ``/health/leader`` (200 on the leader, 503 elsewhere: the
-HAProxy check), ``/health/ready``, ``/status`` (this node, JSON) and ``/state`` (the digest
-of the applied state, for tests and operators).
+HAProxy check), ``/health/ready``, ``/status`` (this node, JSON), ``/state`` (the digest
+of the applied state, for tests and operators), ``/metrics`` (Prometheus) and the status
+page at ``/`` (with the JSON it polls, ``/overview``).
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ from tornado.web import Application, RequestHandler
 from .. import errors
 from ..engine.core import Core
 from ..net.handlers import backend_registry
+from ..net.metrics import metrics_route
 from ..net.registry import CALL, STREAM, Handler, Registry
 from ..net.serve import run_until_signal
 from ..net.server import Server, ServerOptions
 from ..net.session import Session
+from ..net.stats import ServerStats
+from .metrics import node_registry
 from .node import Node
+from .status_page import page_routes
 
 log = logging.getLogger(__name__)
 
@@ -149,12 +154,16 @@ class _State(RequestHandler):
         self.finish(json.dumps({**out, "applied": self.node.applied, "node": self.node.node_id}))
 
 
-def http_app(node: Node) -> Application:
+def http_app(node: Node, server_stats: ServerStats | None = None) -> Application:
+    """The ``--http`` endpoints: health checks, ``/status``, ``/state``, ``/metrics``
+    (:mod:`.metrics`) and the status page at ``/`` (:mod:`.status_page`)."""
     return Application([
         (r"/health/leader", _Health, {"node": node, "what": "leader"}),
         (r"/health/ready", _Health, {"node": node, "what": "ready"}),
         (r"/status", _Status, {"node": node}),
         (r"/state", _State, {"node": node}),
+        metrics_route(node_registry(node, server_stats)),
+        *page_routes(node),
     ])
 
 
@@ -185,7 +194,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
 
     def on_start() -> None:
         if http_host is not None:
-            http_app(node).listen(http_port, http_host)
+            http_app(node, server.stats).listen(http_port, http_host)
         node.start()
 
     try:
