@@ -22,6 +22,10 @@ function drawNodes(data) {
   const leaderId = cluster.leader;
   const nodes = Object.entries(cluster.nodes || {});
   if (!nodes.length) nodes.push([data.this.node, data.this]);
+  // a follower the leader still counts but whose ZooKeeper session is gone (paused, cut off)
+  for (const id of Object.keys(replication)) {
+    if (!(id in (cluster.nodes || {}))) nodes.push([id, { role: "unreachable" }]);
+  }
   for (const [id, n] of nodes) {
     // on the leader's page, a follower's lag is what the leader counts (its acknowledged entries)
     let lag = id in replication ? replication[id] : n.lag;
