@@ -26,7 +26,7 @@ from ..engine.core import Core
 from ..net.handlers import backend_registry
 from ..net.metrics import metrics_route
 from ..net.registry import CALL, STREAM, Handler, Registry
-from ..net.serve import run_until_signal
+from ..net.serve import parse_http, run_until_signal
 from ..net.server import Server, ServerOptions
 from ..net.session import Session
 from ..net.stats import ServerStats
@@ -175,12 +175,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
     binds = [bind] if isinstance(bind, str) else list(bind)
     if not binds:
         raise errors.InvalidArgument("a cluster node needs a --bind endpoint")
-    http_host, http_port = None, 0
-    if http is not None:
-        http_host, _, port = http.rpartition(":")
-        if not http_host or not port.isdigit():
-            raise errors.InvalidArgument(f"--http takes host:port, got {http!r}")
-        http_port = int(port)
+    http_host, http_port = parse_http(http) if http is not None else (None, 0)
     if repl is None:
         host = binds[0].split("://", 1)[-1].rsplit(":", 1)[0]
         repl = f"tcp://{host}:*"
