@@ -46,7 +46,7 @@ def browser() -> Iterator[Any]:
     options = Options()
     options.binary_location = chromium  # type: ignore[assignment]
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1000,560", "--hide-scrollbars"):
+                "--window-size=1000,720", "--hide-scrollbars"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     driver.set_page_load_timeout(30)
