@@ -134,6 +134,8 @@ class Node:
         self.elections = 0
         self.commits = 0
         self.counters = NodeCounters()  # histograms for /metrics
+        self.last_contact = 0.0  # follower: monotonic time of the leader's last fetch answer (follower reads)
+        self.applied_now_ms = self._entry_now(self.applied)  # now_ms of the last applied entry (follower reads)
         # replication channel
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -594,6 +596,7 @@ class Node:
         with self.log.lock:
             if int(rep.get("epoch", 0)) < self.known_epoch or self.leading:
                 return  # a deposed leader's answer
+            self.last_contact = time.monotonic()
             if self.log.last_index + 1 != int(req["from"]):
                 return
             if status == "truncate":
@@ -631,6 +634,7 @@ class Node:
                     self._stop.wait(0.5)
                     break
                 with self._cv:
+                    self.applied_now_ms = e.now_ms
                     self.applied = e.index
                     if e.index in self._waiting:
                         self._waiting[e.index] = outcomes

@@ -16,7 +16,7 @@ import json
 import logging
 import os
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import zmq
 from tornado.web import Application, RequestHandler
@@ -25,11 +25,12 @@ from .. import errors
 from ..engine.core import Core
 from ..net.handlers import backend_registry
 from ..net.metrics import metrics_route
-from ..net.registry import CALL, STREAM, Handler, Registry
+from ..net.registry import STREAM, Handler, Registry
 from ..net.serve import parse_http, run_until_signal
 from ..net.server import Server, ServerOptions
 from ..net.session import Session
 from ..net.stats import ServerStats
+from .follower_reads import READ_METHODS, FollowerReads
 from .metrics import node_registry
 from .node import Node
 from .status_page import page_routes
@@ -70,16 +71,24 @@ def state_digest(core: Core, with_items: bool = False) -> dict[str, Any]:
 
 def cluster_registry(core: Core, node: Node, server_info: dict[str, Any]) -> Registry:
     """The single-node handlers, guarded by :meth:`Node.check_serving`, with ``submit``
-    replaced by the replicated path and ``compact`` refused (not replicated yet)."""
+    replaced by the replicated path and ``compact`` refused (not replicated yet). Reads
+    are also served by a follower to sessions that asked for it (:mod:`.follower_reads`)."""
     base = backend_registry(core, server_info)
+    follower = FollowerReads(node)
+    on_follower = backend_registry(cast(Any, follower.reader), server_info)
     reg = Registry()
     for name in base.names():
         h = base.get(name)
         assert h is not None
         if name in OPEN_METHODS:
             reg.add(name, h.fn, h.kind, h.executor, h.batch)
+        elif name in READ_METHODS:
+            alt = on_follower.get(name)
+            assert alt is not None
+            reg.add(name, _guard(node, h, follower, alt), h.kind, h.executor, h.batch)
         else:
             reg.add(name, _guard(node, h), h.kind, h.executor, h.batch)
+    reg.add("read_from_follower", follower.opt_in)
 
     def submit(session: Session, ops: Any, durable: bool = True, client_id: str | None = None,
                seq: int = 0) -> list[Any]:
@@ -99,19 +108,30 @@ def cluster_registry(core: Core, node: Node, server_info: dict[str, Any]) -> Reg
     return reg
 
 
-def _guard(node: Node, h: Handler) -> Any:
+def _guard(node: Node, h: Handler, follower: FollowerReads | None = None, alt: Handler | None = None) -> Any:
+    """``h`` served by the leader only; with ``follower``, also ``alt`` (the same method on
+    the follower's state reader) to the sessions that asked for follower reads."""
     inner = h.fn
+
+    def pick(session: Session) -> Any:
+        if node.serving():
+            return inner
+        if follower is None or alt is None or not follower.opted_in(session):
+            node.check_serving()  # raises NotLeader
+            return inner
+        follower.check()
+        return alt.fn
+
     if h.kind == STREAM:
         def stream(session: Session, *args: Any) -> Generator[Any, Any, Any]:
-            node.check_serving()
-            return (yield from inner(session, *args))
+            fn = pick(session)
+            return (yield from fn(session, *args))
 
         return stream
-    assert h.kind == CALL or True
+    # CALL (or NOTIFY): a plain function
 
     def call(session: Session, *args: Any) -> Any:
-        node.check_serving()
-        return inner(session, *args)
+        return pick(session)(session, *args)
 
     return call
 
