@@ -5,6 +5,7 @@ in its log), shows committed writes eventually, and never serves writes."""
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,32 @@ from .conftest import Cluster, ClusterNode
 pytestmark = pytest.mark.timeout(180)
 
 
+@pytest.fixture
+def connect(cluster: Cluster) -> Iterator[Callable[..., Any]]:
+    """``cluster.connect`` whose engines are closed at teardown, even after a failure (an
+    open cluster client's ZooKeeper thread would keep the test process alive)."""
+    opened: list[Any] = []
+
+    def make(**options: Any) -> Any:
+        engine = cluster.connect(**options)
+        opened.append(engine)
+        return engine
+
+    yield make
+    for engine in opened:
+        engine.close()
+
+
 def items_read(engine: Any, stream: str = "s") -> list[str]:
     """Every item of partition 0, read through ``engine``'s backend (follower or leader)."""
     txns = engine.backend.transactions_range(stream, 0, 0, 2**63 - 1)
     return [item.decode() for t in txns for item in t.items]
 
 
-def test_follower_serves_reads_only_on_request_and_never_writes(cluster: Cluster) -> None:
+def test_follower_serves_reads_only_on_request_and_never_writes(cluster: Cluster,
+                                                                 connect: Callable[..., Any]) -> None:
     leader = cluster.leader()
-    engine = cluster.connect()
+    engine = connect()
     engine.create_stream("s")
     engine.producer("s", partition=0).instant([b"one"])
     follower = cluster.followers(leader)[0]
@@ -54,14 +72,17 @@ def test_follower_serves_reads_only_on_request_and_never_writes(cluster: Cluster
 
 def test_follower_read_never_sees_uncommitted_and_sees_committed(zk: ZooKeeperServer, tmp_path: Path) -> None:
     c = Cluster(zk, tmp_path, acks="all").start()  # every node must hold an entry to commit it
+    opened: list[Any] = []
     try:
         leader = c.leader()
         live, down = c.followers(leader)
         writer = c.connect(timeout=60)
+        opened.append(writer)
         writer.create_stream("s")
         writer.producer("s", partition=0).instant([b"committed"])
         down.kill()  # from now on nothing commits: the leader and `live` hold entries uncommitted
         reader = c.connect(read_from="follower")
+        opened.append(reader)
         eventually(lambda: items_read(reader) == ["committed"] and reader.backend.reading_from == live.node_id, 30,
                    0.1, message="the reader reads the first item from the live follower")
         pool = concurrent.futures.ThreadPoolExecutor(1)
@@ -85,12 +106,12 @@ def test_follower_read_never_sees_uncommitted_and_sees_committed(zk: ZooKeeperSe
         eventually(lambda: items_read(reader) == ["committed", "pending"], 30, 0.1,
                    message="the follower read shows the committed write")
         assert reader.backend.reading_from != c.leader().node_id
-        reader.close()
-        writer.close()
     finally:
+        for engine in opened:
+            engine.close()
         c.stop()
 
 
-def test_read_from_is_checked(cluster: Cluster) -> None:
+def test_read_from_is_checked(cluster: Cluster, connect: Callable[..., Any]) -> None:
     with pytest.raises(errors.InvalidArgument, match="read_from"):
-        cluster.connect(read_from="anywhere")
+        connect(read_from="anywhere")

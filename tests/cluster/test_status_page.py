@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,22 @@ from .conftest import Cluster
 pytestmark = pytest.mark.timeout(180)
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "cluster-status.png"
+
+
+@pytest.fixture
+def connect(cluster: Cluster) -> Iterator[Callable[..., Any]]:
+    """``cluster.connect`` whose engines are closed at teardown, even after a failure (an
+    open cluster client's ZooKeeper thread would keep the test process alive)."""
+    opened: list[Any] = []
+
+    def make(**options: Any) -> Any:
+        engine = cluster.connect(**options)
+        opened.append(engine)
+        return engine
+
+    yield make
+    for engine in opened:
+        engine.close()
 
 
 @pytest.fixture
@@ -76,10 +92,10 @@ def consumer_lags(driver: Any, stream: str) -> list[str]:
     return lags
 
 
-def test_status_page_shows_roles_and_lag(cluster: Cluster, browser: Any) -> None:
+def test_status_page_shows_roles_and_lag(cluster: Cluster, connect: Callable[..., Any], browser: Any) -> None:
     leader = cluster.leader()
     follower = cluster.followers(leader)[-1]
-    engine = cluster.connect()
+    engine = connect()
     engine.create_stream("orders", partitions=2, description="demo")
     for p in (0, 1):
         producer = engine.producer("orders", partition=p)
