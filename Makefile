@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # benchmarks/systems/stream_jobs.py finds it there (or at $BENCH_PATHWAY_PYTHON).
 PATHWAY_VENV ?= .venv-pathway
 PATHWAY_STAMP := $(PATHWAY_VENV)/.installed
-APT_PACKAGES := zookeeper haproxy redis-server
+APT_PACKAGES := zookeeper haproxy redis-server chromium chromium-driver
 
 .PHONY: demo test lint bench bench-quick bench-streams system-deps clean
 
@@ -24,7 +24,8 @@ $(PATHWAY_STAMP):
 	$(PATHWAY_VENV)/bin/pip install --quiet 'pathway==0.33.*'
 	touch $(PATHWAY_STAMP)
 
-# Debian packages the tests and benchmarks start for real (ZooKeeper, HAProxy, Redis).
+# Debian packages the tests and benchmarks start for real (ZooKeeper, HAProxy, Redis; Chromium
+# and its WebDriver for the cluster status page's browser test).
 system-deps:
 	@missing=""; \
 	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -66,6 +66,7 @@ from tstreams_embedded.cluster import cluster_status
 sys.exit(0 if cluster_status('$URL')['leader'] else 1)"
     "$PY" -m tstreams_embedded.cli cluster status "$URL"
     echo "up: ts.connect(\"$URL\") or ts.connect(\"tcp://127.0.0.1:7000\"); logs in $DIR"
+    echo "status page: http://127.0.0.1:8001/ (any node's --http port); Prometheus metrics: http://127.0.0.1:8001/metrics"
 }
 
 down() {

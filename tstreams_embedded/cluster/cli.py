@@ -1,7 +1,8 @@
 """``tstreams cluster init|status``, and ``tstreams serve`` with the cluster options.
 
 ``serve`` here is the network layer's single-node ``serve`` (:mod:`..net.cli`) plus
-``--cluster``, ``--node-id``, ``--http``, ``--repl``, ``--acks`` and ``--session-timeout``:
+``--cluster``, ``--node-id``, ``--repl``, ``--acks`` and ``--session-timeout`` (``--http``
+is the single-node option, with more endpoints on a cluster node):
 without ``--cluster`` it runs exactly that single-node server.
 """
 
@@ -22,8 +23,6 @@ CLUSTER_OPTIONS = [
     click.Option(["--cluster"], default=None,
                  help="Join the replicated cluster at zk://host:port/path (see docs/CLUSTER.md)."),
     click.Option(["--node-id"], default=None, help="This node's name in the cluster (with --cluster)."),
-    click.Option(["--http"], default=None,
-                 help="host:port for /health/leader, /health/ready, /status (with --cluster)."),
     click.Option(["--repl"], default=None,
                  help="Replication endpoint to bind (default: the --bind host, a free port)."),
     click.Option(["--acks"], type=click.Choice(ACKS), default=None,
@@ -33,7 +32,7 @@ CLUSTER_OPTIONS = [
 ]
 
 
-def _serve(cluster: str | None, node_id: str | None, http: str | None, repl: str | None, acks: str | None,
+def _serve(cluster: str | None, node_id: str | None, repl: str | None, acks: str | None,
            session_timeout: float, **node_options: Any) -> None:
     if cluster is None:
         assert node_serve.callback is not None
@@ -44,7 +43,8 @@ def _serve(cluster: str | None, node_id: str | None, http: str | None, repl: str
     from .serve import serve_cluster
 
     configure_logging(node_options["log_level"])
-    sys.exit(serve_cluster(node_options["data"], list(node_options["binds"]), cluster, node_id, http=http, repl=repl,
+    sys.exit(serve_cluster(node_options["data"], list(node_options["binds"]), cluster, node_id,
+                           http=node_options["http"], repl=repl,
                            acks=acks, durability=node_options["durability"], session_timeout=session_timeout,
                            ready_file=node_options["ready_file"]))
 

@@ -9,11 +9,18 @@ Writes are safe to retry: each ``submit`` carries this client's ID and a sequenc
 and the cluster applies a repeated ``(client, seq)`` once, answering the retry with the
 first outcome (see :mod:`.node`). Pipelined DATA is off (every submit waits for its
 reply), so that every write can be retried.
+
+With ``read_from="follower"`` the reads (streams, transactions, offsets, markers, commit
+waits) go to a follower instead, chosen among the nodes ZooKeeper lists as followers, on
+a connection that asked for follower reads (``read_from_follower``); a follower that
+refuses or fails is avoided for a second and another node (or, if none can, the leader)
+answers. What a follower read may miss is stated in :mod:`.follower_reads`.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 import time
 import uuid
@@ -32,22 +39,32 @@ from .zk import BoundedZk, ZkAddress, decode_json
 T = TypeVar("T")
 
 RETRYABLE = (errors.NotLeader, errors.ClusterUnavailable, errors.RemoteError, errors.EngineClosed)
+READ_FROM = ("leader", "follower")
+AVOID_SECONDS = 1.0  # a follower that refused or failed a read is not asked again for this long
 
 
 class ClusterBackend:
     """The Backend of an ``Engine`` connected to a cluster (see the module docstring).
 
     ``timeout`` bounds each call, retries included (seconds); ``request_timeout`` bounds one
-    attempt on one leader.
+    attempt on one leader. ``read_from``: ``"leader"`` (default) or ``"follower"`` (reads
+    from a follower's committed state, see the module docstring).
     """
 
     local_clock = False
 
     def __init__(self, url: str, timeout: float = 30.0, request_timeout: float = 5.0,
-                 heartbeat: float = 1.0, zk_timeout: float = 10.0, **remote_options: Any) -> None:
+                 heartbeat: float = 1.0, zk_timeout: float = 10.0, read_from: str = "leader",
+                 **remote_options: Any) -> None:
         from kazoo.client import KazooClient
 
         self.addr = ZkAddress.parse(url)
+        if read_from not in READ_FROM:
+            raise errors.InvalidArgument(f"read_from must be one of {READ_FROM}, got {read_from!r}")
+        self.read_from = read_from
+        self._reader: RemoteBackend | None = None
+        self._reader_node: str | None = None
+        self._avoid: dict[str, float] = {}
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise errors.InvalidArgument(f"timeout must be a positive number of seconds, got {timeout!r}")
         self.timeout = float(timeout)
@@ -147,6 +164,80 @@ class ClusterBackend:
                 self._changed.wait(min(remaining, 0.02))
         return True
 
+    # ------------------------------------------------------------------ follower reads
+    @property
+    def reading_from(self) -> str | None:
+        """The node follower reads currently go to (``None``: none chosen, or the leader)."""
+        return self._reader_node
+
+    def _read(self, fn: Callable[[RemoteBackend], T]) -> T:
+        """A read: on the leader, or with ``read_from="follower"`` on a follower."""
+        if self.read_from == "leader":
+            return self._retry(fn)
+        if self._closed:
+            raise errors.EngineClosed(f"cluster backend {self.addr} is closed")
+        deadline = time.monotonic() + self.timeout
+        last: BaseException | None = None
+        while True:
+            remote = self._follower()
+            if remote is None:  # no follower can serve now: the leader does
+                return self._retry(fn)
+            try:
+                return fn(remote)
+            except RETRYABLE as exc:
+                if self._closed:
+                    raise
+                last = exc
+                self._drop_follower()
+            if time.monotonic() >= deadline:
+                raise errors.ClusterUnavailable(
+                    f"no node of {self.addr} served the read within {self.timeout:g} s; last error: "
+                    f"{type(last).__name__}: {last}") from last
+
+    def _follower(self) -> RemoteBackend | None:
+        """The connection follower reads use, opted in; a new one to a follower ZooKeeper
+        lists (not avoided) if there is none; ``None`` if no follower qualifies."""
+        with self._lock:
+            if self._reader is not None:
+                return self._reader
+        now = time.monotonic()
+        candidates = []
+        try:
+            for child in self._zk.get_children(self.addr.nodes):
+                if self._avoid.get(child, 0.0) > now:
+                    continue
+                info = decode_json(self._zk.get(self.addr.node(child))[0])
+                if info.get("role") == "follower" and not info.get("diverged") and info.get("endpoint"):
+                    candidates.append((child, str(info["endpoint"])))
+        except Exception:  # noqa: BLE001 - ZooKeeper trouble: read from the leader meanwhile
+            return None
+        if not candidates:
+            return None
+        node, endpoint = random.choice(candidates)
+        remote = RemoteBackend(endpoint, timeout=self.request_timeout, heartbeat=self.heartbeat,
+                               **self.remote_options)
+        try:
+            remote.connection.call("read_from_follower")
+        except RETRYABLE:
+            remote.close()
+            self._avoid[node] = time.monotonic() + AVOID_SECONDS
+            return None
+        with self._lock:
+            if self._closed:
+                remote.close()
+                raise errors.EngineClosed(f"cluster backend {self.addr} is closed")
+            self._reader, self._reader_node = remote, node
+        return remote
+
+    def _drop_follower(self) -> None:
+        with self._lock:
+            remote, node = self._reader, self._reader_node
+            self._reader = self._reader_node = None
+        if remote is not None:
+            remote.close()
+        if node is not None:
+            self._avoid[node] = time.monotonic() + AVOID_SECONDS
+
     # ------------------------------------------------------------------ Backend
     @property
     def closed(self) -> bool:
@@ -174,35 +265,35 @@ class ClusterBackend:
         return self._retry(call)
 
     def get_stream(self, name: str) -> StreamInfo:
-        return self._retry(lambda r: r.get_stream(name))
+        return self._read(lambda r: r.get_stream(name))
 
     def list_streams(self, prefix: str = "", limit: int | None = None) -> list[StreamInfo]:
-        return self._retry(lambda r: r.list_streams(prefix, limit))
+        return self._read(lambda r: r.list_streams(prefix, limit))
 
     def fetch(self, stream: str, partition: int, after: int, max_txns: int = 256) -> Fetched:
-        return self._retry(lambda r: r.fetch(stream, partition, after, max_txns))
+        return self._read(lambda r: r.fetch(stream, partition, after, max_txns))
 
     def scan_index(self, stream: str, partition: int, after: int, upto: int = 2**63 - 1,
                    max_txns: int = 4096) -> IndexScan:
-        return self._retry(lambda r: r.scan_index(stream, partition, after, upto, max_txns))
+        return self._read(lambda r: r.scan_index(stream, partition, after, upto, max_txns))
 
     def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:
-        return self._retry(lambda r: r.get_transaction(stream, partition, txn_id))
+        return self._read(lambda r: r.get_transaction(stream, partition, txn_id))
 
     def transactions_range(self, stream: str, partition: int, from_id: int, to_id: int) -> list[TxnData]:
-        return self._retry(lambda r: r.transactions_range(stream, partition, from_id, to_id))
+        return self._read(lambda r: r.transactions_range(stream, partition, from_id, to_id))
 
     def last_transaction(self, stream: str, partition: int) -> TxnData | None:
-        return self._retry(lambda r: r.last_transaction(stream, partition))
+        return self._read(lambda r: r.last_transaction(stream, partition))
 
     def last_txn_id(self, stream: str, partition: int) -> int:
-        return self._retry(lambda r: r.last_txn_id(stream, partition))
+        return self._read(lambda r: r.last_txn_id(stream, partition))
 
     def get_offsets(self, stream: str, consumer: str) -> dict[int, int]:
-        return self._retry(lambda r: r.get_offsets(stream, consumer))
+        return self._read(lambda r: r.get_offsets(stream, consumer))
 
     def get_marker(self, key: str) -> int | None:
-        return self._retry(lambda r: r.get_marker(key))
+        return self._read(lambda r: r.get_marker(key))
 
     def list_consumers(self, stream: str | None = None, limit: int | None = None) -> list[ConsumerInfo]:
         return self._retry(lambda r: r.list_consumers(stream, limit))
@@ -221,7 +312,7 @@ class ClusterBackend:
         return self._retry(lambda r: r.store_windows(store, key, end_from, end_to, limit))
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:
-        return self._retry(lambda r: r.wait_for_commit(seen, timeout))
+        return self._read(lambda r: r.wait_for_commit(seen, timeout))
 
     def now_ms(self) -> int:
         return self._retry(lambda r: r.now_ms())
@@ -247,6 +338,8 @@ class ClusterBackend:
         with self._lock:
             if self._remote is not None:
                 self._remote.close()
+            if self._reader is not None:
+                self._reader.close()
         try:
             self._zk.stop()
             self._zk.close()

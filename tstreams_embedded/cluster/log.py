@@ -87,6 +87,7 @@ class ReplicatedLog:
         self._last_now = 0
         self._commit = 0
         self._bytes = 0
+        self.syncs = 0  # synced write transactions (appends, truncations): for /metrics
         with self.env.begin() as txn:
             raw = txn.get(_BASE, db=self.meta)
             if raw:
@@ -235,6 +236,7 @@ class ReplicatedLog:
                 txn.put(U64.pack(index), raw, db=self.entries)
                 self._bytes += len(raw)
                 self._put_meta(txn)
+            self.syncs += 1
             self._last, self._last_now = (index, epoch), now_ms
             return index
 
@@ -260,6 +262,7 @@ class ReplicatedLog:
                 except BaseException:
                     self._bytes -= added
                     raise
+            self.syncs += 1
             self._last, self._last_now = (entries[-1].index, entries[-1].epoch), entries[-1].now_ms
 
     def truncate_after(self, index: int) -> int:

@@ -49,6 +49,7 @@ from ..engine import ops as O
 from ..engine.core import Core, wall_clock_ms
 from . import snapshot as snap
 from .channel import Channel
+from .counters import NodeCounters
 from .log import Call, Entry, ReplicatedLog
 from .retention import Retention, trim_point
 from .zk import ACKS, BoundedZk, ZkAddress, decode_json, encode_json, quorum_of, required_acks
@@ -148,6 +149,9 @@ class Node:
         self._zk_ok = False
         self.elections = 0
         self.commits = 0
+        self.counters = NodeCounters()  # histograms for /metrics
+        self.last_contact = 0.0  # follower: monotonic time of the leader's last fetch answer (follower reads)
+        self.applied_now_ms = self._entry_now(self.applied)  # now_ms of the last applied entry (follower reads)
         # replication channel
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -687,6 +691,7 @@ class Node:
         with self.log.lock:
             if int(rep.get("epoch", 0)) < self.known_epoch or self.leading:
                 return  # a deposed leader's answer
+            self.last_contact = time.monotonic()
             if self.log.last_index + 1 != int(req["from"]):
                 return
             if status == "snapshot":
@@ -732,6 +737,7 @@ class Node:
                         failed = True
                         break
                     with self._cv:
+                        self.applied_now_ms = e.now_ms
                         self.applied = e.index
                         if e.index in self._waiting:
                             self._waiting[e.index] = outcomes
@@ -877,6 +883,7 @@ class Node:
         self.check_serving()
         epoch = self.epoch
         index = 0
+        started = time.monotonic()
         if rows_of:
             with self.log.lock:
                 if not self.leading or self.epoch != epoch:
@@ -884,6 +891,7 @@ class Node:
                 with self._cv:
                     self._waiting[self.log.last_index + 1] = None
                 index = self.log.append(epoch, self._next_now(), [c for _, c in rows_of])
+            self.counters.group_size.observe(len(rows_of))
             for _, c in rows_of:
                 if c[0] is not None:
                     self._inflight[(c[0], c[1])] = index
@@ -913,6 +921,7 @@ class Node:
                     raise errors.ClusterUnavailable(
                         f"node {self.node_id} cannot confirm its leadership; the outcome is unknown (retry it)")
                 results = {ix: self._waiting.get(ix) for ix in indexes}
+            self.counters.ack_seconds.observe(time.monotonic() - started)
         finally:
             with self._cv:
                 for ix in indexes:

@@ -4,8 +4,9 @@ The client port serves the same methods as a single-node server, guarded: only t
 answers (others raise :class:`~tstreams_embedded.errors.NotLeader` naming the leader), and
 ``submit`` goes through the replicated log (:meth:`Node.submit_batch`). The ``--http``
 port (Tornado, same loop) serves ``/health/leader`` (200 on the leader, 503 elsewhere: the
-HAProxy check), ``/health/ready``, ``/status`` (this node, JSON) and ``/state`` (the digest
-of the applied state, for tests and operators).
+HAProxy check), ``/health/ready``, ``/status`` (this node, JSON), ``/state`` (the digest
+of the applied state, for tests and operators), ``/metrics`` (Prometheus) and the status
+page at ``/`` (with the JSON it polls, ``/overview``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import logging
 import os
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import zmq
 from tornado.web import Application, RequestHandler
@@ -23,11 +24,16 @@ from tornado.web import Application, RequestHandler
 from .. import errors
 from ..engine.core import Core
 from ..net.handlers import backend_registry
-from ..net.registry import CALL, STREAM, Handler, Registry
-from ..net.serve import run_until_signal
+from ..net.metrics import metrics_route
+from ..net.registry import STREAM, Handler, Registry
+from ..net.serve import parse_http, run_until_signal
 from ..net.server import Server, ServerOptions
 from ..net.session import Session
+from ..net.stats import ServerStats
+from .follower_reads import READ_METHODS, FollowerReads
+from .metrics import node_registry
 from .node import Node
+from .status_page import page_routes
 
 log = logging.getLogger(__name__)
 
@@ -65,16 +71,24 @@ def state_digest(core: Core, with_items: bool = False) -> dict[str, Any]:
 
 def cluster_registry(core: Core, node: Node, server_info: dict[str, Any]) -> Registry:
     """The single-node handlers, guarded by :meth:`Node.check_serving`, with ``submit``
-    replaced by the replicated path and ``compact`` refused (not replicated yet)."""
+    replaced by the replicated path and ``compact`` refused (not replicated yet). Reads
+    are also served by a follower to sessions that asked for it (:mod:`.follower_reads`)."""
     base = backend_registry(core, server_info)
+    follower = FollowerReads(node)
+    on_follower = backend_registry(cast(Any, follower.reader), server_info)
     reg = Registry()
     for name in base.names():
         h = base.get(name)
         assert h is not None
         if name in OPEN_METHODS:
             reg.add(name, h.fn, h.kind, h.executor, h.batch)
+        elif name in READ_METHODS:
+            alt = on_follower.get(name)
+            assert alt is not None
+            reg.add(name, _guard(node, h, follower, alt), h.kind, h.executor, h.batch)
         else:
             reg.add(name, _guard(node, h), h.kind, h.executor, h.batch)
+    reg.add("read_from_follower", follower.opt_in)
 
     def submit(session: Session, ops: Any, durable: bool = True, client_id: str | None = None,
                seq: int = 0) -> list[Any]:
@@ -94,19 +108,30 @@ def cluster_registry(core: Core, node: Node, server_info: dict[str, Any]) -> Reg
     return reg
 
 
-def _guard(node: Node, h: Handler) -> Any:
+def _guard(node: Node, h: Handler, follower: FollowerReads | None = None, alt: Handler | None = None) -> Any:
+    """``h`` served by the leader only; with ``follower``, also ``alt`` (the same method on
+    the follower's state reader) to the sessions that asked for follower reads."""
     inner = h.fn
+
+    def pick(session: Session) -> Any:
+        if node.serving():
+            return inner
+        if follower is None or alt is None or not follower.opted_in(session):
+            node.check_serving()  # raises NotLeader
+            return inner
+        follower.check()
+        return alt.fn
+
     if h.kind == STREAM:
         def stream(session: Session, *args: Any) -> Generator[Any, Any, Any]:
-            node.check_serving()
-            return (yield from inner(session, *args))
+            fn = pick(session)
+            return (yield from fn(session, *args))
 
         return stream
-    assert h.kind == CALL or True
+    # CALL (or NOTIFY): a plain function
 
     def call(session: Session, *args: Any) -> Any:
-        node.check_serving()
-        return inner(session, *args)
+        return pick(session)(session, *args)
 
     return call
 
@@ -154,12 +179,16 @@ class _State(RequestHandler):
         self.finish(json.dumps({**out, "applied": self.node.applied, "node": self.node.node_id}))
 
 
-def http_app(node: Node) -> Application:
+def http_app(node: Node, server_stats: ServerStats | None = None) -> Application:
+    """The ``--http`` endpoints: health checks, ``/status``, ``/state``, ``/metrics``
+    (:mod:`.metrics`) and the status page at ``/`` (:mod:`.status_page`)."""
     return Application([
         (r"/health/leader", _Health, {"node": node, "what": "leader"}),
         (r"/health/ready", _Health, {"node": node, "what": "ready"}),
         (r"/status", _Status, {"node": node}),
         (r"/state", _State, {"node": node}),
+        metrics_route(node_registry(node, server_stats)),
+        *page_routes(node),
     ])
 
 
@@ -171,12 +200,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
     binds = [bind] if isinstance(bind, str) else list(bind)
     if not binds:
         raise errors.InvalidArgument("a cluster node needs a --bind endpoint")
-    http_host, http_port = None, 0
-    if http is not None:
-        http_host, _, port = http.rpartition(":")
-        if not http_host or not port.isdigit():
-            raise errors.InvalidArgument(f"--http takes host:port, got {http!r}")
-        http_port = int(port)
+    http_host, http_port = parse_http(http) if http is not None else (None, 0)
     if repl is None:
         host = binds[0].split("://", 1)[-1].rsplit(":", 1)[0]
         repl = f"tcp://{host}:*"
@@ -190,7 +214,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
 
     def on_start() -> None:
         if http_host is not None:
-            http_app(node).listen(http_port, http_host)
+            http_app(node, server.stats).listen(http_port, http_host)
         node.start()
 
     try:

@@ -202,20 +202,25 @@ def cluster_status(url: str, timeout: float = 10.0) -> dict[str, Any]:
         raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {addr.hosts}: {exc}") from exc
     zk = BoundedZk(client, timeout)
     try:
-        if zk.exists(addr.config) is None:
-            raise errors.InvalidArgument(f"no cluster at {addr}: run 'tstreams cluster init' first")
-        config = decode_json(zk.get(addr.config)[0])
-        epoch_raw = zk.get(addr.epoch)[0] if zk.exists(addr.epoch) else b"0"
-        leader = decode_json(zk.get(addr.leader)[0]) if zk.exists(addr.leader) else {}
-        nodes: dict[str, dict[str, Any]] = {}
-        for child in sorted(zk.get_children(addr.nodes)):
-            try:
-                nodes[child] = decode_json(zk.get(addr.node(child))[0])
-            except Exception:  # noqa: BLE001 - gone meanwhile
-                continue
+        return read_status(zk, addr)
     finally:
         client.stop()
         client.close()
+
+
+def read_status(zk: Any, addr: ZkAddress) -> dict[str, Any]:
+    """:func:`cluster_status` through an open kazoo client ``zk`` (a node's own session)."""
+    if zk.exists(addr.config) is None:
+        raise errors.InvalidArgument(f"no cluster at {addr}: run 'tstreams cluster init' first")
+    config = decode_json(zk.get(addr.config)[0])
+    epoch_raw = zk.get(addr.epoch)[0] if zk.exists(addr.epoch) else b"0"
+    leader = decode_json(zk.get(addr.leader)[0]) if zk.exists(addr.leader) else {}
+    nodes: dict[str, dict[str, Any]] = {}
+    for child in sorted(zk.get_children(addr.nodes)):
+        try:
+            nodes[child] = decode_json(zk.get(addr.node(child))[0])
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            continue
     head = int(nodes.get(str(leader.get("node")), {}).get("last_index", 0)) if leader else 0
     for info in nodes.values():
         info["lag"] = max(0, head - int(info.get("last_index", 0))) if leader else None

@@ -41,19 +41,22 @@ _BYTES = click.IntRange(min=1)
               help="Bytes of writes queued for the writer, beyond which the server stops reading requests.")
 @click.option("--max-reply-bytes", type=_BYTES, default=DEFAULT_PAGE_BYTES, show_default=True,
               help="Items per read reply, in bytes; larger results are paged (transparently for clients).")
+@click.option("--http", default=None,
+              help="host:port for HTTP: /metrics (Prometheus); a cluster node adds its health checks, "
+                   "/status and the status page at / (see docs/CLUSTER.md).")
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Write the bound endpoints to this file once serving.")
 @click.option("--log-level", default="INFO", show_default=True)
 def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | None, max_msg_size: int,
           max_request_size: int, max_client_bytes: int, max_write_queue_bytes: int, max_reply_bytes: int,
-          ready_file: str | None, log_level: str) -> None:
+          http: str | None, ready_file: str | None, log_level: str) -> None:
     """Serve the engine in DATA over ZeroMQ until SIGTERM (graceful: exit status 0)."""
     configure_logging(log_level)
     from .serve import serve as run
 
     sys.exit(run(data, list(binds), durability, curve_dir, max_msg_size, ready_file,
                  max_request_size=max_request_size, max_client_bytes=max_client_bytes,
-                 max_write_queue_bytes=max_write_queue_bytes, max_reply_bytes=max_reply_bytes))
+                 max_write_queue_bytes=max_write_queue_bytes, max_reply_bytes=max_reply_bytes, http=http))
 
 
 def configure_logging(level: str) -> None:

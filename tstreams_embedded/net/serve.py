@@ -57,6 +57,26 @@ def _return_large_blocks(threshold: int = 256 * 1024) -> None:
 
 
 
+def parse_http(http: str) -> tuple[str, int]:
+    """``host:port`` of an ``--http`` option, or :class:`InvalidArgument`."""
+    host, _, port = http.rpartition(":") if isinstance(http, str) else ("", "", "")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidArgument(f"--http takes host:port, got {http!r}")
+    return host, int(port)
+
+
+def metrics_app(core: Any, server: Server) -> Any:
+    """The single-node ``--http`` application: ``/metrics`` (:mod:`.metrics`)."""
+    try:
+        from tornado.web import Application
+
+        from .metrics import engine_registry, metrics_route
+    except ImportError as exc:
+        raise InvalidArgument(f"--http needs prometheus-client (pip install 'tstreams-embedded[metrics]'): {exc}"
+                              ) from exc
+    return Application([metrics_route(engine_registry(core, server.stats))])
+
+
 def run_until_signal(server: Server, stop_timeout: float, ready_file: str | None,
                      on_start: Callable[[], None] | None = None, on_stop: Callable[[], None] | None = None) -> None:
     """Run ``server`` on a new event loop until SIGTERM or SIGINT, then stop it gracefully.
@@ -103,10 +123,13 @@ def serve(
     max_client_bytes: int | None = None,
     max_write_queue_bytes: int | None = None,
     max_reply_bytes: int = DEFAULT_PAGE_BYTES,
+    http: str | None = None,
     **core_options: Any,
 ) -> int:
     """Serve the engine in ``data`` until SIGTERM/SIGINT; return the exit status (0).
-    Budgets left ``None`` keep :class:`ServerOptions`' defaults."""
+    Budgets left ``None`` keep :class:`ServerOptions`' defaults. ``http`` (``host:port``)
+    also serves ``/metrics`` there (Prometheus; needs prometheus-client)."""
+    http_addr = parse_http(http) if http is not None else None
     from ..engine.core import Core
 
     opts = ServerOptions(inline_writes=durability == "async")
@@ -142,8 +165,12 @@ def serve(
     registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))}, max_reply_bytes)
     server = Server(registry, bind, opts, commit_watch=core.wait_for_commit, context=ctx)
 
+    def on_start() -> None:
+        if http_addr is not None:
+            metrics_app(core, server).listen(http_addr[1], http_addr[0])
+
     try:
-        run_until_signal(server, stop_timeout, ready_file)
+        run_until_signal(server, stop_timeout, ready_file, on_start=on_start)
     finally:
         core.close()  # syncs
         if auth is not None:
