@@ -123,6 +123,10 @@ def _scenario_table(sc: dict[str, Any], systems: dict[str, Any]) -> list[str]:
         else:
             row += [fmt_num(r.get("p50_ms"), 3), fmt_num(r.get("p99_ms"), 3), fmt_num(r.get("peak_rss_mb"), 0)]
         out.append("| " + " | ".join(row) + " |")
+    for name, r in sc["results"].items():
+        if r.get("writes_per_commit"):
+            out += ["", f"{systems[name]['label']}: {fmt_num(r['writes_per_commit'], 1)} writes per LMDB commit, "
+                        f"{fmt_num(r.get('writes_per_fsync'), 1)} per fsync (group commit; medians)."]
     if sc.get("latency_of"):
         out += ["", f"Latency is per {sc['latency_of']}."]
     if sc.get("per_item"):

@@ -1,0 +1,80 @@
+"""Directories written by older versions open, read and keep numbering their commit log.
+
+``fixtures/format1.tar.gz`` was written by the code before the commit-log sequence moved
+from ``meta`` (updated by every commit) to the log's own last key (marker format 1), with
+``fixtures/make_format1.py``: stream ``s`` (2 partitions) with six 3-item instant
+transactions (two of them in one millisecond), consumer ``c`` checkpointed after the first
+transaction of partition 0, and the whole log (8 entries) trimmed away, so the sequence
+survives only in ``meta``.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+import tstreams_embedded as ts
+from tstreams_embedded.engine import check, directory
+
+FIXTURE = Path(__file__).parent / "fixtures" / "format1.tar.gz"
+OLD_LOG_SEQ = 8
+
+
+@pytest.fixture
+def old_dir(tmp_path: Path) -> Path:
+    with tarfile.open(FIXTURE) as tf:
+        tf.extractall(tmp_path, filter="data")
+    return tmp_path / "format1"
+
+
+def _marker_format(path: Path) -> int:
+    return int(json.loads((path / directory.MARKER).read_text())["format"])
+
+
+def test_a_format_1_directory_reads_and_continues_its_log(old_dir: Path) -> None:
+    assert _marker_format(old_dir) == 1
+    with ts.open(str(old_dir), compaction_interval=None) as engine:
+        assert engine.backend.log_seq() == OLD_LOG_SEQ  # only meta has it: the log was trimmed empty
+        consumer = engine.consumer("s", name="c")  # resumes after its stored offset
+        items = []
+        while (t := consumer.get_transaction(0)) is not None:
+            items.extend(t.items)
+        assert items == [b"item-2-0", b"item-2-1", b"item-2-2", b"item-4-0", b"item-4-1", b"item-4-2"]
+        every = engine.consumer("s", name="all", start="oldest")
+        assert [len(t.items) for t in iter(lambda: every.get_transaction(1), None)] == [3, 3, 3]
+        new_id = engine.producer("s").instant([b"new"], partition=1)
+        assert engine.backend.log_seq() == OLD_LOG_SEQ + 1  # numbering continues, never reuses a number
+        [(seq, _now, ops)] = engine.backend.read_log(0)
+        assert seq == OLD_LOG_SEQ + 1 and ops[0].txn_id == new_id
+    assert _marker_format(old_dir) == directory.MARKER_FORMAT  # upgraded in place
+    report = check.check_directory(str(old_dir))
+    assert report.ok, report.problems
+
+
+def test_a_trimmed_empty_log_keeps_its_sequence(tmp_path: Path) -> None:
+    with ts.open(str(tmp_path / "d"), compaction_interval=None) as engine:
+        engine.create_stream("s")
+        for i in range(5):
+            engine.producer("s").instant([b"%d" % i])
+        seq = engine.backend.log_seq()
+        assert engine.backend.trim_log(seq) == seq
+        assert engine.backend.read_log(0) == [] and engine.backend.log_seq() == seq
+        engine.producer("s").instant([b"after"])
+        assert [e[0] for e in engine.backend.read_log(0)] == [seq + 1]
+    with ts.open(str(tmp_path / "d"), compaction_interval=None) as engine:
+        assert engine.backend.log_seq() == seq + 1
+
+
+def test_older_code_refuses_a_format_2_directory_marker(tmp_path: Path) -> None:
+    """A marker format this version does not know is refused with a clear error (that is
+    how a format-1 engine refuses a directory this version upgraded)."""
+    with ts.open(str(tmp_path / "d")):
+        pass
+    doc = json.loads((tmp_path / "d" / directory.MARKER).read_text())
+    doc["format"] = 99
+    (tmp_path / "d" / directory.MARKER).write_text(json.dumps(doc))
+    with pytest.raises(ts.errors.DataCorrupted, match="unknown marker format 99"):
+        ts.open(str(tmp_path / "d"))
