@@ -74,7 +74,7 @@ class GroupCommitter:
         self.applier = applier
         self.clock = clock
         self.sync_durable = sync_durable
-        lock = threading.Lock()
+        lock = threading.RLock()  # an RLock: Condition's ownership check is then a C call
         self._cv = threading.Condition(lock)
         self._gather = threading.Condition(lock)  # a leader waiting for the writers it expects
         #: durable requests the next leader expects to gather (the size of recent groups)
