@@ -215,6 +215,7 @@ class Core:
         with c._cv:
             c._leading = False
             c._cv.notify_all()
+        c.wake_queued()
 
     def _check(self) -> None:
         if self._closed:
