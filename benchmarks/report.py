@@ -271,13 +271,21 @@ def plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
     return paths
 
 
+#: ``<suite>-notes.md`` here is appended to every rendering of ``<suite>.md``
+NOTES_DIR = Path(__file__).resolve().parent / "results"
+
+
 def write(report: dict[str, Any], out_dir: Path, charts: bool = True) -> list[Path]:
     """Write ``<suite>.json``, ``<suite>.md`` and (optionally) the charts; return the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     suite = report["suite"]
     paths = [out_dir / f"{suite}.json", out_dir / f"{suite}.md"]
     write_json(report, paths[0])
-    paths[1].write_text(markdown(report))
+    text = markdown(report)
+    notes = NOTES_DIR / f"{suite}-notes.md"  # hand-written analysis kept across reruns (profiles)
+    if notes.exists():
+        text += "\n" + notes.read_text()
+    paths[1].write_text(text)
     if charts:
         paths += plots(report, out_dir)
     return paths
