@@ -270,8 +270,8 @@ class GroupCommitter:
                 pass  # each thread meets the failure in its own _wait_durable (it retries, then raises)
             finally:
                 self._cv.acquire()
-            for r in group:
-                self._release(r)
+                for r in group:
+                    self._release(r)
 
     def _sleep(self, req: _Request) -> None:
         """(with ``_cv`` held) Sleep until woken by :meth:`_release` or :meth:`_wake_next`.

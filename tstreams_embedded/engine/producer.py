@@ -291,10 +291,11 @@ class Producer:
 
     def serialize(self, items: Iterable[Any]) -> list[bytes]:
         """Serialize and validate a batch of items (fast path for raw bytes)."""
-        if isinstance(items, (bytes, str)):
-            raise errors.InvalidArgument("items must be an iterable of items, not a single bytes/str value")
-        if not isinstance(items, Iterable):
-            raise errors.InvalidArgument(f"items must be an iterable of items, got {type(items).__name__}")
+        if type(items) is not list and type(items) is not tuple:  # the common cases skip the ABC check
+            if isinstance(items, (bytes, str)):
+                raise errors.InvalidArgument("items must be an iterable of items, not a single bytes/str value")
+            if not isinstance(items, Iterable):
+                raise errors.InvalidArgument(f"items must be an iterable of items, got {type(items).__name__}")
         if self.raw:
             data = list(items)
             if data and set(map(type, data)) != {bytes}:
