@@ -113,10 +113,9 @@ def _v(*names: str) -> tuple[Variant, ...]:
 
 
 # --- peers: 100-byte items, durable settings ----------------------------------------------------
-_PEER_VARIANTS = _v(*OURS, *PEERS)
-#: the durable scenarios also run the fsync floor (same items per durable commit): ours ÷ it
-#: is the fraction of the disk's physical limit at that commit size
-_PEER_DURABLE_VARIANTS = (*_PEER_VARIANTS, Variant("fsync-floor"))
+#: every scenario also runs the fsync floor (same items per durable commit): ours ÷ it is
+#: the fraction of the disk's physical limit at that commit size
+_PEER_VARIANTS = _v(*OURS, *PEERS, "fsync-floor")
 _ITEMS = {"tiny": {"n_items": 300, "batch": 100}, "quick": {"n_items": 30_000, "batch": 100},
           "full": {"n_items": 300_000, "batch": 100}}
 
@@ -124,13 +123,13 @@ PEER_SCENARIOS = (
     Scenario(
         "peers", "produce", "1. Produce, 100-item transactions", "produce",
         "One producer writes 100-byte items in durable transactions of 100 items.",
-        _PEER_DURABLE_VARIANTS, _ITEMS, latency="commit of one 100-item transaction",
+        _PEER_VARIANTS, _ITEMS, latency="commit of one 100-item transaction",
     ),
     Scenario(
         "peers", "concurrent", "2. Produce 1-item transactions, 8 threads", "concurrent",
         "8 threads write durable 1-item transactions to one partition (client/server systems: one "
         "connection per thread; embedded: one producer per thread).",
-        _PEER_DURABLE_VARIANTS,
+        _PEER_VARIANTS,
         {"tiny": {"threads": 8, "per_thread": 5}, "quick": {"threads": 8, "per_thread": 250},
          "full": {"threads": 8, "per_thread": 2000}},
         latency="one 1-item transaction",
@@ -139,14 +138,14 @@ PEER_SCENARIOS = (
         "peers", "consume", "3. Consume, offset commit every 100 items", "consume",
         "A consumer reads a pre-loaded backlog 100 items at a time and durably commits its offset "
         "after each 100 items.",
-        _PEER_DURABLE_VARIANTS, _ITEMS, latency="read 100 items + durable offset commit",
+        _PEER_VARIANTS, _ITEMS, latency="read 100 items + durable offset commit",
     ),
     Scenario(
         "peers", "exactly_once", "4. Exactly-once read-transform-write", "exactly_once",
         "Read 100 items, transform them, write them to an output stream and commit the input offset in "
         "one atomic durable write (Redis MULTI/EXEC with the offset in a key, SQLite one transaction, "
         "LMDB one write transaction, ours CheckpointGroup).",
-        _PEER_DURABLE_VARIANTS,
+        _PEER_VARIANTS,
         {"tiny": {"n_items": 300, "batch": 100}, "quick": {"n_items": 20_000, "batch": 100},
          "full": {"n_items": 200_000, "batch": 100}},
         latency="one read-transform-write batch of 100 items",
