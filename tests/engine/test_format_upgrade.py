@@ -14,10 +14,11 @@ import json
 import tarfile
 from pathlib import Path
 
+import lmdb
 import pytest
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import check, directory
+from tstreams_embedded.engine import check, directory, keys
 
 FIXTURE = Path(__file__).parent / "fixtures" / "format1.tar.gz"
 OLD_LOG_SEQ = 8
@@ -78,3 +79,43 @@ def test_older_code_refuses_a_format_2_directory_marker(tmp_path: Path) -> None:
     (tmp_path / "d" / directory.MARKER).write_text(json.dumps(doc))
     with pytest.raises(ts.errors.DataCorrupted, match="unknown marker format 99"):
         ts.open(str(tmp_path / "d"))
+
+
+def test_ids_keep_growing_after_compaction_removed_a_partitions_newest_record(tmp_path: Path) -> None:
+    """IDs never repeat in a partition after compaction removed its newest record, even if
+    the clock goes back (the partition's last allocated ID is kept apart from the records)."""
+    now = [1_700_000_000_000]
+    with ts.open(str(tmp_path / "d"), clock=lambda: now[0], compaction_interval=None) as engine:
+        engine.create_stream("s", partitions=2, ttl=1)
+        p = engine.producer("s")
+        first = [p.instant([b"a%d" % i], partition=0) for i in range(3)]
+        p.instant([b"other"], partition=1)
+        high = engine.backend.last_txn_id("s", 0)
+        assert high == first[-1]
+        now[0] += 5_000
+        assert engine.compact()["transactions_removed"] == 4
+        assert engine.stats()["transactions"] == 0
+        assert engine.backend.last_txn_id("s", 0) == high
+        now[0] -= 10_000  # a clock that went back must not reuse an ID
+        again = p.instant([b"b"], partition=0)
+        assert again > high
+        assert engine.backend.last_txn_id("s", 0) == again
+    report = check.check_directory(str(tmp_path / "d"))
+    assert report.ok, report.problems
+
+
+def test_check_of_a_format_1_directory_still_verifies_parts(old_dir: Path) -> None:
+    """Every allocation writes ``parts``, so a record above it is damage; ``check`` finds it in a
+    directory written by format-1 code, and checking never upgrades the directory."""
+    assert check.check_directory(str(old_dir)).ok
+    env = lmdb.open(str(old_dir), max_dbs=16)
+    streams, parts, txns = (env.open_db(n) for n in (b"streams", b"parts", b"txns"))
+    with env.begin(write=True) as txn:
+        sid = next(iter(txn.cursor(db=streams)))[1][1]  # msgpack [id, ...]: fixint after 0x95
+        newest = max(keys.txn_id_of(k) for k, _ in txn.cursor(db=txns) if k[:12] == keys.part_key(sid, 0))
+        txn.put(keys.part_key(sid, 0), keys.U64.pack(newest - 1), db=parts)
+    env.close()
+    report = check.check_directory(str(old_dir))
+    assert not report.ok
+    assert any("above the partition's last allocated id" in p for p in report.problems), report.problems
+    assert _marker_format(old_dir) == 1  # checking never upgrades
