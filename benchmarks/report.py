@@ -128,6 +128,10 @@ def _scenario_table(sc: dict[str, Any], systems: dict[str, Any]) -> list[str]:
             rss = r.get("job_peak_rss_mb", r.get("peak_rss_mb"))
             row += [fmt_num(r.get("p50_ms"), 3), fmt_num(r.get("p99_ms"), 3), fmt_num(rss, 0)]
         out.append("| " + " | ".join(row) + " |")
+    for name, r in sc["results"].items():
+        if r.get("writes_per_commit"):
+            out += ["", f"{systems[name]['label']}: {fmt_num(r['writes_per_commit'], 1)} writes per LMDB commit, "
+                        f"{fmt_num(r.get('writes_per_fsync'), 1)} per fsync (group commit; medians)."]
     if sc.get("latency_of"):
         out += ["", f"Latency is per {sc['latency_of']}."]
     out += _details(sc, systems)
@@ -384,13 +388,21 @@ def _streams_plot(report: dict[str, Any], out_dir: Path, title: str) -> Path:
     return path
 
 
+#: ``<suite>-notes.md`` here is appended to every rendering of ``<suite>.md``
+NOTES_DIR = Path(__file__).resolve().parent / "results"
+
+
 def write(report: dict[str, Any], out_dir: Path, charts: bool = True) -> list[Path]:
     """Write ``<suite>.json``, ``<suite>.md`` and (optionally) the charts; return the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     suite = report["suite"]
     paths = [out_dir / f"{suite}.json", out_dir / f"{suite}.md"]
     write_json(report, paths[0])
-    paths[1].write_text(markdown(report))
+    text = markdown(report)
+    notes = NOTES_DIR / f"{suite}-notes.md"  # hand-written analysis kept across reruns (profiles)
+    if notes.exists():
+        text += "\n" + notes.read_text()
+    paths[1].write_text(text)
     if charts:
         paths += plots(report, out_dir)
     return paths

@@ -122,7 +122,9 @@ def _v(*names: str) -> tuple[Variant, ...]:
 
 
 # --- peers: 100-byte items, durable settings ----------------------------------------------------
-_PEER_VARIANTS = _v(*OURS, *PEERS)
+#: every scenario also runs the fsync floor (same items per durable commit): ours ÷ it is
+#: the fraction of the disk's physical limit at that commit size
+_PEER_VARIANTS = _v(*OURS, *PEERS, "fsync-floor")
 _ITEMS = {"tiny": {"n_items": 300, "batch": 100}, "quick": {"n_items": 30_000, "batch": 100},
           "full": {"n_items": 300_000, "batch": 100}}
 
@@ -179,6 +181,13 @@ PEER_GOALS = (
     Goal("exactly_once", "ours ahead of Redis (always)", "ours-embedded", "redis-always", at_least=1.0,
          strict=True),
     Goal("exactly_once", "ours ahead of SQLite", "ours-embedded", "sqlite-wal-full", at_least=1.0, strict=True),
+    Goal("produce", "ours vs the fsync floor at 100 items/commit (fraction of the disk's limit)", "ours-embedded",
+         "fsync-floor"),
+    Goal("concurrent", "ours vs the fsync floor at 1 item/commit (items per fsync-equivalent)", "ours-embedded",
+         "fsync-floor"),
+    Goal("consume", "ours >= 0.8x the fsync floor x 100 items (one offset commit per 100 items)", "ours-embedded",
+         "fsync-floor", at_least=0.8),
+    Goal("exactly_once", "ours vs the fsync floor at 100 items/commit", "ours-embedded", "fsync-floor"),
     Goal("many_streams", "ours completes every stream, disk per stream reported", "ours-embedded",
          metric="disk_bytes_per_item", at_least=0.0, strict=True, unit="B"),
 )
@@ -193,6 +202,10 @@ _ENGINE_SIZES: dict[str, dict[str, int]] = {
              "streams": 1_000_000, "api_streams": 100_000},
 }
 THREADS = 8
+#: the disk's durable limit, beside every durable engine figure (same items per commit)
+_FLOORS = (Variant("fsync-floor", "fsync floor, 1 page/commit"),
+           Variant("fsync-floor-2", "fsync floor, 2 pages/commit"),
+           Variant("fsync-floor-3", "fsync floor, 3 pages/commit"))
 
 
 def _engine_sizes(**keys: str) -> dict[str, dict[str, Any]]:
@@ -207,7 +220,8 @@ ENGINE_SCENARIOS = (
         "per 100 items.",
         (Variant("lmdb-raw", "raw putmulti, durable commit"),
          Variant("ours-embedded", "ours instant()"),
-         Variant("ours-embedded", "ours open/send/checkpoint", method="produce_txn")),
+         Variant("ours-embedded", "ours open/send/checkpoint", method="produce_txn"),
+         *_FLOORS),
         {m: {"n_items": p["n_items"], "batch": 100} for m, p in _engine_sizes(n_items="durable").items()},
     ),
     Scenario(
@@ -233,7 +247,8 @@ ENGINE_SCENARIOS = (
         "durable commit rate of raw LMDB; ours single-threaded is shown too.",
         (Variant("lmdb-raw", "raw 1 thread, 1 item/commit", method="single_commits"),
          Variant("ours-embedded", "ours 1 thread instant([item])", method="single_commits"),
-         Variant("ours-embedded", f"ours {THREADS} threads instant([item])", params={"threads": THREADS})),
+         Variant("ours-embedded", f"ours {THREADS} threads instant([item])", params={"threads": THREADS}),
+         *_FLOORS),
         {m: {"n_items": p["n_items"], "per_thread": p["per_thread"]}
          for m, p in _engine_sizes(n_items="single", per_thread="per_thread").items()},
     ),
@@ -266,8 +281,16 @@ ENGINE_GOALS = (
          at_least=0.5),
     Goal("consume", "chunk checksums cost <= 10% (>= 0.9x the same chunks without checksum)",
          "ours consumer + checkpoint", "ours, chunks without checksum", at_least=0.9),
-    Goal("group_commit", f"{THREADS} threads >= 5x single-thread unbatched durable commits (raw LMDB)",
-         f"ours {THREADS} threads instant([item])", "raw 1 thread, 1 item/commit", at_least=5.0),
+    Goal("durable_produce", "instant() vs the fsync floor, 1 page per 100 items (fraction of the limit)",
+         "ours instant()", "fsync floor, 1 page/commit"),
+    Goal("durable_produce", "instant() vs the fsync floor, 3 pages per 100 items", "ours instant()",
+         "fsync floor, 3 pages/commit"),
+    Goal("group_commit", f"{THREADS} threads >= 4x single-thread unbatched durable commits (raw LMDB)",
+         f"ours {THREADS} threads instant([item])", "raw 1 thread, 1 item/commit", at_least=4.0),
+    Goal("group_commit", f"{THREADS} threads: items per fsync-equivalent (vs the 1-page floor)",
+         f"ours {THREADS} threads instant([item])", "fsync floor, 1 page/commit"),
+    Goal("group_commit", "1 thread: fraction of the 1-page fsync floor", "ours 1 thread instant([item])",
+         "fsync floor, 1 page/commit"),
     Goal("group_commit", f"{THREADS} threads vs ours single-thread (informational)",
          f"ours {THREADS} threads instant([item])", "ours 1 thread instant([item])"),
     Goal("streams", "time for 1,000,000 streams <= 60 s (projected from N)", "ours engine.batch(), 1000 streams/commit",

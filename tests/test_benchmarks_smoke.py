@@ -76,7 +76,9 @@ def test_every_system_and_scenario_ran_and_stored_what_it_should(peers_report):
     assert machine["servers"]["redis-server"] and machine["servers"]["sqlite"]
     assert machine["packages"]["lmdb"] and machine["packages"]["redis"]
     assert len(loaded["goals"]) == len(PEER_GOALS)
-    assert all(g["met"] in (True, False) for g in loaded["goals"])
+    for g in loaded["goals"]:  # a goal with a bound has a verdict; one without is informational
+        assert g["met"] in ((True, False) if g["required"] is not None else (None,)), g
+        assert g["value"] is not None and g["value"] > 0, g
 
 
 def test_markdown_and_plots_are_written(peers_report):

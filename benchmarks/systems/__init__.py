@@ -18,6 +18,9 @@ REGISTRY: dict[str, str] = {
     "ours-embedded-async": "benchmarks.systems.ours:OursEmbeddedAsync",
     "ours-embedded-unsealed": "benchmarks.systems.ours:OursEmbeddedUnsealed",
     "lmdb-raw-nosync": "benchmarks.systems.raw_lmdb:RawLmdbNoSync",
+    "fsync-floor": "benchmarks.systems.fsync_floor:FsyncFloor",
+    "fsync-floor-2": "benchmarks.systems.fsync_floor:FsyncFloor2",
+    "fsync-floor-3": "benchmarks.systems.fsync_floor:FsyncFloor3",
     # net
     "echo-server": "benchmarks.systems.net_servers:EchoServer",
     "moebius-server": "benchmarks.systems.net_servers:MoebiusServer",

@@ -214,7 +214,12 @@ class OursEmbedded(System):
         before = self.engine.backend.stats()
         outcome = self.run_concurrent(threads, per_thread)
         after = self.engine.backend.stats()
-        outcome.extra.update({k: after[k] - before[k] for k in ("fsyncs", "commits") if k in after and k in before})
+        delta = {k: after[k] - before[k] for k in ("fsyncs", "commits", "batches") if k in after and k in before}
+        outcome.extra.update(delta)
+        if delta.get("commits"):  # group commit: writes per LMDB transaction and per fsync
+            outcome.extra["writes_per_commit"] = delta["batches"] / delta["commits"]
+        if delta.get("fsyncs"):
+            outcome.extra["writes_per_fsync"] = delta["batches"] / delta["fsyncs"]
         return outcome
 
     def run_single_commits(self, n_items: int, per_thread: int) -> Outcome:

@@ -168,3 +168,73 @@ def test_sigkilled_async_writer_loses_nothing_it_acknowledged(tmp_path) -> None:
             ids.append(t.id)
     assert len(acked) > 50
     assert set(acked) <= set(ids)
+
+
+@pytest.mark.parametrize("bad_every", [1, 2, 3, 7, 100])
+def test_one_group_with_failing_requests_commits_every_good_one_exactly_once(make_engine, bad_every) -> None:
+    """One commit group (submit_many) where some requests fail: the group is applied again
+    without each failed one, and past two failures with a nested transaction per request.
+    Either way every good request is applied once, in order, with a contiguous log."""
+    engine = make_engine(durability="sync")
+    engine.create_stream("s", partitions=2)
+    core = engine.backend
+    before = core.stats()
+    calls = []
+    for i in range(20):
+        bad = i % bad_every == bad_every - 1
+        calls.append(([O.Instant("s", 0, O.pack_items([b"%d" % i])),
+                       *([O.Instant("s", 5, O.pack_items([b"bad"]))] if bad else [])], True))
+    outcomes = core.submit_many(calls)
+    good = [i for i in range(20) if i % bad_every != bad_every - 1]
+    for i, (ok, value) in enumerate(outcomes):
+        if i in good:
+            assert ok, value
+        else:
+            assert not ok and isinstance(value, errors.PartitionOutOfRange)
+    ids = [outcomes[i][1][0] for i in good]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    c = engine.consumer("s", "c")
+    seen = []
+    while (t := c.get_transaction(0)) is not None:
+        seen.append((t.id, t.items))
+    assert seen == [(ids[k], [b"%d" % i]) for k, i in enumerate(good)]
+    after = core.stats()
+    assert after["log_seq"] == before["log_seq"] + len(good)
+    assert [e[0] for e in core.read_log(before["log_seq"] + 1)] == list(
+        range(before["log_seq"] + 1, after["log_seq"] + 1))
+    if good:
+        assert after["commits"] == before["commits"] + 1  # one LMDB transaction for the whole group
+
+
+def test_concurrent_durable_writers_share_transactions_and_fsyncs(make_engine) -> None:
+    """8 threads of durable 1-item instants: requests share LMDB transactions and fsyncs
+    (group commit), and every write is stored exactly once."""
+    engine = make_engine(durability="sync")
+    engine.create_stream("s")
+    before = engine.backend.stats()
+    barrier = threading.Barrier(8)
+    ids: list[int] = []
+
+    def worker(w: int) -> None:
+        p = engine.producer("s", partition=0)
+        barrier.wait()
+        got = [p.instant([b"%d-%d" % (w, i)]) for i in range(40)]
+        ids.extend(got)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    after = engine.backend.stats()
+    writes = after["batches"] - before["batches"]
+    assert writes == 320 and len(set(ids)) == 320
+    assert after["commits"] - before["commits"] < writes  # some requests shared a transaction
+    assert after["fsyncs"] - before["fsyncs"] < writes  # and an fsync
+    assert sum(after["group_sizes"].values()) >= after["commits"] - before["commits"]
+    assert any(k != "1" for k in after["group_sizes"])
+    c = engine.consumer("s", "c")
+    n = 0
+    while (t := c.get_transaction(0)) is not None:
+        n += len(t.items)
+    assert n == 320

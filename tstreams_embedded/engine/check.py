@@ -26,7 +26,7 @@ from typing import Any
 import lmdb
 
 from .. import errors
-from . import chunks, keys
+from . import chunks, keys, reads
 from . import ops as O
 from .catalog import decode_stream
 from .ops import TxnState
@@ -230,8 +230,8 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
             consumer = k[8:-5].decode("utf-8", "replace")
             report.problem(f"offset of consumer {consumer!r} for {where(sid, part)}, which does not exist")
 
-    raw = txn.get(b"log_seq", db=store.meta)
-    log_seq = keys.U64.unpack(raw)[0] if raw else 0
+    raw = txn.get(reads.LOG_SEQ, db=store.meta)
+    log_seq = max(keys.U64.unpack(raw)[0] if raw else 0, reads.log_seq(txn, store))
     for k, v in entries(txn.cursor(db=store.log).iternext()):
         counts["log_entries"] += 1
         seq = keys.U64.unpack(k)[0] if len(k) == 8 else -1

@@ -216,6 +216,7 @@ class Core:
         with c._cv:
             c._leading = False
             c._cv.notify_all()
+        c.wake_queued()
 
     def _check(self) -> None:
         if self._closed:
@@ -476,8 +477,7 @@ class Core:
         """The sequence number of the newest commit-log entry (0 if none)."""
         self._check()
         with self.store.read() as txn:
-            raw = txn.get(b"log_seq", db=self.store.meta)
-        return keys.U64.unpack(raw)[0] if raw else 0
+            return reads.log_seq(txn, self.store)
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         """Block until the commit log moves past ``seen`` (woken at once by commits of this
@@ -518,6 +518,7 @@ class Core:
             "commits": self.committer.commits,
             "batches": self.committer.batches,
             "fsyncs": self.committer.fsyncs,
+            "group_sizes": self.committer.group_size_counts(),
             "max_item_size": self.max_item_size,
         }
 
@@ -557,6 +558,8 @@ class Core:
         check_int(upto_seq, "upto_seq", 0, 2**63 - 1)
 
         def trim_slice(txn: lmdb.Transaction) -> int:
+            # the sequence lives in the log's last key: keep it in meta before that key may go
+            txn.put(reads.LOG_SEQ, keys.U64.pack(reads.log_seq(txn, self.store)), db=self.store.meta)
             cur = txn.cursor(db=self.store.log)
             removed = 0
             if cur.first():

@@ -36,7 +36,13 @@ from ..errors import DataCorrupted
 from .keys import U64
 
 MARKER = "tstreams.dir"
-MARKER_FORMAT = 1
+MARKER_FORMAT = 2
+#: marker formats this code opens: 1 kept the commit-log sequence in ``meta`` (updated by
+#: every commit); 2 takes it from the log's last key (see ``reads.log_seq``). Code that knows
+#: only format 1 would reuse sequence numbers in a format-2 directory, so a format-1
+#: directory is upgraded in place (its marker rewritten) when opened for writing, and
+#: older code refuses it from then on.
+READABLE_MARKER_FORMATS = (1, 2)
 DATA_FORMAT = 1  # meta "format": chunks are sealed with a checksum
 DATA_FILE = "data.mdb"
 LOCK_FILE = "lock.mdb"
@@ -57,6 +63,12 @@ def init_lock(path: str) -> Iterator[None]:
 
 def read_marker(path: str) -> str | None:
     """The directory id in the marker file, or None when there is no marker."""
+    found = read_marker_doc(path)
+    return found[0] if found is not None else None
+
+
+def read_marker_doc(path: str) -> tuple[str, int] | None:
+    """``(directory id, marker format)`` from the marker file, or None when there is none."""
     file = os.path.join(path, MARKER)
     try:
         with open(file, "rb") as f:
@@ -65,12 +77,13 @@ def read_marker(path: str) -> str | None:
         return None
     try:
         doc = json.loads(raw)
-        if doc["format"] != MARKER_FORMAT:
-            raise ValueError(f"unknown marker format {doc['format']!r}")
+        fmt = doc["format"]
+        if fmt not in READABLE_MARKER_FORMATS:
+            raise ValueError(f"unknown marker format {fmt!r} (this version reads {READABLE_MARKER_FORMATS})")
         dir_id = doc["directory_id"]
         if not isinstance(dir_id, str) or not dir_id:
             raise ValueError("no directory id")
-        return dir_id
+        return dir_id, int(fmt)
     except (ValueError, KeyError, TypeError) as exc:
         raise DataCorrupted(f"{file} is damaged ({exc}); it marks {path!r} as an initialised tstreams directory. "
                             "Restore the directory from a backup") from None

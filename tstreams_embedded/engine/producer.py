@@ -52,8 +52,12 @@ class ProducerTransaction:
     writes the transaction, ``send`` raises :class:`TransactionFinished` instead of adding an
     item that the group's write would miss."""
 
+    __slots__ = ("producer", "partition", "_lock", "_id", "state", "_buffer", "_buffered_bytes", "count",
+                 "_engine", "__weakref__")
+
     def __init__(self, producer: Producer, partition: int) -> None:
         self.producer = producer
+        self._engine = producer.engine
         self.partition = partition
         self._lock = threading.RLock()
         self._id: int | None = None
@@ -101,20 +105,23 @@ class ProducerTransaction:
 
     def send(self, item: Any) -> None:
         """Add one item (serialized with the producer's serializer)."""
-        producer = self.producer  # the per-item path: kept to one lock and a few lookups
-        data = item if type(item) is bytes and producer.raw else producer.dumps(item)
+        # the per-item path: one lock, the same checks as everywhere, as few lookups as can be
+        producer = self.producer
+        data = item if producer.raw and type(item) is bytes else producer.dumps(item)
         size = len(data)
         with self._lock:
-            if self.state != OPEN or producer.engine.closed:
+            if self.state is not OPEN or self._engine.closed:
                 self._check_open()
             if size > producer.max_item_size:
                 raise errors.ItemTooLarge(f"item of {size} bytes exceeds max_item_size={producer.max_item_size}")
             buffer = self._buffer
-            if len(buffer) >= producer.batch_size or self._buffered_bytes + size > FLUSH_BYTES:
+            buffered = self._buffered_bytes + size
+            if len(buffer) >= producer.batch_size or buffered > FLUSH_BYTES:
                 self._flush()
                 buffer = self._buffer
+                buffered = size
             buffer.append(data)
-            self._buffered_bytes += size
+            self._buffered_bytes = buffered
             self.count += 1
 
     def send_many(self, items: Iterable[Any]) -> None:
@@ -284,10 +291,11 @@ class Producer:
 
     def serialize(self, items: Iterable[Any]) -> list[bytes]:
         """Serialize and validate a batch of items (fast path for raw bytes)."""
-        if isinstance(items, (bytes, str)):
-            raise errors.InvalidArgument("items must be an iterable of items, not a single bytes/str value")
-        if not isinstance(items, Iterable):
-            raise errors.InvalidArgument(f"items must be an iterable of items, got {type(items).__name__}")
+        if type(items) is not list and type(items) is not tuple:  # the common cases skip the ABC check
+            if isinstance(items, (bytes, str)):
+                raise errors.InvalidArgument("items must be an iterable of items, not a single bytes/str value")
+            if not isinstance(items, Iterable):
+                raise errors.InvalidArgument(f"items must be an iterable of items, got {type(items).__name__}")
         if self.raw:
             data = list(items)
             if data and set(map(type, data)) != {bytes}:

@@ -186,6 +186,25 @@ def last_allocated(txn: lmdb.Transaction, store: Store, stream: str, partition: 
     return keys.U64.unpack(raw)[0] if raw else 0
 
 
+#: ``meta`` key: a floor under the commit-log sequence, written when the log is trimmed (the
+#: newest entry's key is the sequence otherwise, so a commit does not touch ``meta``)
+LOG_SEQ = b"log_seq"
+
+
+def log_seq(txn: lmdb.Transaction, store: Store) -> int:
+    """The sequence number of the newest commit-log entry (0 if none): the log's last key,
+    or the floor kept in ``meta`` when the log was trimmed empty. Directories of format 1
+    kept the sequence in ``meta`` on every commit, so the larger of the two is right for
+    both formats."""
+    raw = txn.get(LOG_SEQ, db=store.meta)
+    floor: int = keys.U64.unpack(raw)[0] if raw else 0
+    cur = txn.cursor(db=store.log)
+    if cur.last():
+        last: int = keys.U64.unpack(cur.key())[0]
+        return max(last, floor)
+    return floor
+
+
 def offsets_of(txn: lmdb.Transaction, store: Store, stream: str, consumer: str) -> dict[int, int]:
     info = lookup_stream(txn, store, stream)
     prefix = keys.offsets_prefix(info.id, consumer)

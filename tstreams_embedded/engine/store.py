@@ -141,7 +141,8 @@ class Store:
         self._gate = _ResizeGate()
         strict = durability == "strict"
         with directory.init_lock(path):  # see .directory: refuse damaged directories
-            marker_id = directory.read_marker(path)
+            marker = directory.read_marker_doc(path)
+            marker_id = marker[0] if marker is not None else None
             new = directory.check_before_open(path, marker_id)
             self.env = lmdb.open(
                 path,
@@ -177,6 +178,8 @@ class Store:
                     if not strict:
                         self.env.sync(True)  # the id is on disk before the marker names it
                     directory.write_marker(path, write_id)
+                elif marker is not None and marker[1] < directory.MARKER_FORMAT and not readonly:
+                    directory.write_marker(path, marker[0])  # upgrade in place (see directory.py)
             except BaseException:
                 self.env.close()
                 raise
