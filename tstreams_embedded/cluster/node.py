@@ -222,16 +222,23 @@ class Node:
         info = self.info()
         if not force and info == self._published:
             return
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
         path = self.addr.node(self.node_id)
         data = encode_json(info)
         try:
-            self.zk.set(path, data)
-        except Exception:  # noqa: BLE001 - not there (new session): create it
-            from kazoo.exceptions import NodeExistsError, NoNodeError
-
+            stat = self.zk.set(path, data)
+            session = self.zk.client_id
+            mine = session is not None and stat.ephemeralOwner == session[0]
+        except NoNodeError:  # not there (a new session): create it
+            mine = False
+        if not mine:
+            # Missing, or the ephemeral node of this node's previous process (a restart within
+            # the session timeout): a node of an old session vanishes when that session
+            # expires, and elections (which ask the nodes listed here) would then miss this one.
             try:
                 self.zk.create(path, data, ephemeral=True, makepath=True)
-            except NodeExistsError:  # an old session's node, not yet expired
+            except NodeExistsError:
                 try:
                     self.zk.delete(path)
                 except NoNodeError:
@@ -550,7 +557,7 @@ class Node:
                         or info.get("node") == self.node_id or int(info.get("epoch", 0)) < self.known_epoch):
                     self._stop.wait(0.05)
                     continue
-                want = (str(info.get("repl")), int(info.get("epoch", 0)))
+                want = self._leader_target(info)
                 if sock is None or target != want:
                     if sock is not None:
                         sock.close(0)
@@ -567,6 +574,8 @@ class Node:
                 rep = None
                 deadline = time.monotonic() + FETCH_TIMEOUT
                 while rep is None and not self._stop.is_set():
+                    if self._leader_target() != target:
+                        break  # a new leader: ask it at once, not after this fetch's timeout
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or not sock.poll(int(min(remaining, 0.2) * 1000) + 1):
                         if remaining <= 0:
@@ -583,6 +592,11 @@ class Node:
         finally:
             if sock is not None:
                 sock.close(0)
+
+    def _leader_target(self, info: dict[str, Any] | None = None) -> tuple[str, int]:
+        """``(replication endpoint, epoch)`` of the leader published in ZooKeeper."""
+        info = self.leader_info if info is None else info
+        return str(info.get("repl")), int(info.get("epoch", 0))
 
     def _on_fetched(self, req: dict[str, Any], rep: dict[str, Any]) -> None:
         status = rep.get("status")
