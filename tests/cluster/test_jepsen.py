@@ -34,7 +34,7 @@ def run_jepsen(zk: ZooKeeperServer, root: Path, plan: Plan) -> tuple[History, Fi
         admin = cluster.connect(timeout=30)
         admin.create_stream(STREAM, partitions=plan.partitions)
         admin.close()
-        writers = [Writer(f"w{i}", cluster, history, stop, plan.partitions) for i in range(plan.writers)]
+        writers = [Writer(f"w{i}", cluster, history, stop, plan.partitions, plan.txn_ttl) for i in range(plan.writers)]
         reader = Reader(cluster, history, finish, plan.partitions)
         for t in [*writers, reader]:
             t.start()

@@ -37,6 +37,7 @@ class Plan:
     follower_kills: int = 5
     writers: int = 3
     partitions: int = 2
+    txn_ttl: float = 3.0  # about a failover: open transactions expire during some of them
     seed: int = 10
 
     def faults(self) -> list[str]:
@@ -55,8 +56,10 @@ class Writer(threading.Thread):
     (open, ID read at once, items sent with a flush after 2, checkpoint), round robin over
     the partitions, until ``stop`` is set."""
 
-    def __init__(self, name: str, cluster: Cluster, history: History, stop: threading.Event, partitions: int) -> None:
+    def __init__(self, name: str, cluster: Cluster, history: History, stop: threading.Event, partitions: int,
+                 txn_ttl: float) -> None:
         super().__init__(name=f"writer-{name}", daemon=True)
+        self.txn_ttl = txn_ttl
         self.client = name
         self.cluster = cluster
         self.history = history
@@ -66,7 +69,7 @@ class Writer(threading.Thread):
 
     def run(self) -> None:
         try:
-            engine = self.cluster.connect(timeout=30, txn_ttl=10)
+            engine = self.cluster.connect(timeout=30, txn_ttl=self.txn_ttl)
             try:
                 producer = engine.producer(STREAM, batch_size=2)
                 for k in itertools.count():

@@ -47,6 +47,7 @@ import zmq
 from .. import errors
 from ..engine import ops as O
 from ..engine.core import Core, wall_clock_ms
+from .clock import StateClock
 from .log import Call, Entry, ReplicatedLog
 from .zk import ACKS, ZkAddress, decode_json, encode_json, quorum_of, required_acks
 
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 
 DEDUP_WINDOW = 64
 _APPLIED = b"\x00applied"
+_CLOCK = b"\x00clock"  # now_ms of the last applied entry (the StateClock)
+CLOCK_TICK = 1.0  # seconds: an idle leader appends an empty entry this often (the state clock moves on)
 FETCH_PARK = 0.25  # seconds a fetch with nothing new waits on the leader
 FETCH_TIMEOUT = 2.0  # seconds a follower waits for a fetch reply before reconnecting
 
@@ -95,7 +98,11 @@ class Node:
             raise errors.InvalidArgument(f"acks must be one of {ACKS}, got {acks!r}")
         if not 1.0 <= float(session_timeout) <= 60.0:
             raise errors.InvalidArgument(f"session_timeout must be 1 to 60 seconds, got {session_timeout!r}")
+        if not isinstance(core.clock, StateClock):
+            raise errors.InvalidArgument("a cluster node's Core must read time from a StateClock: "
+                                         "Core(path, clock=StateClock())")
         self.core = core
+        self.clock: StateClock = core.clock
         self.addr = ZkAddress.parse(zk_url)
         self.node_id = node_id
         self.endpoint = endpoint
@@ -108,10 +115,12 @@ class Node:
         self.cdb = core.store.env.open_db(b"cluster")
         with core.store.read() as txn:
             raw = txn.get(_APPLIED, db=self.cdb)
+            raw_clock = txn.get(_CLOCK, db=self.cdb)
         self.applied = int.from_bytes(raw, "big") if raw else 0
         if self.applied > self.log.last_index:
             raise errors.NodeDiverged(f"state applied up to {self.applied} but the log ends at {self.log.last_index}")
         self.log.set_commit(self.applied)
+        self.clock.advance(int.from_bytes(raw_clock, "big") if raw_clock else self._entry_now(self.applied))
         # roles and epochs (guarded by self.log.lock for known_epoch / appends)
         self.known_epoch = 0
         self.epoch = 0  # the epoch this node leads, 0 when not leading
@@ -124,6 +133,7 @@ class Node:
         self.leader_info: dict[str, Any] = {}
         self.match: dict[str, int] = {}
         self._last_now = 0
+        self._last_append = 0.0  # monotonic time of this leader's last append
         self._cv = threading.Condition()  # commit / applied / leadership changes
         self._waiting: dict[int, list[tuple[bool, Any]] | None] = {}
         self._inflight: dict[tuple[str, int], int] = {}
@@ -342,6 +352,7 @@ class Node:
             self._last_now = max(self._last_now, self._entry_now(self.log.last_index))
             now = self._next_now()
             self.epoch_start = self.log.append(new, now, [])  # commits every older entry with it
+            self._last_append = time.monotonic()
             self.match = {}
             self.epoch = new
             self.lease_until = time.monotonic() + 0.5 * self.session_timeout
@@ -358,10 +369,24 @@ class Node:
         log.info("leading epoch %d from log index %d", new, self.epoch_start)
         self._advance_commit()
         self._wake()
-        while not self._stepdown.wait(0.2):
+        while not self._stepdown.wait(min(0.2, CLOCK_TICK)):
             if self._stop.is_set():
                 break
+            self._tick(new)
         return True
+
+    def _tick(self, epoch: int) -> None:
+        """Leader: append an empty entry if nothing was appended for :data:`CLOCK_TICK`
+        seconds, so that the state clock (see :mod:`.clock`) moves on without writes."""
+        if time.monotonic() - self._last_append < CLOCK_TICK or not self.serving():
+            return
+        with self.log.lock:
+            if not self.leading or self.epoch != epoch:
+                return
+            self.log.append(epoch, self._next_now(), [])
+            self._last_append = time.monotonic()
+        self._wake()
+        self._advance_commit()
 
     def _step_down(self, why: str) -> None:
         with self.log.lock:
@@ -642,6 +667,7 @@ class Node:
                     log.exception("applying log entry %d failed", e.index)
                     self._stop.wait(0.5)
                     break
+                self.clock.advance(e.now_ms)
                 with self._cv:
                     self.applied = e.index
                     if e.index in self._waiting:
@@ -691,6 +717,7 @@ class Node:
                 keep = dict(sorted(w.items())[-DEDUP_WINDOW:])
                 wtxn.put(b"c" + cid.encode(), _pack(keep), db=self.cdb)
             wtxn.put(_APPLIED, e.index.to_bytes(8, "big"), db=self.cdb)
+            wtxn.put(_CLOCK, e.now_ms.to_bytes(8, "big"), db=self.cdb)
 
         results = self.core.apply_committed(e.now_ms, [ops for _, ops in todo], finish)
         for (i, _), res in zip(todo, results, strict=True):
@@ -777,6 +804,7 @@ class Node:
                 with self._cv:
                     self._waiting[self.log.last_index + 1] = None
                 index = self.log.append(epoch, self._next_now(), [c for _, c in rows_of])
+                self._last_append = time.monotonic()
             for _, c in rows_of:
                 if c[0] is not None:
                     self._inflight[(c[0], c[1])] = index

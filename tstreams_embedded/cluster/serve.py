@@ -27,6 +27,7 @@ from ..net.registry import CALL, STREAM, Handler, Registry
 from ..net.serve import run_until_signal
 from ..net.server import Server, ServerOptions
 from ..net.session import Session
+from .clock import StateClock
 from .node import Node
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         repl = f"tcp://{host}:*"
     ctx: zmq.Context[Any] = zmq.Context()
     core_options.setdefault("compaction_interval", None)  # compaction is not replicated yet
-    core = Core(os.fspath(data), durability, **core_options)
+    core = Core(os.fspath(data), durability, clock=StateClock(), **core_options)  # reads judge time as apply does
     node = Node(core, cluster, node_id, binds[0], repl, http=http, acks=acks, session_timeout=session_timeout,
                 ack_timeout=ack_timeout, context=ctx)
     registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id})
