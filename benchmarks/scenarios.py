@@ -10,11 +10,15 @@ Suites:
 * ``peers``: this project against Redis Streams, SQLite and raw py-lmdb (100-byte items, durable);
 * ``engine``: the engine's own figures, each beside raw py-lmdb doing the same work;
 * ``net``: ``tstreams serve`` against an echo server on the same loop, a Moebius-style loop and HAProxy;
-* ``spark``: the Spark connector against Spark's own Parquet and file sources.
+* ``spark``: the Spark connector against Spark's own Parquet and file sources;
+* ``cluster``: the replicated cluster against one node and a replicated Redis, failover, and
+  catch-up; assembled from the modules in :data:`CLUSTER_PARTS` (see :mod:`benchmarks.cluster`).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -376,11 +380,32 @@ SPARK_GOALS = (
     Goal("streaming", "streaming vs files + Parquet sink (report the ratio)", "spark-tstreams", "spark-files"),
 )
 
+# --- cluster: assembled from parts, one module per figure group ---------------------------------
+#: Modules that add scenarios and goals to the ``cluster`` suite, each with a ``part()``
+#: function returning ``(scenarios, goals)``; a module that does not exist (yet) is skipped.
+CLUSTER_PARTS = ("benchmarks.cluster", "benchmarks.cluster_catchup")
+
+
+def _assemble(modules: tuple[str, ...]) -> tuple[tuple[Scenario, ...], tuple[Goal, ...]]:
+    scenarios: list[Scenario] = []
+    goals: list[Goal] = []
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            continue
+        sc, gl = importlib.import_module(name).part()
+        scenarios += sc
+        goals += gl
+    return tuple(scenarios), tuple(goals)
+
+
+CLUSTER_SCENARIOS, CLUSTER_GOALS = _assemble(CLUSTER_PARTS)
+
 SUITES: dict[str, tuple[tuple[Scenario, ...], tuple[Goal, ...]]] = {
     "peers": (PEER_SCENARIOS, PEER_GOALS),
     "engine": (ENGINE_SCENARIOS, ENGINE_GOALS),
     "net": (NET_SCENARIOS, NET_GOALS),
     "spark": (SPARK_SCENARIOS, SPARK_GOALS),
+    "cluster": (CLUSTER_SCENARIOS, CLUSTER_GOALS),
 }
 SCENARIOS = PEER_SCENARIOS
 BY_ID = {s.id: s for s in PEER_SCENARIOS}
