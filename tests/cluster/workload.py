@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tstreams_embedded import errors
+from tstreams_embedded.cluster.zk import cluster_status
 from tstreams_embedded.testing import eventually
 from tstreams_embedded.testing.history import FinalState, History
 
@@ -39,10 +40,14 @@ class Plan:
     partitions: int = 2
     txn_ttl: float = 3.0  # about a failover: open transactions expire during some of them
     seed: int = 10
+    settle: bool = True  # wait for every follower to be ready before each fault (False: faults pile up)
+    majority_kills: int = 0  # SIGKILL the leader and a follower at once (no quorum), then restart both
+    follower_pauses: int = 0  # SIGSTOP a follower past the session timeout, then SIGCONT
 
     def faults(self) -> list[str]:
         faults = (["kill-leader"] * self.leader_kills + ["pause-leader"] * self.leader_pauses
-                  + ["kill-follower"] * self.follower_kills)
+                  + ["kill-follower"] * self.follower_kills + ["kill-majority"] * self.majority_kills
+                  + ["pause-follower"] * self.follower_pauses)
         random.Random(self.seed).shuffle(faults)
         return faults
 
@@ -199,20 +204,22 @@ class Nemesis:
     is healthy (three live nodes, one serving leader, every follower ready); after it, the
     clients' acknowledged writes must move on (``progress``)."""
 
-    def __init__(self, cluster: Cluster, progress: Callable[[], int], seed: int) -> None:
+    def __init__(self, cluster: Cluster, progress: Callable[[], int], seed: int, settle: bool = True) -> None:
         self.cluster = cluster
+        self.settle = settle
         self.progress = progress
         self.rng = random.Random(seed)
         self.log: list[tuple[str, str, float]] = []  # (fault, node, seconds until a new leader / progress)
 
-    def healthy(self, timeout: float = 90) -> ClusterNode:
+    def healthy(self, timeout: float = 90, settle: bool = True) -> ClusterNode:
+        """Every node runs and one leads; with ``settle``, every follower is also ready."""
         def check() -> ClusterNode | None:
             if not all(n.alive() for n in self.cluster.nodes):
                 return None
             leaders = [n for n in self.cluster.nodes if n.is_leader()]
             if len(leaders) != 1:
                 return None
-            if any(n.http_get("/health/ready")[0] != 200 for n in self.cluster.followers(leaders[0])):
+            if settle and any(n.http_get("/health/ready")[0] != 200 for n in self.cluster.followers(leaders[0])):
                 return None
             return leaders[0]
 
@@ -231,7 +238,7 @@ class Nemesis:
 
     def run(self, faults: list[str]) -> None:
         for fault in faults:
-            leader = self.healthy()
+            leader = self.healthy(settle=self.settle)
             before = self.progress()
             if fault == "kill-leader":
                 leader.kill()
@@ -253,6 +260,26 @@ class Nemesis:
                 t0 = time.monotonic()
                 self.moved_on(before, fault)  # two nodes of three still commit
                 follower.start()
+                self.log.append((fault, follower.node_id, time.monotonic() - t0))
+            elif fault == "kill-majority":
+                follower = self.rng.choice(self.cluster.followers(leader))
+                leader.kill()
+                follower.kill()
+                t0 = time.monotonic()
+                follower.start()
+                leader.start()
+                self.moved_on(before, fault)
+                self.log.append((fault, f"{leader.node_id}+{follower.node_id}", time.monotonic() - t0))
+            elif fault == "pause-follower":
+                follower = self.rng.choice(self.cluster.followers(leader))
+                follower.pause()
+                t0 = time.monotonic()
+                try:
+                    self.moved_on(before, fault)
+                    eventually(lambda node=follower.node_id: node not in cluster_status(self.cluster.url)["nodes"],
+                               SESSION + 30, 0.2, message="the paused follower's session expired")
+                finally:
+                    follower.resume()
                 self.log.append((fault, follower.node_id, time.monotonic() - t0))
             else:
                 raise ValueError(f"unknown fault {fault!r}")
