@@ -105,3 +105,31 @@ def test_an_abandoned_transaction_expires_for_readers_without_further_writes(clu
     assert got.items == [b"after"]
     converged(cluster)
     engine.close()
+
+
+def test_a_call_waiting_on_a_deposed_leader_moves_to_the_new_one(cluster: Cluster) -> None:
+    """Bug (found as a 6 s failover in a loaded run): a write issued just as the leader was
+    SIGKILLed waited, unsent, for the whole request timeout although ZooKeeper already named
+    a new leader. Reproduced deterministically with SIGSTOP and a client heartbeat too long
+    to notice the silence: the call waited for its 90 s timeout. The client now drops the
+    old leader's connection as soon as a new leader is published and retries there (same
+    request ID: applied once)."""
+    old = cluster.leader()
+    engine = cluster.connect(timeout=120, request_timeout=90, heartbeat=60)  # no silence detection meanwhile
+    engine.create_stream("s")
+    producer = engine.producer("s", partition=0)
+    producer.instant([b"before"], partition=0)
+    old.pause()
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        late = pool.submit(producer.instant, [b"during"], 0)
+        eventually(lambda: any(n.is_leader() for n in cluster.followers(old)), SESSION + 30, 0.05,
+                   message="a new leader")
+        # far less than the 90 s request timeout the call would otherwise wait
+        assert late.result(timeout=30) > 0
+    finally:
+        old.resume()
+        pool.shutdown()
+    converged(cluster)
+    assert sorted(items_on(cluster.leader())) == ["before", "during"]
+    engine.close()

@@ -559,7 +559,7 @@ class Node:
         if not self.leading:
             return
         n = self.nodes
-        positions = sorted([self.log.last_index, *self.match.values()], reverse=True)
+        positions = sorted([self.log.durable_index, *self.match.values()], reverse=True)
         positions += [0] * max(0, n - len(positions))
         need = required_acks(self.acks, n)
         candidate = positions[need - 1]
@@ -803,12 +803,13 @@ class Node:
                     raise errors.NotLeader(f"node {self.node_id} stopped leading; {self.leader_hint()}")
                 with self._cv:
                     self._waiting[self.log.last_index + 1] = None
-                index = self.log.append(epoch, self._next_now(), [c for _, c in rows_of])
+                index = self.log.append(epoch, self._next_now(), [c for _, c in rows_of], sync=False)
                 self._last_append = time.monotonic()
             for _, c in rows_of:
                 if c[0] is not None:
                     self._inflight[(c[0], c[1])] = index
-            self._wake()
+            self._wake()  # followers fetch the entry while this node syncs it
+            self.log.sync()
             self._advance_commit()
         indexes = {index} if index else set()
         indexes.update(w[1] for w in waits)
