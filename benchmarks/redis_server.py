@@ -36,3 +36,29 @@ class RedisServer(_RedisServer):
 
         d = self.directory / "appendonlydir"
         return disk_bytes(d) if d.exists() else 0
+
+
+class ReplicaRedisServer(RedisServer):
+    """A ``redis-server`` replica of ``primary`` (``--replicaof``), with the same AOF
+    settings. :meth:`start` returns once the replica is connected and in sync."""
+
+    def __init__(self, directory, primary: RedisServer, appendfsync: str = "everysec") -> None:  # noqa: ANN001
+        super().__init__(directory, appendfsync=appendfsync)
+        self.primary = primary
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--replicaof", self.primary.host, str(self.primary.port)]
+
+    def is_ready(self) -> bool:
+        if not super().is_ready():
+            return False
+        import redis
+
+        client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5)
+        try:
+            info = client.info("replication")
+        except redis.exceptions.RedisError:
+            return False
+        finally:
+            client.close()
+        return info.get("master_link_status") == "up" and not info.get("master_sync_in_progress")

@@ -66,6 +66,9 @@ _INTRO = {
     "engine": "the engine's own figures, each side by side with raw py-lmdb doing the same work.",
     "net": "the network layer: `tstreams serve` against an echo server on the same loop, a Moebius-style "
            "loop and HAProxy. Server CPU is per request, summed over the server processes.",
+    "cluster": "the replicated cluster (real ZooKeeper, 3 node processes, quorum acks) against one node and "
+               "Redis Streams with a replica, and failover after SIGKILL of the leader. Peak RSS is the benchmark "
+               "process plus the servers (the nodes, or Redis primary + replica).",
     "spark": "the Spark connector against Spark's own Parquet and file sources (one local[2] session, "
              "one warm-up run of each variant).",
     "streams": "`tstreams_embedded.streams` against Bytewax, Pathway and a plain-Python floor on the same "
@@ -135,6 +138,11 @@ def _scenario_table(sc: dict[str, Any], systems: dict[str, Any]) -> list[str]:
     if sc.get("latency_of"):
         out += ["", f"Latency is per {sc['latency_of']}."]
     out += _details(sc, systems)
+    for name, r in sc["results"].items():
+        if r.get("failover_p50_s") is not None:
+            out += ["", f"{systems[name]['label']}: kill → first acknowledged write p50 {r['failover_p50_s']:.2f} s, "
+                    f"max {r['failover_max_s']:.2f} s (medians over repetitions), min {r['failover_min_s']:.2f} s; "
+                    f"ZooKeeper session timeout {r['session_timeout_s']:g} s."]
     if sc.get("per_item"):
         out += ["", "Memory per item is the growth of RSS (benchmark process + server) during the run divided "
                 "by N; disk per item is the space allocated on disk after close divided by N."]

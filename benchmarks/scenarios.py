@@ -13,10 +13,14 @@ Suites:
 * ``spark``: the Spark connector against Spark's own Parquet and file sources;
 * ``streams``: ``tstreams_embedded.streams`` against Bytewax, Pathway and a plain-Python floor on
   one windowed-count job (every output checked exact), plus its latency and its recovery.
+* ``cluster``: the replicated cluster against one node and a replicated Redis, failover, and
+  catch-up; assembled from the modules in :data:`CLUSTER_PARTS` (see :mod:`benchmarks.cluster`).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -499,6 +503,25 @@ CATCHUP_GOALS = (
     Goal("catchup", "empty-node catch-up >= 0.5x LMDB env.copy to local disk",
          "ours: empty node catch-up (snapshot)", "LMDB env.copy to local disk", at_least=0.5),
 )
+# --- cluster: assembled from parts, one module per figure group ---------------------------------
+#: Modules that add scenarios and goals to the ``cluster`` suite, each with a ``part()``
+#: function returning ``(scenarios, goals)``; a module that does not exist (yet) is skipped.
+CLUSTER_PARTS = ("benchmarks.cluster",)  # the catch-up figure is its own suite, ``cluster-catchup``
+
+
+def _assemble(modules: tuple[str, ...]) -> tuple[tuple[Scenario, ...], tuple[Goal, ...]]:
+    scenarios: list[Scenario] = []
+    goals: list[Goal] = []
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            continue
+        sc, gl = importlib.import_module(name).part()
+        scenarios += sc
+        goals += gl
+    return tuple(scenarios), tuple(goals)
+
+
+CLUSTER_SCENARIOS, CLUSTER_GOALS = _assemble(CLUSTER_PARTS)
 
 SUITES: dict[str, tuple[tuple[Scenario, ...], tuple[Goal, ...]]] = {
     "peers": (PEER_SCENARIOS, PEER_GOALS),
@@ -507,6 +530,7 @@ SUITES: dict[str, tuple[tuple[Scenario, ...], tuple[Goal, ...]]] = {
     "spark": (SPARK_SCENARIOS, SPARK_GOALS),
     "streams": (STREAMS_SCENARIOS, STREAMS_GOALS),
     "cluster-catchup": (CATCHUP_SCENARIOS, CATCHUP_GOALS),
+    "cluster": (CLUSTER_SCENARIOS, CLUSTER_GOALS),
 }
 SCENARIOS = PEER_SCENARIOS
 BY_ID = {s.id: s for s in PEER_SCENARIOS}

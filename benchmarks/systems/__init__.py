@@ -27,6 +27,10 @@ REGISTRY: dict[str, str] = {
     "ours-serve": "benchmarks.systems.net_servers:OursServe",
     "ours-serve-sync": "benchmarks.systems.net_servers:OursServeSync",
     "ours-haproxy": "benchmarks.systems.net_servers:OursHAProxy",
+    # cluster
+    "ours-cluster": "benchmarks.systems.cluster:OursCluster",
+    "ours-serve-node": "benchmarks.systems.cluster:OursServeNode",
+    "redis-replicated": "benchmarks.systems.cluster:RedisReplicated",
     # spark
     "spark-tstreams": "benchmarks.systems.spark_sources:SparkTstreams",
     "spark-parquet": "benchmarks.systems.spark_sources:SparkParquet",

@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import itertools
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,43 +11,18 @@ from typing import Any
 import pytest
 
 from tstreams_embedded.cluster.zk import init_cluster
-from tstreams_embedded.testing import ServeProcess, ZooKeeperServer, eventually, free_port
+from tstreams_embedded.testing import ClusterNodeProcess, ZooKeeperServer, eventually
 
 SESSION = 3.0  # ZooKeeper session timeout of the nodes (s): short, yet not expired by a loaded machine
 _paths = itertools.count(1)
 
 
-class ClusterNode(ServeProcess):
-    """``tstreams serve --cluster`` in a child process."""
+class ClusterNode(ClusterNodeProcess):
+    """``tstreams serve --cluster`` in a child process, with the tests' session timeout."""
 
     def __init__(self, node_id: str, data: Path, workdir: Path, url: str, acks: str | None = None,
                  session: float = SESSION) -> None:
-        self.node_id = node_id
-        self.http_port = free_port()
-        args = ["--cluster", url, "--node-id", node_id, "--http", f"127.0.0.1:{self.http_port}",
-                "--session-timeout", str(session)]
-        if acks:
-            args += ["--acks", acks]
-        super().__init__(data, workdir, extra_args=args, name=node_id, log_level="INFO")
-
-    def http_get(self, path: str) -> tuple[int, dict[str, Any]]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=2) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"{}")
-
-    def status(self) -> dict[str, Any]:
-        return self.http_get("/status")[1]
-
-    def state(self, items: bool = False) -> dict[str, Any]:
-        return self.http_get("/state?items=1" if items else "/state")[1]
-
-    def is_leader(self) -> bool:
-        try:
-            return self.alive() and self.http_get("/health/leader")[0] == 200
-        except OSError:
-            return False
+        super().__init__(node_id, data, workdir, url, session_timeout=session, acks=acks)
 
 
 class Cluster:

@@ -102,6 +102,22 @@ class ClusterBackend:
         with self._changed:
             self._leader = decode_json(data)
             self._changed.notify_all()
+        endpoint = self._leader.get("endpoint")
+        if endpoint:
+            self._drop_old_leader(str(endpoint))
+
+    def _drop_old_leader(self, endpoint: str) -> None:
+        """A new leader is published: close the connection to the old one, so that calls
+        waiting on it (unsent to a dead leader, or unanswered by a paused one) fail at once
+        with a retryable error and go to the new leader instead of waiting for their
+        timeout. A write that did reach the old leader is retried with the same request ID,
+        so it is applied at most once."""
+        with self._lock:
+            old = self._remote
+            if old is None or self._remote_endpoint == endpoint:
+                return
+            self._remote, self._remote_endpoint = None, None
+        old.close()
 
     @property
     def leader(self) -> dict[str, Any]:

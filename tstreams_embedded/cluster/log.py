@@ -5,8 +5,11 @@ where ``calls`` is a list of client submits ``[client_id, seq, durable, rows]`` 
 encoded operation records, :func:`tstreams_embedded.engine.ops.encode`); a leader's first
 entry in its epoch has no calls (it commits everything before it, as in Raft).
 
-Every append is synced (LMDB's own two-step commit) before it returns: an entry a node
-reports as held is on its disk. The commit index is stored with each append (never synced on its
+Appends are synced (the environment is opened ``NOSYNC`` and each append ends with one
+``fdatasync``, as the engine's ``sync`` durability does): an entry a follower acknowledges
+is on its disk. The leader may append without syncing and :meth:`ReplicatedLog.sync` while
+followers fetch the entry; it counts itself towards a quorum only up to
+:attr:`~ReplicatedLog.durable_index`. The commit index is stored with each append (never synced on its
 own: after a crash it may lag, and the leader tells it again; the state's applied index is
 a floor for it).
 
@@ -78,11 +81,12 @@ class ReplicatedLog:
     def __init__(self, path: str, map_size: int = 1 << 30) -> None:
         os.makedirs(path, exist_ok=True)
         self.path = path
-        self.env = lmdb.open(path, map_size=map_size, max_dbs=4, sync=True, metasync=True)
+        self.env = lmdb.open(path, map_size=map_size, max_dbs=4, sync=False, metasync=False)
         self.entries = self.env.open_db(b"entries")
         self.meta = self.env.open_db(b"meta")
         self.lock = threading.RLock()
         self._base = (0, 0, 0)
+        self._sync_lock = threading.Lock()
         self._last = (0, 0)
         self._last_now = 0
         self._commit = 0
@@ -106,6 +110,7 @@ class ReplicatedLog:
                 self._bytes = U64.unpack(raw)[0]
             else:  # a log written before sizes were kept: count once
                 self._bytes = sum(len(v) for _, v in txn.cursor(db=self.entries))
+        self._durable = self._last[0]
 
     # ------------------------------------------------------------------ positions
     @property
@@ -115,6 +120,11 @@ class ReplicatedLog:
     @property
     def last_epoch(self) -> int:
         return self._last[1]
+
+    @property
+    def durable_index(self) -> int:
+        """The last index known to be on disk (synced)."""
+        return min(self._durable, self._last[0])
 
     @property
     def commit_index(self) -> int:
@@ -227,8 +237,9 @@ class ReplicatedLog:
         txn.put(_COMMIT, U64.pack(self._commit), db=self.meta)
         txn.put(_BYTES, U64.pack(self._bytes), db=self.meta)
 
-    def append(self, epoch: int, now_ms: int, calls: list[Call]) -> int:
-        """Append one new entry (leader); return its index once it is on disk."""
+    def append(self, epoch: int, now_ms: int, calls: list[Call], sync: bool = True) -> int:
+        """Append one new entry (leader); return its index once it is on disk (with
+        ``sync=False``: once written; call :meth:`sync` before counting it as held)."""
         with self.lock:
             index = self._last[0] + 1
             raw = _pack(epoch, now_ms, calls)
@@ -236,9 +247,18 @@ class ReplicatedLog:
                 txn.put(U64.pack(index), raw, db=self.entries)
                 self._bytes += len(raw)
                 self._put_meta(txn)
-            self.syncs += 1
             self._last, self._last_now = (index, epoch), now_ms
-            return index
+        if sync:
+            self.sync()
+        return index
+
+    def sync(self) -> None:
+        """Flush every written entry to disk (one fdatasync) and raise :attr:`durable_index`."""
+        with self._sync_lock:
+            target = self._last[0]
+            self.env.sync(True)
+            self.syncs += 1
+            self._durable = max(self._durable, target)
 
     def append_entries(self, entries: Sequence[Entry]) -> None:
         """Append entries received from the leader (they must follow the last one)."""
@@ -262,8 +282,8 @@ class ReplicatedLog:
                 except BaseException:
                     self._bytes -= added
                     raise
-            self.syncs += 1
             self._last, self._last_now = (entries[-1].index, entries[-1].epoch), entries[-1].now_ms
+            self.sync()
 
     def truncate_after(self, index: int) -> int:
         """Delete every entry after ``index`` (>= the base index); return how many were removed."""
@@ -294,6 +314,8 @@ class ReplicatedLog:
                 txn.put(_BYTES, U64.pack(self._bytes - freed), db=self.meta)
             self._last, self._last_now, self._commit = last, last_now, commit
             self._bytes -= freed
+            self.sync()
+            self._durable = min(self._durable, self._last[0])
             return removed
 
     def trim_upto(self, index: int) -> int:
@@ -351,6 +373,8 @@ class ReplicatedLog:
             self._last, self._last_now = (index, epoch), now_ms
             self._commit = index
             self._bytes = 0
+            self.sync()
+            self._durable = index
 
     def set_commit(self, index: int) -> bool:
         """Raise the commit index to ``index`` (bounded by the last entry); True if it moved."""

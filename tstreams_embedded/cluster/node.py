@@ -49,6 +49,7 @@ from ..engine import ops as O
 from ..engine.core import Core, wall_clock_ms
 from . import snapshot as snap
 from .channel import Channel
+from .clock import StateClock
 from .counters import NodeCounters
 from .log import Call, Entry, ReplicatedLog
 from .retention import Retention, trim_point
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 
 DEDUP_WINDOW = 64
 LOG_MAP_SIZE = 1 << 34  # address space for the log (sparse; its size is bounded by the retention)
+CLOCK_TICK = 1.0  # seconds: an idle leader appends an empty entry this often (the state clock moves on)
 FETCH_PARK = 0.25  # seconds a fetch with nothing new waits on the leader
 FETCH_TIMEOUT = 2.0  # seconds a follower waits for a fetch reply before reconnecting
 
@@ -99,7 +101,11 @@ class Node:
             raise errors.InvalidArgument(f"acks must be one of {ACKS}, got {acks!r}")
         if not 1.0 <= float(session_timeout) <= 60.0:
             raise errors.InvalidArgument(f"session_timeout must be 1 to 60 seconds, got {session_timeout!r}")
+        if not isinstance(core.clock, StateClock):
+            raise errors.InvalidArgument("a cluster node's Core must read time from a StateClock: "
+                                         "Core(path, clock=StateClock())")
         self.core = core
+        self.clock: StateClock = core.clock
         self.addr = ZkAddress.parse(zk_url)
         self.node_id = node_id
         self.endpoint = endpoint
@@ -129,6 +135,8 @@ class Node:
         self.snapshots_installed = 0
         self.last_snapshot: dict[str, float] = {}  # bytes and seconds of the last snapshot installed
         self.log_trimmed = 0
+        # reads judge time as apply does: by the last applied entry (cluster/clock.py)
+        self.clock.advance(position.now_ms if position is not None else self._entry_now(self.applied))
         # roles and epochs (guarded by self.log.lock for known_epoch / appends)
         self.known_epoch = 0
         self.epoch = 0  # the epoch this node leads, 0 when not leading
@@ -141,6 +149,7 @@ class Node:
         self.leader_info: dict[str, Any] = {}
         self.match: dict[str, int] = {}
         self._last_now = 0
+        self._last_append = 0.0  # monotonic time of this leader's last append
         self._cv = threading.Condition()  # commit / applied / leadership changes
         self._waiting: dict[int, list[tuple[bool, Any]] | None] = {}
         self._inflight: dict[tuple[str, int], int] = {}
@@ -252,16 +261,23 @@ class Node:
         info = self.info()
         if not force and info == self._published:
             return
-        path = self.addr.node(self.node_id)
-        data = encode_json(info)
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
+        path = self.addr.node(self.node_id)
+        data = encode_json(info)
         try:
-            self.bzk.set(path, data)
-        except NoNodeError:  # not there (new session): create it
+            stat = self.bzk.set(path, data)
+            session = self.zk.client_id
+            mine = session is not None and stat.ephemeralOwner == session[0]
+        except NoNodeError:  # not there (a new session): create it
+            mine = False
+        if not mine:
+            # Missing, or the ephemeral node of this node's previous process (a restart within
+            # the session timeout): a node of an old session vanishes when that session
+            # expires, and elections (which ask the nodes listed here) would then miss this one.
             try:
                 self.bzk.create(path, data, ephemeral=True, makepath=True)
-            except NodeExistsError:  # an old session's node, not yet expired
+            except NodeExistsError:
                 try:
                     self.bzk.delete(path)
                 except NoNodeError:
@@ -367,6 +383,7 @@ class Node:
             self._last_now = max(self._last_now, self._entry_now(self.log.last_index))
             now = self._next_now()
             self.epoch_start = self.log.append(new, now, [])  # commits every older entry with it
+            self._last_append = time.monotonic()
             self.match = {}
             self.snapshot_server.reset()
             self.live_nodes = None
@@ -385,10 +402,24 @@ class Node:
         log.info("leading epoch %d from log index %d", new, self.epoch_start)
         self._advance_commit()
         self._wake()
-        while not self._stepdown.wait(0.2):
+        while not self._stepdown.wait(min(0.2, CLOCK_TICK)):
             if self._stop.is_set():
                 break
+            self._tick(new)
         return True
+
+    def _tick(self, epoch: int) -> None:
+        """Leader: append an empty entry if nothing was appended for :data:`CLOCK_TICK`
+        seconds, so that the state clock (see :mod:`.clock`) moves on without writes."""
+        if time.monotonic() - self._last_append < CLOCK_TICK or not self.serving():
+            return
+        with self.log.lock:
+            if not self.leading or self.epoch != epoch:
+                return
+            self.log.append(epoch, self._next_now(), [])
+            self._last_append = time.monotonic()
+        self._wake()
+        self._advance_commit()
 
     def _step_down(self, why: str) -> None:
         with self.log.lock:
@@ -576,7 +607,7 @@ class Node:
         if not self.leading:
             return
         n = self.nodes
-        positions = sorted([self.log.last_index, *self.match.values()], reverse=True)
+        positions = sorted([self.log.durable_index, *self.match.values()], reverse=True)
         positions += [0] * max(0, n - len(positions))
         need = required_acks(self.acks, n)
         candidate = positions[need - 1]
@@ -599,7 +630,7 @@ class Node:
                         or info.get("node") == self.node_id or int(info.get("epoch", 0)) < self.known_epoch):
                     self._stop.wait(0.05)
                     continue
-                want = (str(info.get("repl")), int(info.get("epoch", 0)))
+                want = self._leader_target(info)
                 if sock is None or target != want:
                     if sock is not None:
                         sock.close(0)
@@ -632,6 +663,8 @@ class Node:
                 rep = None
                 deadline = time.monotonic() + FETCH_TIMEOUT
                 while rep is None and not self._stop.is_set():
+                    if self._leader_target() != target:
+                        break  # a new leader: ask it at once, not after this fetch's timeout
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or not sock.poll(int(min(remaining, 0.2) * 1000) + 1):
                         if remaining <= 0:
@@ -667,6 +700,7 @@ class Node:
                 self.cdb = self.core.store.env.open_db(b"cluster")
                 with self.log.lock:
                     self.log.reset(position.index, position.epoch, position.now_ms)
+                self.clock.advance(position.now_ms)
                 with self._cv:
                     self.applied = position.index
                     self._cv.notify_all()
@@ -682,6 +716,11 @@ class Node:
         log.info("installed a snapshot at index %d (%d bytes); following from there", position.index,
                  sink.received)
         return True
+
+    def _leader_target(self, info: dict[str, Any] | None = None) -> tuple[str, int]:
+        """``(replication endpoint, epoch)`` of the leader published in ZooKeeper."""
+        info = self.leader_info if info is None else info
+        return str(info.get("repl")), int(info.get("epoch", 0))
 
     def _on_fetched(self, req: dict[str, Any], rep: dict[str, Any]) -> None:
         status = rep.get("status")
@@ -736,6 +775,7 @@ class Node:
                         log.exception("applying log entry %d failed", e.index)
                         failed = True
                         break
+                    self.clock.advance(e.now_ms)
                     with self._cv:
                         self.applied_now_ms = e.now_ms
                         self.applied = e.index
@@ -890,12 +930,14 @@ class Node:
                     raise errors.NotLeader(f"node {self.node_id} stopped leading; {self.leader_hint()}")
                 with self._cv:
                     self._waiting[self.log.last_index + 1] = None
-                index = self.log.append(epoch, self._next_now(), [c for _, c in rows_of])
+                index = self.log.append(epoch, self._next_now(), [c for _, c in rows_of], sync=False)
+                self._last_append = time.monotonic()
             self.counters.group_size.observe(len(rows_of))
             for _, c in rows_of:
                 if c[0] is not None:
                     self._inflight[(c[0], c[1])] = index
-            self._wake()
+            self._wake()  # followers fetch the entry while this node syncs it
+            self.log.sync()
             self._advance_commit()
         indexes = {index} if index else set()
         indexes.update(w[1] for w in waits)

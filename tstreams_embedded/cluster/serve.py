@@ -30,6 +30,7 @@ from ..net.serve import parse_http, run_until_signal
 from ..net.server import Server, ServerOptions
 from ..net.session import Session
 from ..net.stats import ServerStats
+from .clock import StateClock
 from .follower_reads import READ_METHODS, FollowerReads
 from .metrics import node_registry
 from .node import Node
@@ -206,7 +207,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         repl = f"tcp://{host}:*"
     ctx: zmq.Context[Any] = zmq.Context()
     core_options.setdefault("compaction_interval", None)  # compaction is not replicated yet
-    core = Core(os.fspath(data), durability, **core_options)
+    core = Core(os.fspath(data), durability, clock=StateClock(), **core_options)  # reads judge time as apply does
     node = Node(core, cluster, node_id, binds[0], repl, http=http, acks=acks, session_timeout=session_timeout,
                 ack_timeout=ack_timeout, context=ctx)
     registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id})

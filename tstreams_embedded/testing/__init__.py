@@ -5,7 +5,9 @@
 * :func:`stop_process`: the one "SIGTERM, wait, SIGKILL" by PID; :class:`ManagedProcess`,
   the base of the server classes:
   :class:`ServeProcess` (``tstreams serve``), :class:`HAProxyProcess`,
-  :class:`ZooKeeperServer`, :class:`RedisServer`.
+  :class:`ZooKeeperServer`, :class:`RedisServer`; :class:`ClusterNodeProcess` and
+  :class:`LocalCluster` (``tstreams serve --cluster`` nodes).
+* :mod:`tstreams_embedded.testing.history`: the Jepsen-style history and its checker.
 * :class:`FakeClock`: a controllable engine clock (``ts.open(path, clock=...)``).
 * :func:`engine_on`: one engine, embedded or served.
 * :mod:`tstreams_embedded.testing.strategies`: hypothesis strategies (transactions,
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from .backends import BACKENDS, engine_on
 from .clock import FakeClock
+from .cluster import ClusterNodeProcess, LocalCluster
 from .haproxy import HAProxyProcess
 from .polling import eventually, wait_until
 from .ports import free_port, port_open, wait_port
@@ -31,8 +34,10 @@ from .zookeeper import ZooKeeperServer, four_letter_word, zookeeper_classpath
 
 __all__ = [
     "BACKENDS",
+    "ClusterNodeProcess",
     "FakeClock",
     "HAProxyProcess",
+    "LocalCluster",
     "ManagedProcess",
     "RedisServer",
     "ServeProcess",

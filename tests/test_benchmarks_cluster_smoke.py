@@ -1,0 +1,33 @@
+"""Smoke test of the cluster benchmark suite at tiny sizes (no timing asserts): a real
+ZooKeeper with 3 node processes, one `tstreams serve`, a Redis primary with a replica; every
+run stores what it claims, and every goal gets a value."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks.harness import run_suite
+from benchmarks.report import write
+from benchmarks.scenarios import CLUSTER_GOALS, SUITES
+
+
+def test_cluster_suite_tiny(tmp_path) -> None:
+    report = run_suite("cluster", mode="tiny", reps=1, workdir=tmp_path, progress=False,
+                       scenarios=["replicated_produce", "failover"])
+    write(report, tmp_path / "out", charts=False)
+    loaded = json.loads((tmp_path / "out" / "cluster.json").read_text())
+    assert not loaded["skipped"], loaded["skipped"]
+    produce = loaded["scenarios"]["replicated_produce"]
+    assert set(produce["results"]) == {"ours-cluster", "ours-serve-node", "redis-replicated"}
+    for name, row in produce["results"].items():
+        assert row["ok"], (name, row.get("errors"))
+        for run in produce["raw_runs"][name]:
+            assert run["stored"] == run["items"] == produce["params"]["n_items"] and run["rate"] > 0
+    failover = loaded["scenarios"]["failover"]["results"]["ours-cluster"]
+    assert failover["ok"], failover.get("errors")
+    assert 0 < failover["failover_p50_s"] <= failover["failover_max_s"]
+    ours = [g for g in loaded["goals"] if g["scenario"] in ("replicated_produce", "failover")]
+    assert len(ours) == sum(g.scenario in ("replicated_produce", "failover") for g in CLUSTER_GOALS) == 4
+    assert all(g["value"] is not None and g["value"] > 0 for g in ours), ours
+    assert "kill → first acknowledged write p50" in (tmp_path / "out" / "cluster.md").read_text()
+    assert "cluster" in SUITES

@@ -1,0 +1,103 @@
+"""A local replicated cluster for tests and benchmarks: ``tstreams serve --cluster`` node
+processes (:class:`ClusterNodeProcess`) on one ZooKeeper, managed together
+(:class:`LocalCluster`). Every process is stopped by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from .polling import eventually
+from .ports import free_port
+from .serve import ServeProcess
+
+
+class ClusterNodeProcess(ServeProcess):
+    """``tstreams serve --cluster URL --node-id ID --http 127.0.0.1:PORT`` in a child process,
+    with its HTTP endpoints as methods (:meth:`status`, :meth:`state`, :meth:`is_leader`)."""
+
+    def __init__(self, node_id: str, data: str | os.PathLike[str], workdir: str | os.PathLike[str], url: str, *,
+                 session_timeout: float = 4.0, acks: str | None = None, log_level: str = "INFO",
+                 durability: str = "sync") -> None:
+        self.node_id = node_id
+        self.http_port = free_port()
+        args = ["--cluster", url, "--node-id", node_id, "--http", f"127.0.0.1:{self.http_port}",
+                "--session-timeout", str(session_timeout)]
+        if acks:
+            args += ["--acks", acks]
+        super().__init__(data, workdir, extra_args=args, name=node_id, log_level=log_level, durability=durability)
+
+    def http_get(self, path: str, timeout: float = 2.0) -> tuple[int, dict[str, Any]]:
+        """``(HTTP status, JSON body)`` of ``GET path`` on the node's ``--http`` port."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=timeout) as r:
+                return int(r.status), dict(json.loads(r.read()))
+        except urllib.error.HTTPError as e:
+            return int(e.code), dict(json.loads(e.read() or b"{}"))
+
+    def status(self) -> dict[str, Any]:
+        return self.http_get("/status")[1]
+
+    def state(self, items: bool = False) -> dict[str, Any]:
+        return self.http_get("/state?items=1" if items else "/state")[1]
+
+    def is_leader(self) -> bool:
+        """Whether this node serves as leader now (its ``/health/leader`` answers 200)."""
+        try:
+            return self.alive() and self.http_get("/health/leader")[0] == 200
+        except (OSError, ValueError):
+            return False
+
+
+class LocalCluster:
+    """``n`` node processes in ``root/n1 … root/nN`` for the cluster at ``url`` (which must
+    have been initialised: ``tstreams_embedded.cluster.zk.init_cluster``)."""
+
+    def __init__(self, url: str, root: str | os.PathLike[str], n: int = 3, *, session_timeout: float = 4.0,
+                 acks: str | None = None, log_level: str = "INFO") -> None:
+        self.url = url
+        root = Path(root)
+        self.nodes = [ClusterNodeProcess(f"n{i}", root / f"n{i}", root / "logs", url, session_timeout=session_timeout,
+                                         acks=acks, log_level=log_level) for i in range(1, n + 1)]
+
+    def start(self) -> LocalCluster:
+        for node in self.nodes:
+            node.start()
+        return self
+
+    def leader(self, timeout: float = 30.0) -> ClusterNodeProcess:
+        """The one node that serves as leader (waits for it)."""
+        def find() -> ClusterNodeProcess | None:
+            leaders = [n for n in self.nodes if n.is_leader()]
+            return leaders[0] if len(leaders) == 1 else None
+
+        found = eventually(find, timeout, 0.02, message="one serving leader")
+        assert found is not None
+        return found
+
+    def followers(self, leader: ClusterNodeProcess) -> list[ClusterNodeProcess]:
+        return [n for n in self.nodes if n is not leader]
+
+    def ready(self, timeout: float = 60.0) -> ClusterNodeProcess:
+        """Wait until every node runs, one leads and every follower is ready; return the leader."""
+        def check() -> ClusterNodeProcess | None:
+            if not all(n.alive() for n in self.nodes):
+                return None
+            leaders = [n for n in self.nodes if n.is_leader()]
+            if len(leaders) != 1:
+                return None
+            if any(n.http_get("/health/ready")[0] != 200 for n in self.followers(leaders[0])):
+                return None
+            return leaders[0]
+
+        found = eventually(check, timeout, 0.05, message="a ready cluster", ignore=(OSError, ValueError))
+        assert found is not None
+        return found
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
