@@ -39,6 +39,11 @@ def test_take_renew_release_and_fence(tstreams_engine: ts.Engine) -> None:
         b.submit([O.Lease(STORE, b"t0", "a", 1, 60_000)])  # the old owner cannot renew
     with pytest.raises(errors.LeaseConflict, match="needs epoch 3"):
         b.submit([O.Lease(STORE, b"t0", "c", 5, 60_000)])
+    b.submit([O.Lease(STORE, b"t0", "b2", 3, 60_000, force=True)])  # a successor takes a held lease at once
+    with pytest.raises(errors.LeaseConflict):
+        b.submit([O.CheckLease(STORE, b"t0", "b", 2)])  # ... and the old holder is fenced
+    with pytest.raises(errors.LeaseConflict, match="needs epoch 4"):
+        b.submit([O.Lease(STORE, b"t0", "c", 3, 60_000, force=True)])  # force is still a compare-and-set
 
 
 @pytest.mark.parametrize("bad, error", [
@@ -48,6 +53,7 @@ def test_take_renew_release_and_fence(tstreams_engine: ts.Engine) -> None:
     (O.Lease(STORE, b"k", "a", 1, -5), errors.InvalidArgument),
     (O.Lease(STORE, b"k" * 300, "a", 1, 10), errors.InvalidArgument),
     (O.Lease(STORE, b"k", "a", 1, 10, deadline=5), errors.InvalidArgument),  # engine-resolved
+    (O.Lease(STORE, b"k", "a", 1, 10, force="yes"), errors.InvalidArgument),  # type: ignore[arg-type]
     (O.CheckLease(STORE, b"k", 7, 1), errors.InvalidArgument),  # type: ignore[arg-type]
     (O.CheckLease(STORE, b"k", "a", 1), errors.LeaseConflict),  # no such lease
 ])
@@ -69,21 +75,21 @@ class LeaseMachine(RuleBasedStateMachine):
                               keepalive_interval=None)
         self.model: dict[bytes, tuple[str, int, int]] = {}
 
-    def _expect(self, key: bytes, owner: str, epoch: int, ttl: int) -> bool:
+    def _expect(self, key: bytes, owner: str, epoch: int, ttl: int, force: bool) -> bool:
         now = self.clock()
         cur = self.model.get(key, ("", 0, 0))
         if (cur[0], cur[1]) == (owner, epoch) and epoch > 0:
             return True
         if ttl == 0 or epoch != cur[1] + 1:
             return False
-        return not (cur[0] and cur[2] > now)
+        return force or not (cur[0] and cur[2] > now)
 
     @rule(key=st.sampled_from([b"a", b"b"]), owner=st.sampled_from(["x", "y"]), epoch=st.integers(0, 4),
-          ttl=st.sampled_from([0, 10, 1000]))
-    def lease(self, key: bytes, owner: str, epoch: int, ttl: int) -> None:
-        ok = self._expect(key, owner, epoch, ttl)
+          ttl=st.sampled_from([0, 10, 1000]), force=st.booleans())
+    def lease(self, key: bytes, owner: str, epoch: int, ttl: int, force: bool) -> None:
+        ok = self._expect(key, owner, epoch, ttl, force)
         try:
-            (deadline,) = self.engine.backend.submit([O.Lease(STORE, key, owner, epoch, ttl)])
+            (deadline,) = self.engine.backend.submit([O.Lease(STORE, key, owner, epoch, ttl, force)])
         except errors.LeaseConflict:
             assert not ok
             return

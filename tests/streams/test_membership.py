@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import pytest
+
 import tstreams_embedded as ts
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.streams import App, StreamsBuilder, send_records
@@ -121,3 +123,25 @@ def test_a_silent_instance_loses_its_tasks_within_the_lease(tstreams_engine: ts.
     assert sum(copies(engine)) == 80
     first.close()
     second.close()
+
+
+@pytest.mark.timeout(40)
+def test_a_static_member_is_succeeded_at_once(tstreams_engine: ts.Engine) -> None:
+    """A restart with the same ``static_id`` takes its crashed predecessor's tasks at once
+    (a 60 s lease is not waited for), and the predecessor is fenced."""
+    engine = tstreams_engine
+    engine.create_stream("in", partitions=PARTITIONS)
+    expected = feed(engine, 0, 40)
+    crashed = App(engine, application_id="st", topology=totals_topology(), lease_ms=60_000, static_id="node-1")
+    crashed.run()  # never closed: as if its process were killed
+    for k, v in feed(engine, 40, 40).items():
+        expected[k] += v
+    restarted = App(engine, application_id="st", topology=totals_topology(), lease_ms=60_000, static_id="node-1")
+    restarted.run()
+    assert restarted.store("totals").all() == dict(expected)
+    assert set(owners(engine, "st").values()) == {restarted.membership.member_id}
+    assert set(read_group(engine.backend, "st", 1000).members) == {restarted.membership.member_id}  # succeeded
+    assert sum(copies(engine)) == 80
+    crashed.close()  # the zombie's close commits nothing (its leases are gone) and frees nothing of the new one's
+    assert set(owners(engine, "st").values()) == {restarted.membership.member_id}
+    restarted.close()

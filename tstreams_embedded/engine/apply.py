@@ -520,6 +520,8 @@ def _lease_args(op: O.Lease | O.CheckLease) -> tuple[bytes, bytes]:
 def _lease(a: Applier, scope: BatchScope, op: O.Lease) -> tuple[int, O.Lease]:
     kb, key = _lease_args(op)
     ttl = check_int(op.ttl_ms, "lease ttl_ms", 0, 2**40)
+    if not isinstance(op.force, bool):
+        raise errors.InvalidArgument(f"lease force must be a bool, got {type(op.force).__name__}")
     if not op.owner:
         raise errors.InvalidArgument("lease owner must not be empty")
     db = a.store.state
@@ -536,12 +538,12 @@ def _lease(a: Applier, scope: BatchScope, op: O.Lease) -> tuple[int, O.Lease]:
         elif op.epoch != epoch + 1:
             raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is at epoch {epoch}: taking it needs epoch "
                                        f"{epoch + 1}, got {op.epoch}")
-        elif owner and held_until > scope.now:
+        elif owner and held_until > scope.now and not op.force:
             raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is held by {owner!r} for another "
                                        f"{held_until - scope.now} ms")
         deadline = scope.now + ttl if ttl else 0
     scope.txn.put(kb, state.pack_lease(op.owner if ttl else "", op.epoch, deadline), db=db)
-    return deadline, op._replace(deadline=deadline)
+    return deadline, op._replace(force=bool(op.force), deadline=deadline)
 
 
 @handles(O.CheckLease)

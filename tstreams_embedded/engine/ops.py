@@ -369,7 +369,9 @@ class Lease(NamedTuple):
     * **release** (``ttl_ms == 0``): the stored lease is ``(owner, epoch)``; it becomes free
       (owner ``""``, deadline 0), keeping its epoch;
     * **take** (``ttl_ms > 0``): ``epoch`` is the stored epoch + 1 (1 when there is none)
-      and the stored lease is free (released, or its deadline passed).
+      and the stored lease is free (released, or its deadline passed) — or ``force`` is set
+      (a successor that knows the holder is gone, e.g. the restart of a static member:
+      still a compare-and-set on the epoch, so the old holder is fenced all the same).
 
     Anything else raises LeaseConflict and the batch writes nothing. Streams apps hold one
     lease per task; every task commit carries a :class:`CheckLease` of it, so a task whose
@@ -380,6 +382,7 @@ class Lease(NamedTuple):
     owner: str
     epoch: int
     ttl_ms: int
+    force: bool = False
     deadline: int | None = None  # resolved: now + ttl_ms (0 for a release)
 
 

@@ -85,10 +85,11 @@ def window_bound(end: int) -> bytes:
 
 def pack_lease(owner: str, epoch: int, deadline: int) -> bytes:
     """The stored value of a lease (the ``Lease`` record): ``[owner, epoch, deadline_ms]``."""
-    return msgpack.packb([owner, epoch, deadline], use_bin_type=True)
+    packed: bytes = msgpack.packb([owner, epoch, deadline], use_bin_type=True)
+    return packed
 
 
-def unpack_lease(value: bytes | None) -> tuple[str, int, int] | None:
+def unpack_lease(value: bytes | memoryview | None) -> tuple[str, int, int] | None:
     """``(owner, epoch, deadline_ms)`` of a stored lease value, or None; DataCorrupted if
     the value is not a lease."""
     if value is None:

@@ -46,12 +46,19 @@ class App:
       its stores under ``application_id/partition/store``; internal streams are named
       ``application_id-…``. Output streams that do not exist are created with the task
       count of partitions.
+    * Scale-out (:mod:`.membership`): instances of one ``application_id`` split the tasks
+      through leases in the engine (``lease_ms``); every commit is fenced by the task's
+      lease. ``static_id`` (like ``group.instance.id``): a restart with the same static id
+      takes its predecessor's tasks at once instead of waiting for its leases to expire.
+    * ``http_port`` (0: any free port) serves interactive queries and ``/metrics``
+      (:mod:`.queries`, :mod:`.metrics`) while the app runs (``start()``).
     """
 
     def __init__(self, engine: Engine, *, application_id: str, topology: Topology, num_threads: int = 1,
                  processing: str = "exactly_once", commit_interval_ms: int = 100, commit_records: int = 10_000,
                  commit_bytes: int = 8 << 20, poll_interval_ms: int = 10,
                  clock: Callable[[], int] | None = None, lease_ms: int = 5_000, instance_name: str = "instance",
+                 static_id: str | None = None,
                  http_host: str = "127.0.0.1", http_port: int | None = None) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
@@ -68,6 +75,8 @@ class App:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise errors.InvalidArgument(f"{what} must be a positive integer, got {value!r}")
         check_name(instance_name, "instance_name")
+        if static_id is not None:
+            check_name(static_id, "static_id")
         if http_port is not None and (isinstance(http_port, bool) or not isinstance(http_port, int)
                                       or not 0 <= http_port <= 65535):
             raise errors.InvalidArgument(f"http_port must be None or a port number 0..65535, got {http_port!r}")
@@ -90,6 +99,7 @@ class App:
         self.fused: set[str] = set()
         self.lease_ms = lease_ms
         self.instance_name = instance_name
+        self.static_id = static_id
         self.http_host = http_host
         self.http_port = http_port
         self.partition_count = 0
@@ -148,7 +158,7 @@ class App:
         self.partition_count = tasks
         self.membership = Membership(engine.backend, self.application_id, tasks, lease_ms=self.lease_ms,
                                      host=self.http_host if self.http_port is not None else None,
-                                     port=self.http_port, name=self.instance_name)
+                                     port=self.http_port, name=self.instance_name, static_id=self.static_id)
         self._slots = [{} for _ in range(max(1, min(self.num_threads, tasks)))]
         self._prepared = True
 

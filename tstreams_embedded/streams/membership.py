@@ -13,6 +13,12 @@ key             value
 ``t/<p>``       the lease of task ``p``: ``[member, epoch, deadline]``
 ==============  ===========================================================
 
+A member with a ``static_id`` (like Kafka Streams' ``group.instance.id``) is succeeded at
+once by its next incarnation: the restart takes the old incarnation's tasks with a forced
+take (still a compare-and-set on the epoch, so the old one is fenced) instead of waiting for
+its leases to expire. Two running instances must never share a static id (they would take
+the tasks from each other; fencing keeps the output exact, but nothing progresses).
+
 A member renews its member lease and all its task leases in ONE batch every
 ``lease_ms / 3``. A member is *live* while its lease's deadline has not passed. At each
 :meth:`Membership.tick` a member reads the table, computes the assignment with the sticky
@@ -55,9 +61,22 @@ def group_store(application_id: str) -> str:
     return f"{application_id}/__group"
 
 
-def new_member_id(name: str) -> str:
-    """A member id: unique per instance *incarnation* (a restarted instance is a new member)."""
+STATIC = "static:"
+
+
+def new_member_id(name: str, static_id: str | None = None) -> str:
+    """A member id: unique per instance *incarnation* (a restarted instance is a new
+    member); a static member's id also carries its static id."""
+    if static_id is not None:
+        return f"{STATIC}{static_id}#{uuid.uuid4().hex[:12]}"
     return f"{name}-{uuid.uuid4().hex[:12]}"
+
+
+def static_of(member_id: str) -> str | None:
+    """The static id of a member id (None for a dynamic member)."""
+    if not member_id.startswith(STATIC) or "#" not in member_id:
+        return None
+    return member_id[len(STATIC):member_id.rindex("#")]
 
 
 def task_key(partition: int) -> bytes:
@@ -72,6 +91,7 @@ class MemberInfo:
     host: str | None
     port: int | None
     deadline: int
+    epoch: int = 1
 
 
 @dataclass
@@ -117,10 +137,10 @@ def read_group(backend: Backend, application_id: str, lease_ms: int) -> GroupVie
         elif k.startswith(INFO):
             host, port = msgpack.unpackb(v)
             infos[k[len(INFO):].decode()] = (host, port)
-    for member, (_, _, deadline) in leases.items():
+    for member, (owner, epoch, deadline) in leases.items():
         host, port = infos.get(member, (None, None))
-        if deadline > view.now:
-            view.members[member] = MemberInfo(member, host, port, deadline)
+        if owner and deadline > view.now:
+            view.members[member] = MemberInfo(member, host, port, deadline, epoch)
         elif deadline <= view.now - FORGET_AFTER_LEASES * lease_ms:
             view.expired.append(member)
     return view
@@ -133,7 +153,8 @@ class Membership:
     :meth:`fence`, :meth:`release` and :meth:`lost`."""
 
     def __init__(self, backend: Backend, application_id: str, partitions: int, *, lease_ms: int,
-                 host: str | None = None, port: int | None = None, name: str = "instance") -> None:
+                 host: str | None = None, port: int | None = None, name: str = "instance",
+                 static_id: str | None = None) -> None:
         self.backend = backend
         self.application_id = application_id
         self.store = group_store(application_id)
@@ -142,7 +163,8 @@ class Membership:
         self.host = host
         self.port = port
         self.name = name
-        self.member_id = new_member_id(name)
+        self.static_id = static_id
+        self.member_id = new_member_id(name, static_id)
         self._lock = threading.Lock()
         self._member_epoch = 0
         self._held: dict[int, int] = {}  # partition -> epoch of our lease
@@ -214,8 +236,12 @@ class Membership:
             lease = view.tasks.get(p)
             if lease is None or lease[:2] != (self.member_id, epoch):
                 self.lost(p, epoch)
-        live = set(view.members) | {self.member_id}
+        # earlier incarnations of this static member are gone: we succeed them at once
+        predecessors = {m for m in view.members if m != self.member_id and self.static_id is not None
+                        and static_of(m) == self.static_id}
+        live = (set(view.members) - predecessors) | {self.member_id}
         current = {p: o for p in range(self.partitions) if (o := view.owner(p)) is not None}
+        current = {p: self.member_id if o in predecessors else o for p, o in current.items()}
         with self._lock:
             for p in self._held:
                 current[p] = self.member_id
@@ -223,11 +249,13 @@ class Membership:
         mine = {p for p, m in target.items() if m == self.member_id}
         taken = []
         for p in sorted(mine):
-            if p in self._held or not view.is_free(p):
+            succeed = view.owner(p) in predecessors
+            if p in self._held or not (view.is_free(p) or succeed):
                 continue
             epoch = view.epoch(p) + 1
             try:
-                self.backend.submit([O.Lease(self.store, task_key(p), self.member_id, epoch, self.lease_ms)])
+                self.backend.submit([O.Lease(self.store, task_key(p), self.member_id, epoch, self.lease_ms,
+                                             force=succeed)])
             except errors.LeaseConflict:
                 continue  # someone else was quicker; the next tick sees it
             taken.append(p)
@@ -242,6 +270,14 @@ class Membership:
                 self.generation += 1
         if taken or revoked:
             self.rebalances += 1
+        for m in predecessors:  # end the predecessor's membership: the others stop counting it as live
+            key = MEMBER + m.encode()
+            epoch = view.members[m].epoch + 1
+            try:
+                self.backend.submit([O.Lease(self.store, key, self.member_id, epoch, self.lease_ms, force=True),
+                                     O.Lease(self.store, key, self.member_id, epoch, 0)])
+            except errors.LeaseConflict:
+                pass
         forget = [m for m in view.expired if m != self.member_id]
         if forget:
             self._forget(forget)
@@ -276,7 +312,7 @@ class Membership:
                 if lease is None or lease[:2] != (self.member_id, self._member_epoch):
                     for p, e in held.items():  # forgotten by the others while we were paused:
                         self.lost(p, e)  # our tasks are long gone; join again as a new member
-                    self.member_id = new_member_id(self.name)
+                    self.member_id = new_member_id(self.name, self.static_id)
                     self._join()
                     return
 
@@ -304,4 +340,4 @@ class Membership:
                 except errors.LeaseConflict:
                     pass
         self._member_epoch = 0
-        self.member_id = new_member_id(self.name)  # a later join is a new member
+        self.member_id = new_member_id(self.name, self.static_id)  # a later join is a new member

@@ -55,7 +55,10 @@ def topology(kind: str) -> Any:
 
 
 def app_options(spec: dict[str, Any]) -> dict[str, Any]:
-    options: dict[str, Any] = {"processing": spec.get("processing", "exactly_once")}
+    # a static member: a restart (the recovery scenario) succeeds its killed predecessor at
+    # once instead of waiting for its task leases to expire
+    options: dict[str, Any] = {"processing": spec.get("processing", "exactly_once"),
+                               "static_id": str(spec.get("static_id", "bench-0"))}
     if spec.get("commit_interval_ms") is not None:
         options["commit_interval_ms"] = int(spec["commit_interval_ms"])
     if spec.get("num_threads") is not None:
