@@ -397,6 +397,7 @@ _STREAMS_COUNT_VARIANTS = (
 _OURS_STREAMS = "ours (embedded, exactly-once, durable)"
 _OURS_LATENCY_LOCAL = "ours, producer in the app's process"
 _OURS_LATENCY_REMOTE = "ours, producer in another process"
+_OURS_REBALANCE = "ours, 2 instances, one SIGKILLed"
 
 STREAMS_SCENARIOS = (
     Scenario(
@@ -433,6 +434,16 @@ STREAMS_SCENARIOS = (
         {"tiny": {"state_mb": 2}, "quick": {"state_mb": 16}, "full": {"state_mb": 1024}},
         unit="restarts/s", timeouts={"tiny": 180, "quick": 300, "full": 7200},
     ),
+    Scenario(
+        "streams", "rebalance", "Rebalance after SIGKILL: first output from a moved task", "rebalance",
+        "Two instances of one app (2 input partitions, one task each, in their own processes, leases of "
+        "lease_ms) run; one is SIGKILLed and a probe record is written to its task's input partition at once: "
+        "time from the kill to the probe's output through the survivor (it must see the dead member, take the "
+        "expired lease, open the task at its last commit). Every record's output must be there exactly once.",
+        (Variant("ours-streams", _OURS_REBALANCE),),
+        {"tiny": {"lease_ms": 1_000}, "quick": {"lease_ms": 2_000}, "full": {"lease_ms": 5_000}},
+        unit="rebalances/s", timeouts={"tiny": 180, "quick": 300, "full": 600},
+    ),
 )
 
 STREAMS_GOALS = (
@@ -456,6 +467,8 @@ STREAMS_GOALS = (
          at_most=5.0, unit="ms"),
     Goal("recovery", "first output <= 1 s after restart (full size: 1 GiB of state)", _OURS_STREAMS,
          metric="seconds", at_most=1.0, unit="s"),
+    Goal("rebalance", "first output from the moved task <= lease + 1 s", _OURS_REBALANCE,
+         metric="over_lease_s", at_most=1.0, unit="s"),
 )
 
 SUITES: dict[str, tuple[tuple[Scenario, ...], tuple[Goal, ...]]] = {

@@ -382,6 +382,56 @@ class OursStreams(StreamJob):
                               "recovery_s": recovery, "restart_app_start_s": ready,
                               "job_peak_rss_mb": second.peak_rss_bytes / 2**20})
 
+    # rebalance -------------------------------------------------------------------------------
+    def run_rebalance(self, lease_ms: int, **_params: Any) -> Outcome:
+        """Two instances of the app (``updates`` topology, 2 input partitions, one task each)
+        run in their own processes; one is SIGKILLed and, at that moment, a probe record is
+        written to the input partition of its task: time from the kill to the probe's output
+        (the survivor must notice the dead member, take the task's lease when it expires,
+        open the task at its last commit and process the probe). Every record's update must
+        be there exactly once."""
+        from benchmarks.streams.events import BASE_MS
+        from tstreams_embedded.streams.membership import read_group, static_of
+
+        def event(page: str, i: int) -> bytes:
+            return json.dumps({"page": page, "ts": BASE_MS + i}).encode()
+
+        with self.open_engine() as engine:
+            engine.create_stream("views", partitions=2)
+            engine.create_stream("page-counts", partitions=1)
+            options = {"topology": "updates", "lease_ms": lease_ms, "commit_interval_ms": 1}
+            apps = {name: ServedApp(self, {**options, "static_id": name}, tag=name) for name in ("a", "b")}
+            try:
+                def owners() -> dict[int, str | None]:
+                    view = read_group(engine.backend, "pageviews-latency", lease_ms)
+                    return {p: static_of(o) if (o := view.owner(p)) else None for p in range(2)}
+
+                deadline = time.monotonic() + 60
+                while sorted(map(str, owners().values())) != ["a", "b"]:
+                    if time.monotonic() > deadline:
+                        raise JobFailed(f"the two instances did not split the tasks: {owners()}")
+                    time.sleep(0.01)
+                moved = next(p for p, o in owners().items() if o == "a")
+                reader = OutputReader(engine, "page-counts")
+                producer = engine.producer("views")
+                for p in range(2):  # both tasks work
+                    producer.instant([event(f"/warm-{p}", p)], partition=p)
+                reader.wait_for(2, timeout=60.0)
+                apps["a"].kill()
+                started = time.perf_counter()
+                producer.instant([event("/probe", 2)], partition=moved)
+                reader.wait_for(3, timeout=lease_ms / 1000 + 60.0)
+                seconds = time.perf_counter() - started
+            finally:
+                for app in apps.values():
+                    app.stop()
+            pages = sorted(v[0] for v in reader.values)
+            if pages != ["/probe", "/warm-0", "/warm-1"]:
+                raise AssertionError(f"after the rebalance the outputs are {pages}, not each record's update once")
+        lease = lease_ms / 1000
+        return Outcome(1, seconds, stored=len(pages), expected=3,
+                       extra={"lease_s": lease, "over_lease_s": seconds - lease, "rebalance_s": seconds})
+
     def _disk(self) -> int:
         from benchmarks.measure import disk_bytes
 

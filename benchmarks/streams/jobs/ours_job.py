@@ -63,6 +63,8 @@ def app_options(spec: dict[str, Any]) -> dict[str, Any]:
         options["commit_interval_ms"] = int(spec["commit_interval_ms"])
     if spec.get("num_threads") is not None:
         options["num_threads"] = int(spec["num_threads"])
+    if spec.get("lease_ms") is not None:
+        options["lease_ms"] = int(spec["lease_ms"])
     return options
 
 
