@@ -382,6 +382,74 @@ class OursStreams(StreamJob):
                               "recovery_s": recovery, "restart_app_start_s": ready,
                               "job_peak_rss_mb": second.peak_rss_bytes / 2**20})
 
+    # scale-out -------------------------------------------------------------------------------
+    def setup_scale_out(self, n_events: int, seed: int = 12, partitions: int = 2, **_params: Any) -> None:
+        """The windowed count's input, keyed by page, on ``partitions`` partitions; the
+        reference is computed per partition (a task's stream time is its partition's)."""
+        from tstreams_embedded.streams import send_records
+        from tstreams_embedded.streams.records import partition_of
+
+        StreamJob.setup_windowed_count(self, n_events, seed)  # the input file (cached), not loaded
+        parts = [self.workdir / f"partition-{p}.jsonl" for p in range(partitions)]
+        files = [open(f, "w", encoding="utf-8") for f in parts]  # noqa: SIM115 - closed below
+        try:
+            with open(self.input, encoding="utf-8") as f:
+                for line in f:
+                    page = json.loads(line)["page"]
+                    files[partition_of(page.encode(), partitions)].write(line)
+        finally:
+            for out in files:
+                out.close()
+        refs = [reference(f) for f in parts]
+        self.expected = Expected({k: c for r in refs for k, c in r.windows.items()},
+                                 {k for r in refs for k in r.open_at_end}, sum(r.late for r in refs),
+                                 sum(r.events for r in refs), max(r.stream_time_ms for r in refs))
+        self.partitions = partitions
+
+        def records() -> Any:
+            with open(self.input, encoding="utf-8") as f:
+                for line in f:
+                    event = json.loads(line)
+                    yield (event["page"], event, event["ts"])
+
+        self.records = records
+        self.send = send_records
+
+    def run_scale_out(self, n_events: int, processes: int = 1, **_params: Any) -> Outcome:
+        """``processes`` instances of the keyed windowed count, each in its own process, run
+        until idle on a fresh directory holding the input: rate = N / wall time from the
+        start of the first to the end of the last (start-up included)."""
+        import shutil
+
+        shutil.rmtree(self.data, ignore_errors=True)
+        with self.open_engine() as engine:  # untimed: the input
+            engine.create_stream("views", partitions=self.partitions)
+            engine.create_stream("page-counts", partitions=1)
+            batch: list[Any] = []
+            for record in self.records():
+                batch.append(record)
+                if len(batch) == 1000:
+                    self.send(engine, "views", batch, key_serde="str", value_serde="json")
+                    batch = []
+            if batch:
+                self.send(engine, "views", batch, key_serde="str", value_serde="json")
+        started = time.perf_counter()
+        procs = [start_job(sys.executable, self.module, {"data": str(self.data), "topology": "keyed-count",
+                                                         "mode": "run", "durability": "sync",
+                                                         "static_id": f"scale-{i}"},
+                           self.workdir / "logs", f"scale-{processes}-{i}")
+                 for i in range(processes)]
+        jobs = [wait_job(proc, self.workdir / "logs", f"scale-{processes}-{i}", started, timeout=1800.0)
+                for i, proc in enumerate(procs)]
+        seconds = time.perf_counter() - started
+        for job in jobs:
+            if job.returncode != 0:
+                raise JobFailed(f"a scale-out instance exited {job.returncode}: {job.stderr[-3000:]}")
+        checked = check(self.expected, self.read_rows(self.workdir / "output"), self.label)
+        return Outcome(n_events, seconds, stored=checked, expected=len(self.expected.windows),
+                       extra={"processes": processes, "windows": checked,
+                              "job_peak_rss_mb": max(j.peak_rss_bytes for j in jobs) / 2**20})
+
     # rebalance -------------------------------------------------------------------------------
     def run_rebalance(self, lease_ms: int, **_params: Any) -> Outcome:
         """Two instances of the app (``updates`` topology, 2 input partitions, one task each)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import tstreams_embedded as ts
+from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.streams import App, StreamsBuilder, send_records
 from tstreams_embedded.streams.membership import group_store, read_group, task_key
@@ -145,3 +146,20 @@ def test_a_static_member_is_succeeded_at_once(tstreams_engine: ts.Engine) -> Non
     crashed.close()  # the zombie's close commits nothing (its leases are gone) and frees nothing of the new one's
     assert set(owners(engine, "st").values()) == {restarted.membership.member_id}
     restarted.close()
+
+
+@pytest.mark.parametrize("options", [{"lease_ms": 0}, {"lease_ms": "5"}, {"static_id": ""}, {"static_id": 3},
+                                     {"http_port": 70_000}, {"http_port": True}, {"http_host": ""},
+                                     {"instance_name": ""}])
+def test_bad_scale_out_options(tstreams_embedded_engine: ts.Engine, options: dict[str, Any]) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        App(tstreams_embedded_engine, application_id="bad", topology=totals_topology(), **options)
+
+
+def test_bad_store_partitions(tstreams_embedded_engine: ts.Engine) -> None:
+    tstreams_embedded_engine.create_stream("in", partitions=2)
+    with App(tstreams_embedded_engine, application_id="bad", topology=totals_topology()) as app:
+        for bad in ([2], [-1], ["0"], "0", [True]):
+            with pytest.raises(errors.InvalidArgument):
+                app.store("totals", partitions=bad)  # type: ignore[arg-type]
+        assert app.store("totals", partitions=[1]).all() == {}

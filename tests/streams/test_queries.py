@@ -97,6 +97,9 @@ def test_queries_and_metrics_across_two_processes(two_instances: Any) -> None:
     # ranges and prefixes answer the tasks each instance owns: together, every key once
     ranges = [dict(c.request("/v1/stores/totals/range")[1]["entries"]) for c in (a, b)]
     assert not set(ranges[0]) & set(ranges[1]) and {**ranges[0], **ranges[1]} == dict(expected)
+    limited = [c.request("/v1/stores/totals/range", limit=1)[1] for c in (a, b)]
+    assert all(len(r["entries"]) == 1 and r["truncated"] == (len(ranges[i]) > 1) for i, r in enumerate(limited))
+    assert a.request("/v1/stores/totals/range", limit=0)[0] == 400
     prefixed = [dict(c.request("/v1/stores/totals/prefix", prefix="d")[1]["entries"]) for c in (a, b)]
     assert {**prefixed[0], **prefixed[1]} == {"dee": expected["dee"]}
 

@@ -417,6 +417,11 @@ class App:
         last commit (see :mod:`.queries` for the staleness)."""
         spec = self.store_spec(name)
         self._prepare()
+        if partitions is not None and (not isinstance(partitions, (list, tuple, range)) or any(
+                isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < self.partition_count
+                for p in partitions)):
+            raise errors.InvalidArgument(f"partitions must be a list of task numbers 0..{self.partition_count - 1}, "
+                                         f"got {partitions!r:.60}")
         tasks = range(self.partition_count) if partitions is None else partitions
         namespaces = [namespace(self.application_id, p, name) for p in tasks]
         backend = self.engine.backend

@@ -9,8 +9,8 @@
 
   ========================================================  =================================
   ``GET /v1/stores/<store>/get?key=K[&start=S&end=E]``      one key (one window) — owned keys
-  ``GET /v1/stores/<store>/range?from=K&to=K``              this instance's tasks' entries
-  ``GET /v1/stores/<store>/prefix?prefix=P``                keys starting with ``P`` (str keys)
+  ``GET /v1/stores/<store>/range?from=K&to=K&limit=N``      this instance's tasks' entries
+  ``GET /v1/stores/<store>/prefix?prefix=P&limit=N``        keys starting with ``P`` (str keys)
   ``GET /v1/stores/<store>/fetch?key=K&from=T&to=T``        windows of a key — owned keys
   ``GET /v1/metadata/<store>?key=K``                        key discovery
   ``GET /v1/members``                                       live instances and their tasks
@@ -20,7 +20,9 @@
   ``K`` is the key as JSON (``"ann"``, ``42``, ``["a", 1]``), turned into the store's key
   with its key serde. A ``get`` or ``fetch`` of a key whose task another instance runs is
   answered ``421`` with that instance's address (``{"owner": {...}}``); :class:`QueryClient`
-  follows it. Errors are ``400`` (bad input), ``404`` (no such store), JSON
+  follows it. Ranges and prefixes return at most ``limit`` entries (1,000 by default,
+  10,000 at most; ``"truncated": true`` when there were more: continue from the last key).
+  Errors are ``400`` (bad input), ``404`` (no such store), JSON
   ``{"error": class, "message": ...}``.
 
 Staleness: every answer is committed state, read from the engine in one snapshot per task
@@ -33,6 +35,7 @@ answers ``421`` naming the new one.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import urllib.error
@@ -48,13 +51,19 @@ import tornado.netutil
 import tornado.web
 
 from .. import errors
+from ..engine import state
 from .membership import read_group
 from .records import partition_of
-from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore
+from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace, pages
 from .windows import Windowed
 
 if TYPE_CHECKING:
     from .app import App
+
+
+#: entries a range or prefix query returns by default, and at most (``&limit=``)
+DEFAULT_LIMIT = 1_000
+MAX_LIMIT = 10_000
 
 
 @dataclass(frozen=True)
@@ -168,20 +177,29 @@ class _StoreHandler(_Handler):
                                  _int_arg(self.arg("to"), "to", 2**62))
             return 200, {"windows": [{**_to_json(w), "value": _to_json(v)} for w, v in windows],
                          "partition": meta.partition}
-        view = app.store(store, partitions=owned)
-        if op == "range":
-            if not isinstance(view, ReadOnlyKeyValueStore):
-                raise errors.InvalidArgument(f"store {store!r} is windowed: use fetch")
-            lo, hi = self.arg("from"), self.arg("to")
-            entries = view.range(None if lo is None else _json_key(lo, "from"),
-                                 None if hi is None else _json_key(hi, "to"))
-        elif op == "prefix":
-            if not isinstance(view, ReadOnlyKeyValueStore):
-                raise errors.InvalidArgument(f"store {store!r} is windowed: use fetch")
-            entries = view.prefix(_json_key(self.arg("prefix"), "prefix"))
-        else:
+        if op not in ("range", "prefix"):
             return 404, {"error": "NotFound", "message": f"unknown store query {op!r}: get, range, prefix, fetch"}
-        return 200, {"entries": [[_to_json(k), _to_json(v)] for k, v in entries], "partitions": owned}
+        if spec.windowed:
+            raise errors.InvalidArgument(f"store {store!r} is windowed: use fetch")
+        limit = _int_arg(self.arg("limit"), "limit", DEFAULT_LIMIT)
+        if not 1 <= limit <= MAX_LIMIT:
+            raise errors.InvalidArgument(f"limit must be in [1, {MAX_LIMIT}], got {limit}")
+        ks = spec.key_serde
+        if op == "range":
+            lo_arg, hi_arg = self.arg("from"), self.arg("to")
+            lo = None if lo_arg is None else ks.serialize(_json_key(lo_arg, "from"))
+            hi = None if hi_arg is None else ks.serialize(_json_key(hi_arg, "to"))
+        else:
+            lo = ks.serialize(_json_key(self.arg("prefix"), "prefix"))
+            hi = state.prefix_end(lo) if lo else None
+        raw: list[tuple[bytes, bytes]] = []
+        for p in owned:  # at most limit + 1 entries per task in memory
+            raw.extend(itertools.islice(pages(app.engine.backend, namespace(app.application_id, p, store), lo, hi),
+                                        limit + 1))
+        raw.sort()
+        vs = spec.value_serde
+        return 200, {"entries": [[_to_json(ks.deserialize(k)), _to_json(vs.deserialize(v))] for k, v in raw[:limit]],
+                     "truncated": len(raw) > limit, "partitions": owned}
 
 
 class _MetadataHandler(_Handler):
