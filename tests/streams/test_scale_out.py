@@ -62,7 +62,7 @@ class Worker:
 
 @pytest.mark.timeout(300)
 def test_three_processes_killed_restarted_and_paused_exactly_once(tmp_path: Path) -> None:
-    rng = random.Random(13)
+    rng = random.Random(int(os.environ.get("SCALE_OUT_SEED", "13")))
     data = str(tmp_path / "data")
     events = [{"page": rng.choice(PAGES), "user": rng.choice(USERS), "n": i, "ts": i * 7 - rng.randint(0, 40)}
               for i in range(4000)]
