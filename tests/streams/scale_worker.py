@@ -1,5 +1,6 @@
 """One instance of the scale-out test's application, in a real subprocess:
-``scale_worker.py DATA``. It joins the group of application ``scale`` (the kill test's
+``scale_worker.py DATA|tcp://HOST:PORT`` (an engine directory, or a ``tstreams serve``).
+It joins the group of application ``scale`` (the kill test's
 pipeline, 1 s leases), runs its share of the tasks until it is killed, and serves queries
 and metrics on a free port (printed as ``started PORT``)."""
 
@@ -16,7 +17,8 @@ from kill_worker import topology  # noqa: E402
 
 
 def main() -> None:
-    with ts.open(sys.argv[1], compaction_interval=None) as engine:
+    target = sys.argv[1]
+    with (ts.connect(target) if target.startswith("tcp://") else ts.open(target, compaction_interval=None)) as engine:
         app = App(engine, application_id="scale", topology=topology(),  # type: ignore[arg-type]
                   commit_records=15, commit_interval_ms=5, lease_ms=1000, http_port=0)
         app.start()
