@@ -424,6 +424,9 @@ _STREAMS_COUNT_VARIANTS = (
 _OURS_STREAMS = "ours (embedded, exactly-once, durable)"
 _OURS_LATENCY_LOCAL = "ours, producer in the app's process"
 _OURS_LATENCY_REMOTE = "ours, producer in another process"
+_OURS_REBALANCE = "ours, 2 instances, one SIGKILLed"
+_OURS_SCALE_1 = "ours, 1 process"
+_OURS_SCALE_2 = "ours, 2 processes"
 
 STREAMS_SCENARIOS = (
     Scenario(
@@ -460,6 +463,28 @@ STREAMS_SCENARIOS = (
         {"tiny": {"state_mb": 2}, "quick": {"state_mb": 16}, "full": {"state_mb": 1024}},
         unit="restarts/s", timeouts={"tiny": 180, "quick": 300, "full": 7200},
     ),
+    Scenario(
+        "streams", "scale_out", "Scale-out: the windowed count in 2 processes vs 1", "scale_out",
+        "The windowed count's N events keyed by page on 2 partitions (no repartition: 2 independent tasks), "
+        "run until idle by 1 instance, or by 2 instances of the app in 2 processes that split the tasks through "
+        "their leases. Rate = N / wall time from the first start to the last exit. Every output is checked "
+        "against the reference computed per partition (a task's stream time is its partition's).",
+        (Variant("ours-streams", _OURS_SCALE_1, params={"processes": 1}),
+         Variant("ours-streams", _OURS_SCALE_2, params={"processes": 2})),
+        {"tiny": {"n_events": 3_000, "seed": 12}, "quick": {"n_events": 30_000, "seed": 12},
+         "full": {"n_events": 1_000_000, "seed": 12}},
+        unit="events/s", timeouts={"tiny": 180, "quick": 300, "full": 1800},
+    ),
+    Scenario(
+        "streams", "rebalance", "Rebalance after SIGKILL: first output from a moved task", "rebalance",
+        "Two instances of one app (2 input partitions, one task each, in their own processes, leases of "
+        "lease_ms) run; one is SIGKILLed and a probe record is written to its task's input partition at once: "
+        "time from the kill to the probe's output through the survivor (it must see the dead member, take the "
+        "expired lease, open the task at its last commit). Every record's output must be there exactly once.",
+        (Variant("ours-streams", _OURS_REBALANCE),),
+        {"tiny": {"lease_ms": 1_000}, "quick": {"lease_ms": 2_000}, "full": {"lease_ms": 5_000}},
+        unit="rebalances/s", timeouts={"tiny": 180, "quick": 300, "full": 600},
+    ),
 )
 
 STREAMS_GOALS = (
@@ -483,6 +508,9 @@ STREAMS_GOALS = (
          at_most=5.0, unit="ms"),
     Goal("recovery", "first output <= 1 s after restart (full size: 1 GiB of state)", _OURS_STREAMS,
          metric="seconds", at_most=1.0, unit="s"),
+    Goal("scale_out", ">= 1.6x the 1-process run on 2 cores", _OURS_SCALE_2, _OURS_SCALE_1, at_least=1.6),
+    Goal("rebalance", "first output from the moved task <= lease + 1 s", _OURS_REBALANCE,
+         metric="over_lease_s", at_most=1.0, unit="s"),
 )
 
 # --- cluster catch-up: an empty node joins a leader holding N MiB (benchmarks/systems/cluster_catchup.py) ----

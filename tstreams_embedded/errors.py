@@ -65,6 +65,11 @@ class MarkerConflict(TStreamsError):
     """A guarded write found its marker already at or past the given value (a replayed batch)."""
 
 
+class LeaseConflict(TStreamsError):
+    """A lease operation or a fenced write (``Lease``, ``CheckLease``) found the lease held by
+    another owner or at another epoch: it was taken over. Nothing was written."""
+
+
 class ConsumerNotFound(TStreamsError, KeyError):
     """The named consumer has no stored offsets on the stream."""
 

@@ -382,6 +382,124 @@ class OursStreams(StreamJob):
                               "recovery_s": recovery, "restart_app_start_s": ready,
                               "job_peak_rss_mb": second.peak_rss_bytes / 2**20})
 
+    # scale-out -------------------------------------------------------------------------------
+    def setup_scale_out(self, n_events: int, seed: int = 12, partitions: int = 2, **_params: Any) -> None:
+        """The windowed count's input, keyed by page, on ``partitions`` partitions; the
+        reference is computed per partition (a task's stream time is its partition's)."""
+        from tstreams_embedded.streams import send_records
+        from tstreams_embedded.streams.records import partition_of
+
+        StreamJob.setup_windowed_count(self, n_events, seed)  # the input file (cached), not loaded
+        parts = [self.workdir / f"partition-{p}.jsonl" for p in range(partitions)]
+        files = [open(f, "w", encoding="utf-8") for f in parts]  # noqa: SIM115 - closed below
+        try:
+            with open(self.input, encoding="utf-8") as f:
+                for line in f:
+                    page = json.loads(line)["page"]
+                    files[partition_of(page.encode(), partitions)].write(line)
+        finally:
+            for out in files:
+                out.close()
+        refs = [reference(f) for f in parts]
+        self.expected = Expected({k: c for r in refs for k, c in r.windows.items()},
+                                 {k for r in refs for k in r.open_at_end}, sum(r.late for r in refs),
+                                 sum(r.events for r in refs), max(r.stream_time_ms for r in refs))
+        self.partitions = partitions
+
+        def records() -> Any:
+            with open(self.input, encoding="utf-8") as f:
+                for line in f:
+                    event = json.loads(line)
+                    yield (event["page"], event, event["ts"])
+
+        self.records = records
+        self.send = send_records
+
+    def run_scale_out(self, n_events: int, processes: int = 1, **_params: Any) -> Outcome:
+        """``processes`` instances of the keyed windowed count, each in its own process, run
+        until idle on a fresh directory holding the input: rate = N / wall time from the
+        start of the first to the end of the last (start-up included)."""
+        import shutil
+
+        shutil.rmtree(self.data, ignore_errors=True)
+        with self.open_engine() as engine:  # untimed: the input
+            engine.create_stream("views", partitions=self.partitions)
+            engine.create_stream("page-counts", partitions=1)
+            batch: list[Any] = []
+            for record in self.records():
+                batch.append(record)
+                if len(batch) == 1000:
+                    self.send(engine, "views", batch, key_serde="str", value_serde="json")
+                    batch = []
+            if batch:
+                self.send(engine, "views", batch, key_serde="str", value_serde="json")
+        started = time.perf_counter()
+        procs = [start_job(sys.executable, self.module, {"data": str(self.data), "topology": "keyed-count",
+                                                         "mode": "run", "durability": "sync",
+                                                         "static_id": f"scale-{i}"},
+                           self.workdir / "logs", f"scale-{processes}-{i}")
+                 for i in range(processes)]
+        jobs = [wait_job(proc, self.workdir / "logs", f"scale-{processes}-{i}", started, timeout=1800.0)
+                for i, proc in enumerate(procs)]
+        seconds = time.perf_counter() - started
+        for job in jobs:
+            if job.returncode != 0:
+                raise JobFailed(f"a scale-out instance exited {job.returncode}: {job.stderr[-3000:]}")
+        checked = check(self.expected, self.read_rows(self.workdir / "output"), self.label)
+        return Outcome(n_events, seconds, stored=checked, expected=len(self.expected.windows),
+                       extra={"processes": processes, "windows": checked,
+                              "job_peak_rss_mb": max(j.peak_rss_bytes for j in jobs) / 2**20})
+
+    # rebalance -------------------------------------------------------------------------------
+    def run_rebalance(self, lease_ms: int, **_params: Any) -> Outcome:
+        """Two instances of the app (``updates`` topology, 2 input partitions, one task each)
+        run in their own processes; one is SIGKILLed and, at that moment, a probe record is
+        written to the input partition of its task: time from the kill to the probe's output
+        (the survivor must notice the dead member, take the task's lease when it expires,
+        open the task at its last commit and process the probe). Every record's update must
+        be there exactly once."""
+        from benchmarks.streams.events import BASE_MS
+        from tstreams_embedded.streams.membership import read_group, static_of
+
+        def event(page: str, i: int) -> bytes:
+            return json.dumps({"page": page, "ts": BASE_MS + i}).encode()
+
+        with self.open_engine() as engine:
+            engine.create_stream("views", partitions=2)
+            engine.create_stream("page-counts", partitions=1)
+            options = {"topology": "updates", "lease_ms": lease_ms, "commit_interval_ms": 1}
+            apps = {name: ServedApp(self, {**options, "static_id": name}, tag=name) for name in ("a", "b")}
+            try:
+                def owners() -> dict[int, str | None]:
+                    view = read_group(engine.backend, "pageviews-latency", lease_ms)
+                    return {p: static_of(o) if (o := view.owner(p)) else None for p in range(2)}
+
+                deadline = time.monotonic() + 60
+                while sorted(map(str, owners().values())) != ["a", "b"]:
+                    if time.monotonic() > deadline:
+                        raise JobFailed(f"the two instances did not split the tasks: {owners()}")
+                    time.sleep(0.01)
+                moved = next(p for p, o in owners().items() if o == "a")
+                reader = OutputReader(engine, "page-counts")
+                producer = engine.producer("views")
+                for p in range(2):  # both tasks work
+                    producer.instant([event(f"/warm-{p}", p)], partition=p)
+                reader.wait_for(2, timeout=60.0)
+                apps["a"].kill()
+                started = time.perf_counter()
+                producer.instant([event("/probe", 2)], partition=moved)
+                reader.wait_for(3, timeout=lease_ms / 1000 + 60.0)
+                seconds = time.perf_counter() - started
+            finally:
+                for app in apps.values():
+                    app.stop()
+            pages = sorted(v[0] for v in reader.values)
+            if pages != ["/probe", "/warm-0", "/warm-1"]:
+                raise AssertionError(f"after the rebalance the outputs are {pages}, not each record's update once")
+        lease = lease_ms / 1000
+        return Outcome(1, seconds, stored=len(pages), expected=3,
+                       extra={"lease_s": lease, "over_lease_s": seconds - lease, "rebalance_s": seconds})
+
     def _disk(self) -> int:
         from benchmarks.measure import disk_bytes
 

@@ -62,10 +62,13 @@ def test_every_state_change_appends_one_entry(make_engine, clock) -> None:
     step(O.Instant, lambda: ts.CheckpointGroup(g_out, consumer).checkpoint())
     assert sorted(t.__name__ for t in _last_ops(core)) == ["Instant", "SetOffsets"]  # one entry for the group
     step(O.StoreWrite, lambda: core.submit([O.StoreWrite("app/0/counts", [[b"k", b"v"]], [b"gone"])]))
+    step(O.Lease, lambda: core.submit([O.Lease("app/__group", b"task/0", "me", 1, 1000)]))
+    step(O.CheckLease, lambda: core.submit([O.CheckLease("app/__group", b"task/0", "me", 1),
+                                           O.StoreWrite("app/0/counts", [[b"k", b"w"]])]))
     step(O.DeleteStream, lambda: engine.delete_stream("s"))
     covered = {O.CreateStream, O.Open, O.Data, O.Checkpoint, O.Instant, O.CancelIfOpen, O.KeepAlive, O.Invalidate,
                O.SetOffsets, O.SetMarker, O.Compact, O.Cancel, O.DeleteStream, O.ResetOffsets, O.DeleteConsumer,
-               O.StoreWrite}
+               O.StoreWrite, O.Lease, O.CheckLease}
     assert covered == set(O.RECORDS), "every operation record has a step here"
 
 

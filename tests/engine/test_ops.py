@@ -43,6 +43,8 @@ RECORD_STRATEGIES: dict[type, Any] = {
                             st.none() | st.lists(st.binary(max_size=8), min_size=1, max_size=3),
                             st.none() | st.lists(st.lists(st.none() | st.binary(max_size=8), min_size=2,
                                                           max_size=2), min_size=1, max_size=2)),
+    O.Lease: st.builds(O.Lease, names, st.binary(max_size=8), names, small, small, st.booleans(), optional),
+    O.CheckLease: st.builds(O.CheckLease, names, st.binary(max_size=8), names, small),
 }
 any_record = st.one_of(*RECORD_STRATEGIES.values())
 

@@ -32,7 +32,7 @@ def main() -> None:
     data, mode = sys.argv[1], sys.argv[2]
     with ts.open(data, compaction_interval=None) as engine:
         app = App(engine, application_id="kill", topology=topology(),  # type: ignore[arg-type]
-                  commit_records=15, commit_interval_ms=5)
+                  commit_records=15, commit_interval_ms=5, static_id="kill-worker")
         if mode == "finish":
             app.run(until_idle=True)
             print("done", flush=True)

@@ -46,7 +46,8 @@ def test_state_survives_leader_failover(cluster: Cluster) -> None:
     try:
         engine.create_stream("views")
         write(engine, ["/a", "/b", "/a"])
-        App(engine, application_id="c", topology=counts_topology()).run(until_idle=True)  # type: ignore[arg-type]
+        with App(engine, application_id="c", topology=counts_topology()) as first:  # type: ignore[arg-type]
+            first.run(until_idle=True)  # closing it leaves the group: its task leases are free at once
         leader.kill()
         new_leader = cluster.leader()
         assert new_leader is not leader

@@ -507,6 +507,57 @@ def _store_write(a: Applier, scope: BatchScope, op: O.StoreWrite) -> tuple[None,
                               [list(r) for r in ranges] or None)
 
 
+def _lease_args(op: O.Lease | O.CheckLease) -> tuple[bytes, bytes]:
+    """Validate a lease record's address and owner; return (LMDB key, key)."""
+    key = state.check_key(op.key, "lease key")
+    if not isinstance(op.owner, str) or len(op.owner) > 255:
+        raise errors.InvalidArgument(f"lease owner must be a str of at most 255 characters, got {op.owner!r:.60}")
+    check_int(op.epoch, "lease epoch", 0, 2**62)
+    return state.prefix(op.store) + key, key
+
+
+@handles(O.Lease)
+def _lease(a: Applier, scope: BatchScope, op: O.Lease) -> tuple[int, O.Lease]:
+    kb, key = _lease_args(op)
+    ttl = check_int(op.ttl_ms, "lease ttl_ms", 0, 2**40)
+    if not isinstance(op.force, bool):
+        raise errors.InvalidArgument(f"lease force must be a bool, got {type(op.force).__name__}")
+    if not op.owner:
+        raise errors.InvalidArgument("lease owner must not be empty")
+    db = a.store.state
+    if scope.replay and op.deadline is not None:
+        deadline = check_int(op.deadline, "lease deadline", 0, 2**62)
+    else:
+        current = state.unpack_lease(scope.txn.get(kb, db=db))
+        owner, epoch, held_until = current if current is not None else ("", 0, 0)
+        if (owner, epoch) == (op.owner, op.epoch) and op.epoch > 0:
+            pass  # renew or release
+        elif ttl == 0:
+            raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is not held by {op.owner!r} at epoch "
+                                       f"{op.epoch} (it is {owner!r} at {epoch}); nothing to release")
+        elif op.epoch != epoch + 1:
+            raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is at epoch {epoch}: taking it needs epoch "
+                                       f"{epoch + 1}, got {op.epoch}")
+        elif owner and held_until > scope.now and not op.force:
+            raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is held by {owner!r} for another "
+                                       f"{held_until - scope.now} ms")
+        deadline = scope.now + ttl if ttl else 0
+    scope.txn.put(kb, state.pack_lease(op.owner if ttl else "", op.epoch, deadline), db=db)
+    return deadline, op._replace(force=bool(op.force), deadline=deadline)
+
+
+@handles(O.CheckLease)
+def _check_lease(a: Applier, scope: BatchScope, op: O.CheckLease) -> tuple[None, O.CheckLease]:
+    kb, key = _lease_args(op)
+    if not scope.replay:
+        current = state.unpack_lease(scope.txn.get(kb, db=a.store.state))
+        if current is None or current[:2] != (op.owner, op.epoch):
+            held = "nobody" if current is None else f"{current[0] or 'nobody (released)'!r} at epoch {current[1]}"
+            raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is no longer {op.owner!r} at epoch "
+                                       f"{op.epoch}: it is {held}; the fenced write was refused")
+    return None, op
+
+
 def _pairs(value: Any, what: str, bounds: bool = False) -> list[tuple[Any, Any]]:
     if not isinstance(value, (list, tuple)):
         raise errors.InvalidArgument(f"{what} must be a list of pairs")

@@ -77,6 +77,8 @@ class Opcode(IntEnum):
     RESET_OFFSETS = 21
     # 30..39: state stores (``tstreams_embedded.streams``)
     STORE_WRITE = 30
+    LEASE = 31
+    CHECK_LEASE = 32
 
 
 class TxnState(IntEnum):
@@ -357,8 +359,48 @@ class StoreWrite(NamedTuple):
     delete_ranges: list[Any] | None = None
 
 
+@operation(Opcode.LEASE, mergeable=False, resolved=("deadline",))
+class Lease(NamedTuple):
+    """Take, renew or release the lease ``key`` of state store ``store`` (its value there is
+    the msgpack array ``[owner, epoch, deadline_ms]``; see :mod:`.state`). Result: the new
+    deadline (epoch ms of the engine's clock; 0 after a release).
+
+    * **renew** (``ttl_ms > 0``): the stored lease is ``(owner, epoch)``; deadline = now + ttl;
+    * **release** (``ttl_ms == 0``): the stored lease is ``(owner, epoch)``; it becomes free
+      (owner ``""``, deadline 0), keeping its epoch;
+    * **take** (``ttl_ms > 0``): ``epoch`` is the stored epoch + 1 (1 when there is none)
+      and the stored lease is free (released, or its deadline passed) — or ``force`` is set
+      (a successor that knows the holder is gone, e.g. the restart of a static member:
+      still a compare-and-set on the epoch, so the old holder is fenced all the same).
+
+    Anything else raises LeaseConflict and the batch writes nothing. Streams apps hold one
+    lease per task; every task commit carries a :class:`CheckLease` of it, so a task whose
+    lease was taken over (a new epoch) can never commit again."""
+
+    store: str
+    key: bytes
+    owner: str
+    epoch: int
+    ttl_ms: int
+    force: bool = False
+    deadline: int | None = None  # resolved: now + ttl_ms (0 for a release)
+
+
+@operation(Opcode.CHECK_LEASE)
+class CheckLease(NamedTuple):
+    """Fence: fail with LeaseConflict (so the whole batch writes nothing) unless the lease
+    ``key`` of ``store`` is held by ``owner`` at ``epoch`` (its deadline does not matter: a
+    lease can only change hands through a take, which moves the epoch). Result: None."""
+
+    store: str
+    key: bytes
+    owner: str
+    epoch: int
+
+
 Operation = (CreateStream | DeleteStream | Open | Data | Checkpoint | Cancel | Instant | KeepAlive | Invalidate
-             | SetOffsets | Compact | SetMarker | CancelIfOpen | DeleteConsumer | ResetOffsets | StoreWrite)
+             | SetOffsets | Compact | SetMarker | CancelIfOpen | DeleteConsumer | ResetOffsets | StoreWrite
+             | Lease | CheckLease)
 """Any operation record."""
 
 RECORDS: tuple[type, ...] = tuple(_SPECS)

@@ -18,6 +18,7 @@ import struct
 from typing import Any
 
 import lmdb
+import msgpack
 
 from .. import errors
 from .store import Store, as_bytes, entries
@@ -80,6 +81,26 @@ def split_window_key(stored: bytes) -> tuple[int, int, bytes]:
 def window_bound(end: int) -> bytes:
     """The smallest windowed key with window end ``end``."""
     return _WINDOW.pack(end + _OFFSET, 0)
+
+
+def pack_lease(owner: str, epoch: int, deadline: int) -> bytes:
+    """The stored value of a lease (the ``Lease`` record): ``[owner, epoch, deadline_ms]``."""
+    packed: bytes = msgpack.packb([owner, epoch, deadline], use_bin_type=True)
+    return packed
+
+
+def unpack_lease(value: bytes | memoryview | None) -> tuple[str, int, int] | None:
+    """``(owner, epoch, deadline_ms)`` of a stored lease value, or None; DataCorrupted if
+    the value is not a lease."""
+    if value is None:
+        return None
+    try:
+        owner, epoch, deadline = msgpack.unpackb(value, raw=False)
+    except (ValueError, TypeError, msgpack.ExtraData) as exc:
+        raise errors.DataCorrupted(f"a stored lease is not [owner, epoch, deadline]: {exc}") from None
+    if not isinstance(owner, str) or type(epoch) is not int or type(deadline) is not int:
+        raise errors.DataCorrupted(f"a stored lease is not [owner, epoch, deadline]: {value!r:.60}")
+    return owner, epoch, deadline
 
 
 def check_time(value: Any, what: str) -> int:

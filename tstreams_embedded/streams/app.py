@@ -5,14 +5,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .. import errors
 from ..engine.backend import StreamInfo
 from ..engine.engine import Engine
 from ..engine.validate import check_name
+from .membership import Membership
+from .metrics import AppMetrics
+from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
 from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
-from .topology import Topology, internal_name
+from .topology import StoreSpec, Topology, internal_name
 
 PROCESSING = ("exactly_once", "at_least_once")
 
@@ -42,12 +46,20 @@ class App:
       its stores under ``application_id/partition/store``; internal streams are named
       ``application_id-…``. Output streams that do not exist are created with the task
       count of partitions.
+    * Scale-out (:mod:`.membership`): instances of one ``application_id`` split the tasks
+      through leases in the engine (``lease_ms``); every commit is fenced by the task's
+      lease. ``static_id`` (like ``group.instance.id``): a restart with the same static id
+      takes its predecessor's tasks at once instead of waiting for its leases to expire.
+    * ``http_port`` (0: any free port) serves interactive queries and ``/metrics``
+      (:mod:`.queries`, :mod:`.metrics`) while the app runs (``start()``).
     """
 
     def __init__(self, engine: Engine, *, application_id: str, topology: Topology, num_threads: int = 1,
                  processing: str = "exactly_once", commit_interval_ms: int = 100, commit_records: int = 10_000,
                  commit_bytes: int = 8 << 20, poll_interval_ms: int = 10,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, lease_ms: int = 5_000, instance_name: str = "instance",
+                 static_id: str | None = None,
+                 http_host: str = "127.0.0.1", http_port: int | None = None) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
         check_name(application_id, "application_id")
@@ -59,9 +71,17 @@ class App:
             raise errors.InvalidArgument(f"processing must be one of {PROCESSING}, got {processing!r}")
         for value, what in ((num_threads, "num_threads"), (commit_interval_ms, "commit_interval_ms"),
                             (commit_records, "commit_records"), (commit_bytes, "commit_bytes"),
-                            (poll_interval_ms, "poll_interval_ms")):
+                            (poll_interval_ms, "poll_interval_ms"), (lease_ms, "lease_ms")):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise errors.InvalidArgument(f"{what} must be a positive integer, got {value!r}")
+        check_name(instance_name, "instance_name")
+        if static_id is not None:
+            check_name(static_id, "static_id")
+        if http_port is not None and (isinstance(http_port, bool) or not isinstance(http_port, int)
+                                      or not 0 <= http_port <= 65535):
+            raise errors.InvalidArgument(f"http_port must be None or a port number 0..65535, got {http_port!r}")
+        if not isinstance(http_host, str) or not http_host:
+            raise errors.InvalidArgument(f"http_host must be a host name or address, got {http_host!r}")
         self.engine = engine
         self.application_id = application_id
         self.topology = topology
@@ -77,7 +97,19 @@ class App:
         self._metrics_lock = threading.Lock()
         self.stream_info: dict[str, StreamInfo] = {}
         self.fused: set[str] = set()
-        self.tasks: list[Task] = []
+        self.lease_ms = lease_ms
+        self.instance_name = instance_name
+        self.static_id = static_id
+        self.http_host = http_host
+        self.http_port = http_port
+        self.partition_count = 0
+        self.membership: Membership
+        self.prometheus = AppMetrics(self)
+        self._slots: list[dict[int, Task]] = []
+        self._tick_lock = threading.Lock()
+        self._next_tick = 0.0
+        self._tick_interval = min(lease_ms / 4000.0, 0.25)
+        self._http: QueryServer | None = None
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._error: BaseException | None = None
@@ -93,6 +125,7 @@ class App:
     def count(self, metric: str, n: int = 1) -> None:
         with self._metrics_lock:
             self.metrics[metric] = self.metrics.get(metric, 0) + n
+        self.prometheus.named(metric, n)
 
     def _prepare(self) -> None:
         if self._prepared:
@@ -122,13 +155,83 @@ class App:
                 self.stream_info[s] = engine.get_stream(s)
         if tasks == 1:
             self.fused = {s for s in internal if self.stream_info[s].partitions == 1}
-        self.tasks = [Task(self, p) for p in range(tasks)]
+        self.partition_count = tasks
+        self.membership = Membership(engine.backend, self.application_id, tasks, lease_ms=self.lease_ms,
+                                     host=self.http_host if self.http_port is not None else None,
+                                     port=self.http_port, name=self.instance_name, static_id=self.static_id)
+        self._slots = [{} for _ in range(max(1, min(self.num_threads, tasks)))]
         self._prepared = True
+
+    # -- tasks and their leases ------------------------------------------------------------
+    def running_tasks(self) -> list[Task]:
+        """The tasks this instance runs now (a copy)."""
+        return [t for slot in list(self._slots) for t in list(slot.values())]
+
+    def _maybe_tick(self, force: bool = False) -> None:
+        """Renew leases and follow the assignment when due (any worker may call it)."""
+        now = time.monotonic()
+        if not force and now < self._next_tick:
+            return
+        if not self._tick_lock.acquire(blocking=force):
+            return
+        try:
+            before = self.membership.rebalances
+            view = self.membership.tick()
+            self._next_tick = time.monotonic() + self._tick_interval
+            self.prometheus.members.set(len(view.members))
+            if self.membership.rebalances != before:
+                self.prometheus.rebalances.inc(self.membership.rebalances - before)
+        finally:
+            self._tick_lock.release()
+
+    def _reconcile(self, slot: int) -> None:
+        """Make slot ``slot``'s tasks match the leases held: drop lost tasks, hand over
+        revoked ones (commit, close, release), create newly taken ones."""
+        tasks = self._slots[slot]
+        n = len(self._slots)
+        held = self.membership.held()
+        revoked = self.membership.revoked()
+        for p, task in list(tasks.items()):
+            if held.get(p) != task.epoch:
+                self._drop(slot, task)
+            elif p in revoked:
+                if self._commit(task):
+                    del tasks[p]
+                    task.close()
+                    self.membership.release(p)
+        for p, epoch in sorted(held.items()):
+            if p % n == slot and p not in tasks and p not in revoked:
+                task = Task(self, p)
+                task.epoch = epoch
+                task.fence = self.membership.fence(p, epoch)
+                tasks[p] = task
+        self.prometheus.assigned.set(len(held))
+
+    def _drop(self, slot: int, task: Task) -> None:
+        """Forget a task whose lease is gone, without committing (its uncommitted work is lost
+        with it; the new holder starts from the last commit)."""
+        self._slots[slot].pop(task.partition, None)
+        task.close()
+
+    def _commit(self, task: Task) -> bool:
+        """Commit ``task``; False (and the task dropped) if its lease was taken over."""
+        try:
+            task.commit(self.durable)
+            return True
+        except errors.LeaseConflict:
+            self.prometheus.fenced.inc()
+            self.membership.lost(task.partition, task.epoch)
+            for i, slot in enumerate(self._slots):
+                if slot.get(task.partition) is task:
+                    self._drop(i, task)
+            return False
 
     # -- running ---------------------------------------------------------------------------
     def run(self, until_idle: bool = True) -> dict[str, int]:
-        """Process until there is no more input (every task idle and committed), then
-        return the metrics. ``until_idle=False`` runs until :meth:`stop` (from another thread)."""
+        """Process until there is no more input (every task of this instance idle and
+        committed), then return the metrics. ``until_idle=False`` runs until :meth:`stop`
+        (from another thread). The instance stays a member of its group (its leases run out
+        after ``lease_ms``) until :meth:`stop` or :meth:`close`."""
         self._prepare()
         if not until_idle:
             self.start()
@@ -136,14 +239,21 @@ class App:
                 t.join()
             self._raise()
             return dict(self.metrics)
+        try:
+            return self._run_until_idle()
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _run_until_idle(self) -> dict[str, int]:
+        self._maybe_tick(force=True)
         while True:
-            if self.num_threads == 1 or len(self.tasks) == 1:
-                processed = self._drain(self.tasks)
+            if len(self._slots) == 1:
+                processed = self._work(0, until_idle=True)
             else:
-                counts = [0] * self.num_threads
-                groups = [self.tasks[i::self.num_threads] for i in range(self.num_threads)]
-                threads = [threading.Thread(target=self._drain_into, args=(groups[i], counts, i), daemon=True)
-                           for i in range(self.num_threads)]
+                counts = [0] * len(self._slots)
+                threads = [threading.Thread(target=self._work_into, args=(i, counts), daemon=True)
+                           for i in range(len(self._slots))]
                 for t in threads:
                     t.start()
                 for t in threads:
@@ -153,84 +263,121 @@ class App:
             if processed == 0:
                 return dict(self.metrics)
 
-    def _drain_into(self, tasks: list[Task], counts: list[int], i: int) -> None:
+    def _work_into(self, slot: int, counts: list[int]) -> None:
         try:
-            counts[i] = self._drain(tasks)
+            counts[slot] = self._work(slot, until_idle=True)
         except BaseException as exc:  # noqa: BLE001 - re-raised by run()
             self._error = exc
 
-    def _drain(self, tasks: list[Task]) -> int:
-        """Run ``tasks`` until none has input; commit them; records processed."""
+    def _work(self, slot: int, until_idle: bool) -> int:
+        """The loop of one worker: run slot ``slot``'s tasks; with ``until_idle``, return (the
+        records processed) once none has input, else run until :meth:`stop`."""
+        backend = self.engine.backend
         total = 0
-        busy = True
-        while busy:
-            busy = False
-            for task in tasks:
+        seen = 0
+        generation = -1
+        tasks = self._slots[slot]
+        while not self._stop.is_set():
+            self._maybe_tick()
+            if self.membership.generation != generation:
+                generation = self.membership.generation
+                self._reconcile(slot)
+            processed = 0
+            for task in list(tasks.values()):
                 n = task.step()
                 task.punctuate_wall_clock()
                 if n:
-                    busy = True
-                    total += n
+                    processed += n
                     self.count("records", n)
+                    task.metrics.records.inc(n)
                     self._maybe_commit(task)
                 elif task.dirty():
-                    task.commit(self.durable)
-        for task in tasks:
+                    self._commit(task)
+            total += processed
+            if not processed:
+                if until_idle:
+                    if self.membership.generation != generation:
+                        continue
+                    if not self.membership.pending:
+                        break
+                    # tasks assigned here are still leased by an instance that is handing them
+                    # over, or that died: they come within the lease time
+                    seen = backend.wait_for_commit(seen, self._tick_interval)
+                    continue
+                seen = backend.wait_for_commit(seen, self.poll_interval)
+        for task in list(tasks.values()):
             if task.dirty():
-                task.commit(self.durable)
+                self._commit(task)
         return total
 
     def _maybe_commit(self, task: Task) -> None:
         if task.records_since_commit >= self.commit_records or task.output_bytes >= self.commit_bytes or \
                 time.monotonic() - task.last_commit >= self.commit_interval:
-            task.commit(self.durable)
+            self._commit(task)
 
     def start(self) -> App:
-        """Run in ``num_threads`` background threads until :meth:`stop`."""
+        """Run in ``num_threads`` background threads until :meth:`stop`: join the group, take
+        this instance's share of the tasks and follow rebalances."""
         self._prepare()
         if self._threads:
             raise errors.InvalidArgument("the app is already running")
         self._stop.clear()
-        n = min(self.num_threads, len(self.tasks))
-        for i in range(n):
-            t = threading.Thread(target=self._loop, args=(self.tasks[i::n],), name=f"streams-{self.application_id}-{i}",
-                                 daemon=True)
+        if self.http_port is not None and self._http is None:
+            self._http = QueryServer(self, self.http_host, self.http_port)
+            self.membership.advertise(self._http.host, self._http.port)
+        self._maybe_tick(force=True)
+        for i in range(len(self._slots)):
+            t = threading.Thread(target=self._loop, args=(i,), name=f"streams-{self.application_id}-{i}", daemon=True)
             self._threads.append(t)
             t.start()
         return self
 
-    def _loop(self, tasks: list[Task]) -> None:
-        backend = self.engine.backend
+    def _loop(self, slot: int) -> None:
         try:
-            seen = 0
-            while not self._stop.is_set():
-                processed = 0
-                for task in tasks:
-                    n = task.step()
-                    task.punctuate_wall_clock()
-                    if n:
-                        processed += n
-                        self.count("records", n)
-                        self._maybe_commit(task)
-                    elif task.dirty():
-                        task.commit(self.durable)
-                if not processed:
-                    seen = backend.wait_for_commit(seen, self.poll_interval)
-            for task in tasks:
-                if task.dirty():
-                    task.commit(self.durable)
+            self._work(slot, until_idle=False)
         except BaseException as exc:  # noqa: BLE001 - reported by stop() / run()
             self._error = exc
             self._stop.set()
 
     def stop(self) -> dict[str, int]:
-        """Stop the threads after their current transaction, commit, and return the metrics."""
+        """Stop the threads after their current transaction, commit, leave the group (the
+        tasks move to the other instances at once), and return the metrics."""
         self._stop.set()
         for t in self._threads:
             t.join()
         self._threads = []
+        if self._error is not None:
+            self._abandon()
+        else:
+            self._leave()
         self._raise()
         return dict(self.metrics)
+
+    def _abandon(self) -> None:
+        """After a failure: drop every task WITHOUT committing (a task may be in the middle
+        of a transaction) and free the leases, so that the next instance (a restart, or
+        another member) continues at once from the last commit."""
+        if not self._prepared:
+            return
+        for slot in self._slots:
+            for task in list(slot.values()):
+                task.close()
+            slot.clear()
+        if not self.engine.closed:
+            self.membership.leave()
+        self.prometheus.assigned.set(0)
+
+    def _leave(self) -> None:
+        if not self._prepared:
+            return
+        for slot in self._slots:
+            for task in list(slot.values()):
+                if not task.dirty() or self._commit(task):
+                    task.close()
+            slot.clear()
+        if not self.engine.closed:
+            self.membership.leave()
+        self.prometheus.assigned.set(0)
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -238,11 +385,15 @@ class App:
             raise exc
 
     def close(self) -> None:
-        """Stop (if running) and close the processors."""
+        """Stop (if running), commit, leave the group, close the processors and the HTTP
+        endpoint."""
         if self._threads:
             self.stop()
-        for task in self.tasks:
-            task.close()
+        else:
+            self._leave()
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     def __enter__(self) -> App:
         return self
@@ -251,21 +402,46 @@ class App:
         self.close()
 
     # -- queries ---------------------------------------------------------------------------
-    def store(self, name: str) -> ReadOnlyKeyValueStore | ReadOnlyWindowStore:
-        """Committed state of store ``name`` across every task (key-value: ``get``, ``range``,
-        ``all``; windowed: ``fetch``, ``fetch_all``, ``get``, ``all``)."""
+    def store_spec(self, name: str) -> StoreSpec:
         spec = self.topology.stores.get(name)
         if spec is None:
             raise errors.StoreNotFound(f"no store {name!r} in application {self.application_id!r}; "
                                        f"stores: {sorted(self.topology.stores)}")
+        return spec
+
+    def store(self, name: str, partitions: list[int] | None = None) -> ReadOnlyKeyValueStore | ReadOnlyWindowStore:
+        """Committed state of store ``name`` (key-value: ``get``, ``range``, ``prefix``,
+        ``all``; windowed: ``fetch``, ``fetch_all``, ``get``, ``all``) of every task, or of
+        the tasks ``partitions``. The state lives in the engine, so any instance (or any
+        process with the engine) can read every task's; each read is one snapshot of a task's
+        last commit (see :mod:`.queries` for the staleness)."""
+        spec = self.store_spec(name)
         self._prepare()
-        namespaces = [namespace(self.application_id, p, name) for p in range(len(self.tasks))]
+        if partitions is not None and (not isinstance(partitions, (list, tuple, range)) or any(
+                isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < self.partition_count
+                for p in partitions)):
+            raise errors.InvalidArgument(f"partitions must be a list of task numbers 0..{self.partition_count - 1}, "
+                                         f"got {partitions!r:.60}")
+        tasks = range(self.partition_count) if partitions is None else partitions
+        namespaces = [namespace(self.application_id, p, name) for p in tasks]
         backend = self.engine.backend
         if spec.windowed:
             return ReadOnlyWindowStore(backend, namespaces, spec.key_serde, spec.value_serde)
         return ReadOnlyKeyValueStore(backend, namespaces, spec.key_serde, spec.value_serde)
 
-    def task_count(self) -> int:
+    def query_metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
+        """Which instance runs the task owning ``key`` of ``store``: its partition, member id,
+        and HTTP host and port (like Kafka Streams' ``queryMetadataForKey``)."""
         self._prepare()
-        return len(self.tasks)
+        return query_metadata_for_key(self, store, key)
 
+    @property
+    def http_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of this instance's HTTP endpoint while it runs (``start()`` with
+        ``http_port``), else None."""
+        return None if self._http is None else (self._http.host, self._http.port)
+
+    def task_count(self) -> int:
+        """How many tasks the application has (the partition count of its inputs)."""
+        self._prepare()
+        return self.partition_count

@@ -138,6 +138,14 @@ class TestDriver:
 
     def close(self) -> None:
         try:
+            app = getattr(self, "app", None)
+            if app is not None and not self.engine.closed:
+                app.close()
+        finally:
+            self._close_engine()
+
+    def _close_engine(self) -> None:
+        try:
             if not self.engine.closed:
                 self.engine.close()
         finally:

@@ -187,6 +187,16 @@ class ReadOnlyKeyValueStore:
             out.extend(pages(self.backend, ns, lo, hi))
         return [(self.key_serde.deserialize(k), self.value_serde.deserialize(v)) for k, v in sorted(out)]
 
+    def prefix(self, prefix: Any) -> list[tuple[Any, Any]]:
+        """Entries whose serialized key starts with ``prefix`` serialized (for ``str`` and
+        ``bytes`` keys: keys starting with it), in key order."""
+        lo = self.key_serde.serialize(prefix)
+        hi = state.prefix_end(lo) if lo else None
+        out: list[tuple[bytes, bytes]] = []
+        for ns in self.namespaces:
+            out.extend(pages(self.backend, ns, lo, hi))
+        return [(self.key_serde.deserialize(k), self.value_serde.deserialize(v)) for k, v in sorted(out)]
+
 
 class ReadOnlyWindowStore:
     """Committed state of a windowed store across the tasks of an application."""

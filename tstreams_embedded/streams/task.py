@@ -8,7 +8,9 @@ submits ONE batch to the engine:
   last commit,
 * a ``StoreWrite`` per store that changed (and one for the task's meta store: the stream
   time of its windowed aggregations),
-* a ``SetOffsets`` per source partition read: the last transaction processed.
+* a ``SetOffsets`` per source partition read: the last transaction processed,
+* the ``CheckLease`` of the task's lease (:mod:`.membership`): if another instance took
+  the task over, the whole batch fails with ``LeaseConflict`` and writes nothing.
 
 The engine applies the batch in one LMDB write transaction (one commit-log entry), so after
 a crash the task restarts exactly at its last commit: its stores already hold the state of
@@ -28,7 +30,8 @@ from ..engine import ops as O
 from ..engine.backend import Backend, TxnData
 from ..ids import ID_MULTIPLIER
 from . import nodes as N
-from .processor import STREAM_TIME
+from .metrics import TaskMetrics
+from .processor import STREAM_TIME, WALL_CLOCK
 from .records import ENVELOPE_MARK, Record, pack_envelope, partition_of, unpack_envelope
 from .serdes import BytesSerde, MsgpackSerde
 from .stores import KeyValueStore, namespace
@@ -110,6 +113,10 @@ class Task:
                 node.children = [g for c in node.children for g in fused.get(c, [c])]
         self.records_since_commit = 0
         self.last_commit = time.monotonic()
+        #: the epoch of the task's lease, and the record fencing each commit with it (set by the app)
+        self.epoch = 0
+        self.fence: O.CheckLease | None = None
+        self.metrics = TaskMetrics(app.prometheus, partition)
         for node in self.nodes.values():
             node.init(self)
 
@@ -175,7 +182,11 @@ class Task:
         if best is None:
             return 0
         txn = best.buffer.popleft()
+        started = time.time()
         self._process_txn(best.node, txn)
+        done = time.time()
+        self.metrics.process(done - started)
+        self.metrics.end_to_end(max(0.0, started - txn.id / (ID_MULTIPLIER * 1000)))
         best.offset = txn.id if best.buffer else max(txn.id, best.passed_to)
         n = len(txn.items)
         self.records_since_commit += n
@@ -214,6 +225,7 @@ class Task:
                     p.due = now + p.interval
                 elif now >= p.due:
                     p.due = now + p.interval
+                    self.metrics.punctuations.labels(STREAM_TIME).inc()
                     p.callback(now)
 
     def punctuate_wall_clock(self) -> None:
@@ -221,6 +233,7 @@ class Task:
         for p in self._punctuators:
             if p.kind != STREAM_TIME and p.due is not None and now >= p.due:
                 p.due = now + p.interval
+                self.metrics.punctuations.labels(WALL_CLOCK).inc()
                 p.callback(now)
 
     # -- commit --------------------------------------------------------------------------
@@ -233,8 +246,10 @@ class Task:
         for node in self.nodes.values():
             node.flush()
         ops: list[O.Operation] = []
+        out = 0
         for (stream, p), items in self.outputs.items():
             ops.append(O.Instant(stream, p, O.pack_items(items), stream_id=self.app.stream_info[stream].id))
+            out += len(items)
         for store in (*self._stores.values(), self._meta):
             change = store.changes()
             if change is not None:
@@ -243,7 +258,11 @@ class Task:
             if r.offset != r.committed:
                 ops.append(O.SetOffsets(r.stream, self.application_id, {r.partition: r.offset}, r.stream_id))
         if ops:
+            if self.fence is not None:
+                ops.append(self.fence)  # LeaseConflict (nothing written) once the task moved
+            started = time.monotonic()
             self.backend.submit(ops, durable=durable)
+            self.metrics.committed(time.monotonic() - started, out)
             self.app.count("commits")
         self.outputs = {}
         self.output_bytes = 0

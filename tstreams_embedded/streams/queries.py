@@ -1,0 +1,318 @@
+"""Interactive queries across instances: key discovery, and a small HTTP endpoint per app.
+
+* :func:`query_metadata_for_key` says which instance runs the task that owns a key of a
+  store (host and port of its HTTP endpoint, as Kafka Streams' ``queryMetadataForKey``):
+  the key's task is ``crc32c(key bytes) % tasks``, its owner the holder of that task's
+  lease (:mod:`.membership`).
+* :class:`QueryServer` (``App(..., http_port=0)``; Tornado, on its own thread and IO loop,
+  store reads on a small thread pool) answers, in JSON:
+
+  ========================================================  =================================
+  ``GET /v1/stores/<store>/get?key=K[&start=S&end=E]``      one key (one window) — owned keys
+  ``GET /v1/stores/<store>/range?from=K&to=K&limit=N``      this instance's tasks' entries
+  ``GET /v1/stores/<store>/prefix?prefix=P&limit=N``        keys starting with ``P`` (str keys)
+  ``GET /v1/stores/<store>/fetch?key=K&from=T&to=T``        windows of a key — owned keys
+  ``GET /v1/metadata/<store>?key=K``                        key discovery
+  ``GET /v1/members``                                       live instances and their tasks
+  ``GET /metrics``                                          Prometheus text format
+  ========================================================  =================================
+
+  ``K`` is the key as JSON (``"ann"``, ``42``, ``["a", 1]``), turned into the store's key
+  with its key serde. A ``get`` or ``fetch`` of a key whose task another instance runs is
+  answered ``421`` with that instance's address (``{"owner": {...}}``); :class:`QueryClient`
+  follows it. Ranges and prefixes return at most ``limit`` entries (1,000 by default,
+  10,000 at most; ``"truncated": true`` when there were more: continue from the last key).
+  Errors are ``400`` (bad input), ``404`` (no such store), JSON
+  ``{"error": class, "message": ...}``.
+
+Staleness: every answer is committed state, read from the engine in one snapshot per task
+(so it lags the processing by at most one commit: ``commit_interval_ms``, 100 ms by
+default). A range across several tasks combines one snapshot per task. During a rebalance
+a key's owner may change between the discovery call and the query: the old owner then
+answers ``421`` naming the new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import tornado.httpserver
+import tornado.ioloop
+import tornado.netutil
+import tornado.web
+
+from .. import errors
+from ..engine import state
+from .membership import read_group
+from .records import partition_of
+from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace, pages
+from .windows import Windowed
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+#: entries a range or prefix query returns by default, and at most (``&limit=``)
+DEFAULT_LIMIT = 1_000
+MAX_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class KeyQueryMetadata:
+    """Where a key of a store lives: its task (``partition``) and the instance running it
+    (``member``, ``host``, ``port``; all None while no live instance holds the task)."""
+
+    store: str
+    partition: int
+    member: str | None
+    host: str | None
+    port: int | None
+
+
+def query_metadata_for_key(app: App, store: str, key: Any) -> KeyQueryMetadata:
+    """Which instance of ``app``'s application runs the task that owns ``key`` of ``store``.
+
+    It assumes the store is partitioned by its key, as every DSL aggregation's store is
+    (the input was grouped, or repartitioned, by that key)."""
+    spec = app.store_spec(store)
+    p = partition_of(spec.key_serde.serialize(key), app.task_count())
+    view = read_group(app.engine.backend, app.application_id, app.lease_ms)
+    owner = view.owner(p)
+    info = view.members.get(owner) if owner is not None else None
+    return KeyQueryMetadata(store, p, owner, info.host if info else None, info.port if info else None)
+
+
+def _json_key(raw: str | None, what: str) -> Any:
+    if raw is None:
+        raise errors.InvalidArgument(f"the query needs ?{what}=<JSON>")
+    try:
+        return _from_json(json.loads(raw))
+    except ValueError:
+        raise errors.InvalidArgument(f"{what} must be JSON (a string needs quotes), got {raw!r:.60}") from None
+
+
+def _from_json(v: Any) -> Any:
+    return tuple(_from_json(x) for x in v) if isinstance(v, list) else v
+
+
+def _to_json(v: Any) -> Any:
+    if isinstance(v, Windowed):
+        return {"key": _to_json(v.key), "start": v.start, "end": v.end}
+    if isinstance(v, (list, tuple)):
+        return [_to_json(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _to_json(x) for k, x in v.items()}
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return v
+
+
+def _int_arg(raw: str | None, what: str, default: int) -> int:
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise errors.InvalidArgument(f"{what} must be an integer (epoch ms), got {raw!r:.40}") from None
+
+
+class _Handler(tornado.web.RequestHandler):
+    """Runs a query on the server's thread pool and answers JSON."""
+
+    def initialize(self, server: QueryServer) -> None:
+        self.server = server
+
+    async def get(self, *args: str) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            status, body = await loop.run_in_executor(self.server.pool, self.answer, *args)
+        except errors.StoreNotFound as exc:
+            status, body = 404, {"error": "StoreNotFound", "message": str(exc)}
+        except errors.TStreamsError as exc:
+            status, body = 400, {"error": type(exc).__name__, "message": str(exc)}
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+    def arg(self, name: str) -> str | None:
+        return self.get_query_argument(name, None)
+
+    def answer(self, *args: str) -> tuple[int, Any]:
+        raise NotImplementedError
+
+
+class _StoreHandler(_Handler):
+    def answer(self, *args: str) -> tuple[int, Any]:
+        store, op = args
+        app = self.server.app
+        spec = app.store_spec(store)
+        owned = sorted(t.partition for t in app.running_tasks())
+        if op in ("get", "fetch"):
+            key = _json_key(self.arg("key"), "key")
+            meta = query_metadata_for_key(app, store, key)
+            if meta.partition not in owned:
+                return 421, {"error": "NotOwner", "message": f"task {meta.partition} runs elsewhere",
+                             "owner": asdict(meta)}
+            view = app.store(store, partitions=[meta.partition])
+            if op == "get":
+                if spec.windowed:
+                    assert isinstance(view, ReadOnlyWindowStore)
+                    value = view.get(key, _int_arg(self.arg("start"), "start", 0), _int_arg(self.arg("end"), "end", 0))
+                else:
+                    assert isinstance(view, ReadOnlyKeyValueStore)
+                    value = view.get(key)
+                return 200, {"key": _to_json(key), "value": _to_json(value), "partition": meta.partition}
+            if not isinstance(view, ReadOnlyWindowStore):
+                raise errors.InvalidArgument(f"store {store!r} is not windowed: use get")
+            windows = view.fetch(key, _int_arg(self.arg("from"), "from", -(2**62)),
+                                 _int_arg(self.arg("to"), "to", 2**62))
+            return 200, {"windows": [{**_to_json(w), "value": _to_json(v)} for w, v in windows],
+                         "partition": meta.partition}
+        if op not in ("range", "prefix"):
+            return 404, {"error": "NotFound", "message": f"unknown store query {op!r}: get, range, prefix, fetch"}
+        if spec.windowed:
+            raise errors.InvalidArgument(f"store {store!r} is windowed: use fetch")
+        limit = _int_arg(self.arg("limit"), "limit", DEFAULT_LIMIT)
+        if not 1 <= limit <= MAX_LIMIT:
+            raise errors.InvalidArgument(f"limit must be in [1, {MAX_LIMIT}], got {limit}")
+        ks = spec.key_serde
+        if op == "range":
+            lo_arg, hi_arg = self.arg("from"), self.arg("to")
+            lo = None if lo_arg is None else ks.serialize(_json_key(lo_arg, "from"))
+            hi = None if hi_arg is None else ks.serialize(_json_key(hi_arg, "to"))
+        else:
+            lo = ks.serialize(_json_key(self.arg("prefix"), "prefix"))
+            hi = state.prefix_end(lo) if lo else None
+        raw: list[tuple[bytes, bytes]] = []
+        for p in owned:  # at most limit + 1 entries per task in memory
+            raw.extend(itertools.islice(pages(app.engine.backend, namespace(app.application_id, p, store), lo, hi),
+                                        limit + 1))
+        raw.sort()
+        vs = spec.value_serde
+        return 200, {"entries": [[_to_json(ks.deserialize(k)), _to_json(vs.deserialize(v))] for k, v in raw[:limit]],
+                     "truncated": len(raw) > limit, "partitions": owned}
+
+
+class _MetadataHandler(_Handler):
+    def answer(self, *args: str) -> tuple[int, Any]:
+        return 200, asdict(query_metadata_for_key(self.server.app, args[0], _json_key(self.arg("key"), "key")))
+
+
+class _MembersHandler(_Handler):
+    def answer(self, *args: str) -> tuple[int, Any]:
+        app = self.server.app
+        view = read_group(app.engine.backend, app.application_id, app.lease_ms)
+        return 200, {"members": [{"member": m.member_id, "host": m.host, "port": m.port,
+                                  "partitions": sorted(p for p in view.tasks if view.owner(p) == m.member_id)}
+                                 for m in sorted(view.members.values(), key=lambda m: m.member_id)]}
+
+
+class _MetricsHandler(tornado.web.RequestHandler):
+    def initialize(self, server: QueryServer) -> None:
+        self.server = server
+
+    async def get(self) -> None:
+        loop = asyncio.get_running_loop()
+        body = await loop.run_in_executor(self.server.pool, self.server.app.prometheus.exposition)
+        self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.finish(body)
+
+
+class QueryServer:
+    """The HTTP endpoint of an app instance (see the module docstring); ``port`` is the
+    bound port (``0`` asks the system for a free one)."""
+
+    def __init__(self, app: App, host: str, port: int) -> None:
+        self.app = app
+        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"streams-http-{app.application_id}")
+        sockets = tornado.netutil.bind_sockets(port, host)
+        self.host = host
+        self.port = sockets[0].getsockname()[1]
+        self._ready = threading.Event()
+        self._loop: tornado.ioloop.IOLoop | None = None
+        self._thread = threading.Thread(target=self._serve, args=(sockets,), name="streams-http", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+
+    def _serve(self, sockets: list[Any]) -> None:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        self._loop = tornado.ioloop.IOLoop.current()
+        kw = {"server": self}
+        web = tornado.web.Application([
+            (r"/v1/stores/([^/]+)/(get|range|prefix|fetch|[^/]+)", _StoreHandler, kw),
+            (r"/v1/metadata/([^/]+)", _MetadataHandler, kw),
+            (r"/v1/members", _MembersHandler, kw),
+            (r"/metrics", _MetricsHandler, kw),
+        ])
+        server = tornado.httpserver.HTTPServer(web, max_body_size=1 << 16)
+        server.add_sockets(sockets)
+        self._server = server
+        self._ready.set()
+        self._loop.start()
+        server.stop()
+        self._loop.close(all_fds=True)
+
+    def close(self) -> None:
+        loop = self._loop
+        if loop is not None:
+            loop.add_callback(loop.stop)
+            self._thread.join(timeout=10)
+        self.pool.shutdown(wait=False)
+
+
+class QueryClient:
+    """Queries an application's stores over HTTP, through any of its instances, following
+    the key discovery: ``QueryClient("127.0.0.1", port).get("counts", "ann")``."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+        self.base = f"http://{host}:{port}"
+        self.timeout = timeout
+
+    def request(self, path: str, **params: Any) -> tuple[int, Any]:
+        """``(status, JSON body)`` of ``GET path?params`` (values JSON-encoded if not str)."""
+        return self._get(self.base, path, params)
+
+    def _get(self, base: str, path: str, params: dict[str, Any]) -> tuple[int, Any]:
+        query = urllib.parse.urlencode({k: json.dumps(v) for k, v in params.items() if v is not None})
+        url = f"{base}{path}" + (f"?{query}" if query else "")
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout) as r:  # noqa: S310 - http only
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+    def metadata(self, store: str, key: Any) -> dict[str, Any]:
+        status, body = self.request(f"/v1/metadata/{store}", key=key)
+        if status != 200:
+            raise errors.RemoteError(f"metadata of {store!r}: {status} {body}")
+        return dict(body)
+
+    def get(self, store: str, key: Any, **window: int) -> Any:
+        """The value of ``key`` (``start=``, ``end=`` for a window), asked of its owner."""
+        return self._owned(store, "get", key, window)["value"]
+
+    def fetch(self, store: str, key: Any, time_from: int | None = None, time_to: int | None = None) -> list[Any]:
+        return list(self._owned(store, "fetch", key, {"from": time_from, "to": time_to})["windows"])
+
+    def _owned(self, store: str, op: str, key: Any, extra: dict[str, Any]) -> dict[str, Any]:
+        base = self.base
+        for _ in range(5):
+            status, body = self._get(base, f"/v1/stores/{store}/{op}", {"key": key, **extra})
+            if status == 200:
+                return dict(body)
+            if status == 421 and body["owner"]["host"] is not None:
+                base = f"http://{body['owner']['host']}:{body['owner']['port']}"
+                continue
+            raise errors.RemoteError(f"{op} {key!r} of {store!r}: {status} {body}")
+        raise errors.RemoteError(f"{op} {key!r} of {store!r}: the owner kept moving")
+
+
