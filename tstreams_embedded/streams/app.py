@@ -10,6 +10,8 @@ from .. import errors
 from ..engine.backend import StreamInfo
 from ..engine.engine import Engine
 from ..engine.validate import check_name
+from .global_table import GlobalTables, global_namespace
+from .joins import check_partition_counts
 from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
 from .topology import Topology, internal_name
@@ -120,6 +122,9 @@ class App:
                     except errors.StreamExists:
                         pass
                 self.stream_info[s] = engine.get_stream(s)
+        check_partition_counts(topo.copartition, self.resolve, self.stream_info)
+        self.global_tables = GlobalTables(engine.backend, self.application_id, topo.global_tables, self.poll_interval)
+        self.global_tables.catch_up()  # bootstrap: processing starts with the global tables complete
         if tasks == 1:
             self.fused = {s for s in internal if self.stream_info[s].partitions == 1}
         self.tasks = [Task(self, p) for p in range(tasks)]
@@ -137,6 +142,7 @@ class App:
             self._raise()
             return dict(self.metrics)
         while True:
+            self.global_tables.catch_up()
             if self.num_threads == 1 or len(self.tasks) == 1:
                 processed = self._drain(self.tasks)
             else:
@@ -191,6 +197,7 @@ class App:
         if self._threads:
             raise errors.InvalidArgument("the app is already running")
         self._stop.clear()
+        self.global_tables.start()
         n = min(self.num_threads, len(self.tasks))
         for i in range(n):
             t = threading.Thread(target=self._loop, args=(self.tasks[i::n],), name=f"streams-{self.application_id}-{i}",
@@ -229,6 +236,7 @@ class App:
         for t in self._threads:
             t.join()
         self._threads = []
+        self.global_tables.stop()
         self._raise()
         return dict(self.metrics)
 
@@ -260,6 +268,8 @@ class App:
                                        f"stores: {sorted(self.topology.stores)}")
         self._prepare()
         namespaces = [namespace(self.application_id, p, name) for p in range(len(self.tasks))]
+        if any(g.store == name for g in self.topology.global_tables.values()):
+            namespaces = [global_namespace(self.application_id, name)]
         backend = self.engine.backend
         if spec.windowed:
             return ReadOnlyWindowStore(backend, namespaces, spec.key_serde, spec.value_serde)
