@@ -397,6 +397,8 @@ _STREAMS_COUNT_VARIANTS = (
 _OURS_STREAMS = "ours (embedded, exactly-once, durable)"
 _OURS_LATENCY_LOCAL = "ours, producer in the app's process"
 _OURS_LATENCY_REMOTE = "ours, producer in another process"
+_OURS_JOIN = "ours stream–table join (embedded, exactly-once, durable)"
+_BYTEWAX_JOIN = "Bytewax 0.21 join operator, recovery, 1-s snapshots"
 
 STREAMS_SCENARIOS = (
     Scenario(
@@ -433,6 +435,18 @@ STREAMS_SCENARIOS = (
         {"tiny": {"state_mb": 2}, "quick": {"state_mb": 16}, "full": {"state_mb": 1024}},
         unit="restarts/s", timeouts={"tiny": 180, "quick": 300, "full": 7200},
     ),
+    Scenario(
+        "streams", "table_join", "Stream–table join, exactly-once", "table_join",
+        "N events joined with a table of N/10 rows (all rows written first; ~9% of the events have no row "
+        "and are dropped by the inner join), output [n, tier] per joined event, exactly-once and durable. "
+        "Ours: b.table() + stream.join(); Bytewax: its join operator with state (insert last, emit running), "
+        "recovery with 1-s snapshots. Each in its own child process (rate = N / wall time, start-up included); "
+        "the output is checked against a plain-Python reference or the run FAILS.",
+        (Variant("ours-streams-join", _OURS_JOIN), Variant("bytewax-join", _BYTEWAX_JOIN)),
+        {"tiny": {"n_events": 3_000, "n_rows": 300}, "quick": {"n_events": 30_000, "n_rows": 3_000},
+         "full": {"n_events": 1_000_000, "n_rows": 100_000}},
+        unit="events/s", timeouts={"tiny": 180, "quick": 300, "full": 1800},
+    ),
 )
 
 STREAMS_GOALS = (
@@ -456,6 +470,7 @@ STREAMS_GOALS = (
          at_most=5.0, unit="ms"),
     Goal("recovery", "first output <= 1 s after restart (full size: 1 GiB of state)", _OURS_STREAMS,
          metric="seconds", at_most=1.0, unit="s"),
+    Goal("table_join", ">= 1.5x Bytewax's join (recovery on)", _OURS_JOIN, _BYTEWAX_JOIN, at_least=1.5),
 )
 
 SUITES: dict[str, tuple[tuple[Scenario, ...], tuple[Goal, ...]]] = {

@@ -35,6 +35,8 @@ REGISTRY: dict[str, str] = {
     "python-floor-orjson": "benchmarks.systems.stream_jobs:PythonFloorOrjson",
     "bytewax": "benchmarks.systems.stream_jobs:Bytewax",
     "pathway": "benchmarks.systems.stream_jobs:Pathway",
+    "ours-streams-join": "benchmarks.systems.stream_join_jobs:OursStreamsJoin",
+    "bytewax-join": "benchmarks.systems.stream_join_jobs:BytewaxJoin",
 }
 OURS = ("ours-embedded", "ours-zmq")
 PEERS = ("redis-everysec", "redis-always", "sqlite-wal-full", "lmdb-raw")
