@@ -198,3 +198,29 @@ def test_windowed_stream_stream_join_equals_the_brute_force_model(
             d.process()  # one record at a time: the arrival order is the model's
         got = sorted(((r.key, tuple(r.value), r.timestamp) for r in d.read_output("out")), key=repr)
     assert got == model_stream_join(events, w, kind)
+
+
+def test_windowed_join_on_two_tasks_joins_every_pair_of_a_key() -> None:
+    b = StreamsBuilder()
+    left = b.stream("left", key_serde="str", value_serde="json")
+    right = b.stream("right", key_serde="str", value_serde="json")
+    left.join(right, lambda lv, rv: [lv, rv], JoinWindows(3, 3, 1_000)).to("out", key_serde="str",
+                                                                            value_serde="json")
+    keys = ["a", "b", "c", "d", "e"]
+    events = [(i % 2, keys[i * 7 % 5], i * 2 % 13, i) for i in range(60)]
+    expected = model_stream_join(events, JoinWindows(3, 3, 1_000), "inner")
+    with TestDriver(b.build(), partitions=2) as d:
+        for side, key, t, value in events:
+            d.pipe("left" if side == 0 else "right", key, value, t)
+            d.process()
+        got = sorted(((r.key, tuple(r.value), r.timestamp) for r in d.read_output("out")), key=repr)
+    assert len(expected) > 50 and got == expected
+
+
+def test_a_missing_global_table_stream_is_reported_at_start(tmp_path: Any) -> None:
+    b = StreamsBuilder()
+    b.stream("orders").join(b.global_table("nowhere"), lambda o, c: c, key_selector=lambda k, o: o).to("out")
+    with ts.open(str(tmp_path), durability="async") as engine:
+        engine.create_stream("orders")
+        with pytest.raises(errors.StreamNotFound, match="nowhere"):
+            App(engine, application_id="g", topology=b.build()).run()
