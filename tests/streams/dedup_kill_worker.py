@@ -1,6 +1,8 @@
 """The dedup kill test's pipeline, run in a real subprocess: ``dedup_kill_worker.py DATA run|finish``.
 
-"orders" (keyed by customer) -> dedup by order id (TTL 1000 ms of event time) -> "unique".
+"orders" (keyed by customer) -> dedup by order id (TTL 1000 ms of event time) -> join with
+the table "customers" (the customer's tier) -> "unique"; and the customers per tier
+(``group_by(tier).count()``) in the store "per-tier".
 ``run`` processes until killed; ``finish`` processes until idle and exits.
 """
 
@@ -16,8 +18,11 @@ TTL_MS = 1000
 
 def topology() -> Topology:
     b = StreamsBuilder()
+    customers = b.table("customers", key_serde="str", value_serde="json")
+    customers.group_by(lambda k, c: (c["tier"], c), key_serde="str").count(store="per-tier")
     (b.stream("orders", key_serde="str", value_serde="json")
         .dedup(key=lambda k, v: v["id"], ttl_ms=TTL_MS, store="seen-orders")
+        .join(customers, lambda order, customer: {**order, "tier": customer["tier"]})
         .to("unique", key_serde="str", value_serde="json"))
     return b.build()
 

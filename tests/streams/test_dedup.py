@@ -8,7 +8,7 @@ import random
 import signal
 import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,8 @@ from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.streams import StreamsBuilder, TestDriver
 from tstreams_embedded.streams.records import pack_envelope, partition_of, unpack_envelope
-from tstreams_embedded.streams.serdes import serde
-from tstreams_embedded.streams.stores import pages
+from tstreams_embedded.streams.serdes import MsgpackSerde, serde
+from tstreams_embedded.streams.stores import ReadOnlyKeyValueStore, namespace, pages
 from tstreams_embedded.testing import eventually
 from tstreams_embedded.testing.serve import child_environment
 
@@ -97,7 +97,8 @@ KILLS = 12
 @pytest.mark.timeout(240)
 def test_dedup_survives_sigkills_exactly(tmp_path: Path) -> None:
     """Orders with duplicates (resent up to 3 times, some after the TTL) go through a worker
-    that is SIGKILLed 12 times at random points: "unique" must equal the model exactly."""
+    (dedup, then a join with a customers table) that is SIGKILLed 12 times at random points:
+    "unique" and the table aggregation must equal the model exactly."""
     sys.path.insert(0, str(WORKER.parent))
     from dedup_kill_worker import TTL_MS
 
@@ -112,7 +113,12 @@ def test_dedup_survives_sigkills_exactly(tmp_path: Path) -> None:
             delay = rng.choice([rng.randint(1, 300), rng.randint(TTL_MS + 200, 3 * TTL_MS)])
             events.append((order["customer"], order, n * 3 + delay))
     events.sort(key=lambda e: (e[2], e[1]["id"]))
+    tiers = {f"c{i}": rng.choice(["gold", "silver"]) for i in range(9)}  # c9 has no row: its orders drop
     by_partition: dict[int, list[tuple[int, int, Any]]] = defaultdict(list)
+    customer_rows: list[O.Operation] = [
+        O.Instant("customers", partition_of(key_serde.serialize(c), PARTITIONS),
+                  O.pack_items([pack_envelope(key_serde.serialize(c), value_serde.serialize({"tier": tier}), 0, None)]))
+        for c, tier in tiers.items()]
     ops: list[O.Operation] = []
     batches: dict[int, list[bytes]] = defaultdict(list)
     for customer, order, t in events:
@@ -124,11 +130,14 @@ def test_dedup_survives_sigkills_exactly(tmp_path: Path) -> None:
             ops.append(O.Instant("orders", p, O.pack_items(batches.pop(p))))
     ops.extend(O.Instant("orders", p, O.pack_items(items)) for p, items in batches.items())
     chunks = [ops[i * len(ops) // (KILLS + 1):(i + 1) * len(ops) // (KILLS + 1)] for i in range(KILLS + 1)]
-    expected = sorted(v for evs in by_partition.values() for v in model_dedup(evs, TTL_MS))
+    expected = sorted((customer, ident, t, tiers[customer]) for evs in by_partition.values()
+                      for customer, ident, t in model_dedup(evs, TTL_MS) if customer in tiers)
     assert len(expected) < len(events)  # the input holds duplicates that must go
 
     with ts.open(data, compaction_interval=None) as engine:
         engine.create_stream("orders", partitions=PARTITIONS)
+        engine.create_stream("customers", partitions=PARTITIONS)
+        engine.backend.submit(customer_rows)  # committed before any order: older transactions, read first
 
         def processed() -> int:
             offsets = engine.backend.get_offsets("orders", "dedup-kill")
@@ -159,13 +168,13 @@ def test_dedup_survives_sigkills_exactly(tmp_path: Path) -> None:
                 for f in (proc.stdin, proc.stdout, proc.stderr):
                     if f is not None:
                         f.close()
-        print("input transactions committed at the kills:", progress, "of", len(ops))
+        print("order transactions committed at the kills:", progress, "of", len(ops))
         assert len(set(progress)) == KILLS  # progress before every kill
         engine.backend.submit(chunks[KILLS])
         r = subprocess.run([sys.executable, str(WORKER), data, "finish"], capture_output=True, text=True,
                            timeout=120, env=env)
         assert r.returncode == 0, r.stderr
-        assert processed() == len(ops)
+        assert processed() == len(ops)  # every order transaction
         out = []
         for p in range(engine.get_stream("unique").partitions):
             for txn in engine.backend.transactions_range("unique", p, 0, 2**63 - 1):
@@ -173,5 +182,8 @@ def test_dedup_survives_sigkills_exactly(tmp_path: Path) -> None:
                     env_ = unpack_envelope(item)
                     assert env_ is not None and env_[0] is not None and env_[1] is not None
                     order = value_serde.deserialize(env_[1])
-                    out.append((key_serde.deserialize(env_[0]), order["id"], env_[2]))
+                    out.append((key_serde.deserialize(env_[0]), order["id"], env_[2], order["tier"]))
         assert sorted(out) == expected
+        per_tier = ReadOnlyKeyValueStore(engine.backend, [namespace("dedup-kill", p, "per-tier")
+                                                          for p in range(PARTITIONS)], key_serde, MsgpackSerde())
+        assert per_tier.all() == dict(Counter(tiers.values()))
