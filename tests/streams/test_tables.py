@@ -3,15 +3,19 @@ aggregation with adder and subtractor, against pure-Python models of the change 
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.streams import StreamsBuilder, TestDriver
+from tstreams_embedded.streams import App, StreamsBuilder, TestDriver, send_records
 
 KEYS = ["a", "b", "c", "d"]
 GROUPS = ["x", "y", "z"]
@@ -169,11 +173,6 @@ def test_table_table_join_of_a_filtered_and_a_mapped_table_equals_the_model(
 def test_table_join_of_tables_on_different_partition_counts_fails_at_start() -> None:
     b = StreamsBuilder()
     b.table("l", key_serde="str").join(b.table("r", key_serde="str"), lambda a, c: a).to_stream().to("o")
-    import tempfile
-
-    import tstreams_embedded as ts
-    from tstreams_embedded.streams import App
-
     with ts.open(tempfile.mkdtemp(), durability="async") as engine:
         engine.create_stream("l", partitions=2)
         engine.create_stream("r", partitions=3)
@@ -198,3 +197,69 @@ def test_bad_arguments_raise_specific_errors() -> None:
         d.pipe("t", "k", 1, 1)
         with pytest.raises(errors.TopologyError, match="pair"):
             d.process()
+
+
+# -- a stateful machine: table updates, app restarts, against the model --------------------------
+
+class TableAppMachine(RuleBasedStateMachine):
+    """A table and its per-group sums on a real engine (3 partitions): updates, deletes and
+    restarts of the App (a new App on the same directory continues from its stores)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="table-machine-")
+        self.engine = ts.open(self.dir, durability="async", compaction_interval=None, keepalive_interval=None)
+        self.engine.create_stream("t", partitions=3)
+        self.app = self._app()
+        self.table: dict[str, Any] = {}
+        self.t = 0
+
+    def _app(self) -> App:
+        return App(self.engine, application_id="machine", topology=_group_topology().build())
+
+    def _write(self, key: str, value: Any) -> None:
+        self.t += 1
+        send_records(self.engine, "t", [(key, value, self.t)], key_serde="str", value_serde="json")
+        if value is None:
+            self.table.pop(key, None)
+        else:
+            self.table[key] = value
+
+    @rule(key=st.sampled_from(KEYS), value=st.fixed_dictionaries({"g": st.sampled_from(GROUPS),
+                                                                 "n": st.integers(-5, 20)}))
+    def put(self, key: str, value: Any) -> None:
+        self._write(key, value)
+
+    @precondition(lambda self: bool(self.table))
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        self._write(data.draw(st.sampled_from(sorted(self.table))), None)
+
+    @rule()
+    def process(self) -> None:
+        self.app.run()
+
+    @rule()
+    def restart(self) -> None:
+        self.app.close()
+        self.app = self._app()
+
+    @invariant()
+    def stores_equal_the_model_after_processing(self) -> None:
+        self.app.run()
+        assert self.app.store("t-table").all() == self.table
+        sums: dict[str, int] = {}
+        for row in self.table.values():
+            sums[row["g"]] = sums.get(row["g"], 0) + row["n"]
+        stored = self.app.store("sums").all()
+        assert {g: n for g, n in stored.items() if g in sums} == sums
+        assert all(n == 0 for g, n in stored.items() if g not in sums)  # emptied groups sum to 0
+
+    def teardown(self) -> None:
+        self.app.close()
+        self.engine.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+TableAppMachine.TestCase.settings = settings(max_examples=15, stateful_step_count=15, deadline=None)
+test_table_app_machine = TableAppMachine.TestCase
