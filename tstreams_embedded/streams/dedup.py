@@ -5,9 +5,10 @@ the record that let it through. A record with dedup key ``d`` at ``t`` is a dupl
 counted in ``dedup_dropped``) when ``d`` is remembered and ``t < t0 + ttl_ms``. ``d`` is
 forgotten once the node's stream time (the largest timestamp it has seen) reaches
 ``t0 + ttl_ms``; the next record of ``d`` passes and is remembered. Forgotten keys are
-deleted from the store by themselves (an index by time finds them), so state is bounded by
-the keys of one TTL. The store, the index and the stream time are committed with the task,
-in the same atomic write as the output and the input offsets: dedup is exact across crashes.
+deleted from the store by themselves (an index by time, read once at start into a heap,
+finds them), so state is bounded by the keys of one TTL. The store, the index and the
+stream time are committed with the task, in the same atomic write as the output and the
+input offsets: dedup is exact across crashes.
 
 Records with the same dedup key must reach the same task: key the stream by it (or by
 something it depends on), and ``repartition()`` after an operation that changes keys.
@@ -15,6 +16,7 @@ something it depends on), and ``repartition()`` after an operation that changes 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,10 @@ def _time_bytes(t: int) -> bytes:
     return (t + (1 << 63)).to_bytes(8, "big")
 
 
+def _time_of(key: bytes) -> int:
+    return int.from_bytes(key[:8], "big") - (1 << 63)
+
+
 class DedupNode(N.Node):
     def __init__(self, name: str, key: Callable[[Any, Any], Any], ttl_ms: int, store: str, index: str) -> None:
         super().__init__(name)
@@ -45,7 +51,9 @@ class DedupNode(N.Node):
         self.index = ctx.store(self.index_name)
         self.meta_key = ("dedup-time/" + self.name).encode()
         self.time: int | None = ctx.meta().get_raw(self.meta_key)
-        self.min_pending: int | None = None  # a lower bound of the remembered t0s (None: unknown)
+        # remembered (t0, key) by time: one range read of the index at start, then in memory
+        self.pending: list[tuple[int, bytes]] = [(_time_of(ik), ik[8:]) for ik, _ in self.index.scan_raw(None, None)]
+        heapq.heapify(self.pending)
 
     def flush(self) -> None:
         if self.time is not None:
@@ -63,27 +71,22 @@ class DedupNode(N.Node):
             return
         if t0 is not None:
             self.index.put_raw(_time_bytes(t0) + kb, None)
-        self.seen.put_raw(kb, t)
-        self.index.put_raw(_time_bytes(t) + kb, 1)
-        if self.min_pending is not None and t < self.min_pending:
-            self.min_pending = t
+            self.seen.put_raw(kb, None)
+        if t + self.ttl > now:  # else it is forgotten at once: nothing to remember
+            self.seen.put_raw(kb, t)
+            self.index.put_raw(_time_bytes(t) + kb, 1)
+            heapq.heappush(self.pending, (t, kb))
         self._expire(now)
         self.forward(rec)
 
     def _expire(self, now: int) -> None:
         bound = now - self.ttl  # t0 <= bound: forgotten (t0 + ttl <= now)
-        if self.min_pending is not None and self.min_pending > bound:
-            return
-        hi = _time_bytes(bound + 1)
-        expired = list(self.index.scan_raw(None, hi))
-        for ik, _ in expired:
-            kb = ik[8:]
-            t0 = self.seen.get_raw(kb)
-            if t0 is not None and t0 <= bound:
+        pending = self.pending
+        while pending and pending[0][0] <= bound:
+            t0, kb = heapq.heappop(pending)
+            self.index.put_raw(_time_bytes(t0) + kb, None)
+            if self.seen.get_raw(kb) == t0:
                 self.seen.put_raw(kb, None)
-        if expired:
-            self.index.delete_range_raw(b"", hi)
-        self.min_pending = bound + 1
 
 
 def dedup(stream: KStream, key: Callable[[Any, Any], Any], ttl_ms: int, key_serde: SerdeSpec, store: str | None,

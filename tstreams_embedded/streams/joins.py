@@ -22,6 +22,7 @@ to ``repartition()``) and when the App starts (equal partition counts).
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -128,10 +129,15 @@ def _time_bytes(t: int) -> bytes:
     return (t + (1 << 63)).to_bytes(8, "big")
 
 
+def _time_of(key: bytes) -> int:
+    return int.from_bytes(key[:8], "big") - (1 << 63)
+
+
 class StreamJoinNode(N.Node):
     """The windowed stream–stream join (see the module docstring). Records of each side are
     buffered per key in a store (``[timestamp, matched, value]`` in arrival order by
-    timestamp); an index store ``timestamp, side, key`` finds closed records."""
+    timestamp); an index store ``timestamp, side, key`` lists them by time, read once at start
+    into a heap that finds closed records (memory: one small tuple per buffered record)."""
 
     def __init__(self, name: str, windows: JoinWindows, joiner: Callable[[Any, Any], Any], kind: str,
                  stores: tuple[str, str, str]) -> None:
@@ -150,7 +156,10 @@ class StreamJoinNode(N.Node):
         self.index = ctx.store(self.store_names[2])
         self.meta_key = ("join-time/" + self.name).encode()
         self.time: int | None = ctx.meta().get_raw(self.meta_key)
-        self.min_pending: int | None = None  # a lower bound of the index's timestamps (None: unknown)
+        # the buffered records by time (one range read of the index at start, then in memory)
+        self.pending: list[tuple[int, int, bytes]] = [
+            (_time_of(ik), ik[8], ik[9:]) for ik, _ in self.index.scan_raw(None, None)]
+        heapq.heapify(self.pending)
         self.emit_unmatched = (self.kind in ("left", "outer"), self.kind == "outer")
 
     def flush(self) -> None:
@@ -190,21 +199,18 @@ class StreamJoinNode(N.Node):
         pos = bisect.bisect_right([e[0] for e in own], t)
         own.insert(pos, [t, matched, value])
         own_store.put_raw(kb, own)
-        self.index.put_raw(_time_bytes(t) + bytes([side]) + kb, 1)
-        if self.min_pending is not None and t < self.min_pending:
-            self.min_pending = t
+        ik = _time_bytes(t) + bytes([side]) + kb
+        if self.index.get_raw(ik) is None:
+            self.index.put_raw(ik, 1)
+            heapq.heappush(self.pending, (t, side, kb))
         self._expire(now, rec.headers)
 
     def _expire(self, now: int, headers: dict[str, bytes] | None) -> None:
         bound = now - self.reach  # records with ts < bound are closed
-        if self.min_pending is not None and self.min_pending >= bound:
-            return
-        hi = _time_bytes(bound)
-        closed = list(self.index.scan_raw(None, hi))
-        for ik, _ in closed:
-            t = int.from_bytes(ik[:8], "big") - (1 << 63)
-            side = ik[8]
-            kb = ik[9:]
+        pending = self.pending
+        while pending and pending[0][0] < bound:
+            t, side, kb = heapq.heappop(pending)
+            self.index.put_raw(_time_bytes(t) + bytes([side]) + kb, None)
             store = self.buffers[side]
             entries = store.get_raw(kb) or []
             keep = [e for e in entries if e[0] != t]
@@ -215,9 +221,6 @@ class StreamJoinNode(N.Node):
                         left, right = (e[2], None) if side == 0 else (None, e[2])
                         self.forward(Record(key, self.joiner(left, right), t, headers))
             store.put_raw(kb, keep or None)
-        if closed:
-            self.index.delete_range_raw(b"", hi)
-        self.min_pending = bound
 
 
 def join(this: KStream, other: Any, joiner: Callable[[Any, Any], Any], windows: Any,
