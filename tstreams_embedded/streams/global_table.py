@@ -15,6 +15,11 @@ keeps the store up to date. A stream record is joined with the global table as i
 the record is processed: the join output is exactly-once (one result per record, in the
 task's atomic commit), but which version of a global row a record sees depends on timing,
 and a record processed again after a crash may see a newer version than before the crash.
+
+**One updater per application:** the store and the offsets belong to the application, not
+to an instance. Several instances of one application (scale-out) must let one of them run
+the updater (e.g. the holder of a lease) or give each instance its own namespace and
+consumer name; two updaters at once write the same values but may move the offsets back.
 """
 
 from __future__ import annotations
