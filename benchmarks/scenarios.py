@@ -427,6 +427,8 @@ _OURS_LATENCY_REMOTE = "ours, producer in another process"
 _OURS_REBALANCE = "ours, 2 instances, one SIGKILLed"
 _OURS_SCALE_1 = "ours, 1 process"
 _OURS_SCALE_2 = "ours, 2 processes"
+_OURS_JOIN = "ours stream–table join (embedded, exactly-once, durable)"
+_BYTEWAX_JOIN = "Bytewax 0.21 join operator, recovery, 1-s snapshots"
 
 STREAMS_SCENARIOS = (
     Scenario(
@@ -485,6 +487,18 @@ STREAMS_SCENARIOS = (
         {"tiny": {"lease_ms": 1_000}, "quick": {"lease_ms": 2_000}, "full": {"lease_ms": 5_000}},
         unit="rebalances/s", timeouts={"tiny": 180, "quick": 300, "full": 600},
     ),
+    Scenario(
+        "streams", "table_join", "Stream–table join, exactly-once", "table_join",
+        "N events joined with a table of N/10 rows (all rows written first; ~9% of the events have no row "
+        "and are dropped by the inner join), output [n, tier] per joined event, exactly-once and durable. "
+        "Ours: b.table() + stream.join(); Bytewax: its join operator with state (insert last, emit running), "
+        "recovery with 1-s snapshots. Each in its own child process (rate = N / wall time, start-up included); "
+        "the output is checked against a plain-Python reference or the run FAILS.",
+        (Variant("ours-streams-join", _OURS_JOIN), Variant("bytewax-join", _BYTEWAX_JOIN)),
+        {"tiny": {"n_events": 3_000, "n_rows": 300}, "quick": {"n_events": 30_000, "n_rows": 3_000},
+         "full": {"n_events": 1_000_000, "n_rows": 100_000}},
+        unit="events/s", timeouts={"tiny": 180, "quick": 300, "full": 1800},
+    ),
 )
 
 STREAMS_GOALS = (
@@ -511,6 +525,7 @@ STREAMS_GOALS = (
     Goal("scale_out", ">= 1.6x the 1-process run on 2 cores", _OURS_SCALE_2, _OURS_SCALE_1, at_least=1.6),
     Goal("rebalance", "first output from the moved task <= lease + 1 s", _OURS_REBALANCE,
          metric="over_lease_s", at_most=1.0, unit="s"),
+    Goal("table_join", ">= 1.5x Bytewax's join (recovery on)", _OURS_JOIN, _BYTEWAX_JOIN, at_least=1.5),
 )
 
 # --- cluster catch-up: an empty node joins a leader holding N MiB (benchmarks/systems/cluster_catchup.py) ----
@@ -531,6 +546,7 @@ CATCHUP_GOALS = (
     Goal("catchup", "empty-node catch-up >= 0.5x LMDB env.copy to local disk",
          "ours: empty node catch-up (snapshot)", "LMDB env.copy to local disk", at_least=0.5),
 )
+
 # --- cluster: assembled from parts, one module per figure group ---------------------------------
 #: Modules that add scenarios and goals to the ``cluster`` suite, each with a ``part()``
 #: function returning ``(scenarios, goals)``; a module that does not exist (yet) is skipped.

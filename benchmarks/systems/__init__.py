@@ -44,6 +44,8 @@ REGISTRY: dict[str, str] = {
     "pathway": "benchmarks.systems.stream_jobs:Pathway",
     # cluster catch-up
     "cluster-catchup": "benchmarks.systems.cluster_catchup:ClusterCatchup",
+    "ours-streams-join": "benchmarks.systems.stream_join_jobs:OursStreamsJoin",
+    "bytewax-join": "benchmarks.systems.stream_join_jobs:BytewaxJoin",
 }
 OURS = ("ours-embedded", "ours-zmq")
 PEERS = ("redis-everysec", "redis-always", "sqlite-wal-full", "lmdb-raw")

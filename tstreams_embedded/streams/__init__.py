@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from .app import App
 from .driver import TestDriver
+from .global_table import GlobalTable
+from .joins import JoinWindows
 from .processor import STREAM_TIME, WALL_CLOCK, Processor, ProcessorContext
 from .produce import send_records
 from .records import Record, partition_of
 from .serdes import Serde, serde
 from .stores import KeyValueStore, ReadOnlyKeyValueStore, ReadOnlyWindowStore
+from .table import Change, GroupedTable, Table
 from .topology import BranchedKStream, KGroupedStream, KStream, KTable, StreamsBuilder, Topology, WindowedKStream
 from .windows import CalendarWindows, SessionWindows, SlidingWindows, TimeWindows, Windowed, Windows
 
@@ -30,6 +33,10 @@ __all__ = [
     "App",
     "BranchedKStream",
     "CalendarWindows",
+    "Change",
+    "GlobalTable",
+    "GroupedTable",
+    "JoinWindows",
     "KGroupedStream",
     "KStream",
     "KTable",
@@ -43,6 +50,7 @@ __all__ = [
     "SessionWindows",
     "SlidingWindows",
     "StreamsBuilder",
+    "Table",
     "TestDriver",
     "TimeWindows",
     "Topology",

@@ -11,6 +11,8 @@ from .. import errors
 from ..engine.backend import StreamInfo
 from ..engine.engine import Engine
 from ..engine.validate import check_name
+from .global_table import GlobalTables, global_namespace
+from .joins import check_partition_counts
 from .membership import Membership
 from .metrics import AppMetrics
 from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
@@ -153,6 +155,9 @@ class App:
                     except errors.StreamExists:
                         pass
                 self.stream_info[s] = engine.get_stream(s)
+        check_partition_counts(topo.copartition, self.resolve, self.stream_info)
+        self.global_tables = GlobalTables(engine.backend, self.application_id, topo.global_tables, self.poll_interval)
+        self.global_tables.catch_up()  # bootstrap: processing starts with the global tables complete
         if tasks == 1:
             self.fused = {s for s in internal if self.stream_info[s].partitions == 1}
         self.partition_count = tasks
@@ -248,6 +253,7 @@ class App:
     def _run_until_idle(self) -> dict[str, int]:
         self._maybe_tick(force=True)
         while True:
+            self.global_tables.catch_up()
             if len(self._slots) == 1:
                 processed = self._work(0, until_idle=True)
             else:
@@ -322,6 +328,7 @@ class App:
         if self._threads:
             raise errors.InvalidArgument("the app is already running")
         self._stop.clear()
+        self.global_tables.start()
         if self.http_port is not None and self._http is None:
             self._http = QueryServer(self, self.http_host, self.http_port)
             self.membership.advertise(self._http.host, self._http.port)
@@ -350,6 +357,7 @@ class App:
             self._abandon()
         else:
             self._leave()
+        self.global_tables.stop()
         self._raise()
         return dict(self.metrics)
 
@@ -424,6 +432,8 @@ class App:
                                          f"got {partitions!r:.60}")
         tasks = range(self.partition_count) if partitions is None else partitions
         namespaces = [namespace(self.application_id, p, name) for p in tasks]
+        if any(g.store == name for g in self.topology.global_tables.values()):
+            namespaces = [global_namespace(self.application_id, name)]
         backend = self.engine.backend
         if spec.windowed:
             return ReadOnlyWindowStore(backend, namespaces, spec.key_serde, spec.value_serde)

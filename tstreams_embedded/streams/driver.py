@@ -41,7 +41,7 @@ class TestDriver:
         self._pending: list[O.Operation] = []
         self._read: dict[tuple[str, int], int] = {}
         try:
-            for stream in topology.sources:
+            for stream in [*topology.sources, *topology.global_tables]:
                 if not is_internal(stream) and not self.engine.has_stream(stream):
                     self.engine.create_stream(stream, partitions=partitions)
             self.app = App(self.engine, application_id=application_id, topology=topology,
@@ -73,6 +73,8 @@ class TestDriver:
 
     def _source(self, stream: str) -> Any:
         name = self.topology.sources.get(stream)
+        if name is None and stream in self.topology.global_tables:
+            return self.topology.global_tables[stream]
         if name is None:
             raise errors.StreamNotFound(f"{stream!r} is not an input stream of the topology; inputs: "
                                         f"{sorted(s for s in self.topology.sources if not is_internal(s))}")

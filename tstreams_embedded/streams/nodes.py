@@ -8,12 +8,15 @@ on with :meth:`Node.forward`. Nodes reach their task only through :class:`TaskCo
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import errors
 from .records import Record
 from .serdes import Serde
 from .stores import KeyValueStore
+
+if TYPE_CHECKING:
+    from ..engine.backend import Backend
 
 
 class TaskContext(Protocol):
@@ -21,6 +24,7 @@ class TaskContext(Protocol):
 
     application_id: str
     partition: int
+    backend: Backend  # read-only use: global tables
 
     def store(self, name: str) -> KeyValueStore: ...
 

@@ -59,6 +59,10 @@ class Topology:
     sources: dict[str, str]  # stream (INTERNAL-prefixed when internal) -> source node name
     sinks: dict[str, tuple[Any, Any]]  # stream -> (key serde, value serde) of its writers
     internal: dict[str, int | None] = field(default_factory=dict)  # internal stream -> partitions (None: task count)
+    #: groups of streams that joins need co-partitioned (equal partition counts; checked by App)
+    copartition: list[frozenset[str]] = field(default_factory=list)
+    #: global tables: stream -> spec (see :mod:`.global_table`); not task sources
+    global_tables: dict[str, Any] = field(default_factory=dict)
 
     def instantiate(self, application_id: str) -> dict[str, N.Node]:
         """The runtime nodes of one task, wired."""
@@ -92,6 +96,8 @@ class StreamsBuilder:
         self._sources: dict[str, str] = {}
         self._sinks: dict[str, tuple[Any, Any]] = {}
         self._internal: dict[str, int | None] = {}
+        self._copartition: list[frozenset[str]] = []
+        self._global_tables: dict[str, Any] = {}
         self._counter = itertools.count()
 
     # -- naming ---------------------------------------------------------------------------
@@ -170,7 +176,63 @@ class StreamsBuilder:
         if not self._sources:
             raise errors.TopologyError("a topology needs at least one source stream (builder.stream(...))")
         return Topology(dict(self._nodes), dict(self._stores), dict(self._sources), dict(self._sinks),
-                        dict(self._internal))
+                        dict(self._internal), list(self._copartition), dict(self._global_tables))
+
+    # -- tables (see .table and .global_table) and the hooks their modules build with --------
+    def table(self, name: str, *, key_serde: SerdeSpec = "msgpack", value_serde: SerdeSpec = "msgpack",
+              store: str | None = None) -> Any:
+        """A table (KTable) of the latest value per key of stream ``name`` (a None value
+        deletes the key), materialized in store ``store`` (default ``<name>-table``)."""
+        from .table import source_table
+
+        return source_table(self, name, key_serde, value_serde, store)
+
+    def global_table(self, name: str, *, key_serde: SerdeSpec = "msgpack", value_serde: SerdeSpec = "msgpack",
+                     store: str | None = None) -> Any:
+        """A global table: stream ``name`` replicated whole to every task (see
+        :mod:`.global_table`); join it with ``stream.join(table, joiner, key_selector=…)``."""
+        from .global_table import add_global_table
+
+        return add_global_table(self, name, key_serde, value_serde, store)
+
+    def add_node(self, kind: str, make: Callable[[str], N.Node], parents: list[str], name: str | None = None) -> str:
+        """Add a runtime node made by ``make(node name)`` with ``parents``; its name."""
+        return self._add(kind, make, parents, name)
+
+    def add_store(self, name: str | None, key_serde: SerdeSpec, value_serde: SerdeSpec, kind: str = "store") -> str:
+        """Declare a key-value store (a name is made from ``kind`` when ``name`` is None)."""
+        return self._store(name, key_serde, value_serde, kind=kind)
+
+    def add_source(self, stream: str, key_serde: SerdeSpec, value_serde: SerdeSpec) -> KStream:
+        """A source node reading ``stream`` (checked like :meth:`stream`)."""
+        check_name(stream)
+        return self._source(stream, key_serde, value_serde, None)
+
+    def add_global(self, stream: str, spec: Any) -> None:
+        if stream in self._global_tables or stream in self._sources:
+            raise errors.TopologyError(f"stream {stream!r} is already a source of this topology")
+        self._global_tables[stream] = spec
+
+    def source_streams(self, node: str) -> frozenset[str]:
+        """The source streams upstream of ``node``."""
+        by_node = {n: s for s, n in self._sources.items()}
+        seen: set[str] = set()
+        todo = [node]
+        out: set[str] = set()
+        while todo:
+            n = todo.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n in by_node:
+                out.add(by_node[n])
+            todo.extend(self._nodes[n].parents)
+        return frozenset(out)
+
+    def require_copartitioned(self, streams: frozenset[str]) -> None:
+        """The App checks at start that these streams have equal partition counts."""
+        if len(streams) > 1:
+            self._copartition.append(streams)
 
 
 class KStream:
@@ -193,6 +255,48 @@ class KStream:
     def name(self) -> str:
         """The name of the node this stream comes from."""
         return self._node
+
+    @property
+    def builder(self) -> StreamsBuilder:
+        return self._b
+
+    @property
+    def key_changed(self) -> bool:
+        """Whether an upstream operation may have changed keys (records may be on the wrong task)."""
+        return self._key_changed
+
+    # -- joins and dedup (see .joins and .dedup) ---------------------------------------------
+    def join(self, other: Any, joiner: Callable[[Any, Any], Any], windows: Any = None, *,
+             key_selector: Callable[[Any, Any], Any] | None = None, name: str | None = None,
+             **serdes: SerdeSpec) -> KStream:
+        """Inner join with a table, a global table (``key_selector``) or a stream (``windows=
+        JoinWindows(...)``); ``joiner(this value, other value)``."""
+        from .joins import join
+
+        return join(self, other, joiner, windows, key_selector, "inner", name, serdes)
+
+    def left_join(self, other: Any, joiner: Callable[[Any, Any], Any], windows: Any = None, *,
+                  key_selector: Callable[[Any, Any], Any] | None = None, name: str | None = None,
+                  **serdes: SerdeSpec) -> KStream:
+        """Like :meth:`join`, and every record without a match with None as the other value."""
+        from .joins import join
+
+        return join(self, other, joiner, windows, key_selector, "left", name, serdes)
+
+    def outer_join(self, other: KStream, joiner: Callable[[Any, Any], Any], windows: Any, *,
+                   name: str | None = None, **serdes: SerdeSpec) -> KStream:
+        """Windowed stream–stream outer join: unmatched records of both sides, padded with None."""
+        from .joins import join
+
+        return join(self, other, joiner, windows, None, "outer", name, serdes)
+
+    def dedup(self, key: Callable[[Any, Any], Any], ttl_ms: int, *, key_serde: SerdeSpec = "msgpack",
+              store: str | None = None, name: str | None = None) -> KStream:
+        """Drop records whose ``key(k, v)`` was seen less than ``ttl_ms`` (event time) before
+        (see :mod:`.dedup`)."""
+        from .dedup import dedup
+
+        return dedup(self, key, ttl_ms, key_serde, store, name)
 
     # -- stateless ---------------------------------------------------------------------------
     def filter(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> KStream:

@@ -1,0 +1,267 @@
+"""Joins: stream–table, stream–global-table, and the windowed stream–stream join against a
+brute-force model; co-partitioning errors."""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tstreams_embedded as ts
+from tstreams_embedded import errors
+from tstreams_embedded.streams import App, JoinWindows, StreamsBuilder, TestDriver
+
+
+def test_stream_table_join_and_left_join_see_the_table_as_of_each_record() -> None:
+    b = StreamsBuilder()
+    users = b.table("users", key_serde="str", value_serde="json")
+    clicks = b.stream("clicks", key_serde="str", value_serde="json")
+    clicks.join(users, lambda c, u: [c["page"], u["name"]]).to("inner", key_serde="str", value_serde="json")
+    clicks.left_join(users, lambda c, u: [c["page"], u and u["name"]]).to("left", key_serde="str",
+                                                                           value_serde="json")
+    steps: list[tuple[str, str, Any]] = [
+        ("clicks", "ann", {"page": "/0"}),      # no user yet
+        ("users", "ann", {"name": "Ann"}),
+        ("clicks", "ann", {"page": "/1"}),
+        ("clicks", "bob", {"page": "/2"}),      # no such user
+        ("users", "ann", {"name": "Anna"}),     # a table update triggers nothing
+        ("clicks", "ann", {"page": "/3"}),
+        ("users", "ann", None),                 # deleted
+        ("clicks", "ann", {"page": "/4"}),
+    ]
+    with TestDriver(b.build(), partitions=2) as d:
+        for i, (stream, key, value) in enumerate(steps):
+            d.pipe(stream, key, value, i)
+            d.process()
+        inner = [(r.key, r.value, r.timestamp) for r in d.read_output("inner")]
+        left = sorted((r.timestamp, r.key, r.value) for r in d.read_output("left"))
+    assert inner == [("ann", ["/1", "Ann"], 2), ("ann", ["/3", "Anna"], 5)]
+    assert left == [(0, "ann", ["/0", None]), (2, "ann", ["/1", "Ann"]), (3, "bob", ["/2", None]),
+                    (5, "ann", ["/3", "Anna"]), (7, "ann", ["/4", None])]
+
+
+def test_stream_global_table_join_by_key_selector_on_any_partition() -> None:
+    b = StreamsBuilder()
+    countries = b.global_table("countries", key_serde="str", value_serde="str")
+    orders = b.stream("orders", key_serde="str", value_serde="json")
+    orders.join(countries, lambda o, c: c, key_selector=lambda k, o: o["cc"]).to("named", key_serde="str",
+                                                                                   value_serde="str")
+    orders.left_join(countries, lambda o, c: c, key_selector=lambda k, o: o["cc"]).to("left", key_serde="str",
+                                                                                        value_serde="str")
+    with TestDriver(b.build(), partitions=3) as d:
+        for cc, name in [("de", "Germany"), ("fr", "France"), ("it", "Italy")]:
+            d.pipe("countries", cc, name, 0)
+        d.process()
+        for i, (user, cc) in enumerate([("u1", "de"), ("u2", "fr"), ("u3", "xx"), ("u4", "it"), ("u5", "de")]):
+            d.pipe("orders", user, {"cc": cc}, i + 1)
+        assert sorted((r.key, r.value) for r in d.read_output("named")) == [
+            ("u1", "Germany"), ("u2", "France"), ("u4", "Italy"), ("u5", "Germany")]
+        assert sorted((r.key, r.value) for r in d.read_output("left")) == [
+            ("u1", "Germany"), ("u2", "France"), ("u3", None), ("u4", "Italy"), ("u5", "Germany")]
+        d.pipe("countries", "de", None, 9)  # tombstone
+        d.pipe("countries", "xx", "Utopia", 9)
+        d.process()
+        d.pipe("orders", "u6", {"cc": "de"}, 10)
+        d.pipe("orders", "u7", {"cc": "xx"}, 11)
+        assert sorted((r.key, r.value) for r in d.read_output("named")) == [("u7", "Utopia")]
+        assert d.store("countries-global").all() == {"fr": "France", "it": "Italy", "xx": "Utopia"}
+
+
+def test_global_table_is_bootstrapped_before_processing_and_followed_while_running(tmp_path: Any) -> None:
+    b = StreamsBuilder()
+    rates = b.global_table("rates", key_serde="str", value_serde="json")
+    (b.stream("payments", key_serde="str", value_serde="json")
+        .join(rates, lambda p, r: p["amount"] * r, key_selector=lambda k, p: p["cur"])
+        .to("eur", key_serde="str", value_serde="json"))
+    from tstreams_embedded.streams import send_records
+    from tstreams_embedded.testing import eventually
+
+    with ts.open(str(tmp_path), durability="async") as engine:
+        engine.create_stream("rates", partitions=2)
+        engine.create_stream("payments", partitions=2)
+        send_records(engine, "rates", [("usd", 2, 0), ("gbp", 3, 0)], key_serde="str", value_serde="json")
+        # the payments are written BEFORE the app starts: the bootstrap must come first anyway
+        send_records(engine, "payments", [("p1", {"amount": 5, "cur": "usd"}, 1)], key_serde="str",
+                     value_serde="json")
+        app = App(engine, application_id="fx", topology=b.build()).start()
+        try:
+            def outputs() -> list[Any]:
+                return sorted(_read(engine, "eur"))
+            eventually(lambda: outputs() == [10], timeout=60)
+            send_records(engine, "rates", [("chf", 7, 2)], key_serde="str", value_serde="json")
+            eventually(lambda: app.store("rates-global").get("chf") == 7, timeout=60)
+            send_records(engine, "payments", [("p2", {"amount": 1, "cur": "chf"}, 3)], key_serde="str",
+                         value_serde="json")
+            eventually(lambda: outputs() == [7, 10], timeout=60)
+        finally:
+            app.stop()
+
+
+def _read(engine: Any, stream: str) -> list[Any]:
+    from tstreams_embedded.streams.records import unpack_envelope
+    from tstreams_embedded.streams.serdes import serde
+
+    out = []
+    if not engine.has_stream(stream):
+        return out
+    for p in range(engine.get_stream(stream).partitions):
+        for txn in engine.backend.transactions_range(stream, p, 0, 2**63 - 1):
+            for item in txn.items:
+                env = unpack_envelope(item)
+                assert env is not None and env[1] is not None
+                out.append(serde("json").deserialize(env[1]))
+    return out
+
+
+def test_a_join_after_a_key_change_asks_for_repartition() -> None:
+    b = StreamsBuilder()
+    users = b.table("users")
+    clicks = b.stream("clicks").select_key(lambda k, v: v)
+    with pytest.raises(errors.TopologyError, match=r"repartition\(\)"):
+        clicks.join(users, lambda c, u: u)
+    with pytest.raises(errors.TopologyError, match=r"repartition\(\)"):
+        b.stream("other").join(clicks, lambda a, c: a, JoinWindows.of(5))
+    clicks.repartition().join(users, lambda c, u: u).to("ok")  # the hint works
+    with pytest.raises(errors.TopologyError, match="JoinWindows"):
+        b.stream("third").join(b.stream("fourth"), lambda a, c: a)
+    with pytest.raises(errors.TopologyError, match="key_selector"):
+        b.stream("fifth").join(b.global_table("g"), lambda a, c: a)
+    with pytest.raises(errors.InvalidArgument):
+        JoinWindows(-1, 0)
+
+
+def test_stream_table_join_of_differently_partitioned_streams_fails_at_start() -> None:
+    b = StreamsBuilder()
+    b.stream("clicks").join(b.table("users"), lambda c, u: u).to("out")
+    with ts.open(tempfile.mkdtemp(), durability="async") as engine:
+        engine.create_stream("clicks", partitions=4)
+        engine.create_stream("users", partitions=2)
+        with pytest.raises(errors.TopologyError, match="co-partitioned"):
+            App(engine, application_id="j", topology=b.build()).run()
+
+
+# -- the windowed stream–stream join against a brute-force model -------------------------------------
+
+def model_stream_join(events: list[tuple[int, str, int, int]], w: JoinWindows, kind: str
+                      ) -> list[tuple[str, tuple[Any, Any], int]]:
+    """Every output (key, (left, right), timestamp) of the join of ``events`` (side, key,
+    time, value), computed from the accepted records of the whole input."""
+    now: int | None = None
+    accepted: list[list[tuple[str, int, int]]] = [[], []]
+    for side, key, t, value in events:
+        now = t if now is None else max(now, t)
+        own_after = w.after_ms if side == 0 else w.before_ms
+        if t + own_after + w.grace_ms >= now:
+            accepted[side].append((key, t, value))
+    assert now is not None
+    out = []
+    matched: list[set[int]] = [set(), set()]
+    for i, (lk, lt, lv) in enumerate(accepted[0]):
+        for j, (rk, rt, rv) in enumerate(accepted[1]):
+            if lk == rk and lt - w.before_ms <= rt <= lt + w.after_ms:
+                out.append((lk, (lv, rv), max(lt, rt)))
+                matched[0].add(i)
+                matched[1].add(j)
+    reach = w.before_ms + w.after_ms + w.grace_ms
+    for side in (0, 1):
+        if side == 0 and kind == "inner" or side == 1 and kind != "outer":
+            continue
+        for i, (k, t, v) in enumerate(accepted[side]):
+            if i not in matched[side] and t + reach < now:
+                out.append((k, (v, None) if side == 0 else (None, v), t))
+    return sorted(out, key=repr)
+
+
+join_events = st.lists(
+    st.tuples(st.integers(0, 1), st.sampled_from(["a", "b"]), st.integers(0, 6), st.integers(0, 12)),
+    min_size=1, max_size=40,
+).map(lambda raw: [(side, key, i * 2 + step - jitter, i) for i, (side, key, step, jitter) in enumerate(raw)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(events=join_events, before=st.integers(0, 8), after=st.integers(0, 8), grace=st.sampled_from([0, 3, 20]),
+       kind=st.sampled_from(["inner", "left", "outer"]))
+def test_windowed_stream_stream_join_equals_the_brute_force_model(
+        events: list[tuple[int, str, int, int]], before: int, after: int, grace: int, kind: str) -> None:
+    w = JoinWindows(before, after, grace)
+    b = StreamsBuilder()
+    left = b.stream("left", key_serde="str", value_serde="json")
+    right = b.stream("right", key_serde="str", value_serde="json")
+    method = {"inner": left.join, "left": left.left_join, "outer": left.outer_join}[kind]
+    method(right, lambda lv, rv: [lv, rv], w).to("out", key_serde="str", value_serde="json")
+    with TestDriver(b.build()) as d:
+        for side, key, t, value in events:
+            d.pipe("left" if side == 0 else "right", key, value, t)
+            d.process()  # one record at a time: the arrival order is the model's
+        got = sorted(((r.key, tuple(r.value), r.timestamp) for r in d.read_output("out")), key=repr)
+    assert got == model_stream_join(events, w, kind)
+
+
+def test_windowed_join_on_two_tasks_joins_every_pair_of_a_key() -> None:
+    b = StreamsBuilder()
+    left = b.stream("left", key_serde="str", value_serde="json")
+    right = b.stream("right", key_serde="str", value_serde="json")
+    left.join(right, lambda lv, rv: [lv, rv], JoinWindows(3, 3, 1_000)).to("out", key_serde="str",
+                                                                            value_serde="json")
+    keys = ["a", "b", "c", "d", "e"]
+    events = [(i % 2, keys[i * 7 % 5], i * 2 % 13, i) for i in range(60)]
+    expected = model_stream_join(events, JoinWindows(3, 3, 1_000), "inner")
+    with TestDriver(b.build(), partitions=2) as d:
+        for side, key, t, value in events:
+            d.pipe("left" if side == 0 else "right", key, value, t)
+            d.process()
+        got = sorted(((r.key, tuple(r.value), r.timestamp) for r in d.read_output("out")), key=repr)
+    assert len(expected) > 50 and got == expected
+
+
+def test_a_missing_global_table_stream_is_reported_at_start(tmp_path: Any) -> None:
+    b = StreamsBuilder()
+    b.stream("orders").join(b.global_table("nowhere"), lambda o, c: c, key_selector=lambda k, o: o).to("out")
+    with ts.open(str(tmp_path), durability="async") as engine:
+        engine.create_stream("orders")
+        with pytest.raises(errors.StreamNotFound, match="nowhere"):
+            App(engine, application_id="g", topology=b.build()).run()
+
+
+def test_windowed_left_join_continues_across_an_app_restart(tmp_path: Any) -> None:
+    """Buffers, the index (reloaded into memory at start) and stream time survive a restart:
+    two Apps one after the other give the model's output of the whole input."""
+    from tstreams_embedded.streams import send_records
+
+    w = JoinWindows(4, 6, 2)
+    b = StreamsBuilder()
+    left = b.stream("left", key_serde="str", value_serde="json")
+    left.left_join(b.stream("right", key_serde="str", value_serde="json"), lambda lv, rv: [lv, rv], w).to(
+        "out", key_serde="str", value_serde="json")
+    topology = b.build()
+    events = [(i % 3 % 2, "abc"[i * 5 % 3], i * 3 - (i * 7 % 5), i) for i in range(80)]
+    with ts.open(str(tmp_path), durability="async") as engine:
+        engine.create_stream("left")
+        engine.create_stream("right")
+        for half in (events[:40], events[40:]):
+            app = App(engine, application_id="restart", topology=topology)
+            for side, key, t, value in half:
+                send_records(engine, "left" if side == 0 else "right", [(key, value, t)], key_serde="str",
+                             value_serde="json")
+                app.run()
+            app.close()
+        got = sorted(((r[0], tuple(r[1]), r[2]) for r in _read_records(engine, "out")), key=repr)
+    expected = model_stream_join(events, w, "left")
+    assert any(v[1] is None for _, v, _ in expected) and got == expected
+
+
+def _read_records(engine: Any, stream: str) -> list[tuple[Any, Any, int]]:
+    from tstreams_embedded.streams.records import unpack_envelope
+    from tstreams_embedded.streams.serdes import serde
+
+    out = []
+    for p in range(engine.get_stream(stream).partitions):
+        for txn in engine.backend.transactions_range(stream, p, 0, 2**63 - 1):
+            for item in txn.items:
+                env = unpack_envelope(item)
+                assert env is not None and env[0] is not None and env[1] is not None
+                out.append((serde("str").deserialize(env[0]), serde("json").deserialize(env[1]), env[2]))
+    return out

@@ -1,0 +1,108 @@
+"""``stream.dedup(key=…, ttl_ms=…)``: drop records whose dedup key was seen within the TTL.
+
+Semantics, in event time, per task: the node keeps, per dedup key, the timestamp ``t0`` of
+the record that let it through. A record with dedup key ``d`` at ``t`` is a duplicate (dropped,
+counted in ``dedup_dropped``) when ``d`` is remembered and ``t < t0 + ttl_ms``. ``d`` is
+forgotten once the node's stream time (the largest timestamp it has seen) reaches
+``t0 + ttl_ms``; the next record of ``d`` passes and is remembered. Forgotten keys are
+deleted from the store by themselves (an index by time, read once at start into a heap,
+finds them), so state is bounded by the keys of one TTL. The store, the index and the
+stream time are committed with the task, in the same atomic write as the output and the
+input offsets: dedup is exact across crashes.
+
+Records with the same dedup key must reach the same task: key the stream by it (or by
+something it depends on), and ``repartition()`` after an operation that changes keys.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from . import nodes as N
+from .records import Record
+from .serdes import SerdeSpec
+
+if TYPE_CHECKING:
+    from .topology import KStream
+
+
+def _time_bytes(t: int) -> bytes:
+    return (t + (1 << 63)).to_bytes(8, "big")
+
+
+def _time_of(key: bytes) -> int:
+    return int.from_bytes(key[:8], "big") - (1 << 63)
+
+
+class DedupNode(N.Node):
+    def __init__(self, name: str, key: Callable[[Any, Any], Any], ttl_ms: int, store: str, index: str) -> None:
+        super().__init__(name)
+        self.key = key
+        self.ttl = ttl_ms
+        self.store_name = store
+        self.index_name = index
+
+    def init(self, ctx: N.TaskContext) -> None:
+        super().init(ctx)
+        self.seen = ctx.store(self.store_name)
+        self.index = ctx.store(self.index_name)
+        self.meta_key = ("dedup-time/" + self.name).encode()
+        self.time: int | None = ctx.meta().get_raw(self.meta_key)
+        # remembered (t0, key) by time: one range read of the index at start, then in memory
+        self.pending: list[tuple[int, bytes]] = [(_time_of(ik), ik[8:]) for ik, _ in self.index.scan_raw(None, None)]
+        heapq.heapify(self.pending)
+
+    def flush(self) -> None:
+        if self.time is not None:
+            self.ctx.meta().put_raw(self.meta_key, self.time)
+
+    def process(self, rec: Record) -> None:
+        t = rec.timestamp
+        now = t if self.time is None or t > self.time else self.time
+        self.time = now
+        kb = self.seen.key_serde.serialize(self.key(rec.key, rec.value))
+        t0 = self.seen.get_raw(kb)
+        if t0 is not None and t < t0 + self.ttl and now < t0 + self.ttl:
+            self.ctx.count("dedup_dropped")
+            self._expire(now)
+            return
+        if t0 is not None:
+            self.index.put_raw(_time_bytes(t0) + kb, None)
+            self.seen.put_raw(kb, None)
+        if t + self.ttl > now:  # else it is forgotten at once: nothing to remember
+            self.seen.put_raw(kb, t)
+            self.index.put_raw(_time_bytes(t) + kb, 1)
+            heapq.heappush(self.pending, (t, kb))
+        self._expire(now)
+        self.forward(rec)
+
+    def _expire(self, now: int) -> None:
+        bound = now - self.ttl  # t0 <= bound: forgotten (t0 + ttl <= now)
+        pending = self.pending
+        while pending and pending[0][0] <= bound:
+            t0, kb = heapq.heappop(pending)
+            self.index.put_raw(_time_bytes(t0) + kb, None)
+            if self.seen.get_raw(kb) == t0:
+                self.seen.put_raw(kb, None)
+
+
+def dedup(stream: KStream, key: Callable[[Any, Any], Any], ttl_ms: int, key_serde: SerdeSpec, store: str | None,
+          name: str | None) -> KStream:
+    from .topology import KStream
+
+    if not callable(key):
+        raise errors.InvalidArgument(f"key must be a function (key, value) -> dedup key, got {key!r:.60}")
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 1:
+        raise errors.InvalidArgument(f"ttl_ms must be a positive integer, got {ttl_ms!r}")
+    if stream.key_changed:
+        raise errors.TopologyError(
+            f"dedup: an operation upstream of {stream.name!r} may have changed the keys, so records with the same "
+            "dedup key may be on different tasks; call .repartition() before dedup")
+    b = stream.builder
+    seen = b.add_store(store, key_serde, "msgpack", kind="dedup-store")
+    index = b.add_store(seen + ".index", "bytes", "msgpack")
+    node = b.add_node("dedup", lambda n: DedupNode(n, key, ttl_ms, seen, index), [stream.name], name)
+    return KStream(b, node, key_changed=False)

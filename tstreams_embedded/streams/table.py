@@ -1,0 +1,383 @@
+"""Tables (KTables): the latest value per key, and what is derived from it.
+
+A table's nodes pass :class:`Change` records (``value`` is ``Change(new, old)``; ``None``
+means "absent"), so that a grouped aggregation can subtract the old value and add the new
+one, as in Kafka Streams. ``to_stream()`` turns changes back into records of the new value
+(None: a tombstone).
+
+Every table has a *value getter*: how a task reads its current value of a key. A source
+table and an aggregation read their store; ``filter``, ``map_values`` and table–table joins
+compute from their parents' getters (nothing extra is materialized). Joins use the getters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from . import nodes as N
+from .records import Record
+from .serdes import SerdeSpec, serde
+
+if TYPE_CHECKING:
+    from .topology import KStream, StreamsBuilder
+
+#: ``getter(task context)`` -> ``lookup(key) -> value or None``
+Getter = Callable[[N.TaskContext], Callable[[Any], Any]]
+
+
+@dataclass(slots=True, frozen=True)
+class Change:
+    """An update of a table row: its ``new`` and ``old`` value (None: absent)."""
+
+    new: Any
+    old: Any
+
+
+def store_getter(store: str) -> Getter:
+    def make(ctx: N.TaskContext) -> Callable[[Any], Any]:
+        return ctx.store(store).get
+    return make
+
+
+class TableSourceNode(N.Node):
+    """Keeps the latest value per key in its store; a None value deletes the key."""
+
+    def __init__(self, name: str, store: str) -> None:
+        super().__init__(name)
+        self.store_name = store
+
+    def init(self, ctx: N.TaskContext) -> None:
+        super().init(ctx)
+        self.store = ctx.store(self.store_name)
+
+    def process(self, rec: Record) -> None:
+        if rec.key is None:
+            self.ctx.count("skipped_null_key")
+            return
+        kb = self.store.key_serde.serialize(rec.key)
+        old = self.store.get_raw(kb)
+        if old is None and rec.value is None:
+            return
+        self.store.put_raw(kb, rec.value)
+        self.forward(Record(rec.key, Change(rec.value, old), rec.timestamp, rec.headers))
+
+
+class TableFilterNode(N.Node):
+    def __init__(self, name: str, predicate: Callable[[Any, Any], Any], keep: bool) -> None:
+        super().__init__(name)
+        self.predicate = predicate
+        self.keep = keep
+
+    def _keep(self, key: Any, value: Any) -> Any:
+        return None if value is None or bool(self.predicate(key, value)) is not self.keep else value
+
+    def process(self, rec: Record) -> None:
+        ch: Change = rec.value
+        new, old = self._keep(rec.key, ch.new), self._keep(rec.key, ch.old)
+        if new is not None or old is not None:
+            self.forward(Record(rec.key, Change(new, old), rec.timestamp, rec.headers))
+
+
+class TableMapValuesNode(N.Node):
+    def __init__(self, name: str, fn: Callable[[Any, Any], Any]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def process(self, rec: Record) -> None:
+        ch: Change = rec.value
+        new = None if ch.new is None else self.fn(rec.key, ch.new)
+        old = None if ch.old is None else self.fn(rec.key, ch.old)
+        self.forward(Record(rec.key, Change(new, old), rec.timestamp, rec.headers))
+
+
+class ToStreamNode(N.Node):
+    """Changes -> records of the new value (None: a tombstone)."""
+
+    def process(self, rec: Record) -> None:
+        self.forward(Record(rec.key, rec.value.new, rec.timestamp, rec.headers))
+
+
+class TagNode(N.Node):
+    """Marks records with the side of a join they come from: value ``(side, value)``."""
+
+    def __init__(self, name: str, side: int) -> None:
+        super().__init__(name)
+        self.side = side
+
+    def process(self, rec: Record) -> None:
+        self.forward(Record(rec.key, (self.side, rec.value), rec.timestamp, rec.headers))
+
+
+def join_values(kind: str, joiner: Callable[[Any, Any], Any], left: Any, right: Any) -> Any:
+    """The joined value of a table–table join (None: no row)."""
+    if left is None and right is None:
+        return None
+    if kind == "inner" and (left is None or right is None):
+        return None
+    if kind == "left" and left is None:
+        return None
+    return joiner(left, right)
+
+
+class TableJoinNode(N.Node):
+    """Table–table join: an update of either side is joined with the other side's current
+    value; forwards the change of the joined row."""
+
+    def __init__(self, name: str, getters: tuple[Getter, Getter], joiner: Callable[[Any, Any], Any],
+                 kind: str) -> None:
+        super().__init__(name)
+        self.getters = getters
+        self.joiner = joiner
+        self.kind = kind
+
+    def init(self, ctx: N.TaskContext) -> None:
+        super().init(ctx)
+        self.lookups = (self.getters[0](ctx), self.getters[1](ctx))
+
+    def process(self, rec: Record) -> None:
+        side, ch = rec.value
+        other = self.lookups[1 - side](rec.key)
+        if side == 0:
+            new = join_values(self.kind, self.joiner, ch.new, other)
+            old = join_values(self.kind, self.joiner, ch.old, other)
+        else:
+            new = join_values(self.kind, self.joiner, other, ch.new)
+            old = join_values(self.kind, self.joiner, other, ch.old)
+        if new is not None or old is not None:
+            self.forward(Record(rec.key, Change(new, old), rec.timestamp, rec.headers))
+
+
+class GroupMapNode(N.Node):
+    """``table.group_by(selector)``: the old row is sent as a subtraction, the new one as an
+    addition (value ``(is_addition, value)``), both under the key ``selector`` gives."""
+
+    def __init__(self, name: str, selector: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        super().__init__(name)
+        self.selector = selector
+
+    def _send(self, rec: Record, value: Any, add: bool) -> None:
+        pair = self.selector(rec.key, value)
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise errors.TopologyError(f"{self.name}: the selector must return a (key, value) pair, got {pair!r:.80}")
+        if pair[0] is None:
+            self.ctx.count("skipped_null_key")
+            return
+        self.forward(Record(pair[0], (add, pair[1]), rec.timestamp, rec.headers))
+
+    def process(self, rec: Record) -> None:
+        ch: Change = rec.value
+        if ch.old is not None:
+            self._send(rec, ch.old, False)
+        if ch.new is not None:
+            self._send(rec, ch.new, True)
+
+
+class TableAggregateNode(N.Node):
+    """``adder(key, value, agg)`` for additions, ``subtractor(key, value, agg)`` for
+    subtractions, from ``initializer()``; forwards the aggregate's change."""
+
+    def __init__(self, name: str, store: str, initializer: Callable[[], Any],
+                 adder: Callable[[Any, Any, Any], Any], subtractor: Callable[[Any, Any, Any], Any]) -> None:
+        super().__init__(name)
+        self.store_name = store
+        self.initializer = initializer
+        self.adder = adder
+        self.subtractor = subtractor
+
+    def init(self, ctx: N.TaskContext) -> None:
+        super().init(ctx)
+        self.store = ctx.store(self.store_name)
+
+    def process(self, rec: Record) -> None:
+        add, value = rec.value
+        kb = self.store.key_serde.serialize(rec.key)
+        old = self.store.get_raw(kb)
+        current = self.initializer() if old is None else old
+        new = (self.adder if add else self.subtractor)(rec.key, value, current)
+        self.store.put_raw(kb, new)
+        self.forward(Record(rec.key, Change(new, old), rec.timestamp, rec.headers))
+
+
+class FlaggedSerde:
+    """``(is_addition, value)`` in a repartition stream: one flag byte, then the value."""
+
+    def __init__(self, inner: SerdeSpec) -> None:
+        self.inner = serde(inner, "value_serde")
+
+    def serialize(self, obj: Any) -> bytes:
+        add, value = obj
+        return (b"\x01" if add else b"\x00") + self.inner.serialize(value)
+
+    def deserialize(self, data: bytes) -> Any:
+        return (data[:1] == b"\x01", self.inner.deserialize(data[1:]))
+
+
+class Table:
+    """A KTable: ``filter``, ``filter_not``, ``map_values``, ``join`` / ``left_join`` /
+    ``outer_join`` with another table, ``group_by(...).aggregate(...)``, ``to_stream()``.
+
+    ``store`` is the name of the store that holds it (None for derived tables, which are
+    computed from their parent when read)."""
+
+    def __init__(self, builder: StreamsBuilder, node: str, getter: Getter, store: str | None) -> None:
+        self._b = builder
+        self._node = node
+        self._getter = getter
+        #: the store that materializes this table (queryable with ``app.store``), or None
+        self.store = store
+
+    @property
+    def name(self) -> str:
+        return self._node
+
+    @property
+    def getter(self) -> Getter:
+        return self._getter
+
+    @property
+    def builder(self) -> StreamsBuilder:
+        return self._b
+
+    def sources(self) -> frozenset[str]:
+        return self._b.source_streams(self._node)
+
+    def _derive(self, kind: str, make: Callable[[str], N.Node], getter: Getter, name: str | None) -> Table:
+        return Table(self._b, self._b.add_node(kind, make, [self._node], name), getter, None)
+
+    def filter(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> Table:
+        """Rows for which ``predicate(key, value)`` holds (a row that stops matching is deleted)."""
+        return self._filter(predicate, True, name)
+
+    def filter_not(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> Table:
+        return self._filter(predicate, False, name)
+
+    def _filter(self, predicate: Callable[[Any, Any], Any], keep: bool, name: str | None) -> Table:
+        _callable(predicate, "predicate")
+        parent = self._getter
+
+        def getter(ctx: N.TaskContext) -> Callable[[Any], Any]:
+            get = parent(ctx)
+
+            def lookup(key: Any) -> Any:
+                v = get(key)
+                return None if v is None or bool(predicate(key, v)) is not keep else v
+            return lookup
+        return self._derive("table-filter", lambda n: TableFilterNode(n, predicate, keep), getter, name)
+
+    def map_values(self, fn: Callable[..., Any], *, with_key: bool = False, name: str | None = None) -> Table:
+        """``fn(value)`` (or ``fn(key, value)``) as each row's value."""
+        _callable(fn, "fn")
+        f: Callable[[Any, Any], Any] = fn if with_key else (lambda k, v: fn(v))
+        parent = self._getter
+
+        def getter(ctx: N.TaskContext) -> Callable[[Any], Any]:
+            get = parent(ctx)
+
+            def lookup(key: Any) -> Any:
+                v = get(key)
+                return None if v is None else f(key, v)
+            return lookup
+        return self._derive("table-map-values", lambda n: TableMapValuesNode(n, f), getter, name)
+
+    def to_stream(self) -> KStream:
+        """The table's updates as records of the new value (None for a deleted row)."""
+        from .topology import KStream
+
+        return KStream(self._b, self._b.add_node("table-to-stream", ToStreamNode, [self._node]), key_changed=False)
+
+    def join(self, other: Table, joiner: Callable[[Any, Any], Any], *, name: str | None = None) -> Table:
+        """Rows whose key is in both tables: ``joiner(this value, other value)``."""
+        return self._join(other, joiner, "inner", name)
+
+    def left_join(self, other: Table, joiner: Callable[[Any, Any], Any], *, name: str | None = None) -> Table:
+        """Every row of this table, joined with the other's row or None."""
+        return self._join(other, joiner, "left", name)
+
+    def outer_join(self, other: Table, joiner: Callable[[Any, Any], Any], *, name: str | None = None) -> Table:
+        """Rows of either table, the missing side None."""
+        return self._join(other, joiner, "outer", name)
+
+    def _join(self, other: Table, joiner: Callable[[Any, Any], Any], kind: str, name: str | None) -> Table:
+        if not isinstance(other, Table) or other._b is not self._b:
+            raise errors.TopologyError("a table joins a table of the same builder (b.table(...) or derived)")
+        _callable(joiner, "joiner")
+        from .joins import check_copartitioned
+
+        check_copartitioned(self._b, self.sources(), other.sources(), "table–table join")
+        b = self._b
+        left = b.add_node("join-this", lambda n: TagNode(n, 0), [self._node])
+        right = b.add_node("join-other", lambda n: TagNode(n, 1), [other._node])
+        getters = (self._getter, other._getter)
+        node = b.add_node("table-join", lambda n: TableJoinNode(n, getters, joiner, kind), [left, right], name)
+
+        def getter(ctx: N.TaskContext) -> Callable[[Any], Any]:
+            lg, rg = getters[0](ctx), getters[1](ctx)
+            return lambda key: join_values(kind, joiner, lg(key), rg(key))
+        return Table(b, node, getter, None)
+
+    def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]], *, key_serde: SerdeSpec = "msgpack",
+                 value_serde: SerdeSpec = "msgpack") -> GroupedTable:
+        """Regroup rows by ``selector(key, value) -> (new key, new value)`` (through a
+        repartition stream); aggregate with an adder and a subtractor."""
+        _callable(selector, "selector")
+        node = self._b.add_node("table-group-by", lambda n: GroupMapNode(n, selector), [self._node])
+        from .topology import KStream
+
+        stream = KStream(self._b, node, key_changed=True).repartition(key_serde=key_serde,
+                                                                      value_serde=FlaggedSerde(value_serde))
+        return GroupedTable(stream, key_serde)
+
+
+class GroupedTable:
+    """``table.group_by(...)``: ``aggregate(initializer, adder, subtractor)``, ``count()``,
+    ``reduce(adder, subtractor)``."""
+
+    def __init__(self, stream: KStream, key_serde: SerdeSpec) -> None:
+        self._stream = stream
+        self._key_serde = key_serde
+
+    def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
+                  subtractor: Callable[[Any, Any, Any], Any], *, store: str | None = None,
+                  value_serde: SerdeSpec = "msgpack", name: str | None = None) -> Table:
+        """Per new key: ``adder(key, value, agg)`` when a row joins the group,
+        ``subtractor(key, value, agg)`` when it leaves it (an update does both)."""
+        for fn, what in ((initializer, "initializer"), (adder, "adder"), (subtractor, "subtractor")):
+            _callable(fn, what)
+        b = self._stream.builder
+        store_name = b.add_store(store, self._key_serde, value_serde, kind="table-aggregate-store")
+        node = b.add_node("table-aggregate",
+                          lambda n: TableAggregateNode(n, store_name, initializer, adder, subtractor),
+                          [self._stream.name], name)
+        return Table(b, node, store_getter(store_name), store_name)
+
+    def count(self, *, store: str | None = None, name: str | None = None) -> Table:
+        """The number of rows per new key."""
+        return self.aggregate(lambda: 0, lambda k, v, n: n + 1, lambda k, v, n: n - 1, store=store, name=name)
+
+    def reduce(self, adder: Callable[[Any, Any], Any], subtractor: Callable[[Any, Any], Any], *,
+               store: str | None = None, value_serde: SerdeSpec = "msgpack", name: str | None = None) -> Table:
+        """``adder(agg, value)`` / ``subtractor(agg, value)``; the first value starts the aggregate."""
+        _callable(adder, "adder")
+        _callable(subtractor, "subtractor")
+        return self.aggregate(lambda: None, lambda k, v, agg: v if agg is None else adder(agg, v),
+                              lambda k, v, agg: subtractor(agg, v), store=store, value_serde=value_serde, name=name)
+
+
+def source_table(b: StreamsBuilder, stream: str, key_serde: SerdeSpec, value_serde: SerdeSpec,
+                 store: str | None) -> Table:
+    """``builder.table(stream)``: a source and the node that materializes it."""
+    source = b.add_source(stream, key_serde, value_serde)
+    store_name = b.add_store(store if store is not None else f"{stream}-table", key_serde, value_serde)
+    node = b.add_node("table-source", lambda n: TableSourceNode(n, store_name), [source.name])
+    return Table(b, node, store_getter(store_name), store_name)
+
+
+def _callable(fn: Any, what: str) -> None:
+    if not callable(fn):
+        raise errors.InvalidArgument(f"{what} must be callable, got {fn!r:.60}")
+
+
+__all__ = ["Change", "GroupedTable", "Table"]
