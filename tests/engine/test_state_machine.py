@@ -706,3 +706,64 @@ def test_checkpoint_after_a_reader_invalidated_the_transaction() -> None:
             m.txns[0].real.checkpoint()
     finally:
         m.teardown()
+
+
+def test_checkpoint_if_opened_fails_an_expired_previous_transaction() -> None:
+    """Found by the machine: when CheckpointIfOpened cannot checkpoint the previous transaction
+    because it expired, it raises TransactionExpired, opens nothing, and the expired transaction
+    is failed (as by a plain checkpoint), so the partition is usable again: ErrorIfOpened opens,
+    and a group checkpoint of the producer commits the new transaction."""
+    m = EngineMachine()
+    try:
+        m.create_stream("a", 1, 3600)
+        m.new_producer("a", 2)
+        m.new_consumer("a", "c1", "oldest", True)
+        h, c = m.producers[0], m.consumers[0]
+        m.open_transaction(_Draw(h), 0, ts.EnqueueIfOpened, True)
+        expired = m.txns[0]
+        m.advance_time(TXN_TTL_MS)
+        m.open_transaction(_Draw(h), 0, ts.CheckpointIfOpened, False)  # raises TransactionExpired
+        assert expired.real.state == "failed" and h.real.open_transactions() == [] and m.finished == [expired]
+        m.use_finished_transaction(_Draw(expired), "send")
+        m.open_transaction(_Draw(h), 0, ts.ErrorIfOpened, False)
+        fresh = m.txns[0]
+        m.transaction_action(_Draw(fresh), "send", 1)
+        m.group_checkpoint(_Draw([h]))
+        assert fresh.real.state == "checkpointed"
+        m.consume(_Draw(c, 0), False)
+        assert c.position[0] == fresh.id
+    finally:
+        m.teardown()
+
+
+@pytest.mark.parametrize("how", ["group", "policy"])
+def test_a_failed_checkpoint_refreshes_the_surviving_transactions(how: str) -> None:
+    """A checkpoint that fails on an expired transaction probes the producer's other open
+    transactions with a keep-alive, which refreshes their deadlines: they outlive their
+    original deadline (the model used to expire them there)."""
+    m = EngineMachine()
+    try:
+        m.create_stream("a", 2, 3600)
+        m.new_producer("a", 2)
+        h = m.producers[0]
+        m.open_transaction(_Draw(h), 0, ts.EnqueueIfOpened, True)  # deadline TTL
+        m.advance_time(400)
+        m.open_transaction(_Draw(h), 1, ts.EnqueueIfOpened, True)  # deadline 400 + TTL
+        expired, survivor = m.txns
+        m.advance_time(400)
+        m.advance_time(400)  # the first expired, the second has 200 ms left
+        if how == "group":
+            m.group_checkpoint(_Draw([h]))  # raises TransactionExpired
+        else:
+            m.open_transaction(_Draw(h), 0, ts.CheckpointIfOpened, False)  # raises TransactionExpired
+        assert expired.real.state == "failed" and survivor.real.is_open
+        m.advance_time(400)  # past the survivor's original deadline, before the refreshed one (+TTL at the probe)
+        m.keep_alive()  # one transaction still alive
+        m.transaction_action(_Draw(survivor), "send", 1)
+        m.transaction_action(_Draw(survivor), "checkpoint", 1)
+        assert survivor.real.state == "checkpointed"
+        m.new_consumer("a", "c1", "oldest", False)
+        m.consume(_Draw(m.consumers[0], 1), False)
+        assert m.consumers[0].position[1] == survivor.id
+    finally:
+        m.teardown()
