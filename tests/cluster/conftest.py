@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +95,19 @@ def cluster(zk: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(zk, tmp_path).start()
     yield c
     c.stop()
+
+
+@pytest.fixture
+def connect(cluster: Cluster) -> Iterator[Callable[..., Any]]:
+    """``cluster.connect`` whose engines are closed at teardown, even after a failure (an
+    open cluster client's ZooKeeper thread would keep the test process alive)."""
+    opened: list[Any] = []
+
+    def make(**options: Any) -> Any:
+        engine = cluster.connect(**options)
+        opened.append(engine)
+        return engine
+
+    yield make
+    for engine in opened:
+        engine.close()

@@ -5,7 +5,7 @@ in its log), shows committed writes eventually, and never serves writes."""
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +19,6 @@ from tstreams_embedded.testing import ZooKeeperServer, eventually
 from .conftest import Cluster, ClusterNode
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def connect(cluster: Cluster) -> Iterator[Callable[..., Any]]:
-    """``cluster.connect`` whose engines are closed at teardown, even after a failure (an
-    open cluster client's ZooKeeper thread would keep the test process alive)."""
-    opened: list[Any] = []
-
-    def make(**options: Any) -> Any:
-        engine = cluster.connect(**options)
-        opened.append(engine)
-        return engine
-
-    yield make
-    for engine in opened:
-        engine.close()
 
 
 def items_read(engine: Any, stream: str = "s") -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,22 +19,6 @@ from .conftest import SESSION, Cluster, ClusterNode
 pytestmark = pytest.mark.timeout(180)
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-@pytest.fixture
-def connect(cluster: Cluster) -> Iterator[Callable[..., Any]]:
-    """``cluster.connect`` whose engines are closed at teardown, even after a failure (an
-    open cluster client's ZooKeeper thread would keep the test process alive)."""
-    opened: list[Any] = []
-
-    def make(**options: Any) -> Any:
-        engine = cluster.connect(**options)
-        opened.append(engine)
-        return engine
-
-    yield make
-    for engine in opened:
-        engine.close()
 
 
 def scrape(node: ClusterNode) -> Samples:

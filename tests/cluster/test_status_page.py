@@ -27,22 +27,6 @@ SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "cluster-status.png"
 
 
 @pytest.fixture
-def connect(cluster: Cluster) -> Iterator[Callable[..., Any]]:
-    """``cluster.connect`` whose engines are closed at teardown, even after a failure (an
-    open cluster client's ZooKeeper thread would keep the test process alive)."""
-    opened: list[Any] = []
-
-    def make(**options: Any) -> Any:
-        engine = cluster.connect(**options)
-        opened.append(engine)
-        return engine
-
-    yield make
-    for engine in opened:
-        engine.close()
-
-
-@pytest.fixture
 def browser() -> Iterator[Any]:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
