@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from tstreams_embedded.tools import clidocs
+from tstreams_embedded import clidocs
 
 
 def test_cli_reference_is_in_step_with_the_commands() -> None:
     assert clidocs.DOC.read_text(encoding="utf-8") == clidocs.render(), (
-        "docs/CLI.md is out of step with the click commands: run python -m tstreams_embedded.tools.clidocs")
+        "docs/CLI.md is out of step with the click commands: run python -m tstreams_embedded.clidocs")
 
 
 def test_the_reference_covers_every_operator_command() -> None:

@@ -1,6 +1,6 @@
 """``docs/CLI.md``: the help of every ``tstreams`` command, generated from click.
 
-``python -m tstreams_embedded.tools.clidocs`` rewrites ``docs/CLI.md`` (``--check`` only
+``python -m tstreams_embedded.clidocs`` rewrites ``docs/CLI.md`` (``--check`` only
 compares, exit status 1 when it is out of step); ``tests/cli/test_docs.py`` fails when the
 file differs from :func:`render`.
 """
@@ -13,12 +13,12 @@ from pathlib import Path
 import click
 
 WIDTH = 100
-DOC = Path(__file__).resolve().parents[2] / "docs" / "CLI.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "CLI.md"
 HEADER = """\
 # Command line reference
 
 Every `tstreams` command with its `--help`. This file is generated from the click commands by
-`python -m tstreams_embedded.tools.clidocs` (`tests/cli/test_docs.py` fails when it is out of
+`python -m tstreams_embedded.clidocs` (`tests/cli/test_docs.py` fails when it is out of
 step). How to operate a deployment with them: README, "Operating it".
 """
 
@@ -26,7 +26,7 @@ step). How to operate a deployment with them: README, "Operating it".
 def render(root: click.Command | None = None) -> str:
     """The Markdown reference of ``root`` (``tstreams`` by default) and all its subcommands."""
     if root is None:
-        from ..cli import main
+        from .cli import main
 
         root = main
     parts = [HEADER]
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render()
     if "--check" in args:
         if DOC.read_text(encoding="utf-8") != text:
-            print(f"{DOC} is out of step with the commands: run python -m tstreams_embedded.tools.clidocs",
+            print(f"{DOC} is out of step with the commands: run python -m tstreams_embedded.clidocs",
                   file=sys.stderr)
             return 1
         return 0
