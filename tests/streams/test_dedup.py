@@ -137,14 +137,19 @@ def test_dedup_survives_sigkills_exactly(tmp_path: Path) -> None:
     with ts.open(data, compaction_interval=None) as engine:
         engine.create_stream("orders", partitions=PARTITIONS)
         engine.create_stream("customers", partitions=PARTITIONS)
-        engine.backend.submit(customer_rows)  # committed before any order: older transactions, read first
+        engine.backend.submit(customer_rows)
+        # The app reads its two sources independently, so a table row is only guaranteed to be
+        # joined with orders processed after it: load the table once before any order exists.
+        env = child_environment()
+        r = subprocess.run([sys.executable, str(WORKER), data, "finish"], capture_output=True, text=True,
+                           timeout=120, env=env)
+        assert r.returncode == 0, r.stderr
 
         def processed() -> int:
             offsets = engine.backend.get_offsets("orders", "dedup-kill")
             return sum(len(engine.backend.scan_index("orders", p, 0, upto, max_txns=1 << 20).entries)
                        for p, upto in offsets.items())
 
-        env = child_environment()
         progress = []
         for kill in range(KILLS):
             engine.backend.submit(chunks[kill])
