@@ -49,7 +49,7 @@ class FollowerReads:
         self.node = node
         self.max_contact_age = (min(2.0, node.session_timeout / 2) if max_contact_age is None
                                 else float(max_contact_age))
-        self.reader = StateTimeReader(node.core, lambda: node.applied_now_ms)
+        self.reader = StateTimeReader(node.core, node.clock)
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
 
     def opt_in(self, session: Session) -> dict[str, Any]:

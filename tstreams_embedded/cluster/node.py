@@ -160,7 +160,6 @@ class Node:
         self.commits = 0
         self.counters = NodeCounters()  # histograms for /metrics
         self.last_contact = 0.0  # follower: monotonic time of the leader's last fetch answer (follower reads)
-        self.applied_now_ms = self._entry_now(self.applied)  # now_ms of the last applied entry (follower reads)
         # replication channel
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -777,7 +776,6 @@ class Node:
                         break
                     self.clock.advance(e.now_ms)
                     with self._cv:
-                        self.applied_now_ms = e.now_ms
                         self.applied = e.index
                         if e.index in self._waiting:
                             self._waiting[e.index] = outcomes
