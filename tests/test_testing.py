@@ -209,3 +209,30 @@ def test_copy_is_exactly_once(tstreams_make_engine, tstreams_clock, batches, cra
     while (t := out.get_transaction(0)) is not None:
         got.extend(t.items)
     assert got == [item for items in batches for item in items]
+
+
+def test_serve_process_whose_picked_port_was_taken_starts_on_another(tmp_path: Path) -> None:
+    """``free_port`` races with other processes: a first start whose port was taken in the
+    meantime retries on a new free port (the server reported ``BindFailed``)."""
+    import socket
+
+    server = ServeProcess(tmp_path / "data", tmp_path)
+    with socket.socket() as thief:
+        thief.bind(("127.0.0.1", server.port))
+        thief.listen()
+        taken = server.port
+        with server:
+            assert server.port != taken
+            assert "BindFailed" in server.log()
+            e = server.connect(timeout=30)
+            try:
+                e.create_stream("s", 1)
+                assert [s.name for s in e.list_streams()] == ["s"]
+            finally:
+                e.close()
+    explicit = ServeProcess(tmp_path / "data2", tmp_path / "w2", port=taken)
+    with socket.socket() as thief:
+        thief.bind(("127.0.0.1", taken))
+        thief.listen()
+        with pytest.raises(RuntimeError, match="BindFailed"):  # a port the caller chose is never changed
+            explicit.start(timeout=60)

@@ -120,6 +120,12 @@ class EngineBusy(TStreamsError):
     """The data directory is already open in a way that forbids this operation."""
 
 
+class BindFailed(TStreamsError, OSError):
+    """A server could not listen on an address it was given (``--bind``, ``--http``,
+    ``--repl``): the port is taken, the host is not local, or it is not permitted. The
+    server did not start; nothing was served."""
+
+
 class RemoteError(TStreamsError, ConnectionError):
     """The server could not be reached or answered with an unknown error."""
 

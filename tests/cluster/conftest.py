@@ -38,8 +38,13 @@ class Cluster:
                       for i in range(1, n + 1)]
 
     def start(self) -> Cluster:
-        for node in self.nodes:
-            node.start()
+        """Start every node; if one fails to start, stop those started and re-raise."""
+        try:
+            for node in self.nodes:
+                node.start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def leader(self, timeout: float = 15.0) -> ClusterNode:

@@ -184,3 +184,34 @@ def test_curve_authorized_client_is_served_unknown_client_is_not(make_server: An
         plain.close()
     assert srv.alive()
     assert srv.terminate() == 0
+
+
+@pytest.mark.parametrize("taken", ["bind", "http", "cluster-bind", "cluster-http", "cluster-repl"])
+def test_a_taken_port_stops_the_server_at_once_with_bind_failed(tmp_path: Path, taken: str) -> None:
+    """A server whose port is taken exits with status 1 and a one-line ``BindFailed``.
+
+    (Regression: with the ``--http`` port taken, ``tstreams serve --cluster`` logged "serving
+    on …" and then hung for ever in ``zmq.Context.term`` with its client socket still open,
+    so a test waited 60 s for a node that never became ready.) No ZooKeeper is needed: the
+    ports are bound before the node contacts it."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        args = ["--bind", f"tcp://127.0.0.1:{port}" if taken.endswith("bind") else "tcp://127.0.0.1:*"]
+        if taken.startswith("cluster"):
+            args += ["--cluster", "zk://127.0.0.1:1/nowhere", "--node-id", "n1"]
+        if taken.endswith("http"):
+            args += ["--http", f"127.0.0.1:{port}"]
+        if taken.endswith("repl"):
+            args += ["--repl", f"tcp://127.0.0.1:{port}"]
+        result = subprocess.run([sys.executable, "-m", "tstreams_embedded.cli", "serve", "--data",
+                                 str(tmp_path / "data"), *args], capture_output=True, text=True,
+                                timeout=120, env=child_environment())
+    assert result.returncode == 1, result.stdout + result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: BindFailed: cannot listen"), result.stderr
+    assert str(port) in last and "Address already in use" in last and "Traceback" not in result.stderr

@@ -25,7 +25,7 @@ if __name__ == "__main__":
     df = (spark.readStream.format("tstreams").option(kind, where).option("stream", src)
           .option("maxRowsPerTrigger", max_rows).load())
     q = (df.select("partition", "value").writeStream.format("tstreams").option(kind, where)
-         .option("stream", dst).option("checkpointLocation", checkpoint).option("stagingTtl", "5")
+         .option("stream", dst).option("checkpointLocation", checkpoint).option("stagingTtl", "15")
          .trigger(processingTime="100 milliseconds").start())
     print("started", flush=True)
     q.awaitTermination()

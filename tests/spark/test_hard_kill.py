@@ -30,6 +30,17 @@ def _wait_for(cond, timeout: float, what: str, proc=None, log: Path | None = Non
         time.sleep(0.1)
 
 
+def _latest_batch(directory: Path) -> int:
+    return max((int(p.name) for p in directory.iterdir() if p.name.isdigit()), default=-1)
+
+
+def _idle(ck: Path, marker: int | None) -> bool:
+    """Whether the streaming job committed every micro-batch it planned: its checkpoint's
+    last planned batch (``offsets/N``) is committed in Spark's log and in the sink's marker."""
+    planned = _latest_batch(ck / "offsets")
+    return planned == _latest_batch(ck / "commits") == (marker if marker is not None else -1)
+
+
 def test_sigkill_whole_job_and_restart_from_checkpoint(engine, data_dir, tmp_path):
     txns = fill(engine, "in", txns=80, items=20, partitions=2)  # 1600 items
     engine.create_stream("out", partitions=2)
@@ -59,7 +70,9 @@ def test_sigkill_whole_job_and_restart_from_checkpoint(engine, data_dir, tmp_pat
     try:
         want = sorted((p, v) for p, _, vs in txns for v in vs)
         _wait_for(lambda: len(read_direct(engine, "out")) >= len(want), 300, "all items in the output", proc, log)
-        time.sleep(1.0)  # any duplicate would have arrived with the batch that completed it
+        # every batch Spark planned has committed (a duplicate would come with one of them)
+        _wait_for(lambda: _idle(ck, backend.get_marker(marker)), 120, "the job to commit every planned batch",
+                  proc, log)
     finally:
         kill_tree(proc)
     got = sorted((p, v) for p, _, _, v in read_direct(engine, "out", wait_unblocked=30))

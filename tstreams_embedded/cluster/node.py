@@ -154,6 +154,7 @@ class Node:
         self._waiting: dict[int, list[tuple[bool, Any]] | None] = {}
         self._inflight: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
+        self._closed = False
         self._stepdown = threading.Event()
         self._zk_ok = False
         self.elections = 0
@@ -166,7 +167,13 @@ class Node:
         os.set_blocking(self._wake_w, False)
         self._router = self.ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
-        self._router.bind(repl_bind)
+        try:
+            self._router.bind(repl_bind)
+        except zmq.ZMQError as exc:
+            self._router.close(0)
+            self.log.close()
+            reason = zmq.strerror(exc.errno or 0)
+            raise errors.BindFailed(f"cannot listen for replication on {repl_bind}: {reason}") from None
         self.repl_endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         self._parked: list[tuple[bytes, dict[str, Any], float]] = []
         self.snapshot_server = snap.SnapshotServer(self._send)  # leader: snapshots being sent
@@ -203,7 +210,11 @@ class Node:
             self._threads.append(t)
 
     def stop(self) -> None:
-        """Step down, leave ZooKeeper (closing the session at once), stop the threads."""
+        """Step down, leave ZooKeeper (closing the session at once), stop the threads and
+        close the node's sockets and log. Safe to call again, and before :meth:`start`."""
+        if self._closed:
+            return
+        self._closed = True
         self._stop.set()
         self._step_down("stopping")
         if self._lock_recipe is not None:

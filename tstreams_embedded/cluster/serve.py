@@ -26,7 +26,7 @@ from ..engine.core import Core
 from ..net.handlers import backend_registry
 from ..net.metrics import metrics_route
 from ..net.registry import STREAM, Handler, Registry
-from ..net.serve import parse_http, run_until_signal
+from ..net.serve import listen_http, parse_http, run_until_signal
 from ..net.server import Server, ServerOptions
 from ..net.session import Session
 from ..net.stats import ServerStats
@@ -215,12 +215,13 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
 
     def on_start() -> None:
         if http_host is not None:
-            http_app(node, server.stats).listen(http_port, http_host)
+            listen_http(http_app(node, server.stats), http_host, http_port)
         node.start()
 
     try:
         run_until_signal(server, stop_timeout, ready_file, on_start=on_start, on_stop=node.stop)
     finally:
+        node.stop()  # (already stopped after a signal; not yet after a failed start)
         core.close()
         ctx.term()
     return 0

@@ -18,7 +18,7 @@ from typing import Any
 import zmq
 from tornado.ioloop import IOLoop
 
-from ..errors import InvalidArgument
+from ..errors import BindFailed, InvalidArgument
 from .handlers import DEFAULT_PAGE_BYTES, backend_registry
 from .server import Server, ServerOptions
 
@@ -65,6 +65,14 @@ def parse_http(http: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def listen_http(app: Any, host: str, port: int) -> None:
+    """``app.listen(port, host)`` (a Tornado application), or :class:`BindFailed`."""
+    try:
+        app.listen(port, host)
+    except OSError as exc:
+        raise BindFailed(f"cannot listen for HTTP on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def metrics_app(core: Any, server: Server) -> Any:
     """The single-node ``--http`` application: ``/metrics`` (:mod:`.metrics`)."""
     try:
@@ -90,7 +98,11 @@ def run_until_signal(server: Server, stop_timeout: float, ready_file: str | None
         done = asyncio.Event()
         server.start(IOLoop.current())
         if on_start is not None:
-            on_start()
+            try:
+                on_start()
+            except BaseException:
+                server.stop(0)  # nothing in flight yet: closes the socket at once (no hang at exit)
+                raise
 
         def on_signal() -> None:
             log.info("signal received: stopping")
@@ -167,7 +179,7 @@ def serve(
 
     def on_start() -> None:
         if http_addr is not None:
-            metrics_app(core, server).listen(http_addr[1], http_addr[0])
+            listen_http(metrics_app(core, server), http_addr[0], http_addr[1])
 
     try:
         run_until_signal(server, stop_timeout, ready_file, on_start=on_start)

@@ -71,7 +71,7 @@ from typing import Any
 import zmq
 from tornado.ioloop import IOLoop, PeriodicCallback
 
-from ..errors import InvalidArgument, ProtocolError, RemoteError, RequestTooLarge, ServerBusy
+from ..errors import BindFailed, InvalidArgument, ProtocolError, RemoteError, RequestTooLarge, ServerBusy
 from . import framing, zmqfast
 from .commits import CommitWatch
 from .executors import Call, Done, Executors
@@ -212,7 +212,11 @@ class Server:
             s.curve_secretkey = self.opts.curve_secret_key
             s.curve_publickey = self.opts.curve_public_key
         for b in self.binds:
-            s.bind(b)
+            try:
+                s.bind(b)
+            except zmq.ZMQError as exc:
+                s.close(0)
+                raise BindFailed(f"cannot listen on {b}: {zmq.strerror(exc.errno or 0)}") from None
             self.endpoints.append(s.getsockopt_string(zmq.LAST_ENDPOINT))
         self._sock = self._outbox.sock = s
         self._executors = Executors(self._loop, self._on_done, self.opts.pool_threads,

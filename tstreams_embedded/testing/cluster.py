@@ -24,12 +24,22 @@ class ClusterNodeProcess(ServeProcess):
                  session_timeout: float = 4.0, acks: str | None = None, log_level: str = "INFO",
                  durability: str = "sync") -> None:
         self.node_id = node_id
+        self.url = url
         self.http_port = free_port()
-        args = ["--cluster", url, "--node-id", node_id, "--http", f"127.0.0.1:{self.http_port}",
-                "--session-timeout", str(session_timeout)]
-        if acks:
-            args += ["--acks", acks]
-        super().__init__(data, workdir, extra_args=args, name=node_id, log_level=log_level, durability=durability)
+        self.session_timeout = session_timeout
+        self.acks = acks
+        super().__init__(data, workdir, name=node_id, log_level=log_level, durability=durability)
+
+    def command(self) -> list[str]:
+        args = ["--cluster", self.url, "--node-id", self.node_id, "--http", f"127.0.0.1:{self.http_port}",
+                "--session-timeout", str(self.session_timeout)]
+        if self.acks:
+            args += ["--acks", self.acks]
+        return [*super().command(), *args]
+
+    def choose_new_ports(self) -> bool:
+        self.http_port = free_port()
+        return super().choose_new_ports()
 
     def http_get(self, path: str, timeout: float = 2.0) -> tuple[int, dict[str, Any]]:
         """``(HTTP status, JSON body)`` of ``GET path`` on the node's ``--http`` port."""
@@ -65,8 +75,13 @@ class LocalCluster:
                                          acks=acks, log_level=log_level) for i in range(1, n + 1)]
 
     def start(self) -> LocalCluster:
-        for node in self.nodes:
-            node.start()
+        """Start every node; if one fails to start, stop those started and re-raise."""
+        try:
+            for node in self.nodes:
+                node.start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def leader(self, timeout: float = 30.0) -> ClusterNodeProcess:

@@ -97,6 +97,13 @@ class ManagedProcess:
         self.log_path = Path(log_path)
         self.cwd = None if cwd is None else str(cwd)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.was_ready = False  # started successfully once (its ports are then kept)
+
+    def _spawn(self) -> None:
+        self.before_start()
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(list(self.command()), stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, cwd=self.cwd, env=self.environment())
 
     # -- for subclasses ------------------------------------------------------------------
     def command(self) -> Sequence[str]:
@@ -114,6 +121,17 @@ class ManagedProcess:
         """Whether the started process serves requests."""
         raise NotImplementedError
 
+    def choose_new_ports(self) -> bool:
+        """Pick new free ports for a first start whose ports were taken by another process
+        after they were picked (:func:`~tstreams_embedded.testing.ports.free_port` races);
+        return whether it did. By default it cannot (``False``)."""
+        return False
+
+    def port_taken(self, log_tail: str) -> bool:
+        """Whether the process exited because one of its ports was taken (its log says
+        :class:`~tstreams_embedded.errors.BindFailed`)."""
+        return "BindFailed" in log_tail
+
     # -- lifecycle -----------------------------------------------------------------------
     def start(self: P, timeout: float | None = None) -> P:
         """Start the process and wait until :meth:`is_ready`.
@@ -124,18 +142,23 @@ class ManagedProcess:
         if self.alive():
             raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.before_start()
-        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(list(self.command()), stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, cwd=self.cwd, env=self.environment())
+        self._spawn()
         limit = self.start_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
+        retries = 3  # a first start whose picked ports were taken meanwhile: new ports
         while True:
+            assert self.proc is not None
             if self.proc.poll() is not None:
                 self.stop()
+                tail = self.log_tail()
+                if not self.was_ready and retries and self.port_taken(tail[-2000:]) and self.choose_new_ports():
+                    retries -= 1
+                    self._spawn()
+                    continue
                 raise RuntimeError(f"{self.name} exited with status {self.proc.returncode} before it was ready; "
-                                   f"log {self.log_path}:\n{self.log_tail()}")
+                                   f"log {self.log_path}:\n{tail}")
             if self.is_ready():
+                self.was_ready = True
                 return self
             if time.monotonic() > deadline:
                 self.stop()

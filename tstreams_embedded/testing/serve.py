@@ -56,6 +56,7 @@ class ServeProcess(ManagedProcess):
         self.data = Path(data)
         self.host = host
         self.port = port or free_port(host)
+        self.port_fixed = port is not None  # given by the caller: never changed
         self.durability = durability
         self.extra_args = list(extra_args)
         self.log_level = log_level
@@ -80,6 +81,12 @@ class ServeProcess(ManagedProcess):
 
     def is_ready(self) -> bool:
         return self.ready_file.exists()
+
+    def choose_new_ports(self) -> bool:
+        if self.port_fixed:
+            return False
+        self.port = free_port(self.host)
+        return True
 
     def connect(self, **options: Any) -> Engine:
         """``tstreams_embedded.connect(self.endpoint, **options)``."""
