@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import errors
 from . import nodes as N
 from .records import Record
 from .serdes import SerdeSpec
-
-if TYPE_CHECKING:
-    from .topology import KStream
+from .topology import TopologyGraph
 
 
 def _time_bytes(t: int) -> bytes:
@@ -89,20 +87,17 @@ class DedupNode(N.Node):
                 self.seen.put_raw(kb, None)
 
 
-def dedup(stream: KStream, key: Callable[[Any, Any], Any], ttl_ms: int, key_serde: SerdeSpec, store: str | None,
-          name: str | None) -> KStream:
-    from .topology import KStream
-
+def add_dedup(b: TopologyGraph, parent: str, key_changed: bool, key: Callable[[Any, Any], Any], ttl_ms: int,
+              key_serde: SerdeSpec, store: str | None, name: str | None) -> str:
+    """``stream.dedup`` of the stream from node ``parent``: its stores and node; the node's name."""
     if not callable(key):
         raise errors.InvalidArgument(f"key must be a function (key, value) -> dedup key, got {key!r:.60}")
     if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 1:
         raise errors.InvalidArgument(f"ttl_ms must be a positive integer, got {ttl_ms!r}")
-    if stream.key_changed:
+    if key_changed:
         raise errors.TopologyError(
-            f"dedup: an operation upstream of {stream.name!r} may have changed the keys, so records with the same "
+            f"dedup: an operation upstream of {parent!r} may have changed the keys, so records with the same "
             "dedup key may be on different tasks; call .repartition() before dedup")
-    b = stream.builder
     seen = b.add_store(store, key_serde, "msgpack", kind="dedup-store")
     index = b.add_store(seen + ".index", "bytes", "msgpack")
-    node = b.add_node("dedup", lambda n: DedupNode(n, key, ttl_ms, seen, index), [stream.name], name)
-    return KStream(b, node, key_changed=False)
+    return b.add_node("dedup", lambda n: DedupNode(n, key, ttl_ms, seen, index), [parent], name)
