@@ -24,15 +24,8 @@ from .. import errors
 from . import nodes as N
 from .records import Record
 from .serdes import SerdeSpec
+from .stores import time_key, time_of
 from .topology import TopologyGraph
-
-
-def _time_bytes(t: int) -> bytes:
-    return (t + (1 << 63)).to_bytes(8, "big")
-
-
-def _time_of(key: bytes) -> int:
-    return int.from_bytes(key[:8], "big") - (1 << 63)
 
 
 class DedupNode(N.Node):
@@ -50,7 +43,7 @@ class DedupNode(N.Node):
         self.meta_key = ("dedup-time/" + self.name).encode()
         self.time: int | None = ctx.meta().get_raw(self.meta_key)
         # remembered (t0, key) by time: one range read of the index at start, then in memory
-        self.pending: list[tuple[int, bytes]] = [(_time_of(ik), ik[8:]) for ik, _ in self.index.scan_raw(None, None)]
+        self.pending: list[tuple[int, bytes]] = [(time_of(ik), ik[8:]) for ik, _ in self.index.scan_raw(None, None)]
         heapq.heapify(self.pending)
 
     def flush(self) -> None:
@@ -68,11 +61,11 @@ class DedupNode(N.Node):
             self._expire(now)
             return
         if t0 is not None:
-            self.index.put_raw(_time_bytes(t0) + kb, None)
+            self.index.put_raw(time_key(t0) + kb, None)
             self.seen.put_raw(kb, None)
         if t + self.ttl > now:  # else it is forgotten at once: nothing to remember
             self.seen.put_raw(kb, t)
-            self.index.put_raw(_time_bytes(t) + kb, 1)
+            self.index.put_raw(time_key(t) + kb, 1)
             heapq.heappush(self.pending, (t, kb))
         self._expire(now)
         self.forward(rec)
@@ -82,7 +75,7 @@ class DedupNode(N.Node):
         pending = self.pending
         while pending and pending[0][0] <= bound:
             t0, kb = heapq.heappop(pending)
-            self.index.put_raw(_time_bytes(t0) + kb, None)
+            self.index.put_raw(time_key(t0) + kb, None)
             if self.seen.get_raw(kb) == t0:
                 self.seen.put_raw(kb, None)
 

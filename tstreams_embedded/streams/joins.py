@@ -34,6 +34,7 @@ from . import nodes as N
 from .global_table import GlobalTable
 from .records import Record
 from .serdes import Serde, SerdeSpec, serde
+from .stores import time_key, time_of
 from .topology import TopologyGraph
 
 KINDS = ("inner", "left", "outer")
@@ -161,14 +162,6 @@ class BufferSerde:
         return [[t, m, self.inner.deserialize(v)] for t, m, v in msgpack.unpackb(data, raw=False)]
 
 
-def _time_bytes(t: int) -> bytes:
-    return (t + (1 << 63)).to_bytes(8, "big")
-
-
-def _time_of(key: bytes) -> int:
-    return int.from_bytes(key[:8], "big") - (1 << 63)
-
-
 class StreamJoinNode(N.Node):
     """The windowed stream–stream join (see the module docstring). Records of each side are
     buffered per key in a store (``[timestamp, matched, value]`` in arrival order by
@@ -194,7 +187,7 @@ class StreamJoinNode(N.Node):
         self.time: int | None = ctx.meta().get_raw(self.meta_key)
         # the buffered records by time (one range read of the index at start, then in memory)
         self.pending: list[tuple[int, int, bytes]] = [
-            (_time_of(ik), ik[8], ik[9:]) for ik, _ in self.index.scan_raw(None, None)]
+            (time_of(ik), ik[8], ik[9:]) for ik, _ in self.index.scan_raw(None, None)]
         heapq.heapify(self.pending)
         self.emit_unmatched = (self.kind in ("left", "outer"), self.kind == "outer")
 
@@ -235,7 +228,7 @@ class StreamJoinNode(N.Node):
         pos = bisect.bisect_right([e[0] for e in own], t)
         own.insert(pos, [t, matched, value])
         own_store.put_raw(kb, own)
-        ik = _time_bytes(t) + bytes([side]) + kb
+        ik = time_key(t) + bytes([side]) + kb
         if self.index.get_raw(ik) is None:
             self.index.put_raw(ik, 1)
             heapq.heappush(self.pending, (t, side, kb))
@@ -246,7 +239,7 @@ class StreamJoinNode(N.Node):
         pending = self.pending
         while pending and pending[0][0] < bound:
             t, side, kb = heapq.heappop(pending)
-            self.index.put_raw(_time_bytes(t) + bytes([side]) + kb, None)
+            self.index.put_raw(time_key(t) + bytes([side]) + kb, None)
             store = self.buffers[side]
             entries = store.get_raw(kb) or []
             keep = [e for e in entries if e[0] != t]

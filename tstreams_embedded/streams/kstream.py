@@ -17,7 +17,7 @@ from .dedup import add_dedup
 from .joins import join
 from .processor import ProcessorNode
 from .serdes import SerdeSpec, WindowedSerde, serde
-from .topology import TopologyGraph
+from .topology import TopologyGraph, check_callable
 from .windowed import WindowAggregateNode
 from .windows import SessionWindows, SlidingWindows, Windows
 
@@ -88,47 +88,47 @@ class KStream:
     # -- stateless ---------------------------------------------------------------------------
     def filter(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> KStream:
         """Records for which ``predicate(key, value)`` is true."""
-        _callable(predicate, "predicate")
+        check_callable(predicate, "predicate")
         return self._then("filter", lambda n: N.FilterNode(n, predicate, True), name)
 
     def filter_not(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> KStream:
         """Records for which ``predicate(key, value)`` is false."""
-        _callable(predicate, "predicate")
+        check_callable(predicate, "predicate")
         return self._then("filter", lambda n: N.FilterNode(n, predicate, False), name)
 
     def map(self, fn: Callable[[Any, Any], tuple[Any, Any]], *, name: str | None = None) -> KStream:
         """``fn(key, value) -> (new key, new value)``."""
-        _callable(fn, "fn")
+        check_callable(fn, "fn")
         return self._then("map", lambda n: N.MapNode(n, fn), name, key_changed=True)
 
     def map_values(self, fn: Callable[..., Any], *, with_key: bool = False, name: str | None = None) -> KStream:
         """``fn(value)`` (or ``fn(key, value)`` with ``with_key=True``) as the new value."""
-        _callable(fn, "fn")
+        check_callable(fn, "fn")
         return self._then("map-values", lambda n: N.MapValuesNode(n, fn, with_key), name)
 
     def flat_map(self, fn: Callable[[Any, Any], Iterable[tuple[Any, Any]]], *, name: str | None = None) -> KStream:
         """``fn(key, value) -> iterable of (key, value)``."""
-        _callable(fn, "fn")
+        check_callable(fn, "fn")
         return self._then("flat-map", lambda n: N.FlatMapNode(n, fn, False), name, key_changed=True)
 
     def flat_map_values(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> KStream:
         """``fn(value) -> iterable of values``, each with the record's key."""
-        _callable(fn, "fn")
+        check_callable(fn, "fn")
         return self._then("flat-map-values", lambda n: N.FlatMapNode(n, fn, True), name)
 
     def select_key(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> KStream:
         """``fn(key, value)`` as the new key."""
-        _callable(fn, "fn")
+        check_callable(fn, "fn")
         return self._then("select-key", lambda n: N.SelectKeyNode(n, fn), name, key_changed=True)
 
     def peek(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> KStream:
         """Call ``fn(key, value)`` and pass the record on unchanged."""
-        _callable(fn, "fn")
+        check_callable(fn, "fn")
         return self._then("peek", lambda n: N.PeekNode(n, fn), name)
 
     def foreach(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> None:
         """Call ``fn(key, value)`` for every record (terminal)."""
-        _callable(fn, "fn")
+        check_callable(fn, "fn")
         self._then("foreach", lambda n: N.PeekNode(n, fn), name)
 
     def split(self, *, prefix: str = "", name: str | None = None) -> BranchedKStream:
@@ -174,13 +174,13 @@ class KStream:
     def group_by(self, selector: Callable[[Any, Any], Any], *, key_serde: SerdeSpec = "msgpack",
                  value_serde: SerdeSpec = "msgpack") -> KGroupedStream:
         """Group by ``selector(key, value)`` (through a repartition stream)."""
-        _callable(selector, "selector")
+        check_callable(selector, "selector")
         return self.select_key(selector).group_by_key(key_serde=key_serde, value_serde=value_serde)
 
     def process(self, factory: Callable[[], Any], *, stores: Iterable[str] = (), name: str | None = None) -> KStream:
         """Run a user :class:`~.processor.Processor` (``factory()`` makes one per task); the
         records it forwards form the returned stream."""
-        _callable(factory, "factory")
+        check_callable(factory, "factory")
         names = tuple(stores)
         for s in names:
             if not self._b.has_store(s):
@@ -201,7 +201,7 @@ class BranchedKStream:
         self._node = stream.builder.add_node("split", lambda n: _branch_node(n, preds), [stream.name], name)
 
     def branch(self, predicate: Callable[[Any, Any], Any], *, name: str | None = None) -> BranchedKStream:
-        _callable(predicate, "predicate")
+        check_callable(predicate, "predicate")
         self._add(predicate, name)
         return self
 
@@ -239,17 +239,17 @@ def _count_agg() -> N.Aggregation:
 
 
 def _reduce_agg(reducer: Callable[[Any, Any], Any]) -> N.Aggregation:
-    _callable(reducer, "reducer")
+    check_callable(reducer, "reducer")
     return N.Aggregation(lambda: None, lambda k, v, agg: v if agg is None else reducer(agg, v),
                          lambda k, a, b: b if a is None else a if b is None else reducer(a, b))
 
 
 def _aggregate_agg(initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
                    merger: Callable[[Any, Any, Any], Any] | None) -> N.Aggregation:
-    _callable(initializer, "initializer")
-    _callable(aggregator, "aggregator")
+    check_callable(initializer, "initializer")
+    check_callable(aggregator, "aggregator")
     if merger is not None:
-        _callable(merger, "merger")
+        check_callable(merger, "merger")
     return N.Aggregation(initializer, aggregator, merger)
 
 
@@ -376,11 +376,6 @@ class KTable:
         """The table's updates as a stream; windowed keys are :class:`~.windows.Windowed`."""
         windowed = self._windows is not None
         return KStream(self._b, self._node, key_changed=windowed, windowed=windowed)
-
-
-def _callable(fn: Any, what: str) -> None:
-    if not callable(fn):
-        raise errors.InvalidArgument(f"{what} must be callable, got {fn!r:.60}")
 
 
 __all__ = ["BranchedKStream", "KGroupedStream", "KStream", "KTable", "WindowedKStream"]

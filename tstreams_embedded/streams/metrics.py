@@ -37,10 +37,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..engine.engine import Engine
 from ..ids import ID_MULTIPLIER
+from .appview import AppView
 from .stores import namespace, pages
-from .topology import Topology
 
 PREFIX = "tstreams_streams"
 #: counters that :meth:`App.count` names, and the metric each one increments
@@ -75,17 +74,8 @@ class ObservedTask(Protocol):
     def stream_time(self) -> int | None: ...
 
 
-class ObservedApp(Protocol):
+class ObservedApp(AppView, Protocol):
     """An app instance, as the gauges read it (:class:`~.app.App` is one)."""
-
-    @property
-    def engine(self) -> Engine: ...
-
-    @property
-    def application_id(self) -> str: ...
-
-    @property
-    def topology(self) -> Topology: ...
 
     def running_tasks(self) -> Sequence[ObservedTask]: ...
 

@@ -53,7 +53,7 @@ import tornado.web
 
 from .. import errors
 from ..engine import state
-from ..engine.engine import Engine
+from .appview import AppView
 from .membership import read_group
 from .metrics import AppMetrics
 from .records import partition_of
@@ -71,14 +71,8 @@ class RunningTask(Protocol):
     def partition(self) -> int: ...
 
 
-class QueriedApp(Protocol):
+class QueriedApp(AppView, Protocol):
     """What queries use of an app instance (:class:`~.app.App` is one)."""
-
-    @property
-    def engine(self) -> Engine: ...
-
-    @property
-    def application_id(self) -> str: ...
 
     @property
     def lease_ms(self) -> int: ...

@@ -24,7 +24,7 @@ from .kstream import KStream
 from .nodes import Getter
 from .records import Record
 from .serdes import SerdeSpec, serde
-from .topology import TopologyGraph
+from .topology import TopologyGraph, check_callable
 
 
 @dataclass(slots=True, frozen=True)
@@ -244,7 +244,7 @@ class Table:
         return self._filter(predicate, False, name)
 
     def _filter(self, predicate: Callable[[Any, Any], Any], keep: bool, name: str | None) -> Table:
-        _callable(predicate, "predicate")
+        check_callable(predicate, "predicate")
         parent = self._getter
 
         def getter(ctx: N.TaskContext) -> Callable[[Any], Any]:
@@ -258,7 +258,7 @@ class Table:
 
     def map_values(self, fn: Callable[..., Any], *, with_key: bool = False, name: str | None = None) -> Table:
         """``fn(value)`` (or ``fn(key, value)``) as each row's value."""
-        _callable(fn, "fn")
+        check_callable(fn, "fn")
         f: Callable[[Any, Any], Any] = fn if with_key else (lambda k, v: fn(v))
         parent = self._getter
 
@@ -290,7 +290,7 @@ class Table:
     def _join(self, other: Table, joiner: Callable[[Any, Any], Any], kind: str, name: str | None) -> Table:
         if not isinstance(other, Table) or other.builder is not self._b:
             raise errors.TopologyError("a table joins a table of the same builder (b.table(...) or derived)")
-        _callable(joiner, "joiner")
+        check_callable(joiner, "joiner")
         check_copartitioned(self._b, self.sources(), other.sources(), "table–table join")
         b = self._b
         left = b.add_node("join-this", lambda n: TagNode(n, 0), [self._node])
@@ -307,7 +307,7 @@ class Table:
                  value_serde: SerdeSpec = "msgpack") -> GroupedTable:
         """Regroup rows by ``selector(key, value) -> (new key, new value)`` (through a
         repartition stream); aggregate with an adder and a subtractor."""
-        _callable(selector, "selector")
+        check_callable(selector, "selector")
         node = self._b.add_node("table-group-by", lambda n: GroupMapNode(n, selector), [self._node])
         stream = KStream(self._b, node, key_changed=True).repartition(key_serde=key_serde,
                                                                       value_serde=FlaggedSerde(value_serde))
@@ -328,7 +328,7 @@ class GroupedTable:
         """Per new key: ``adder(key, value, agg)`` when a row joins the group,
         ``subtractor(key, value, agg)`` when it leaves it (an update does both)."""
         for fn, what in ((initializer, "initializer"), (adder, "adder"), (subtractor, "subtractor")):
-            _callable(fn, what)
+            check_callable(fn, what)
         b = self._stream.builder
         store_name = b.add_store(store, self._key_serde, value_serde, kind="table-aggregate-store")
         node = b.add_node("table-aggregate",
@@ -343,8 +343,8 @@ class GroupedTable:
     def reduce(self, adder: Callable[[Any, Any], Any], subtractor: Callable[[Any, Any], Any], *,
                store: str | None = None, value_serde: SerdeSpec = "msgpack", name: str | None = None) -> Table:
         """``adder(agg, value)`` / ``subtractor(agg, value)``; the first value starts the aggregate."""
-        _callable(adder, "adder")
-        _callable(subtractor, "subtractor")
+        check_callable(adder, "adder")
+        check_callable(subtractor, "subtractor")
         return self.aggregate(lambda: None, lambda k, v, agg: v if agg is None else adder(agg, v),
                               lambda k, v, agg: subtractor(agg, v), store=store, value_serde=value_serde, name=name)
 
@@ -357,11 +357,6 @@ def source_table(b: TopologyGraph, stream: str, key_serde: SerdeSpec, value_serd
     store_name = b.add_store(store if store is not None else f"{stream}-table", key_serde, value_serde)
     node = b.add_node("table-source", lambda n: TableSourceNode(n, store_name), [source])
     return Table(b, node, store_getter(store_name), store_name)
-
-
-def _callable(fn: Any, what: str) -> None:
-    if not callable(fn):
-        raise errors.InvalidArgument(f"{what} must be callable, got {fn!r:.60}")
 
 
 __all__ = ["Change", "GroupedTable", "Table"]

@@ -29,31 +29,21 @@ from typing import Any, Protocol
 from .. import errors
 from ..engine import ops as O
 from ..engine.backend import Backend, StreamInfo, TxnData
-from ..engine.engine import Engine
 from ..ids import ID_MULTIPLIER
 from . import nodes as N
+from .appview import AppView
 from .metrics import AppMetrics, TaskMetrics
 from .processor import STREAM_TIME, WALL_CLOCK
 from .records import ENVELOPE_MARK, Record, pack_envelope, partition_of, unpack_envelope
 from .serdes import BytesSerde, MsgpackSerde
 from .stores import KeyValueStore, namespace
-from .topology import Topology
 
 META_STORE = "__meta"
 FETCH_TXNS = 64
 
 
-class TaskHost(Protocol):
+class TaskHost(AppView, Protocol):
     """What a task uses of the app that runs it (:class:`~.app.App` is one)."""
-
-    @property
-    def engine(self) -> Engine: ...
-
-    @property
-    def application_id(self) -> str: ...
-
-    @property
-    def topology(self) -> Topology: ...
 
     @property
     def stream_info(self) -> Mapping[str, StreamInfo]:

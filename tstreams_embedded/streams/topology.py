@@ -89,6 +89,12 @@ class Topology:
                 [internal_name(application_id, s) for s in self.sinks])
 
 
+def check_callable(fn: Any, what: str) -> None:
+    """A function argument of the DSL must be callable (checked when the topology is built)."""
+    if not callable(fn):
+        raise errors.InvalidArgument(f"{what} must be callable, got {fn!r:.60}")
+
+
 class TopologyGraph:
     """The specifications of a topology being built: nodes (by name, with their parents),
     stores, source and sink streams, internal streams, co-partitioned groups, global tables."""
