@@ -11,9 +11,10 @@ import pytest
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.streams import App, StreamsBuilder, TimeWindows, Windowed
-from tstreams_embedded.streams.records import unpack_envelope
 from tstreams_embedded.streams.serdes import JsonSerde, StrSerde, WindowedSerde
 from tstreams_embedded.testing import eventually
+
+from .harness import read_envelopes
 
 
 def page_counts() -> Any:
@@ -34,15 +35,7 @@ def write_views(engine: ts.Engine, views: list[tuple[str, int]], partition: int 
 
 def read_out(engine: ts.Engine) -> list[tuple[Any, Any]]:
     ks = WindowedSerde(StrSerde())
-    out = []
-    if not engine.has_stream("page-counts"):
-        return out
-    for p in range(engine.get_stream("page-counts").partitions):
-        for txn in engine.backend.transactions_range("page-counts", p, 0, 2**63 - 1):
-            for item in txn.items:
-                env = unpack_envelope(item)
-                assert env is not None
-                out.append((ks.deserialize(env[0]), JsonSerde().deserialize(env[1])))
+    out = [(ks.deserialize(kb), JsonSerde().deserialize(vb)) for kb, vb, _, _ in read_envelopes(engine, "page-counts")]
     return sorted(out, key=repr)
 
 

@@ -3,10 +3,7 @@ proves the output exact across crashes."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -20,11 +17,19 @@ import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.streams import StreamsBuilder, TestDriver
-from tstreams_embedded.streams.records import pack_envelope, partition_of, unpack_envelope
+from tstreams_embedded.streams.records import pack_envelope, partition_of
 from tstreams_embedded.streams.serdes import MsgpackSerde, serde
 from tstreams_embedded.streams.stores import ReadOnlyKeyValueStore, namespace, pages
-from tstreams_embedded.testing import eventually
-from tstreams_embedded.testing.serve import child_environment
+
+from .harness import (
+    chunks,
+    committed_transactions,
+    envelope_transactions,
+    kill_at_random_points,
+    read_envelopes,
+    run_to_completion,
+    worker_command,
+)
 
 WORKER = Path(__file__).resolve().parent / "dedup_kill_worker.py"
 
@@ -119,17 +124,12 @@ def test_dedup_survives_sigkills_exactly(tmp_path: Path) -> None:
         O.Instant("customers", partition_of(key_serde.serialize(c), PARTITIONS),
                   O.pack_items([pack_envelope(key_serde.serialize(c), value_serde.serialize({"tier": tier}), 0, None)]))
         for c, tier in tiers.items()]
-    ops: list[O.Operation] = []
-    batches: dict[int, list[bytes]] = defaultdict(list)
     for customer, order, t in events:
-        kb = key_serde.serialize(customer)
-        p = partition_of(kb, PARTITIONS)
-        by_partition[p].append((order["id"], t, (customer, order["id"], t)))
-        batches[p].append(pack_envelope(kb, value_serde.serialize(order), t, None))
-        if len(batches[p]) == 4:
-            ops.append(O.Instant("orders", p, O.pack_items(batches.pop(p))))
-    ops.extend(O.Instant("orders", p, O.pack_items(items)) for p, items in batches.items())
-    chunks = [ops[i * len(ops) // (KILLS + 1):(i + 1) * len(ops) // (KILLS + 1)] for i in range(KILLS + 1)]
+        by_partition[partition_of(key_serde.serialize(customer), PARTITIONS)].append(
+            (order["id"], t, (customer, order["id"], t)))
+    ops = envelope_transactions("orders", ((key_serde.serialize(customer), value_serde.serialize(order), t)
+                                           for customer, order, t in events), PARTITIONS, 4)
+    parts = chunks(ops, KILLS + 1)
     expected = sorted((customer, ident, t, tiers[customer]) for evs in by_partition.values()
                       for customer, ident, t in model_dedup(evs, TTL_MS) if customer in tiers)
     assert len(expected) < len(events)  # the input holds duplicates that must go
@@ -140,54 +140,23 @@ def test_dedup_survives_sigkills_exactly(tmp_path: Path) -> None:
         engine.backend.submit(customer_rows)
         # The app reads its two sources independently, so a table row is only guaranteed to be
         # joined with orders processed after it: load the table once before any order exists.
-        env = child_environment()
-        r = subprocess.run([sys.executable, str(WORKER), data, "finish"], capture_output=True, text=True,
-                           timeout=120, env=env)
-        assert r.returncode == 0, r.stderr
+        run_to_completion(worker_command(WORKER, data, "finish"))
 
         def processed() -> int:
-            offsets = engine.backend.get_offsets("orders", "dedup-kill")
-            return sum(len(engine.backend.scan_index("orders", p, 0, upto, max_txns=1 << 20).entries)
-                       for p, upto in offsets.items())
+            return committed_transactions(engine, "orders", "dedup-kill")
 
-        progress = []
-        for kill in range(KILLS):
-            engine.backend.submit(chunks[kill])
-            before = processed()
-            proc = subprocess.Popen([sys.executable, str(WORKER), data, "run"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-            try:
-                eventually(lambda b=before, w=proc: processed() > b or w.poll() is not None, timeout=60,
-                           interval=0.001, message="the worker made no progress")
-                if rng.random() < 0.5:
-                    target = before + rng.randint(1, max(1, len(chunks[kill]) // 2))
-                    eventually(lambda t=target, w=proc: processed() >= t or w.poll() is not None, timeout=60,
-                               interval=0.001)
-                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                os.kill(proc.pid, signal.SIGKILL)
-                progress.append(processed())
-            finally:
-                if proc.poll() is None:
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
-                for f in (proc.stdin, proc.stdout, proc.stderr):
-                    if f is not None:
-                        f.close()
+        progress = kill_at_random_points(engine, worker_command(WORKER, data, "run"), parts[:KILLS], processed,
+                                         rng, reach=0.5)
         print("order transactions committed at the kills:", progress, "of", len(ops))
-        assert len(set(progress)) == KILLS  # progress before every kill
-        engine.backend.submit(chunks[KILLS])
-        r = subprocess.run([sys.executable, str(WORKER), data, "finish"], capture_output=True, text=True,
-                           timeout=120, env=env)
-        assert r.returncode == 0, r.stderr
+        assert progress == sorted(progress) and len(set(progress)) == KILLS  # progress before every kill
+        engine.backend.submit(parts[KILLS])
+        run_to_completion(worker_command(WORKER, data, "finish"))
         assert processed() == len(ops)  # every order transaction
         out = []
-        for p in range(engine.get_stream("unique").partitions):
-            for txn in engine.backend.transactions_range("unique", p, 0, 2**63 - 1):
-                for item in txn.items:
-                    env_ = unpack_envelope(item)
-                    assert env_ is not None and env_[0] is not None and env_[1] is not None
-                    order = value_serde.deserialize(env_[1])
-                    out.append((key_serde.deserialize(env_[0]), order["id"], env_[2], order["tier"]))
+        for kb, vb, t, _ in read_envelopes(engine, "unique"):
+            assert kb is not None and vb is not None
+            order = value_serde.deserialize(vb)
+            out.append((key_serde.deserialize(kb), order["id"], t, order["tier"]))
         assert sorted(out) == expected
         per_tier = ReadOnlyKeyValueStore(engine.backend, [namespace("dedup-kill", p, "per-tier")
                                                           for p in range(PARTITIONS)], key_serde, MsgpackSerde())

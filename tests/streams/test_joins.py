@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.streams import App, JoinWindows, StreamsBuilder, TestDriver
+from tstreams_embedded.streams.serdes import serde
+
+from .harness import read_envelopes
 
 
 def test_stream_table_join_and_left_join_see_the_table_as_of_each_record() -> None:
@@ -101,18 +104,10 @@ def test_global_table_is_bootstrapped_before_processing_and_followed_while_runni
 
 
 def _read(engine: Any, stream: str) -> list[Any]:
-    from tstreams_embedded.streams.records import unpack_envelope
-    from tstreams_embedded.streams.serdes import serde
-
     out = []
-    if not engine.has_stream(stream):
-        return out
-    for p in range(engine.get_stream(stream).partitions):
-        for txn in engine.backend.transactions_range(stream, p, 0, 2**63 - 1):
-            for item in txn.items:
-                env = unpack_envelope(item)
-                assert env is not None and env[1] is not None
-                out.append(serde("json").deserialize(env[1]))
+    for _, vb, _, _ in read_envelopes(engine, stream):
+        assert vb is not None
+        out.append(serde("json").deserialize(vb))
     return out
 
 
@@ -254,14 +249,9 @@ def test_windowed_left_join_continues_across_an_app_restart(tmp_path: Any) -> No
 
 
 def _read_records(engine: Any, stream: str) -> list[tuple[Any, Any, int]]:
-    from tstreams_embedded.streams.records import unpack_envelope
-    from tstreams_embedded.streams.serdes import serde
-
+    assert engine.has_stream(stream)
     out = []
-    for p in range(engine.get_stream(stream).partitions):
-        for txn in engine.backend.transactions_range(stream, p, 0, 2**63 - 1):
-            for item in txn.items:
-                env = unpack_envelope(item)
-                assert env is not None and env[0] is not None and env[1] is not None
-                out.append((serde("str").deserialize(env[0]), serde("json").deserialize(env[1]), env[2]))
+    for kb, vb, t, _ in read_envelopes(engine, stream):
+        assert kb is not None and vb is not None
+        out.append((serde("str").deserialize(kb), serde("json").deserialize(vb), t))
     return out

@@ -24,8 +24,8 @@ from tstreams_embedded.streams.records import partition_of
 from tstreams_embedded.streams.serdes import serde
 from tstreams_embedded.testing import eventually
 
-from .test_kill import model
 from .test_scale_out import PARTITIONS, Worker
+from .views_pipeline import expected_totals, model
 
 PAGES = [f"/p{i}" for i in range(8)] + ["/health"]
 USERS = ["ann", "bob", "cyd", "dee", "eve"]
@@ -67,10 +67,7 @@ def two_instances(tmp_path: Path) -> Iterator[tuple[ts.Engine, list[Worker], lis
 @pytest.mark.timeout(180)
 def test_queries_and_metrics_across_two_processes(two_instances: Any) -> None:
     engine, workers, events = two_instances
-    expected: dict[str, int] = defaultdict(int)
-    for e in events:
-        if e["page"] != "/health":
-            expected[e["user"]] += e["n"]
+    expected = expected_totals(events)
     a, b = (QueryClient("127.0.0.1", w.port) for w in workers)
 
     def settled() -> bool:

@@ -16,23 +16,17 @@ import random
 import signal
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.streams import Windowed
 from tstreams_embedded.streams.membership import read_group
-from tstreams_embedded.streams.records import pack_envelope, partition_of, unpack_envelope
-from tstreams_embedded.streams.serdes import MsgpackSerde, WindowedSerde, serde
-from tstreams_embedded.streams.stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
-from tstreams_embedded.testing import ServeProcess, eventually
+from tstreams_embedded.testing import ServeProcess, eventually, kill_process
 from tstreams_embedded.testing.serve import child_environment
 
-from .test_kill import model
+from .harness import chunks, committed_transactions
+from .views_pipeline import check_output, expected_totals, make_events, totals_store, views_input
 
 WORKER = Path(__file__).resolve().parent / "scale_worker.py"
 PAGES = [f"/p{i}" for i in range(12)] + ["/health"]
@@ -58,9 +52,7 @@ class Worker:
             os.kill(self.proc.pid, sig)
 
     def kill(self) -> None:
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
+        kill_process(self.proc)  # continued first if paused
         for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if f is not None:
                 f.close()
@@ -86,35 +78,21 @@ def test_three_processes_killed_restarted_and_paused_exactly_once(tmp_path: Path
 
 def run_scenario(engine: ts.Engine, target: str, rng: random.Random, actions: list[str]) -> None:
     data = target
-    events = [{"page": rng.choice(PAGES), "user": rng.choice(USERS), "n": i, "ts": i * 7 - rng.randint(0, 40)}
-              for i in range(4000)]
-    by_partition: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    key_serde, value_serde = serde("str"), serde("json")
+    events = make_events(rng, 4000, PAGES, USERS)
+    ops, by_partition = views_input(events, PARTITIONS)
     workers: list[Worker] = []
     engine.create_stream("views", partitions=PARTITIONS)
-    batches: dict[int, list[bytes]] = defaultdict(list)
-    ops: list[O.Operation] = []
-    for e in events:
-        kb = key_serde.serialize(e["page"])
-        p = partition_of(kb, PARTITIONS)
-        by_partition[p].append(e)
-        batches[p].append(pack_envelope(kb, value_serde.serialize(e), e["ts"], None))
-        if len(batches[p]) == 5:
-            ops.append(O.Instant("views", p, O.pack_items(batches.pop(p))))
-    ops.extend(O.Instant("views", p, O.pack_items(items)) for p, items in batches.items())
     total = len(ops)
-    chunks = [ops[i * total // (ROUNDS + 1):(i + 1) * total // (ROUNDS + 1)] for i in range(ROUNDS + 1)]
+    parts = chunks(ops, ROUNDS + 1)
 
     def processed() -> int:
-        offsets = engine.backend.get_offsets("views", "scale")
-        return sum(len(engine.backend.scan_index("views", p, 0, upto, max_txns=1 << 20).entries)
-                   for p, upto in offsets.items())
+        return committed_transactions(engine, "views", "scale")
 
     events_log = []
     try:
         workers = [Worker(data) for _ in range(3)]
         for rnd in range(ROUNDS):
-            engine.backend.submit(chunks[rnd])
+            engine.backend.submit(parts[rnd])
             before = processed()
             eventually(lambda b=before: processed() > b, timeout=60, message="no progress")
             live = [w for w in workers if w.alive()]
@@ -134,17 +112,11 @@ def run_scenario(engine: ts.Engine, target: str, rng: random.Random, actions: li
             events_log.append(action)
         while len(workers) < 3:
             workers.append(Worker(data))
-        engine.backend.submit(chunks[ROUNDS])
+        engine.backend.submit(parts[ROUNDS])
         print("actions:", events_log)
 
-        expected_totals: dict[str, int] = defaultdict(int)
-        for e in events:
-            if e["page"] != "/health":
-                expected_totals[e["user"]] += e["n"]
-        totals = ReadOnlyKeyValueStore(engine.backend,
-                                       [namespace("scale", p, "totals") for p in range(PARTITIONS)],
-                                       key_serde, MsgpackSerde())
-        eventually(lambda: processed() == total and totals.all() == dict(expected_totals), timeout=120,
+        totals, expected = totals_store(engine, "scale", PARTITIONS), expected_totals(events)
+        eventually(lambda: processed() == total and totals.all() == expected, timeout=120,
                    message="the survivors did not finish the input")
         eventually(lambda: len(read_group(engine.backend, "scale", 1000).members) == 3 and
                    all_moved_away(engine, set()), timeout=60, message="the group did not settle")
@@ -152,21 +124,7 @@ def run_scenario(engine: ts.Engine, target: str, rng: random.Random, actions: li
         for w in workers:
             w.kill()
 
-    counts, closed = model(by_partition)
-    windowed_key = WindowedSerde(key_serde)
-    out: list[tuple[Windowed, int]] = []
-    for p in range(engine.get_stream("out").partitions):
-        for txn in engine.backend.transactions_range("out", p, 0, 2**63 - 1):
-            for item in txn.items:
-                env = unpack_envelope(item)
-                assert env is not None
-                out.append((windowed_key.deserialize(env[0]), MsgpackSerde().deserialize(env[1])))
-    assert len(out) == len(set(w for w, _ in out)), "a window was emitted twice"
-    assert sorted(out, key=repr) == sorted(((w, counts[w]) for w in closed), key=repr)
-    windows = ReadOnlyWindowStore(engine.backend, [namespace("scale", p, "counts") for p in range(PARTITIONS)],
-                                  key_serde, MsgpackSerde())
-    assert windows.all() == counts
-    assert totals.all() == dict(expected_totals)
+    check_output(engine, "scale", PARTITIONS, events, by_partition)
     assert set(events_log) == set(actions)
 
 

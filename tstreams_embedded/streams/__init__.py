@@ -15,16 +15,18 @@ See ``docs/STREAMS.md``.
 from __future__ import annotations
 
 from .app import App
+from .builder import StreamsBuilder
 from .driver import TestDriver
 from .global_table import GlobalTable
 from .joins import JoinWindows
+from .kstream import BranchedKStream, KGroupedStream, KStream, KTable, WindowedKStream
 from .processor import STREAM_TIME, WALL_CLOCK, Processor, ProcessorContext
 from .produce import send_records
 from .records import Record, partition_of
 from .serdes import Serde, serde
 from .stores import KeyValueStore, ReadOnlyKeyValueStore, ReadOnlyWindowStore
 from .table import Change, GroupedTable, Table
-from .topology import BranchedKStream, KGroupedStream, KStream, KTable, StreamsBuilder, Topology, WindowedKStream
+from .topology import Topology
 from .windows import CalendarWindows, SessionWindows, SlidingWindows, TimeWindows, Windowed, Windows
 
 __all__ = [

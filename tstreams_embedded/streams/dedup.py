@@ -18,23 +18,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import errors
 from . import nodes as N
 from .records import Record
 from .serdes import SerdeSpec
-
-if TYPE_CHECKING:
-    from .topology import KStream
-
-
-def _time_bytes(t: int) -> bytes:
-    return (t + (1 << 63)).to_bytes(8, "big")
-
-
-def _time_of(key: bytes) -> int:
-    return int.from_bytes(key[:8], "big") - (1 << 63)
+from .stores import time_key, time_of
+from .topology import TopologyGraph
 
 
 class DedupNode(N.Node):
@@ -52,7 +43,7 @@ class DedupNode(N.Node):
         self.meta_key = ("dedup-time/" + self.name).encode()
         self.time: int | None = ctx.meta().get_raw(self.meta_key)
         # remembered (t0, key) by time: one range read of the index at start, then in memory
-        self.pending: list[tuple[int, bytes]] = [(_time_of(ik), ik[8:]) for ik, _ in self.index.scan_raw(None, None)]
+        self.pending: list[tuple[int, bytes]] = [(time_of(ik), ik[8:]) for ik, _ in self.index.scan_raw(None, None)]
         heapq.heapify(self.pending)
 
     def flush(self) -> None:
@@ -70,11 +61,11 @@ class DedupNode(N.Node):
             self._expire(now)
             return
         if t0 is not None:
-            self.index.put_raw(_time_bytes(t0) + kb, None)
+            self.index.put_raw(time_key(t0) + kb, None)
             self.seen.put_raw(kb, None)
         if t + self.ttl > now:  # else it is forgotten at once: nothing to remember
             self.seen.put_raw(kb, t)
-            self.index.put_raw(_time_bytes(t) + kb, 1)
+            self.index.put_raw(time_key(t) + kb, 1)
             heapq.heappush(self.pending, (t, kb))
         self._expire(now)
         self.forward(rec)
@@ -84,25 +75,22 @@ class DedupNode(N.Node):
         pending = self.pending
         while pending and pending[0][0] <= bound:
             t0, kb = heapq.heappop(pending)
-            self.index.put_raw(_time_bytes(t0) + kb, None)
+            self.index.put_raw(time_key(t0) + kb, None)
             if self.seen.get_raw(kb) == t0:
                 self.seen.put_raw(kb, None)
 
 
-def dedup(stream: KStream, key: Callable[[Any, Any], Any], ttl_ms: int, key_serde: SerdeSpec, store: str | None,
-          name: str | None) -> KStream:
-    from .topology import KStream
-
+def add_dedup(b: TopologyGraph, parent: str, key_changed: bool, key: Callable[[Any, Any], Any], ttl_ms: int,
+              key_serde: SerdeSpec, store: str | None, name: str | None) -> str:
+    """``stream.dedup`` of the stream from node ``parent``: its stores and node; the node's name."""
     if not callable(key):
         raise errors.InvalidArgument(f"key must be a function (key, value) -> dedup key, got {key!r:.60}")
     if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 1:
         raise errors.InvalidArgument(f"ttl_ms must be a positive integer, got {ttl_ms!r}")
-    if stream.key_changed:
+    if key_changed:
         raise errors.TopologyError(
-            f"dedup: an operation upstream of {stream.name!r} may have changed the keys, so records with the same "
+            f"dedup: an operation upstream of {parent!r} may have changed the keys, so records with the same "
             "dedup key may be on different tasks; call .repartition() before dedup")
-    b = stream.builder
     seen = b.add_store(store, key_serde, "msgpack", kind="dedup-store")
     index = b.add_store(seen + ".index", "bytes", "msgpack")
-    node = b.add_node("dedup", lambda n: DedupNode(n, key, ttl_ms, seen, index), [stream.name], name)
-    return KStream(b, node, key_changed=False)
+    return b.add_node("dedup", lambda n: DedupNode(n, key, ttl_ms, seen, index), [parent], name)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import errors
 from ..engine import ops as O
@@ -36,9 +36,7 @@ from ..engine.validate import check_name
 from . import nodes as N
 from .records import unpack_envelope
 from .serdes import Serde, SerdeSpec, serde
-
-if TYPE_CHECKING:
-    from .topology import StreamsBuilder
+from .topology import TopologyGraph
 
 FETCH_TXNS = 256
 
@@ -64,7 +62,7 @@ class GlobalTable:
         self.store = spec.store
 
     @property
-    def getter(self) -> Callable[[N.TaskContext], Callable[[Any], Any]]:
+    def getter(self) -> N.Getter:
         spec = self.spec
 
         def make(ctx: N.TaskContext) -> Callable[[Any], Any]:
@@ -78,7 +76,7 @@ class GlobalTable:
         return make
 
 
-def add_global_table(b: StreamsBuilder, stream: str, key_serde: SerdeSpec, value_serde: SerdeSpec,
+def add_global_table(b: TopologyGraph, stream: str, key_serde: SerdeSpec, value_serde: SerdeSpec,
                      store: str | None) -> GlobalTable:
     check_name(stream)
     name = store if store is not None else f"{stream}-global"

@@ -25,20 +25,46 @@ import bisect
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 import msgpack
 
 from .. import errors
 from . import nodes as N
+from .global_table import GlobalTable
 from .records import Record
 from .serdes import Serde, SerdeSpec, serde
-from .table import Getter, Table, TagNode
-
-if TYPE_CHECKING:
-    from .topology import KStream, StreamsBuilder
+from .stores import time_key, time_of
+from .topology import TopologyGraph
 
 KINDS = ("inner", "left", "outer")
+
+
+@runtime_checkable
+class JoinedStream(Protocol):
+    """A stream on either side of a join (:class:`~.kstream.KStream` is one)."""
+
+    @property
+    def builder(self) -> TopologyGraph: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def key_changed(self) -> bool: ...
+
+
+@runtime_checkable
+class JoinedTable(Protocol):
+    """A table a stream joins by key, in the task of the key (:class:`~.table.Table` is one)."""
+
+    @property
+    def builder(self) -> TopologyGraph: ...
+
+    @property
+    def getter(self) -> N.Getter: ...
+
+    def sources(self) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +87,7 @@ class JoinWindows:
         return cls(ms, ms, grace_ms)
 
 
-def check_copartitioned(b: StreamsBuilder, left: frozenset[str], right: frozenset[str], what: str) -> None:
+def check_copartitioned(b: TopologyGraph, left: frozenset[str], right: frozenset[str], what: str) -> None:
     b.require_copartitioned(left | right)
 
 
@@ -79,17 +105,28 @@ def check_partition_counts(groups: list[frozenset[str]], resolve: Callable[[str]
                 "repartition() one side (repartition(partitions=N)) to match the other")
 
 
-def _check_key(stream: KStream, what: str) -> None:
+def _check_key(stream: JoinedStream, what: str) -> None:
     if stream.key_changed:
         raise errors.TopologyError(
             f"{what}: an operation upstream of {stream.name!r} may have changed the keys, so its records are not "
             "on the task of their key; call .repartition() on the stream before the join")
 
 
+class TagNode(N.Node):
+    """Marks records with the side of a join they come from: value ``(side, value)``."""
+
+    def __init__(self, name: str, side: int) -> None:
+        super().__init__(name)
+        self.side = side
+
+    def process(self, rec: Record) -> None:
+        self.forward(Record(rec.key, (self.side, rec.value), rec.timestamp, rec.headers))
+
+
 class StreamTableJoinNode(N.Node):
     """Each record joined with the table's value of ``key`` (or of ``key_selector(k, v)``)."""
 
-    def __init__(self, name: str, getter: Getter, joiner: Callable[[Any, Any], Any], left: bool,
+    def __init__(self, name: str, getter: N.Getter, joiner: Callable[[Any, Any], Any], left: bool,
                  key_selector: Callable[[Any, Any], Any] | None) -> None:
         super().__init__(name)
         self.getter = getter
@@ -125,14 +162,6 @@ class BufferSerde:
         return [[t, m, self.inner.deserialize(v)] for t, m, v in msgpack.unpackb(data, raw=False)]
 
 
-def _time_bytes(t: int) -> bytes:
-    return (t + (1 << 63)).to_bytes(8, "big")
-
-
-def _time_of(key: bytes) -> int:
-    return int.from_bytes(key[:8], "big") - (1 << 63)
-
-
 class StreamJoinNode(N.Node):
     """The windowed stream–stream join (see the module docstring). Records of each side are
     buffered per key in a store (``[timestamp, matched, value]`` in arrival order by
@@ -158,7 +187,7 @@ class StreamJoinNode(N.Node):
         self.time: int | None = ctx.meta().get_raw(self.meta_key)
         # the buffered records by time (one range read of the index at start, then in memory)
         self.pending: list[tuple[int, int, bytes]] = [
-            (_time_of(ik), ik[8], ik[9:]) for ik, _ in self.index.scan_raw(None, None)]
+            (time_of(ik), ik[8], ik[9:]) for ik, _ in self.index.scan_raw(None, None)]
         heapq.heapify(self.pending)
         self.emit_unmatched = (self.kind in ("left", "outer"), self.kind == "outer")
 
@@ -199,7 +228,7 @@ class StreamJoinNode(N.Node):
         pos = bisect.bisect_right([e[0] for e in own], t)
         own.insert(pos, [t, matched, value])
         own_store.put_raw(kb, own)
-        ik = _time_bytes(t) + bytes([side]) + kb
+        ik = time_key(t) + bytes([side]) + kb
         if self.index.get_raw(ik) is None:
             self.index.put_raw(ik, 1)
             heapq.heappush(self.pending, (t, side, kb))
@@ -210,7 +239,7 @@ class StreamJoinNode(N.Node):
         pending = self.pending
         while pending and pending[0][0] < bound:
             t, side, kb = heapq.heappop(pending)
-            self.index.put_raw(_time_bytes(t) + bytes([side]) + kb, None)
+            self.index.put_raw(time_key(t) + bytes([side]) + kb, None)
             store = self.buffers[side]
             entries = store.get_raw(kb) or []
             keep = [e for e in entries if e[0] != t]
@@ -223,13 +252,11 @@ class StreamJoinNode(N.Node):
             store.put_raw(kb, keep or None)
 
 
-def join(this: KStream, other: Any, joiner: Callable[[Any, Any], Any], windows: Any,
+def join(this: JoinedStream, other: Any, joiner: Callable[[Any, Any], Any], windows: Any,
          key_selector: Callable[[Any, Any], Any] | None, kind: str, name: str | None,
-         serdes: dict[str, SerdeSpec]) -> KStream:
-    """``stream.join`` / ``left_join`` / ``outer_join`` (see the module docstring)."""
-    from .global_table import GlobalTable
-    from .topology import KStream
-
+         serdes: dict[str, SerdeSpec]) -> tuple[str, bool]:
+    """``stream.join`` / ``left_join`` / ``outer_join`` (see the module docstring): the join's
+    node, and whether its keys may be on the wrong task (as ``this``'s after a global join)."""
     if not callable(joiner):
         raise errors.InvalidArgument(f"joiner must be callable, got {joiner!r:.60}")
     b = this.builder
@@ -244,10 +271,10 @@ def join(this: KStream, other: Any, joiner: Callable[[Any, Any], Any], windows: 
         getter = other.getter
         node = b.add_node("global-join", lambda n: StreamTableJoinNode(n, getter, joiner, kind == "left",
                                                                        key_selector), [this.name], name)
-        return KStream(b, node, key_changed=this.key_changed)
+        return node, this.key_changed
     if key_selector is not None:
         raise errors.TopologyError("key_selector is for joins with a global table")
-    if isinstance(other, Table):
+    if isinstance(other, JoinedTable):
         if other.builder is not b:
             raise errors.TopologyError("the table belongs to another StreamsBuilder")
         if kind == "outer" or windows is not None:
@@ -257,8 +284,8 @@ def join(this: KStream, other: Any, joiner: Callable[[Any, Any], Any], windows: 
         table_getter = other.getter
         node = b.add_node("table-join", lambda n: StreamTableJoinNode(n, table_getter, joiner, kind == "left",
                                                                       None), [this.name], name)
-        return KStream(b, node, key_changed=False)
-    if isinstance(other, KStream):
+        return node, False
+    if isinstance(other, JoinedStream):
         if other.builder is not b:
             raise errors.TopologyError("the stream belongs to another StreamsBuilder")
         if not isinstance(windows, JoinWindows):
@@ -276,7 +303,7 @@ def join(this: KStream, other: Any, joiner: Callable[[Any, Any], Any], windows: 
         right = b.add_node("join-other", lambda n: TagNode(n, 1), [other.name])
         node = b.add_node("stream-join", lambda n: StreamJoinNode(n, windows, joiner, kind, stores), [left, right],
                           name)
-        return KStream(b, node, key_changed=False)
+        return node, False
     raise errors.TopologyError(f"a stream joins a Table, a GlobalTable or a KStream, got {type(other).__name__}")
 
 

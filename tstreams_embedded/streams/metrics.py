@@ -30,18 +30,16 @@ metric                                          meaning
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..ids import ID_MULTIPLIER
+from .appview import AppView
 from .stores import namespace, pages
-
-if TYPE_CHECKING:
-    from .app import App
 
 PREFIX = "tstreams_streams"
 #: counters that :meth:`App.count` names, and the metric each one increments
@@ -50,11 +48,43 @@ LAG_SCAN = 10_000
 _NAMED = {"late_dropped": "late", "skipped_null_key": "skipped"}
 
 
+class ObservedReader(Protocol):
+    """A source partition of a task, as the lag gauges read it (``task.SourceReader``)."""
+
+    @property
+    def stream(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def committed(self) -> int:
+        """The last input transaction committed."""
+
+
+class ObservedTask(Protocol):
+    """A running task, as the gauges read it (``task.Task``)."""
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def readers(self) -> Sequence[ObservedReader]: ...
+
+    def stream_time(self) -> int | None: ...
+
+
+class ObservedApp(AppView, Protocol):
+    """An app instance, as the gauges read it (:class:`~.app.App` is one)."""
+
+    def running_tasks(self) -> Sequence[ObservedTask]: ...
+
+
 class AppMetrics:
     """The metrics of one app instance (``app.prometheus``); ``exposition()`` is the text
     format a Prometheus server scrapes."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: ObservedApp) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.records = Counter(f"{PREFIX}_records_processed", "Input records processed", ["partition"], registry=r)
@@ -109,7 +139,7 @@ class TaskMetrics:
 class _StateCollector(Collector):
     """Gauges read at scrape time: store sizes, input lag, stream-time lag."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: ObservedApp) -> None:
         self.app = app
 
     def describe(self) -> list[Metric]:

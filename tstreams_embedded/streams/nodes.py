@@ -8,15 +8,13 @@ on with :meth:`Node.forward`. Nodes reach their task only through :class:`TaskCo
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .. import errors
+from ..engine.backend import Backend
 from .records import Record
 from .serdes import Serde
 from .stores import KeyValueStore
-
-if TYPE_CHECKING:
-    from ..engine.backend import Backend
 
 
 class TaskContext(Protocol):
@@ -40,6 +38,10 @@ class TaskContext(Protocol):
     def wall_clock_ms(self) -> int: ...
 
     def schedule(self, interval_ms: int, punctuation: str, callback: Callable[[int], Any]) -> None: ...
+
+
+#: how a node reads a table: ``getter(task context)`` -> ``lookup(key) -> value or None``
+Getter = Callable[[TaskContext], Callable[[Any], Any]]
 
 
 class Node:
@@ -225,28 +227,6 @@ class AggregateNode(Node):
         new = self.agg.aggregator(rec.key, rec.value, current)
         self.store.put_raw(kb, new)
         self.forward(Record(rec.key, new, rec.timestamp, rec.headers))
-
-
-class ProcessorNode(Node):
-    """A user :class:`Processor` (``stream.process`` / ``add_processor``)."""
-
-    def __init__(self, name: str, factory: Callable[[], Any], stores: tuple[str, ...]) -> None:
-        super().__init__(name)
-        self.factory = factory
-        self.store_names = stores
-
-    def init(self, ctx: TaskContext) -> None:
-        super().init(ctx)
-        from .processor import ProcessorContext
-
-        self.processor = self.factory()
-        self.processor.init(ProcessorContext(ctx, self))
-
-    def process(self, rec: Record) -> None:
-        self.processor.process(rec)
-
-    def close(self) -> None:
-        self.processor.close()
 
 
 def _pair(value: Any, where: str) -> tuple[Any, Any]:

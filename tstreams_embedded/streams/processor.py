@@ -1,16 +1,15 @@
-"""The Processor API: user processors with stores, ``forward`` and punctuators."""
+"""The Processor API: user processors with stores, ``forward`` and punctuators, and the
+runtime node that runs one (:class:`ProcessorNode`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import errors
+from .nodes import Node, TaskContext
 from .records import Record
 from .stores import KeyValueStore
-
-if TYPE_CHECKING:
-    from .nodes import Node, TaskContext
 
 STREAM_TIME = "stream_time"
 WALL_CLOCK = "wall_clock"
@@ -34,10 +33,10 @@ class Processor:
 class ProcessorContext:
     """What a processor may do: forward records, use its stores, schedule punctuators."""
 
-    def __init__(self, task: TaskContext, node: Node) -> None:
+    def __init__(self, task: TaskContext, node: ProcessorNode) -> None:
         self._task = task
         self._node = node
-        self._stores: tuple[str, ...] = getattr(node, "store_names", ())
+        self._stores: tuple[str, ...] = node.store_names
 
     @property
     def application_id(self) -> str:
@@ -77,3 +76,23 @@ class ProcessorContext:
         if punctuation not in (STREAM_TIME, WALL_CLOCK):
             raise errors.InvalidArgument(f"punctuation must be {STREAM_TIME!r} or {WALL_CLOCK!r}, got {punctuation!r}")
         self._task.schedule(interval_ms, punctuation, callback)
+
+
+class ProcessorNode(Node):
+    """A user :class:`Processor` (``stream.process`` / ``add_processor``)."""
+
+    def __init__(self, name: str, factory: Callable[[], Any], stores: tuple[str, ...]) -> None:
+        super().__init__(name)
+        self.factory = factory
+        self.store_names = stores
+
+    def init(self, ctx: TaskContext) -> None:
+        super().init(ctx)
+        self.processor = self.factory()
+        self.processor.init(ProcessorContext(ctx, self))
+
+    def process(self, rec: Record) -> None:
+        self.processor.process(rec)
+
+    def close(self) -> None:
+        self.processor.close()

@@ -41,9 +41,10 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import tornado.httpserver
 import tornado.ioloop
@@ -52,18 +53,41 @@ import tornado.web
 
 from .. import errors
 from ..engine import state
+from .appview import AppView
 from .membership import read_group
+from .metrics import AppMetrics
 from .records import partition_of
 from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace, pages
+from .topology import StoreSpec
 from .windows import Windowed
-
-if TYPE_CHECKING:
-    from .app import App
-
 
 #: entries a range or prefix query returns by default, and at most (``&limit=``)
 DEFAULT_LIMIT = 1_000
 MAX_LIMIT = 10_000
+
+
+class RunningTask(Protocol):
+    @property
+    def partition(self) -> int: ...
+
+
+class QueriedApp(AppView, Protocol):
+    """What queries use of an app instance (:class:`~.app.App` is one)."""
+
+    @property
+    def lease_ms(self) -> int: ...
+
+    @property
+    def prometheus(self) -> AppMetrics: ...
+
+    def store_spec(self, name: str) -> StoreSpec: ...
+
+    def store(self, name: str, partitions: list[int] | None = None) -> ReadOnlyKeyValueStore | ReadOnlyWindowStore:
+        """Committed state of store ``name`` of every task, or of the tasks ``partitions``."""
+
+    def task_count(self) -> int: ...
+
+    def running_tasks(self) -> Sequence[RunningTask]: ...
 
 
 @dataclass(frozen=True)
@@ -78,7 +102,7 @@ class KeyQueryMetadata:
     port: int | None
 
 
-def query_metadata_for_key(app: App, store: str, key: Any) -> KeyQueryMetadata:
+def query_metadata_for_key(app: QueriedApp, store: str, key: Any) -> KeyQueryMetadata:
     """Which instance of ``app``'s application runs the task that owns ``key`` of ``store``.
 
     It assumes the store is partitioned by its key, as every DSL aggregation's store is
@@ -231,7 +255,7 @@ class QueryServer:
     """The HTTP endpoint of an app instance (see the module docstring); ``port`` is the
     bound port (``0`` asks the system for a free one)."""
 
-    def __init__(self, app: App, host: str, port: int) -> None:
+    def __init__(self, app: QueriedApp, host: str, port: int) -> None:
         self.app = app
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"streams-http-{app.application_id}")
         sockets = tornado.netutil.bind_sockets(port, host)

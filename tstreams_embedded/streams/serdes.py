@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgpack
 
 from .. import errors
+from .windows import Windowed
 
 try:  # pragma: no cover - depends on the installation
     import orjson
@@ -162,15 +163,11 @@ class WindowedSerde:
         self.name = f"windowed({getattr(inner, 'name', type(inner).__name__)})"
 
     def serialize(self, obj: Any) -> bytes:
-        from .windows import Windowed
-
         if not isinstance(obj, Windowed):
             raise errors.SerdeError(f"a windowed key must be a Windowed, got {type(obj).__name__}")
         return MsgpackSerde().serialize([self.inner.serialize(obj.key), obj.start, obj.end])
 
     def deserialize(self, data: bytes) -> Any:
-        from .windows import Windowed
-
         v = MsgpackSerde().deserialize(data)
         if not isinstance(v, list) or len(v) != 3 or not isinstance(v[0], bytes):
             raise errors.SerdeError(f"not a windowed key: {bytes(data)[:80]!r}")

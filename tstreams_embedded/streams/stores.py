@@ -22,6 +22,18 @@ from ..engine.backend import Backend
 from .serdes import Serde
 from .windows import Windowed
 
+
+def time_key(t: int) -> bytes:
+    """``t`` (epoch ms, may be negative) as 8 bytes that sort in time order: the prefix of
+    the keys of the time indexes that joins and dedup keep in a store."""
+    return (t + (1 << 63)).to_bytes(8, "big")
+
+
+def time_of(key: bytes) -> int:
+    """The time a :func:`time_key`-prefixed key starts with."""
+    return int.from_bytes(key[:8], "big") - (1 << 63)
+
+
 _ABSENT = object()
 MAX_CACHED = 200_000
 PAGE = 4096

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import errors
+from ..engine.validate import check_name
 from . import nodes as N
+from .joins import TagNode, check_copartitioned
+from .kstream import KStream
+from .nodes import Getter
 from .records import Record
 from .serdes import SerdeSpec, serde
-
-if TYPE_CHECKING:
-    from .topology import KStream, StreamsBuilder
-
-#: ``getter(task context)`` -> ``lookup(key) -> value or None``
-Getter = Callable[[N.TaskContext], Callable[[Any], Any]]
+from .topology import TopologyGraph, check_callable
 
 
 @dataclass(slots=True, frozen=True)
@@ -98,17 +97,6 @@ class ToStreamNode(N.Node):
 
     def process(self, rec: Record) -> None:
         self.forward(Record(rec.key, rec.value.new, rec.timestamp, rec.headers))
-
-
-class TagNode(N.Node):
-    """Marks records with the side of a join they come from: value ``(side, value)``."""
-
-    def __init__(self, name: str, side: int) -> None:
-        super().__init__(name)
-        self.side = side
-
-    def process(self, rec: Record) -> None:
-        self.forward(Record(rec.key, (self.side, rec.value), rec.timestamp, rec.headers))
 
 
 def join_values(kind: str, joiner: Callable[[Any, Any], Any], left: Any, right: Any) -> Any:
@@ -222,7 +210,7 @@ class Table:
     ``store`` is the name of the store that holds it (None for derived tables, which are
     computed from their parent when read)."""
 
-    def __init__(self, builder: StreamsBuilder, node: str, getter: Getter, store: str | None) -> None:
+    def __init__(self, builder: TopologyGraph, node: str, getter: Getter, store: str | None) -> None:
         self._b = builder
         self._node = node
         self._getter = getter
@@ -238,7 +226,8 @@ class Table:
         return self._getter
 
     @property
-    def builder(self) -> StreamsBuilder:
+    def builder(self) -> TopologyGraph:
+        """The graph (the :class:`~.builder.StreamsBuilder`) this table belongs to."""
         return self._b
 
     def sources(self) -> frozenset[str]:
@@ -255,7 +244,7 @@ class Table:
         return self._filter(predicate, False, name)
 
     def _filter(self, predicate: Callable[[Any, Any], Any], keep: bool, name: str | None) -> Table:
-        _callable(predicate, "predicate")
+        check_callable(predicate, "predicate")
         parent = self._getter
 
         def getter(ctx: N.TaskContext) -> Callable[[Any], Any]:
@@ -269,7 +258,7 @@ class Table:
 
     def map_values(self, fn: Callable[..., Any], *, with_key: bool = False, name: str | None = None) -> Table:
         """``fn(value)`` (or ``fn(key, value)``) as each row's value."""
-        _callable(fn, "fn")
+        check_callable(fn, "fn")
         f: Callable[[Any, Any], Any] = fn if with_key else (lambda k, v: fn(v))
         parent = self._getter
 
@@ -284,8 +273,6 @@ class Table:
 
     def to_stream(self) -> KStream:
         """The table's updates as records of the new value (None for a deleted row)."""
-        from .topology import KStream
-
         return KStream(self._b, self._b.add_node("table-to-stream", ToStreamNode, [self._node]), key_changed=False)
 
     def join(self, other: Table, joiner: Callable[[Any, Any], Any], *, name: str | None = None) -> Table:
@@ -301,16 +288,14 @@ class Table:
         return self._join(other, joiner, "outer", name)
 
     def _join(self, other: Table, joiner: Callable[[Any, Any], Any], kind: str, name: str | None) -> Table:
-        if not isinstance(other, Table) or other._b is not self._b:
+        if not isinstance(other, Table) or other.builder is not self._b:
             raise errors.TopologyError("a table joins a table of the same builder (b.table(...) or derived)")
-        _callable(joiner, "joiner")
-        from .joins import check_copartitioned
-
+        check_callable(joiner, "joiner")
         check_copartitioned(self._b, self.sources(), other.sources(), "table–table join")
         b = self._b
         left = b.add_node("join-this", lambda n: TagNode(n, 0), [self._node])
-        right = b.add_node("join-other", lambda n: TagNode(n, 1), [other._node])
-        getters = (self._getter, other._getter)
+        right = b.add_node("join-other", lambda n: TagNode(n, 1), [other.name])
+        getters = (self._getter, other.getter)
         node = b.add_node("table-join", lambda n: TableJoinNode(n, getters, joiner, kind), [left, right], name)
 
         def getter(ctx: N.TaskContext) -> Callable[[Any], Any]:
@@ -322,10 +307,8 @@ class Table:
                  value_serde: SerdeSpec = "msgpack") -> GroupedTable:
         """Regroup rows by ``selector(key, value) -> (new key, new value)`` (through a
         repartition stream); aggregate with an adder and a subtractor."""
-        _callable(selector, "selector")
+        check_callable(selector, "selector")
         node = self._b.add_node("table-group-by", lambda n: GroupMapNode(n, selector), [self._node])
-        from .topology import KStream
-
         stream = KStream(self._b, node, key_changed=True).repartition(key_serde=key_serde,
                                                                       value_serde=FlaggedSerde(value_serde))
         return GroupedTable(stream, key_serde)
@@ -345,7 +328,7 @@ class GroupedTable:
         """Per new key: ``adder(key, value, agg)`` when a row joins the group,
         ``subtractor(key, value, agg)`` when it leaves it (an update does both)."""
         for fn, what in ((initializer, "initializer"), (adder, "adder"), (subtractor, "subtractor")):
-            _callable(fn, what)
+            check_callable(fn, what)
         b = self._stream.builder
         store_name = b.add_store(store, self._key_serde, value_serde, kind="table-aggregate-store")
         node = b.add_node("table-aggregate",
@@ -360,24 +343,20 @@ class GroupedTable:
     def reduce(self, adder: Callable[[Any, Any], Any], subtractor: Callable[[Any, Any], Any], *,
                store: str | None = None, value_serde: SerdeSpec = "msgpack", name: str | None = None) -> Table:
         """``adder(agg, value)`` / ``subtractor(agg, value)``; the first value starts the aggregate."""
-        _callable(adder, "adder")
-        _callable(subtractor, "subtractor")
+        check_callable(adder, "adder")
+        check_callable(subtractor, "subtractor")
         return self.aggregate(lambda: None, lambda k, v, agg: v if agg is None else adder(agg, v),
                               lambda k, v, agg: subtractor(agg, v), store=store, value_serde=value_serde, name=name)
 
 
-def source_table(b: StreamsBuilder, stream: str, key_serde: SerdeSpec, value_serde: SerdeSpec,
+def source_table(b: TopologyGraph, stream: str, key_serde: SerdeSpec, value_serde: SerdeSpec,
                  store: str | None) -> Table:
     """``builder.table(stream)``: a source and the node that materializes it."""
-    source = b.add_source(stream, key_serde, value_serde)
+    check_name(stream)
+    source = b.add_source_node(stream, key_serde, value_serde, None)
     store_name = b.add_store(store if store is not None else f"{stream}-table", key_serde, value_serde)
-    node = b.add_node("table-source", lambda n: TableSourceNode(n, store_name), [source.name])
+    node = b.add_node("table-source", lambda n: TableSourceNode(n, store_name), [source])
     return Table(b, node, store_getter(store_name), store_name)
-
-
-def _callable(fn: Any, what: str) -> None:
-    if not callable(fn):
-        raise errors.InvalidArgument(f"{what} must be callable, got {fn!r:.60}")
 
 
 __all__ = ["Change", "GroupedTable", "Table"]

@@ -21,26 +21,50 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.backend import Backend, TxnData
+from ..engine.backend import Backend, StreamInfo, TxnData
 from ..ids import ID_MULTIPLIER
 from . import nodes as N
-from .metrics import TaskMetrics
+from .appview import AppView
+from .metrics import AppMetrics, TaskMetrics
 from .processor import STREAM_TIME, WALL_CLOCK
 from .records import ENVELOPE_MARK, Record, pack_envelope, partition_of, unpack_envelope
 from .serdes import BytesSerde, MsgpackSerde
 from .stores import KeyValueStore, namespace
 
-if TYPE_CHECKING:
-    from .app import App
-
 META_STORE = "__meta"
 FETCH_TXNS = 64
+
+
+class TaskHost(AppView, Protocol):
+    """What a task uses of the app that runs it (:class:`~.app.App` is one)."""
+
+    @property
+    def stream_info(self) -> Mapping[str, StreamInfo]:
+        """The resolved streams the app reads and writes (partitions, id)."""
+
+    @property
+    def fused(self) -> AbstractSet[str]:
+        """Internal streams whose sink forwards to their source in memory (one task)."""
+
+    @property
+    def prometheus(self) -> AppMetrics: ...
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        """The wall clock, epoch ms."""
+
+    def resolve(self, stream: str) -> str: ...
+
+    def partitions_of(self, stream: str) -> int: ...
+
+    def count(self, metric: str, n: int = 1) -> None: ...
 
 
 @dataclass
@@ -69,7 +93,7 @@ class Punctuator:
 class Task:
     """One task of an :class:`~.app.App` (see the module docstring)."""
 
-    def __init__(self, app: App, partition: int) -> None:
+    def __init__(self, app: TaskHost, partition: int) -> None:
         self.app = app
         self.backend: Backend = app.engine.backend
         self.application_id = app.application_id

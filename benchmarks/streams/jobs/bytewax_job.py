@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -53,14 +54,17 @@ def build_flow(input_path: str, output_path: str) -> Any:
     return flow
 
 
-def run(spec: dict[str, Any]) -> None:
+def run_flow(build: Callable[[str, str], Any], spec: dict[str, Any], workers: int) -> None:
+    """Build the flow from the spec's ``input`` and ``output`` files and run it with
+    ``workers`` workers, recovery on unless ``"recovery": false`` (SQLite, an epoch every
+    ``snapshot_s``); report the time and bytewax's version."""
     from bytewax._bytewax import cli_main
     from bytewax.recovery import RecoveryConfig, init_db_dir
 
     t0 = time.perf_counter()
-    flow = build_flow(spec["input"], spec["output"])
+    flow = build(spec["input"], spec["output"])
     Path(spec["output"]).touch()
-    kwargs: dict[str, Any] = {"workers_per_process": int(spec.get("workers", 1))}
+    kwargs: dict[str, Any] = {"workers_per_process": workers}
     if spec.get("recovery", True):
         db = Path(spec["workdir"]) / "recovery"
         db.mkdir(parents=True, exist_ok=True)
@@ -71,6 +75,10 @@ def run(spec: dict[str, Any]) -> None:
     from importlib.metadata import version
 
     report(process_seconds=time.perf_counter() - t0, version=version("bytewax"))
+
+
+def run(spec: dict[str, Any]) -> None:
+    run_flow(build_flow, spec, int(spec.get("workers", 1)))
 
 
 if __name__ == "__main__":

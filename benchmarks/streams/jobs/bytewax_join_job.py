@@ -11,12 +11,11 @@ inner stream–table join; rows all precede events, so a row never re-emits an o
 from __future__ import annotations
 
 import json
-import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks.streams.jobs import report, spec_from_argv
+from benchmarks.streams.jobs import spec_from_argv
+from benchmarks.streams.jobs.bytewax_job import run_flow
 
 
 def build_flow(input_path: str, output_path: str) -> Any:
@@ -44,23 +43,7 @@ def build_flow(input_path: str, output_path: str) -> Any:
 
 
 def run(spec: dict[str, Any]) -> None:
-    from bytewax._bytewax import cli_main
-    from bytewax.recovery import RecoveryConfig, init_db_dir
-
-    t0 = time.perf_counter()
-    flow = build_flow(spec["input"], spec["output"])
-    Path(spec["output"]).touch()
-    kwargs: dict[str, Any] = {"workers_per_process": 1}
-    if spec.get("recovery", True):
-        db = Path(spec["workdir"]) / "recovery"
-        db.mkdir(parents=True, exist_ok=True)
-        init_db_dir(db, 1)
-        kwargs["recovery_config"] = RecoveryConfig(str(db))
-        kwargs["epoch_interval"] = timedelta(seconds=float(spec.get("snapshot_s", 1.0)))
-    cli_main(flow, **kwargs)
-    from importlib.metadata import version
-
-    report(process_seconds=time.perf_counter() - t0, version=version("bytewax"))
+    run_flow(build_flow, spec, 1)
 
 
 if __name__ == "__main__":

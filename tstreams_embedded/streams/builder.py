@@ -1,0 +1,67 @@
+"""The DSL's entry point: :class:`StreamsBuilder` builds a :class:`~.topology.Topology`.
+
+It is a :class:`~.topology.TopologyGraph` with the sources of the DSL: streams
+(:mod:`.kstream`), tables (:mod:`.table`), global tables (:mod:`.global_table`), and the
+Processor API's stores and processors (:mod:`.processor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .. import errors
+from ..engine.validate import check_name
+from .global_table import GlobalTable, add_global_table
+from .kstream import KStream
+from .serdes import SerdeSpec
+from .table import Table, source_table
+from .topology import TopologyGraph
+
+
+class StreamsBuilder(TopologyGraph):
+    """Builds a topology with the DSL (``stream``, ``filter``, ``group_by``, …) or the
+    Processor API (``add_state_store``, ``add_processor`` / ``stream.process``)."""
+
+    def stream(self, name: str, *, key_serde: SerdeSpec = "msgpack", value_serde: SerdeSpec = "bytes",
+               timestamp: Callable[[Any, Any], int] | None = None) -> KStream:
+        """A stream of records read from the engine stream ``name``.
+
+        Items written by this library (envelopes) carry key, value and timestamp; any other
+        item is a value with key None and its transaction's time. ``timestamp(key, value)``
+        overrides the timestamp (event time, epoch ms)."""
+        check_name(name)
+        if timestamp is not None and not callable(timestamp):
+            raise errors.InvalidArgument("timestamp must be a function (key, value) -> epoch ms")
+        return KStream(self, self.add_source_node(name, key_serde, value_serde, timestamp), key_changed=False)
+
+    def add_source(self, stream: str, key_serde: SerdeSpec, value_serde: SerdeSpec) -> KStream:
+        """A source node reading ``stream`` (checked like :meth:`stream`)."""
+        check_name(stream)
+        return KStream(self, self.add_source_node(stream, key_serde, value_serde, None), key_changed=False)
+
+    def table(self, name: str, *, key_serde: SerdeSpec = "msgpack", value_serde: SerdeSpec = "msgpack",
+              store: str | None = None) -> Table:
+        """A table (KTable) of the latest value per key of stream ``name`` (a None value
+        deletes the key), materialized in store ``store`` (default ``<name>-table``)."""
+        return source_table(self, name, key_serde, value_serde, store)
+
+    def global_table(self, name: str, *, key_serde: SerdeSpec = "msgpack", value_serde: SerdeSpec = "msgpack",
+                     store: str | None = None) -> GlobalTable:
+        """A global table: stream ``name`` replicated whole to every task (see
+        :mod:`.global_table`); join it with ``stream.join(table, joiner, key_selector=…)``."""
+        return add_global_table(self, name, key_serde, value_serde, store)
+
+    def add_state_store(self, name: str, *, key_serde: SerdeSpec = "msgpack",
+                        value_serde: SerdeSpec = "msgpack") -> StreamsBuilder:
+        """Declare a key-value store for processors (``stores=[name]``)."""
+        self.add_store(name, key_serde, value_serde)
+        return self
+
+    def add_processor(self, name: str, factory: Callable[[], Any], parent: KStream,
+                      stores: Iterable[str] = ()) -> KStream:
+        """A user processor (see :class:`~.processor.Processor`) fed by ``parent``."""
+        return parent.process(factory, stores=stores, name=name)
+
+
+__all__ = ["StreamsBuilder"]
