@@ -40,7 +40,9 @@ def test_init_and_connect_errors(zk: ZooKeeperServer) -> None:
         with pytest.raises(errors.InvalidArgument, match="log_retain"):
             init_cluster(f"zk://{zk.address}/x", 3, **bad)  # type: ignore[arg-type]
     assert init_cluster(f"zk://{zk.address}/x", 3) == {"nodes": 3, "acks": "quorum", "log_retain_entries": 100_000,
-                                                       "log_retain_bytes": 256 << 20}
+                                                       "log_retain_bytes": 256 << 20, "compaction_interval": 60.0}
+    with pytest.raises(errors.InvalidArgument, match="compaction_interval"):
+        init_cluster(f"zk://{zk.address}/x", 3, compaction_interval=-5)
     assert init_cluster(f"zk://{zk.address}/x", 3, log_retain_entries=5)["log_retain_entries"] == 5
 
 

@@ -16,7 +16,7 @@ import click
 
 from ..net.cli import configure_logging
 from ..net.cli import serve as node_serve
-from .retention import DEFAULT_RETAIN_BYTES, DEFAULT_RETAIN_ENTRIES
+from .retention import DEFAULT_COMPACTION_INTERVAL, DEFAULT_RETAIN_BYTES, DEFAULT_RETAIN_ENTRIES
 from .zk import ACKS, cluster_status, init_cluster
 
 CLUSTER_OPTIONS = [
@@ -67,10 +67,14 @@ def cluster() -> None:
               help="Replicated log entries each node keeps (more while a live follower still needs them).")
 @click.option("--log-retain-bytes", type=int, default=DEFAULT_RETAIN_BYTES, show_default=True,
               help="Hard bound on each node's replicated log; a follower behind it catches up by snapshot.")
-def init(url: str, nodes: int, acks: str, log_retain_entries: int, log_retain_bytes: int) -> None:
-    """Record the cluster at URL (zk://host:port/path): its size, acks and log retention."""
+@click.option("--compaction-interval", type=float, default=DEFAULT_COMPACTION_INTERVAL, show_default=True,
+              help="Seconds between replicated compactions of transactions past their stream's TTL (0: never).")
+def init(url: str, nodes: int, acks: str, log_retain_entries: int, log_retain_bytes: int,
+         compaction_interval: float) -> None:
+    """Record the cluster at URL (zk://host:port/path): its size, acks, log retention and
+    compaction interval."""
     click.echo(json.dumps(init_cluster(url, nodes, acks, log_retain_entries=log_retain_entries,
-                                       log_retain_bytes=log_retain_bytes)))
+                                       log_retain_bytes=log_retain_bytes, compaction_interval=compaction_interval)))
 
 
 @cluster.command("status")

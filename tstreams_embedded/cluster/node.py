@@ -85,6 +85,11 @@ def outcome_from_wire(w: Sequence[Any]) -> tuple[bool, Any]:
     return False, errors.error_from_wire(str(w[1]), str(w[2]))
 
 
+#: The fifth field of a log entry's call that holds engine maintenance (a
+#: :class:`~tstreams_embedded.engine.ops.MaintenanceBatch`) instead of a client's batch.
+MAINTENANCE = "maintenance"
+
+
 def _plain(row: list[Any]) -> list[Any]:
     return [bytes(v) if isinstance(v, (memoryview, bytearray)) else v for v in row]
 
@@ -819,7 +824,7 @@ class Node:
         outcomes: list[tuple[bool, Any] | None] = [None] * len(e.calls)
         same_as: dict[int, int] = {}  # a repeat inside the entry -> the call it repeats
         first: dict[tuple[str, int], int] = {}
-        todo: list[tuple[int, list[O.Operation]]] = []
+        todo: list[tuple[int, list[O.Operation] | O.MaintenanceBatch]] = []
         with self.core.store.read() as txn:
             for i, call in enumerate(e.calls):
                 cid, seq = call[0], int(call[1])
@@ -840,7 +845,8 @@ class Node:
                         continue
                     first[(cid, seq)] = i
                 try:
-                    todo.append((i, O.decode_all(call[3])))
+                    ops = O.decode_all(call[3])
+                    todo.append((i, O.MaintenanceBatch(tuple(ops)) if call[4:5] == [MAINTENANCE] else ops))
                 except errors.TStreamsError as exc:
                     outcomes[i] = (False, exc)
 
@@ -926,6 +932,16 @@ class Node:
                     if out[i] is None:
                         out[i] = (False, exc)
         return [o if o is not None else (False, errors.ClusterUnavailable("no outcome")) for o in out]
+
+    def submit_maintenance(self, ops: Sequence[O.Compact]) -> tuple[bool, Any]:
+        """Leader: replicate engine maintenance (``Compact`` records) as one log entry that
+        every node applies alike; wait until it is committed and applied here. Returns
+        ``(True, results)`` or ``(False, exception)``; raises ``NotLeader`` or
+        ``ClusterUnavailable`` as a client write would."""
+        row: Call = [None, 0, False, [_plain(O.encode(op)) for op in O.check_maintenance_batch(ops)], MAINTENANCE]
+        out: list[tuple[bool, Any] | None] = [None]
+        self._replicate([(0, row)], [], out)
+        return out[0] if out[0] is not None else (False, errors.ClusterUnavailable("no outcome"))
 
     def _replicate(self, rows_of: list[tuple[int, Call]], waits: list[tuple[int, int, str, int]],
                    out: list[tuple[bool, Any] | None]) -> None:

@@ -26,6 +26,15 @@ from .. import errors
 
 DEFAULT_RETAIN_ENTRIES = 100_000
 DEFAULT_RETAIN_BYTES = 256 << 20
+#: Seconds between replicated compactions of expired transactions (:mod:`.compaction`).
+DEFAULT_COMPACTION_INTERVAL = 60.0
+
+
+def check_compaction_interval(value: object) -> float:
+    """A valid ``compaction_interval`` (seconds, 0 for never), or ``InvalidArgument``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 86_400 * 365:
+        raise errors.InvalidArgument(f"compaction_interval must be 0 (never) or a number of seconds, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from ..net.server import Server, ServerOptions
 from ..net.session import Session
 from ..net.stats import ServerStats
 from .clock import StateClock
+from .compaction import ReplicatedCompaction
 from .follower_reads import READ_METHODS, FollowerReads
 from .metrics import node_registry
 from .node import Node
@@ -70,10 +71,12 @@ def state_digest(core: Core, with_items: bool = False) -> dict[str, Any]:
     return out
 
 
-def cluster_registry(core: Core, node: Node, server_info: dict[str, Any]) -> Registry:
+def cluster_registry(core: Core, node: Node, server_info: dict[str, Any],
+                     compaction: ReplicatedCompaction | None = None) -> Registry:
     """The single-node handlers, guarded by :meth:`Node.check_serving`, with ``submit``
-    replaced by the replicated path and ``compact`` refused (not replicated yet). Reads
-    are also served by a follower to sessions that asked for it (:mod:`.follower_reads`)."""
+    and ``compact`` replaced by the replicated paths (:mod:`.compaction`). Reads are also
+    served by a follower to sessions that asked for it (:mod:`.follower_reads`)."""
+    compaction = compaction or ReplicatedCompaction(node)
     base = backend_registry(core, server_info)
     follower = FollowerReads(node)
     on_follower = backend_registry(cast(Any, follower.reader), server_info)
@@ -102,9 +105,9 @@ def cluster_registry(core: Core, node: Node, server_info: dict[str, Any]) -> Reg
     reg.add("submit", submit, executor="write", batch=node.submit_batch)
 
     def compact(session: Session) -> dict[str, int]:
-        raise errors.InvalidArgument("compaction is not replicated yet: it is disabled in cluster mode")
+        return compaction.run_once()
 
-    reg.add("compact", compact)
+    reg.add("compact", compact, executor="pool")
     reg.add("cluster_info", lambda session: {**node.info(), "leader": node.leader_hint()})
     return reg
 
@@ -206,22 +209,28 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         host = binds[0].split("://", 1)[-1].rsplit(":", 1)[0]
         repl = f"tcp://{host}:*"
     ctx: zmq.Context[Any] = zmq.Context()
-    core_options.setdefault("compaction_interval", None)  # compaction is not replicated yet
+    core_options.setdefault("compaction_interval", None)  # the leader replicates it (.compaction)
     core = Core(os.fspath(data), durability, clock=StateClock(), **core_options)  # reads judge time as apply does
     node = Node(core, cluster, node_id, binds[0], repl, http=http, acks=acks, session_timeout=session_timeout,
                 ack_timeout=ack_timeout, context=ctx)
-    registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id})
+    compaction = ReplicatedCompaction(node)
+    registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id}, compaction)
     server = Server(registry, binds, ServerOptions(), commit_watch=core.wait_for_commit, context=ctx)
 
     def on_start() -> None:
         if http_host is not None:
             listen_http(http_app(node, server.stats), http_host, http_port)
         node.start()
+        compaction.start()
+
+    def on_stop() -> None:
+        compaction.stop()
+        node.stop()
 
     try:
-        run_until_signal(server, stop_timeout, ready_file, on_start=on_start, on_stop=node.stop)
+        run_until_signal(server, stop_timeout, ready_file, on_start=on_start, on_stop=on_stop)
     finally:
-        node.stop()  # (already stopped after a signal; not yet after a failed start)
+        on_stop()  # (already stopped after a signal; not yet after a failed start)
         core.close()
         ctx.term()
     return 0

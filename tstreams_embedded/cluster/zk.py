@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import errors
-from .retention import DEFAULT_RETAIN_BYTES, DEFAULT_RETAIN_ENTRIES, check_bytes, check_entries
+from .retention import (
+    DEFAULT_COMPACTION_INTERVAL,
+    DEFAULT_RETAIN_BYTES,
+    DEFAULT_RETAIN_ENTRIES,
+    check_bytes,
+    check_compaction_interval,
+    check_entries,
+)
 
 ACKS = ("quorum", "all", "leader")
 
@@ -155,10 +162,12 @@ def encode_json(value: dict[str, Any]) -> bytes:
 
 def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10.0,
                  log_retain_entries: int = DEFAULT_RETAIN_ENTRIES,
-                 log_retain_bytes: int = DEFAULT_RETAIN_BYTES) -> dict[str, Any]:
+                 log_retain_bytes: int = DEFAULT_RETAIN_BYTES,
+                 compaction_interval: float = DEFAULT_COMPACTION_INTERVAL) -> dict[str, Any]:
     """Create the cluster's znodes (``tstreams cluster init``); existing ones keep their data
-    except ``config``, which is rewritten. Returns the configuration: the size, ``acks`` and
-    the log retention (:mod:`.retention`)."""
+    except ``config``, which is rewritten. Returns the configuration: the size, ``acks``,
+    the log retention (:mod:`.retention`) and the compaction interval in seconds (0: never;
+    :mod:`.compaction`)."""
     from kazoo.client import KazooClient
 
     addr = ZkAddress.parse(url)
@@ -167,7 +176,8 @@ def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10
     if acks not in ACKS:
         raise errors.InvalidArgument(f"acks must be one of {ACKS}, got {acks!r}")
     config = {"nodes": nodes, "acks": acks, "log_retain_entries": check_entries(log_retain_entries),
-              "log_retain_bytes": check_bytes(log_retain_bytes)}
+              "log_retain_bytes": check_bytes(log_retain_bytes),
+              "compaction_interval": check_compaction_interval(compaction_interval)}
     client = KazooClient(hosts=addr.hosts, timeout=timeout)
     try:
         client.start(timeout=timeout)

@@ -28,7 +28,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import lmdb
@@ -294,20 +294,23 @@ class Core:
         done = iter(self.committer.submit_many(todo))
         return [c if c is not None else next(done) for c in checked]
 
-    def apply_committed(self, now_ms: int, calls: Sequence[Sequence[Operation]],
+    def apply_committed(self, now_ms: int, calls: Sequence[Sequence[Operation] | O.MaintenanceBatch],
                         finish: Callable[[lmdb.Transaction, list[tuple[bool, Any]]], Any] | None = None
                         ) -> list[tuple[bool, Any]]:
         """Apply client batches (client-batch rules) as of ``now_ms``: the cluster's apply
         step for a committed log entry. Each call is atomic on its own; all of them and
         ``finish(write_txn, outcomes)`` share one LMDB commit. The same state and the same
         ``now_ms`` give the same results on every node. One ``(ok, results or exception)``
-        per call; a call that is not a valid client batch fails alone, deterministically."""
+        per call; a call that is not a valid client batch fails alone, deterministically.
+        A :class:`~.ops.MaintenanceBatch` (a leader's replicated compaction) holds engine
+        records that clients cannot submit."""
         self._check()
         check_int(now_ms, "now_ms", 0, 2**62)
         checked: list[list[Operation] | BaseException] = []
         for ops in calls:
             try:
-                checked.append(O.check_client_batch(ops))
+                checked.append(O.check_maintenance_batch(ops.ops) if isinstance(ops, O.MaintenanceBatch)
+                               else O.check_client_batch(ops))
             except errors.TStreamsError as exc:
                 checked.append(exc)
         good = [c for c in checked if not isinstance(c, BaseException)]
@@ -583,25 +586,36 @@ class Core:
 
         Works in slices (``COMPACTION_SLICE`` streams per snapshot, bounded deletions per
         write) so that millions of streams never hold the write lock for long."""
+        removed = sum(self._submit_compaction(work) for work in self.expired_compactions())
+        return {"transactions_removed": removed, "log_entries_trimmed": self.trim_log_to_retention()}
+
+    COMPACTION_SLICE = 5000
+    COMPACTION_BATCH = 256
+
+    def expired_compactions(self, now: int | None = None) -> Iterator[list[O.Compact]]:
+        """The :class:`~.ops.Compact` records that delete every transaction past its
+        stream's TTL as of ``now`` (epoch ms; default: the engine's clock), in batches of at
+        most :attr:`COMPACTION_BATCH`, computed on consistent slices of
+        :attr:`COMPACTION_SLICE` streams. :meth:`compact` applies them here; a cluster
+        leader replicates them so that every node deletes the same transactions."""
         self._check()
-        now = self.clock()
-        removed = 0
+        now = self.clock() if now is None else now
         after: bytes | None = b""
         while after is not None:
             work, after = self._expired_slice(after, now)
-            for i in range(0, len(work), 256):
-                removed += self._submit_compaction(work[i : i + 256])
-            if after is None:
-                break
-            time.sleep(0)  # let foreground threads run between slices
-        trimmed = 0
-        if self.log_retention is not None:
-            seq = self.log_seq()
-            if seq > self.log_retention:
-                trimmed = self.trim_log(seq - self.log_retention)
-        return {"transactions_removed": removed, "log_entries_trimmed": trimmed}
+            for i in range(0, len(work), self.COMPACTION_BATCH):
+                yield work[i : i + self.COMPACTION_BATCH]
+            if after is not None:
+                time.sleep(0)  # let foreground threads run between slices
 
-    COMPACTION_SLICE = 5000
+    def trim_log_to_retention(self) -> int:
+        """Trim the commit log to its newest ``log_retention`` entries (nothing when
+        ``log_retention`` is None); return how many entries were removed."""
+        self._check()
+        if self.log_retention is None:
+            return 0
+        seq = self.log_seq()
+        return self.trim_log(seq - self.log_retention) if seq > self.log_retention else 0
 
     def _expired_slice(self, after: bytes, now: int) -> tuple[list[O.Compact], bytes | None]:
         """COMPACT operations for the next slice of streams after name ``after``; the name to

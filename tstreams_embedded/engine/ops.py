@@ -459,6 +459,26 @@ def check_client_batch(batch: Any) -> list[Operation]:
     return list(batch)
 
 
+@dataclass(frozen=True, slots=True)
+class MaintenanceBatch:
+    """Engine maintenance that a cluster leader replicates so that every node applies the
+    same: :class:`Compact` records computed from the streams' TTL
+    (:meth:`~tstreams_embedded.engine.core.Core.expired_compactions`). Clients cannot
+    submit it; only the cluster's log carries it."""
+
+    ops: tuple[Operation, ...]
+
+
+def check_maintenance_batch(batch: Any) -> list[Operation]:
+    """Validate a :class:`MaintenanceBatch`'s records: :class:`Compact` only. Returns a list."""
+    if not isinstance(batch, (list, tuple)):
+        raise errors.InvalidArgument("a maintenance batch is a list of Compact records")
+    for op in batch:
+        if not isinstance(op, Compact):
+            raise errors.InvalidArgument(f"a maintenance batch holds Compact records only, not {describe(op)}")
+    return list(batch)
+
+
 def describe(op: Any) -> str:
     """A short human-readable form of a record (for logs and errors)."""
     s = _SPECS.get(type(op))
