@@ -23,7 +23,15 @@ from .conftest import Cluster
 
 pytestmark = pytest.mark.timeout(180)
 
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "cluster-status.png"
+DOC_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "cluster-status.png"
+
+
+@pytest.fixture
+def screenshot(tmp_path: Path) -> Path:
+    """Where the screenshot goes: ``docs/cluster-status.png`` when ``TSTREAMS_UPDATE_DOCS=1``
+    (to refresh the picture in the docs), else a temporary file (a test run leaves the
+    working tree clean)."""
+    return DOC_SCREENSHOT if os.environ.get("TSTREAMS_UPDATE_DOCS") == "1" else tmp_path / "cluster-status.png"
 
 
 @pytest.fixture
@@ -76,7 +84,8 @@ def consumer_lags(driver: Any, stream: str) -> list[str]:
     return lags
 
 
-def test_status_page_shows_roles_and_lag(cluster: Cluster, connect: Callable[..., Any], browser: Any) -> None:
+def test_status_page_shows_roles_and_lag(cluster: Cluster, connect: Callable[..., Any], browser: Any,
+                                         screenshot: Path) -> None:
     leader = cluster.leader()
     follower = cluster.followers(leader)[-1]
     engine = connect()
@@ -115,11 +124,11 @@ def test_status_page_shows_roles_and_lag(cluster: Cluster, connect: Callable[...
             return int(lag) if lag.isdigit() and int(lag) >= 12 else None
 
         eventually(lagging, 20, 0.1, message=lambda: f"the paused follower's lag: {node_rows(browser)}")
-        SCREENSHOT.parent.mkdir(exist_ok=True)
-        assert browser.save_screenshot(str(SCREENSHOT))
+        screenshot.parent.mkdir(exist_ok=True)
+        assert browser.save_screenshot(str(screenshot))
     finally:
         follower.resume()
-    assert SCREENSHOT.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # resumed, it catches up: back to follower with lag 0
     eventually(roles_shown, 40, 0.1, message=lambda: f"the follower caught up on the page: {node_rows(browser)}")
