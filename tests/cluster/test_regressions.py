@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import time
+from pathlib import Path
 
 from tstreams_embedded import errors
 from tstreams_embedded.cluster.zk import ZkAddress
@@ -15,30 +16,36 @@ from tstreams_embedded.testing import ZooKeeperServer, eventually
 from .conftest import SESSION, Cluster
 from .test_cluster import converged, items_on
 
+#: A session long enough that a restart always comes before it expires, even on a loaded
+#: machine (the test ZooKeeper's tickTime of 500 ms allows up to 10 s).
+LONG_SESSION = 9.0
+
 
 def test_a_node_restarted_within_the_session_timeout_owns_its_membership_node(zk: ZooKeeperServer,
-                                                                              cluster: Cluster) -> None:
+                                                                              tmp_path: Path) -> None:
     """Bug: a node restarted before its previous process's ZooKeeper session expired
     updated that session's ephemeral ``P/nodes/<id>`` (a plain ``set``) instead of creating
     its own. When the old session expired the node vanished, and the next election did not
     ask this node ("only 1 of 3 nodes answered; not leading"), delaying failover."""
-    leader = cluster.leader()
-    follower = cluster.followers(leader)[0]
-    path = ZkAddress.parse(cluster.url).node(follower.node_id)
+    cluster = Cluster(zk, tmp_path, session=LONG_SESSION).start()
     client = zk.client()
     client.start()
     try:
+        leader = cluster.leader(timeout=60)
+        follower = cluster.followers(leader)[0]
+        path = ZkAddress.parse(cluster.url).node(follower.node_id)
         before = client.get(path)[1].ephemeralOwner
         follower.kill()
         t0 = time.monotonic()
         follower.start()
-        assert time.monotonic() - t0 < SESSION, "restarted too slowly to reproduce the bug"
+        assert time.monotonic() - t0 < LONG_SESSION, "restarted too slowly to reproduce the bug"
         data, stat = client.get(path)
         assert stat.ephemeralOwner != before, "the membership node still belongs to the killed process's session"
         assert json.loads(data)["node"] == follower.node_id
     finally:
         client.stop()
         client.close()
+        cluster.stop()
 
 
 def test_expiry_seen_by_a_read_agrees_with_the_replicated_apply(cluster: Cluster) -> None:
