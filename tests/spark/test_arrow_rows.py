@@ -19,7 +19,7 @@ from tstreams_embedded.engine.ops import pack_items
 from tstreams_embedded.errors import DataCorrupted, InvalidArgument
 from tstreams_embedded.ids import txn_time
 from tstreams_embedded.spark import rows
-from tstreams_embedded.spark.local_read import PayloadWalk, local_batches
+from tstreams_embedded.spark.local_read import SegmentReader, local_batches
 from tstreams_embedded.spark.payloads import MIN_FIXED_ITEMS, fixed_items
 from tstreams_embedded.spark.rows import BatchBuilder, arrow_schema, record_batches
 from tstreams_embedded.testing import FakeClock
@@ -156,16 +156,16 @@ def test_local_walk_follows_the_read_rule(tmp_path: Path) -> None:
         last = producer.instant([b"after the open one"] * 17)
         end = 2**63 - 1
 
-        walk = PayloadWalk(engine.backend, "s", 0, 0, end)  # type: ignore[arg-type]
-        assert [t for t, _ in walk] == [first, second]
+        walk = SegmentReader(engine.backend, "s", 0, 0, end, "binary")  # type: ignore[arg-type]
+        assert [set(b.column("txn_id").to_pylist()) for b in walk] == [{first, second}]
         assert walk.blocked and walk.position == second
         for fmt in ("binary", "string"):
             local = _local(engine, "s", 0, 0, end, fmt)
             assert local.equals(_generic(engine, "s", 0, 0, end, fmt))
             assert local.column("txn_id").to_pylist() == [first] * 40 + [second] * 3
         # bounded above: the walk ends at ``upto`` without meeting the open transaction
-        bounded = PayloadWalk(engine.backend, "s", 0, first, second)  # type: ignore[arg-type]
-        assert [t for t, _ in bounded] == [second] and not bounded.blocked and bounded.position == second
+        bounded = SegmentReader(engine.backend, "s", 0, first, second, "binary")  # type: ignore[arg-type]
+        assert [b.num_rows for b in bounded] == [3] and not bounded.blocked and bounded.position == second
 
         clock.advance(6_000)  # the open transaction's deadline passes
         local = _local(engine, "s", 0, 0, end, "binary")
@@ -176,18 +176,35 @@ def test_local_walk_follows_the_read_rule(tmp_path: Path) -> None:
         assert _local(engine, "s", 0, last, end, "binary").num_rows == 0
 
 
-def test_local_walk_pages_by_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_batches_are_bounded_and_each_read_in_one_snapshot(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from tstreams_embedded.spark import local_read
 
-    monkeypatch.setattr(local_read, "PAGE_BYTES", 1000)
-    monkeypatch.setattr(local_read, "PAGE_TXNS", 3)
+    monkeypatch.setattr(rows, "BATCH_BYTES", 1000)
+    monkeypatch.setattr(rows, "BATCH_ROWS", 25)
+    monkeypatch.setattr(local_read, "SCAN_TXNS", 3)
     with ts.open(str(tmp_path / "d"), compaction_interval=None) as engine:
         engine.create_stream("s")
         producer = engine.producer("s", partition=0)
         ids = [producer.instant([bytes([k]) * (50 * (k % 5))] * (k % 7 + 1)) for k in range(30)]
-        walk = PayloadWalk(engine.backend, "s", 0, 0, ids[-1])  # type: ignore[arg-type]
-        assert [t for t, _ in walk] == ids and walk.position == ids[-1]
-        assert _local(engine, "s", 0, 0, ids[-1], "binary").equals(_generic(engine, "s", 0, 0, ids[-1], "binary"))
+        snapshots = []
+        store = engine.backend.store  # type: ignore[attr-defined]
+        real_read = store.read
+
+        def counting_read(buffers: bool = False):  # type: ignore[no-untyped-def]
+            snapshots.append(buffers)
+            return real_read(buffers)
+
+        monkeypatch.setattr(store, "read", counting_read)
+        reader = SegmentReader(engine.backend, "s", 0, 0, ids[-1], "binary")  # type: ignore[arg-type]
+        batches = list(reader)
+        monkeypatch.setattr(store, "read", real_read)
+        assert reader.position == ids[-1] and not reader.blocked
+        assert len(batches) > 3 and len(snapshots) == len(batches) and all(snapshots)
+        # a batch ends after the transaction that reaches a bound (at most 7 items, 200 bytes each)
+        assert all(b.num_rows <= 25 + 6 and b.column("value").buffers()[2].size <= 1000 + 7 * 200 for b in batches)
+        got = pa.Table.from_batches(batches, schema=arrow_schema("binary"))
+        assert got.equals(_generic(engine, "s", 0, 0, ids[-1], "binary"))
 
 
 def test_local_walk_skips_transactions_past_the_stream_ttl(tmp_path: Path) -> None:
