@@ -383,8 +383,9 @@ SPARK_SCENARIOS = (
         "spark", "batch_count", "Batch read into count()", "count",
         "N rows (100-byte values in 1,000-item transactions over 4 partitions) read into a DataFrame "
         "count(), against Spark reading the same rows (same six columns) from local Parquet files, which "
-        "answers count() from its footers. The floor is a Python data source yielding prebuilt Arrow "
-        "batches of the same rows without storage: the cost of Spark's Python data source path alone.",
+        "answers count() from its footers. The ceiling is a Python data source yielding prebuilt Arrow "
+        "batches of the same rows without storage: the cost of Spark's Python data source path alone, "
+        "the most any Python data source can do here.",
         _v("spark-tstreams", "spark-parquet", "spark-python-floor"), _SPARK, unit="rows/s", isolation="shared",
         warmup=True,
     ),
@@ -405,9 +406,11 @@ SPARK_SCENARIOS = (
 )
 
 SPARK_GOALS = (
-    Goal("batch_count", "count(): >= 0.5x Parquet", "spark-tstreams", "spark-parquet", at_least=0.5),
-    Goal("batch_count", "count(): vs the Python data source floor (informational)", "spark-tstreams",
-         "spark-python-floor"),
+    # Issue 11: the Python data source API's own ceiling replaces the Parquet count() goal, which
+    # no Python data source reaches here (Parquet answers count() from its footers).
+    Goal("batch_count", "count(): >= 0.9x the Python data source ceiling (prebuilt Arrow batches, no storage)",
+         "spark-tstreams", "spark-python-floor", at_least=0.9),
+    Goal("batch_count", "count(): vs Parquet, footers only (informational)", "spark-tstreams", "spark-parquet"),
     Goal("batch_scan", "full scan: >= 0.5x Parquet", "spark-tstreams", "spark-parquet", at_least=0.5),
     Goal("streaming", "streaming vs files + Parquet sink (report the ratio)", "spark-tstreams", "spark-files"),
 )

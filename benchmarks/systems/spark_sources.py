@@ -206,7 +206,7 @@ class SparkParquet(_SparkSystem):
 
 class SparkPythonFloor(_SparkSystem):
     name = "spark-python-floor"
-    label = "Python data source floor (prebuilt Arrow batches, no storage)"
+    label = "Python data source ceiling (prebuilt Arrow batches, no storage)"
     description = "a Python data source yielding prebuilt Arrow batches of the same six columns and rows"
 
     def run_count(self, rows: int, events: int) -> Outcome:

@@ -160,3 +160,34 @@ def test_unreadable_values_name_the_option(spark, engine, data_dir, fmt, payload
 def test_empty_stream(spark, engine, data_dir):
     engine.create_stream("s", partitions=3)
     assert _read(spark, data_dir).count() == 0
+
+
+def test_fixed_and_varying_size_chunks_across_batches_match_the_engine(spark, engine, data_dir):
+    """Enough rows for several Arrow batches per task, from chunks of fixed-size items (copied
+    straight from LMDB into Arrow) mixed with chunks of varying sizes (decoded by msgpack)."""
+    import zlib
+
+    from pyspark.sql import functions as F
+
+    engine.create_stream("mixed", partitions=2)
+    producer = engine.producer("mixed")
+    want = []
+    for t in range(90):
+        n = 3000 if t % 3 else 40
+        if t % 2:
+            items = [b"%08d" % (t * 10_000 + i) + b"." * 30 for i in range(n)]  # one length
+        else:
+            items = [b"x" * (i % 300) for i in range(n)]  # lengths 0..299: bin8 and bin16 headers
+        txn_id = producer.instant(items, partition=t % 2)
+        want.extend((txn_id, seq, v) for seq, v in enumerate(items))
+    df = _read(spark, data_dir, stream="mixed")
+    got = df.agg(F.count("*").alias("n"), F.sum("seq").alias("seqs"), F.sum(F.length("value")).alias("bytes"),
+                 F.sum(F.crc32(F.col("value")) * F.col("seq")).alias("crc"),
+                 F.sum((F.col("txn_id") % 1_000_003) * F.col("seq")).alias("ids")).first()
+    assert got.n == len(want) > 2 * 65_536
+    assert got.seqs == sum(s for _, s, _ in want)
+    assert got.bytes == sum(len(v) for _, _, v in want)
+    assert got.crc == sum(zlib.crc32(v) * s for _, s, v in want)
+    assert got.ids == sum((t % 1_000_003) * s for t, s, _ in want)
+    first = df.where(F.col("seq") == 0).orderBy("txn_id").select("txn_id", "value").collect()
+    assert [(r.txn_id, bytes(r.value)) for r in first] == sorted((t, v) for t, s, v in want if s == 0)

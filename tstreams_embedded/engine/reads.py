@@ -56,6 +56,24 @@ def chunk_items(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition
         raise _located(exc, info, partition, txn_id) from None
 
 
+def transaction_payloads(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: int,
+                         txn_id: int) -> list[memoryview | bytes]:
+    """The verified, *undecoded* payloads (msgpack arrays of ``bytes`` items) of a stored
+    transaction's chunks, in order, for readers that decode items in bulk (the Spark source
+    builds Arrow columns from them). Checksums are verified as in :func:`load_items`;
+    :class:`DataCorrupted` names the transaction if a chunk is damaged or missing, or the
+    transaction record is gone. The payloads are valid while ``txn`` is."""
+    raw = txn.get(keys.txn_key(info.id, partition, txn_id), db=store.txns)
+    try:
+        if raw is None:
+            raise DataCorrupted("its transaction record is missing")
+        chunks = keys.STATE.unpack(raw)[2]
+        return [payload_of(_chunk(txn, store, info, partition, txn_id, c), store.legacy_chunks)
+                for c in range(chunks)]
+    except DataCorrupted as exc:
+        raise _located(exc, info, partition, txn_id) from None
+
+
 def _located(exc: DataCorrupted, info: StreamInfo, partition: int, txn_id: int) -> DataCorrupted:
     return DataCorrupted(
         f"transaction {txn_id} in {info.name!r} partition {partition} is damaged: {exc}. "

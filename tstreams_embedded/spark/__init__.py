@@ -4,7 +4,7 @@
 >>> register(spark)
 >>> df = spark.read.format("tstreams").option("path", "data/").option("stream", "clicks").load()
 
-Needs the ``[spark]`` extra (``pyspark>=4.2,<5`` and ``pyarrow``). See ``docs/SPARK.md``.
+Needs the ``[spark]`` extra (``pyspark>=4.2,<5``, ``pyarrow`` and ``numpy``). See ``docs/SPARK.md``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 try:
+    import numpy  # noqa: F401 - the reader builds Arrow columns with it
     import pyarrow  # noqa: F401 - Spark fails late and obscurely without it
     import pyspark  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the installation

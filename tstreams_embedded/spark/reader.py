@@ -20,9 +20,11 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from ..engine.core import Core
 from ..engine.iteration import iter_transactions
 from ..errors import StreamNotFound
 from .connection import engine_for
+from .local_read import local_batches
 from .options import ReadOptions, Target
 from .rows import record_batches
 from .scan import (
@@ -89,9 +91,11 @@ def read_chunk(target: Target, value_format: str, chunk: ChunkPartition) -> Iter
         return
     backend = engine_for(target).backend
     for partition, after, last, _ in segments:
-        yield from record_batches(iter_transactions(backend, target.stream, partition, after, last, FETCH_TXNS),
-                                  target.stream, partition,
-                                  value_format)
+        if isinstance(backend, Core):  # embedded: undecoded chunk payloads straight from LMDB
+            yield from local_batches(backend, target.stream, partition, after, last, value_format)
+        else:
+            yield from record_batches(iter_transactions(backend, target.stream, partition, after, last, FETCH_TXNS),
+                                      target.stream, partition, value_format)
 
 
 class TStreamsBatchReader(DataSourceReader):
@@ -119,7 +123,7 @@ class TStreamsBatchReader(DataSourceReader):
             scan = scan_partition(backend, target.stream, p, after, upto)
             segments.extend((p, lo, hi, rows) for lo, hi, rows in
                             split_chunks(scan.txns, after, scan.position, opts.rows_per_split))
-        return pack_segments(segments, opts.rows_per_split) or [ChunkPartition([])]
+        return list(pack_segments(segments, opts.rows_per_split)) or [ChunkPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ChunkPartition)

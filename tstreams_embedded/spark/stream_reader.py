@@ -83,7 +83,7 @@ class TStreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._parts = planning.select_partitions(info, self.options.partitions)
         return self._parts
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         backend = self._backend()
         stream = self.options.target.stream
         starting = self.options.starting
@@ -101,7 +101,7 @@ class TStreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stream = self.options.target.stream
         self._target = {p: int(backend.last_txn_id(stream, p)) for p in self._partitions()}
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         positions = parse_offset(start)
         for p in self._partitions():
             positions.setdefault(p, 0)
@@ -143,7 +143,7 @@ class TStreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end[p] = max(end[p], s.position)
         return make_offset(end)
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         starts = parse_offset(start)
         ends = parse_offset(end)
         backend = self._backend()
@@ -163,7 +163,7 @@ class TStreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             planning.split_chunks(txns, after, last, self.options.rows_per_split))
         return list(pack_segments(segments, self.options.rows_per_split))
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: Spark's checkpoint is the resume point."""
 
     def stop(self) -> None:
