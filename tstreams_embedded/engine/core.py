@@ -38,6 +38,7 @@ from . import inspection, keys, paging, reads, state
 from . import ops as O
 from .apply import Applier
 from .backend import MAX_DESCRIBED_PARTITIONS, ConsumerInfo, Fetched, IndexScan, PartitionInfo, StreamInfo, TxnData
+from .bulk import PayloadSnapshot
 from .catalog import decode_stream, lookup_stream
 from .committer import GroupCommitter
 from .iteration import iter_transactions
@@ -578,6 +579,12 @@ class Core:
             total += n
             if n < 10_000:
                 return total
+
+    def payload_snapshot(self, stream: str, partition: int) -> PayloadSnapshot:
+        """A read-only snapshot of a partition's undecoded chunk payloads for bulk readers
+        (:mod:`.bulk`; the Spark source builds Arrow columns from it)."""
+        self._check()
+        return PayloadSnapshot(self.store, self.clock, stream, partition)
 
     # ------------------------------------------------------------------ maintenance
     def compact(self) -> dict[str, int]:

@@ -5,11 +5,11 @@ Through the :class:`~tstreams_embedded.engine.backend.Backend` protocol a read d
 item into a Python ``bytes`` object (:meth:`Backend.fetch`), which is most of the cost of
 filling Arrow columns. When the engine is embedded (a :class:`~tstreams_embedded.engine.core.Core`
 in this process), :func:`local_batches` hands each transaction's verified, undecoded chunk
-payloads (:func:`~tstreams_embedded.engine.reads.transaction_payloads`) to the batch builder,
+payloads (:class:`~tstreams_embedded.engine.bulk.PayloadSnapshot`) to the batch builder,
 which copies fixed-size items from the memory map into the Arrow buffers in one pass
 (:mod:`.payloads`).
 
-The read rule is the engine's own (:func:`~tstreams_embedded.engine.reads.scan`, index only):
+The read rule is the engine's own (:meth:`PayloadSnapshot.scan`, index only):
 checkpointed transactions in ID order, cancelled/invalid/expired-by-TTL ones passed over, a
 stop at the first open one. A segment planned by the reader holds no open transaction, but if
 one is met anyway (``blocked``), the read continues from there through the Backend (which
@@ -28,12 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import lmdb
 import pyarrow as pa
 
-from ..engine import reads
-from ..engine.backend import StreamInfo
-from ..engine.catalog import lookup_stream
+from ..engine.bulk import PayloadSnapshot
 from ..engine.core import Core
 from ..engine.iteration import iter_transactions
 from .rows import BatchBuilder, record_batches
@@ -67,15 +64,11 @@ class SegmentReader:
 
     def _batch(self) -> pa.RecordBatch | None:
         """Fill and flush one batch in one snapshot."""
-        store = self.core.store
-        with store.read(buffers=True) as txn:
-            info = lookup_stream(txn, store, self.stream)
-            now = self.core.clock()
+        with self.core.payload_snapshot(self.stream, self.partition) as snapshot:
             while not self.builder.full() and not self.done:
-                scan = reads.scan(txn, store, self.stream, self.partition, self.position, self.upto, SCAN_TXNS, now,
-                                  load=False)
+                scan = snapshot.scan(self.position, self.upto, SCAN_TXNS)
                 for txn_id, _ in scan.index:
-                    self._add(txn, info, txn_id)
+                    self._add(snapshot, txn_id)
                     if self.builder.full():
                         break
                 else:
@@ -85,10 +78,10 @@ class SegmentReader:
                         self.blocked = scan.blocked
             return self.builder.flush()  # inside the snapshot: the builder may hold views into it
 
-    def _add(self, txn: lmdb.Transaction, info: StreamInfo, txn_id: int) -> None:
+    def _add(self, snapshot: PayloadSnapshot, txn_id: int) -> None:
         """Add every chunk of transaction ``txn_id``."""
         seq = 0
-        for payload in reads.transaction_payloads(txn, self.core.store, info, self.partition, txn_id):
+        for payload in snapshot.payloads(txn_id):
             seq += self.builder.add_payload(txn_id, seq, payload)
         self.position = txn_id
 
