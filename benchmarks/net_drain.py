@@ -13,6 +13,9 @@ the minimum over ``R`` rounds (each round a fresh burst), taken ``--drain`` requ
   request a 1-item ``INSTANT`` (the pipelined figure's request);
 * ``now_ms``: the same server answering ``now_ms`` (the sync12 figure's request).
 
+``--sync N`` measures instead ``--clients`` threads sending N requests each, one at a time
+(the sync12 figure's pattern: few requests per wakeup), the minimum over ``--rounds``.
+
 The requests are sent by ``--clients`` DEALER sockets, as the suite's clients do. Use it to
 judge a change of the loop; the suite (``python -m benchmarks --suite net``) gives the
 end-to-end figures.
@@ -24,6 +27,7 @@ import argparse
 import asyncio
 import functools
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -102,6 +106,53 @@ def measure(registry: Registry, kind: str, n: int, clients: int, rounds: int, dr
     return best
 
 
+def measure_sync(registry: Registry, kind: str, n: int, clients: int) -> float:
+    """The loop thread's CPU µs per request when ``clients`` threads each send ``n``
+    requests one at a time (each waits for its reply): a wakeup per request or few."""
+    ctx = zmq.Context()
+    server = Server(registry, "tcp://127.0.0.1:0", ServerOptions(inline_writes=True), context=ctx)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    io = IOLoop.current()
+    server.start(io)
+    finished = asyncio.Event()
+    left = [clients]
+
+    def client(k: int) -> None:
+        s = ctx.socket(zmq.DEALER)
+        s.connect(server.endpoints[0])
+        for frames in _requests(kind, k % PARTITIONS, n, 0):
+            s.send_multipart(frames)
+            s.recv_multipart()
+        s.close(0)
+        io.add_callback(_one_done, left, finished)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+
+    async def run() -> float:
+        t0 = time.thread_time()
+        for t in threads:
+            t.start()
+        await finished.wait()
+        return time.thread_time() - t0
+
+    try:
+        dt = io.run_sync(run, timeout=300)
+    finally:
+        for t in threads:
+            t.join()
+        io.run_sync(lambda: _stop(server))
+        loop.close()
+        ctx.term()
+    return dt / (n * clients) * 1e6
+
+
+def _one_done(left: list[int], finished: asyncio.Event) -> None:
+    left[0] -= 1
+    if not left[0]:
+        finished.set()
+
+
 async def _until_answered(server: Server, replies: int) -> None:
     while server.stats.replies < replies:
         await asyncio.sleep(0.001)
@@ -121,8 +172,24 @@ def main() -> None:
     ap.add_argument("--drain", type=int, default=256,
                     help="requests per wakeup (max_drain; the suite's pipelined runs see about 250)")
     ap.add_argument("--only", choices=("echo", "instant", "now_ms"), action="append")
+    ap.add_argument("--sync", type=int, default=0, metavar="N",
+                    help="instead: N requests per client, one at a time (a synchronous client's wakeups)")
     a = ap.parse_args()
     out: dict[str, Any] = {}
+    if a.sync:
+        with tempfile.TemporaryDirectory(prefix="tstreams-drain-") as d:
+            core = Core(d, "async")
+            try:
+                core.submit([O.CreateStream(STREAM, PARTITIONS, 86400)])
+                for name in a.only or ("now_ms",):
+                    reg = _echo_registry() if name == "echo" else backend_registry(core)
+                    best = min(measure_sync(reg, "now_ms" if name != "instant" else "instant", a.sync, a.clients)
+                               for _ in range(a.rounds))
+                    out[f"sync {name}"] = best
+            finally:
+                core.close()
+        print("  ".join(f"{k} {v:.2f} µs/req" for k, v in out.items()))
+        return
     for name in a.only or ("echo", "instant", "now_ms"):
         if name == "echo":
             out[name] = measure(_echo_registry(), "instant", a.requests, a.clients, a.rounds, a.drain)
