@@ -2,7 +2,9 @@
 
 Tornado is used only to learn that the socket is readable: the socket's ``zmq.FD`` is
 registered with ``IOLoop.add_handler``. Each wakeup then drains every queued message with
-``NOBLOCK`` until ``EAGAIN`` (handling one message per callback was 4–6× slower). The
+``NOBLOCK`` until ``EAGAIN`` (handling one message per callback was 4–6× slower; after
+its first message a drain asks ``ZMQ_EVENTS`` once, which ends the usual one-request
+wakeup of a synchronous client without a failed receive, see ``PROBE_EVENTS``). The
 ``zmq.FD`` is edge-triggered, so after any burst of sends the server re-checks
 ``zmq.EVENTS`` and drains again if input is pending; a drain that hits its per-wakeup cap
 reschedules itself instead of waiting for an edge that will not come.
