@@ -2,9 +2,7 @@
 
 Tornado is used only to learn that the socket is readable: the socket's ``zmq.FD`` is
 registered with ``IOLoop.add_handler``. Each wakeup then drains every queued message with
-``NOBLOCK`` until ``EAGAIN`` (handling one message per callback was 4–6× slower; after
-its first message a drain asks ``ZMQ_EVENTS`` once, which ends the usual one-request
-wakeup of a synchronous client without a failed receive, see ``PROBE_EVENTS``). The
+``NOBLOCK`` until ``EAGAIN`` (handling one message per callback was 4–6× slower). The
 ``zmq.FD`` is edge-triggered, so after any burst of sends the server re-checks
 ``zmq.EVENTS`` and drains again if input is pending; a drain that hits its per-wakeup cap
 reschedules itself instead of waiting for an edge that will not come.
@@ -99,12 +97,6 @@ DEFAULT_MAX_REPLY_BYTES = 16 * MiB
 FRAME_OVERHEAD = 128
 #: After dropping this many bytes of rejected requests, give freed heap back to the system.
 TRIM_AFTER = 16 * MiB
-POLLIN = int(zmq.POLLIN)
-# PROBE_EVENTS: a drain ends when a receive fails with EAGAIN, and pyzmq raises zmq.Again
-# for it: measured here 6.5-9 µs per failed receive against 2.7-3.9 µs to ask ZMQ_EVENTS.
-# A synchronous client's request is usually alone in its wakeup, so after the first
-# message the drain asks ZMQ_EVENTS once and stops without a failed receive when nothing
-# else is queued; a drain with more keeps receiving until EAGAIN (one exception per burst).
 
 
 def _malloc_trim() -> Callable[[], None]:
@@ -315,7 +307,7 @@ class Server:
             return
         self.stats.wakeups += 1
         self._now = time.monotonic()
-        recv, events = zmqfast.recv_request, zmqfast.events
+        recv = zmqfast.recv_request
         dispatch = self._dispatch
         n = 0
         limit = self.opts.max_drain
@@ -329,8 +321,6 @@ class Server:
                     if executors.write_bytes > write_budget:
                         more = True
                         break
-                    if n == 1 and not events(sock) & POLLIN:
-                        break  # see PROBE_EVENTS
                     frames, size, count = recv(sock, max_bytes, max_frames)
                     n += 1
                     if size > max_bytes or count > max_frames:
