@@ -71,13 +71,16 @@ class BatchScope:
     """What the handlers of one batch share: the write transaction, the batch's clock, a
     cache of the streams it touched, and whether it is a replay."""
 
-    __slots__ = ("txn", "now", "streams", "replay")
+    __slots__ = ("txn", "now", "streams", "replay", "last_ids")
 
     def __init__(self, txn: lmdb.Transaction, now: int, replay: bool) -> None:
         self.txn = txn
         self.now = now
         self.replay = replay
         self.streams: dict[str, StreamInfo] = {}
+        #: (stream id, partition) -> the partition's last allocated transaction ID, as
+        #: written to ``parts`` in this batch (saves reading it back for every record).
+        self.last_ids: dict[tuple[int, int], int] = {}
 
 
 class Applier:
@@ -156,18 +159,23 @@ class Applier:
     def allocate(self, scope: BatchScope, info: StreamInfo, partition: int, given: Any) -> int:
         """A new transaction ID, or the resolved one when replaying."""
         pkey = keys.part_key(info.id, partition)
-        raw = scope.txn.get(pkey, db=self.store.parts)
-        if raw:
-            last = keys.U64.unpack(raw)[0]
-        else:  # first ID of the partition: above every ID of a deleted stream (same name or not)
-            floor = scope.txn.get(ID_FLOOR, db=self.store.meta)
-            last = keys.U64.unpack(floor)[0] if floor else 0
+        cached = (info.id, partition)
+        last = scope.last_ids.get(cached)
+        if last is None:
+            raw = scope.txn.get(pkey, db=self.store.parts)
+            if raw:
+                last = keys.U64.unpack(raw)[0]
+            else:  # first ID of the partition: above every ID of a deleted stream (same name or not)
+                floor = scope.txn.get(ID_FLOOR, db=self.store.meta)
+                last = keys.U64.unpack(floor)[0] if floor else 0
         if scope.replay and given is not None:
             txn_id = check_int(given, "transaction id", 1, 2**63 - 1)
         else:
             txn_id = max(scope.now * ID_MULTIPLIER, last + 1)
         if txn_id > last:
             scope.txn.put(pkey, keys.U64.pack(txn_id), db=self.store.parts)
+            last = txn_id
+        scope.last_ids[cached] = last
         return txn_id
 
     def deadline(self, scope: BatchScope, ttl_ms: int, given: Any) -> int:
@@ -257,6 +265,7 @@ def _delete_stream(a: Applier, scope: BatchScope, op: O.DeleteStream) -> tuple[N
     if high > floor:  # IDs never repeat in a partition, even if the name is created again
         txn.put(ID_FLOOR, keys.U64.pack(high), db=a.store.meta)
     scope.streams.pop(op.name, None)
+    scope.last_ids.clear()  # its partitions' entries are gone from `parts`
     return None, op
 
 

@@ -102,10 +102,11 @@ def execute(jobs: list[Job]) -> list[Done]:
     function at once. Never raises: a failing batch fails each of its calls alike."""
     out: list[Done] = []
     i = 0
-    while i < len(jobs):
+    n = len(jobs)
+    while i < n:
         h = jobs[i][0]
         j = i + 1
-        while j < len(jobs) and jobs[j][0] is h:
+        while j < n and jobs[j][0] is h:
             j += 1
         group = jobs[i:j]
         try:
@@ -115,8 +116,7 @@ def execute(jobs: list[Job]) -> list[Done]:
                                    f"for {len(group)} calls")
         except BaseException as e:  # noqa: BLE001 - every call of the group fails alike
             results = [(False, e)] * len(group)
-        for job, (ok, value) in zip(group, results, strict=True):
-            out.append((job[1], ok, value))
+        out += [(job[1], ok, value) for job, (ok, value) in zip(group, results, strict=True)]
         i = j
     return out
 
@@ -136,6 +136,7 @@ class Executors:
         self._reply = reply
         self._inline_writes = inline_writes
         self._inline_jobs: list[Job] = []
+        self._inline_bytes = 0  # the sizes of the calls in _inline_jobs
         self._inline_batches = 0
         self._inline_calls = 0
         self._lock = threading.Lock()  # guards what the threads hand back
@@ -154,6 +155,7 @@ class Executors:
         self.write_bytes += call.size
         if self._inline_writes:
             self._inline_jobs.append((h, call, args))
+            self._inline_bytes += call.size
             return
         with self._lock:
             self._pending_write += 1
@@ -172,7 +174,10 @@ class Executors:
         jobs, self._inline_jobs = self._inline_jobs, []
         self._inline_batches += 1
         self._inline_calls += len(jobs)
-        self._reply(self._written(execute(jobs)))
+        done = execute(jobs)
+        self.write_bytes -= self._inline_bytes  # every one of them is answered now
+        self._inline_bytes = 0
+        self._reply(done)
 
     @property
     def busy(self) -> bool:

@@ -72,6 +72,10 @@ Outcome = tuple[bool, Any]
 """``(True, results)`` or ``(False, exception)`` for one submit call."""
 
 
+#: The record classes whose batches may be concatenated (:attr:`.ops.OpSpec.mergeable`).
+_MERGEABLE: frozenset[type] = frozenset(spec.record for spec in O.all_specs() if spec.mergeable)
+
+
 def submit_many(core: ServedBackend, calls: Sequence[Sequence[Any]]) -> list[Outcome]:
     """Submit several wire ``(ops, durable)`` calls in arrival order; one outcome each.
 
@@ -88,14 +92,21 @@ def submit_many(core: ServedBackend, calls: Sequence[Sequence[Any]]) -> list[Out
        that only the bad one fails.
     2. Otherwise they go to ``core.submit_many``: one commit group (one LMDB commit, one
        fsync) for all, one nested transaction per call.
+
+    Decoding, the checks and the mergeability test are one pass over the calls (this runs
+    for every write request the server receives).
     """
     out: list[Outcome | None] = [None] * len(calls)
     reqs: list[tuple[int, tuple[list[O.Operation], bool]]] = []
+    merged: list[O.Operation] = []  # every call's records, while all of them are mergeable
+    mergeable = True
+    durable_any = False
+    decode_all = O.decode_all
     for i, args in enumerate(calls):
         try:
-            ops = O.decode_all(args[0])
+            ops = decode_all(args[0])
             durable = args[1] if len(args) > 1 else True
-            if not isinstance(durable, bool):
+            if type(durable) is not bool:
                 raise errors.InvalidArgument(f"durable must be a boolean, got {type(durable).__name__}")
             if core.closed:
                 raise errors.EngineClosed(f"engine at {core.path!r} is closed")
@@ -103,6 +114,14 @@ def submit_many(core: ServedBackend, calls: Sequence[Sequence[Any]]) -> list[Out
                 out[i] = (True, [])
                 continue
             reqs.append((i, (ops, durable)))
+            if mergeable:
+                for op in ops:
+                    if type(op) not in _MERGEABLE:
+                        mergeable = False
+                        break
+                else:
+                    merged += ops
+                    durable_any = durable_any or durable
         except Exception as e:
             out[i] = (False, e)
     if len(reqs) == 1:
@@ -111,7 +130,7 @@ def submit_many(core: ServedBackend, calls: Sequence[Sequence[Any]]) -> list[Out
             out[i] = (True, core.submit(ops, durable))
         except Exception as e:
             out[i] = (False, e)
-    elif reqs and not _merged(core, reqs, out):
+    elif reqs and not (mergeable and _merged(core, reqs, merged, durable_any, out)):
         results = core.submit_many([c for _, c in reqs])
         for (i, _), res in zip(reqs, results, strict=True):
             out[i] = res
@@ -119,21 +138,18 @@ def submit_many(core: ServedBackend, calls: Sequence[Sequence[Any]]) -> list[Out
 
 
 def _merged(core: ServedBackend, reqs: list[tuple[int, tuple[list[O.Operation], bool]]],
-            out: list[Outcome | None]) -> bool:
-    """Step 1 of :func:`submit_many`; False when not applicable or when the batch failed."""
-    merged: list[O.Operation] = []
-    for _, (ops, _) in reqs:
-        if not all(map(O.is_mergeable, ops)):
-            return False
-        merged.extend(ops)
+            merged: list[O.Operation], durable: bool, out: list[Outcome | None]) -> bool:
+    """Step 1 of :func:`submit_many`: ``merged`` (the records of every call of ``reqs``, in
+    order) as one batch. False when the batch failed (nothing of it was written)."""
     try:
-        results = core.submit(merged, any(d for _, (_, d) in reqs))
+        results = core.submit(merged, durable)
     except errors.TStreamsError:
         return False  # nothing was written; retried call by call
     k = 0
     for i, (ops, _) in reqs:
-        out[i] = (True, results[k : k + len(ops)])
-        k += len(ops)
+        n = len(ops)
+        out[i] = (True, results[k : k + n] if n > 1 else [results[k]])
+        k += n
     return True
 
 

@@ -22,7 +22,7 @@ replies counted, and the server stops running its requests (see ``server.py``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -30,7 +30,6 @@ import zmq
 
 from ..errors import error_to_wire
 from . import framing, zmqfast
-from .executors import Done
 from .session import Session
 from .stats import ServerStats
 
@@ -39,6 +38,8 @@ from .stats import ServerStats
 TRACK_BYTES = 256 * 1024
 
 log = logging.getLogger(__name__)
+_pack = framing.pack
+_pack_header = framing.pack_reply_header
 
 
 class Outbox:
@@ -80,10 +81,11 @@ class Outbox:
             if exc_type is None:
                 self._after_burst()
 
-    def send(self, identity: bytes, frames: list[bytes]) -> None:
+    def send(self, identity: bytes, frames: list[bytes], session: Session | None = None) -> None:
         """Queue a reply (sent at once outside a burst). Its bytes count against the
-        client's budget from now on (a drain may queue many replies before they leave)."""
-        s = self._session_of(identity)
+        client's budget from now on (a drain may queue many replies before they leave).
+        ``session`` is the client's session when the caller has it (saves a lookup)."""
+        s = session if session is not None and not session.closed else self._session_of(identity)
         covered = 0
         if s is not None:
             s.untracked += len(frames[-1]) + len(frames[0])
@@ -94,14 +96,15 @@ class Outbox:
         if not self._depth:
             self.flush()
 
-    def send_value(self, identity: bytes, req_id: int, value: Any, flags: int = 0) -> None:
+    def send_value(self, identity: bytes, req_id: int, value: Any, flags: int = 0,
+                   session: Session | None = None) -> None:
         """Reply ``value``; an error reply instead when msgpack cannot carry it."""
         try:
-            body = framing.pack(value)
+            body = _pack(value)
         except Exception as e:  # a handler returned something msgpack cannot carry
             self.send_error(identity, req_id, e)
             return
-        self.send(identity, [framing.pack_reply_header(req_id, flags), body])
+        self.send(identity, [_pack_header(req_id, flags), body], session)
 
     def send_error(self, identity: bytes, req_id: int, exc: BaseException, extra_flags: int = 0) -> None:
         """Reply the error ``exc`` (flag ``ERROR``, plus ``extra_flags``)."""
@@ -109,19 +112,6 @@ class Outbox:
         name, message = error_to_wire(exc)
         self.send(identity, [framing.pack_reply_header(req_id, framing.ERROR | extra_flags),
                              framing.pack([name, message])])
-
-    def send_results(self, results: Iterable[Done]) -> None:
-        """Reply the results of calls run by an executor, in one burst."""
-        with self.burst():
-            for call, ok, value in results:
-                if call.flags & framing.NO_REPLY:
-                    if not ok:
-                        self._stats.errors += 1
-                    continue
-                if ok:
-                    self.send_value(call.session.identity, call.req_id, value)
-                else:
-                    self.send_error(call.session.identity, call.req_id, value)
 
     def poll_trackers(self) -> list[Session]:
         """Release the reply bytes ZeroMQ has finished with; return the sessions that

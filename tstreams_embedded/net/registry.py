@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import InvalidArgument
@@ -48,11 +48,12 @@ class Handler:
     batch: BatchFn | None = None
     min_args: int = 0
     max_args: int = 0
+    #: How the server runs it: the ``executor`` of a ``CALL``, else its ``kind`` (set from
+    #: them; a field rather than a property, as the server reads it for every request).
+    route: str = field(init=False)
 
-    @property
-    def route(self) -> str:
-        """How the server runs it: the ``executor`` of a ``CALL``, else its ``kind``."""
-        return self.executor if self.kind == CALL else self.kind
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "route", self.executor if self.kind == CALL else self.kind)
 
     def arity_text(self) -> str:
         """The number of arguments it takes, in words (for error messages)."""
@@ -87,12 +88,12 @@ class Registry:
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        #: ``get(name)``: the handler of ``name`` or None (the mapping's own ``get``: the
+        #: server looks up every request's method, so no Python-level call is added).
+        self.get: Callable[[str], Handler | None] = self._handlers.get
 
     def __contains__(self, name: str) -> bool:
         return name in self._handlers
-
-    def get(self, name: str) -> Handler | None:
-        return self._handlers.get(name)
 
     def names(self) -> list[str]:
         return sorted(self._handlers)

@@ -180,6 +180,7 @@ class Server:
         self._trackers: PeriodicCallback | None = None
         self._rejected_bytes = 0  # since the last malloc_trim
         self._trim = _malloc_trim()
+        self._max_client_bytes = self.opts.max_client_bytes
         self._stopping = False
         self._stopped = threading.Event()
         self._now = time.monotonic()  # the time of the current drain
@@ -362,14 +363,24 @@ class Server:
 
     # ------------------------------------------------------------------ budgets
     def _on_done(self, done: list[Done]) -> None:
-        """Results of executor calls (on the loop): release their budgets, reply, resume."""
+        """Results of executor calls (on the loop): release their budgets and reply, in one
+        burst, then resume the clients that were held back."""
         touched = []
-        for call, _, _ in done:
-            s = call.session
-            s.requests -= call.size
-            if s.parked:
-                touched.append(s)
-        self._outbox.send_results(done)
+        outbox = self._outbox
+        send_value, send_error = outbox.send_value, outbox.send_error
+        with outbox.burst():
+            for call, ok, value in done:
+                s = call.session
+                s.requests -= call.size
+                if s.parked:
+                    touched.append(s)
+                if call.flags & framing.NO_REPLY:
+                    if not ok:
+                        self.stats.errors += 1
+                elif ok:
+                    send_value(s.identity, call.req_id, value, 0, s)
+                else:
+                    send_error(s.identity, call.req_id, value)
         self._resume(touched)
 
     def _poll_trackers(self) -> None:
@@ -413,8 +424,8 @@ class Server:
         while its client is over budget."""
         identity = frames[0]
         session = self._sessions.get(identity, self._now)
-        if not parked and not self._stopping and (
-                session.parked or session.in_flight > self.opts.max_client_bytes):
+        if (session.parked or session.requests + session.replies > self._max_client_bytes) and (
+                not parked and not self._stopping):
             if session.parked_bytes + size <= self.opts.max_client_bytes:
                 session.parked.append((frames, size))
                 session.parked_bytes += size
@@ -455,7 +466,7 @@ class Server:
             self._error(session.identity, req_id, flags, e)
         else:
             if not flags & framing.NO_REPLY:
-                self._outbox.send_value(session.identity, req_id, value)
+                self._outbox.send_value(session.identity, req_id, value, 0, session)
 
     def _call_write(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any],
                     size: int) -> None:

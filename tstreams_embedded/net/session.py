@@ -64,10 +64,12 @@ class Sessions:
         return len(self._by_id)
 
     def get(self, identity: bytes, now: float) -> Session:
+        """The session of ``identity`` (made if new), marked as heard from at ``now``."""
         s = self._by_id.get(identity)
         if s is None:
             s = self._by_id[identity] = Session(identity, now)
-        s.touch(now)
+        else:
+            s.last_seen = now
         return s
 
     def find(self, identity: bytes) -> Session | None:
