@@ -11,58 +11,36 @@ from typing import Any
 import pytest
 
 from tstreams_embedded.cluster.zk import init_cluster
-from tstreams_embedded.testing import ClusterNodeProcess, ZooKeeperServer, eventually
+from tstreams_embedded.testing import ClusterNodeProcess, ZooKeeperServer
+from tstreams_embedded.testing.cluster import LocalCluster
 
 SESSION = 3.0  # ZooKeeper session timeout of the nodes (s): short, yet not expired by a loaded machine
 _paths = itertools.count(1)
 
 
-class ClusterNode(ClusterNodeProcess):
-    """``tstreams serve --cluster`` in a child process, with the tests' session timeout."""
-
-    def __init__(self, node_id: str, data: Path, workdir: Path, url: str, acks: str | None = None,
-                 session: float = SESSION) -> None:
-        super().__init__(node_id, data, workdir, url, session_timeout=session, acks=acks)
+#: A ``tstreams serve --cluster`` child process (the tests' name for it).
+ClusterNode = ClusterNodeProcess
 
 
-class Cluster:
+class Cluster(LocalCluster):
+    """A fresh cluster on the module's ZooKeeper: ``n`` nodes with the tests' session
+    timeout, and the clients to close when it stops (also when a test fails)."""
+
     def __init__(self, zk: ZooKeeperServer, root: Path, n: int = 3, acks: str | None = None,
                  session: float = SESSION, **config: Any) -> None:
         """``config``: more cluster settings for ``init_cluster`` (e.g. ``log_retain_entries``)."""
-        self.url = f"zk://{zk.address}/c{next(_paths)}"
+        url = f"zk://{zk.address}/c{next(_paths)}"
+        init_cluster(url, n, **config)
+        super().__init__(url, root, n, session_timeout=session, acks=acks)
         self.root = root
         self.session = session
-        self.closers: list[Any] = []  # clients to close at stop (also when a test fails)
-        init_cluster(self.url, n, **config)
-        self.nodes = [ClusterNode(f"n{i}", root / f"n{i}", root / "logs", self.url, acks, session)
-                      for i in range(1, n + 1)]
-
-    def start(self) -> Cluster:
-        """Start every node; if one fails to start, stop those started and re-raise."""
-        try:
-            for node in self.nodes:
-                node.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def leader(self, timeout: float = 15.0) -> ClusterNode:
-        def find() -> ClusterNode | None:
-            leaders = [n for n in self.nodes if n.is_leader()]
-            return leaders[0] if len(leaders) == 1 else None
-
-        found: ClusterNode = eventually(find, timeout, 0.05, message="one serving leader")
-        return found
+        self.closers: list[Any] = []
 
     def add_node(self, node_id: str) -> ClusterNode:
         """A new node with an empty data directory (not started)."""
-        node = ClusterNode(node_id, self.root / node_id, self.root / "logs", self.url, session=self.session)
+        node = ClusterNode(node_id, self.root / node_id, self.root / "logs", self.url, session_timeout=self.session)
         self.nodes.append(node)
         return node
-
-    def followers(self, leader: ClusterNode) -> list[ClusterNode]:
-        return [n for n in self.nodes if n is not leader]
 
     def connect(self, **options: Any) -> Any:
         import tstreams_embedded as ts
@@ -83,8 +61,7 @@ class Cluster:
     def stop(self) -> None:
         for close in self.closers:
             close()
-        for node in self.nodes:
-            node.stop()
+        super().stop()
 
 
 @pytest.fixture(scope="module")
