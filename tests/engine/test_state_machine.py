@@ -670,15 +670,20 @@ class _Draw:
         return self.values.pop(0)
 
 
+def _one_producer_one_consumer() -> tuple[EngineMachine, Any, Any]:
+    """A machine with stream "a" (1 partition), a producer and a consumer on it."""
+    m = EngineMachine()
+    m.create_stream("a", 1, 3600)
+    m.new_producer("a", 2)
+    m.new_consumer("a", "c1", "oldest", True)
+    return m, m.producers[0], m.consumers[0]
+
+
 def test_range_read_skips_an_expired_transaction() -> None:
     """Regression found by the machine: a range read passes over an expired open transaction
     (it used to stop there when checkpointed ones preceded it)."""
-    m = EngineMachine()
+    m, h, c = _one_producer_one_consumer()
     try:
-        m.create_stream("a", 1, 3600)
-        m.new_producer("a", 2)
-        m.new_consumer("a", "c1", "oldest", True)
-        h, c = m.producers[0], m.consumers[0]
         m.instant(_Draw(h), 0, 1)
         m.open_transaction(_Draw(h), 0, ts.EnqueueIfOpened, True)
         m.instant(_Draw(h), 0, 1)
@@ -693,12 +698,8 @@ def test_range_read_skips_an_expired_transaction() -> None:
 def test_checkpoint_after_a_reader_invalidated_the_transaction() -> None:
     """Regression found by the machine: checkpointing an expired transaction raises
     TransactionExpired whether or not a consumer already passed over it."""
-    m = EngineMachine()
+    m, h, c = _one_producer_one_consumer()
     try:
-        m.create_stream("a", 1, 3600)
-        m.new_producer("a", 2)
-        m.new_consumer("a", "c1", "oldest", True)
-        h, c = m.producers[0], m.consumers[0]
         m.open_transaction(_Draw(h), 0, ts.EnqueueIfOpened, True)
         m.advance_time(TXN_TTL_MS)
         m.consume(_Draw(c, 0), False)  # passes over (invalidates) the expired transaction
@@ -713,12 +714,8 @@ def test_checkpoint_if_opened_fails_an_expired_previous_transaction() -> None:
     because it expired, it raises TransactionExpired, opens nothing, and the expired transaction
     is failed (as by a plain checkpoint), so the partition is usable again: ErrorIfOpened opens,
     and a group checkpoint of the producer commits the new transaction."""
-    m = EngineMachine()
+    m, h, c = _one_producer_one_consumer()
     try:
-        m.create_stream("a", 1, 3600)
-        m.new_producer("a", 2)
-        m.new_consumer("a", "c1", "oldest", True)
-        h, c = m.producers[0], m.consumers[0]
         m.open_transaction(_Draw(h), 0, ts.EnqueueIfOpened, True)
         expired = m.txns[0]
         m.advance_time(TXN_TTL_MS)

@@ -12,60 +12,33 @@ cancelled, invalid and TTL-expired ones passed over, a stop at the first open on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from types import TracebackType
-
 import lmdb
 
 from . import reads
 from .backend import StreamInfo
-from .catalog import lookup_stream
 from .store import Store
 
 
 class PayloadSnapshot:
     """A read-only snapshot of one stream partition for bulk readers (see the module
-    docstring). Use as a context manager; :meth:`scan` and :meth:`payloads` are valid
-    inside it only, and so are the payloads they return."""
+    docstring), made by ``with core.payload_snapshot(stream, partition) as snapshot``;
+    :meth:`scan` and :meth:`payloads`, and the payloads they return, are valid inside that
+    block only."""
 
-    def __init__(self, store: Store, clock: Callable[[], int], stream: str, partition: int) -> None:
+    def __init__(self, txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: int, now: int) -> None:
+        self._txn = txn
         self._store = store
-        self._clock = clock
-        self.stream = stream
+        self.info = info
         self.partition = partition
-        self._read = store.read(buffers=True)
-        self._txn: lmdb.Transaction | None = None
-        self.info: StreamInfo | None = None
-        self.now = 0
-
-    def __enter__(self) -> PayloadSnapshot:
-        self._txn = self._read.__enter__()
-        try:
-            self.info = lookup_stream(self._txn, self._store, self.stream)
-        except BaseException as exc:
-            self._read.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        self.now = self._clock()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._txn = None
-        self._read.__exit__(kind, exc, tb)
-
-    def _open(self) -> lmdb.Transaction:
-        if self._txn is None:
-            raise RuntimeError("a PayloadSnapshot is read inside its 'with' block only")
-        return self._txn
+        self.now = now
 
     def scan(self, after: int, upto: int, max_txns: int) -> reads.Scan:
         """The checkpointed transactions ``after < id <= upto`` (``index`` as ``(id, item
         count)``; ``position``, ``full`` and ``blocked`` as in :func:`.reads.scan`)."""
-        return reads.scan(self._open(), self._store, self.stream, self.partition, after, upto, max_txns,
-                          self.now, load=False)
+        return reads.scan(self._txn, self._store, self.info.name, self.partition, after, upto, max_txns, self.now,
+                          load=False)
 
-    def payloads(self, txn_id: int) -> Iterator[memoryview | bytes]:
+    def payloads(self, txn_id: int) -> list[memoryview | bytes]:
         """The verified, undecoded payloads of transaction ``txn_id``'s chunks, in order
         (:func:`.reads.transaction_payloads`; ``DataCorrupted`` names a damaged one)."""
-        assert self.info is not None
-        yield from reads.transaction_payloads(self._open(), self._store, self.info, self.partition, txn_id)
+        return reads.transaction_payloads(self._txn, self._store, self.info, self.partition, txn_id)

@@ -29,6 +29,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import lmdb
@@ -580,11 +581,14 @@ class Core:
             if n < 10_000:
                 return total
 
-    def payload_snapshot(self, stream: str, partition: int) -> PayloadSnapshot:
+    @contextmanager
+    def payload_snapshot(self, stream: str, partition: int) -> Iterator[PayloadSnapshot]:
         """A read-only snapshot of a partition's undecoded chunk payloads for bulk readers
-        (:mod:`.bulk`; the Spark source builds Arrow columns from it)."""
+        (:mod:`.bulk`; the Spark source builds Arrow columns from it), valid inside the
+        ``with`` block."""
         self._check()
-        return PayloadSnapshot(self.store, self.clock, stream, partition)
+        with self.store.read(buffers=True) as txn:
+            yield PayloadSnapshot(txn, self.store, lookup_stream(txn, self.store, stream), partition, self.clock())
 
     # ------------------------------------------------------------------ maintenance
     def compact(self) -> dict[str, int]:

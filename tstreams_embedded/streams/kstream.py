@@ -253,7 +253,24 @@ def _aggregate_agg(initializer: Callable[[], Any], aggregator: Callable[[Any, An
     return N.Aggregation(initializer, aggregator, merger)
 
 
-class KGroupedStream:
+class _CountAndReduce:
+    """``count`` and ``reduce`` of a grouped stream, with or without windows: both are
+    aggregations that the subclass materializes (``_aggregate``)."""
+
+    def _aggregate(self, agg: N.Aggregation, store: str | None, value_serde: SerdeSpec, name: str | None) -> KTable:
+        raise NotImplementedError
+
+    def count(self, *, store: str | None = None, name: str | None = None) -> KTable:
+        """The number of records per key (and window)."""
+        return self._aggregate(_count_agg(), store, "msgpack", name)
+
+    def reduce(self, reducer: Callable[[Any, Any], Any], *, store: str | None = None,
+               value_serde: SerdeSpec = "msgpack", name: str | None = None) -> KTable:
+        """``reducer(aggregate, value)`` over the values of each key (and window)."""
+        return self._aggregate(_reduce_agg(reducer), store, value_serde, name)
+
+
+class KGroupedStream(_CountAndReduce):
     """Records grouped by key: ``count``, ``reduce``, ``aggregate``, or ``windowed_by``."""
 
     def __init__(self, stream: KStream, key_serde: SerdeSpec) -> None:
@@ -268,15 +285,6 @@ class KGroupedStream:
     @property
     def key_serde(self) -> SerdeSpec:
         return self._key_serde
-
-    def count(self, *, store: str | None = None, name: str | None = None) -> KTable:
-        """The number of records per key."""
-        return self._aggregate(_count_agg(), store, "msgpack", name)
-
-    def reduce(self, reducer: Callable[[Any, Any], Any], *, store: str | None = None,
-               value_serde: SerdeSpec = "msgpack", name: str | None = None) -> KTable:
-        """``reducer(aggregate, value)`` over the values of each key."""
-        return self._aggregate(_reduce_agg(reducer), store, value_serde, name)
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any], *,
                   store: str | None = None, value_serde: SerdeSpec = "msgpack", name: str | None = None) -> KTable:
@@ -301,7 +309,7 @@ class KGroupedStream:
         return WindowedKStream(self, windows, late_to, late_value_serde)
 
 
-class WindowedKStream:
+class WindowedKStream(_CountAndReduce):
     """A grouped stream with windows: ``count``, ``reduce``, ``aggregate`` per key and window."""
 
     def __init__(self, grouped: KGroupedStream, windows: Windows, late_to: str | None,
@@ -310,13 +318,6 @@ class WindowedKStream:
         self._windows = windows
         self._late_to = late_to
         self._late_value_serde = late_value_serde
-
-    def count(self, *, store: str | None = None, name: str | None = None) -> KTable:
-        return self._aggregate(_count_agg(), store, "msgpack", name)
-
-    def reduce(self, reducer: Callable[[Any, Any], Any], *, store: str | None = None,
-               value_serde: SerdeSpec = "msgpack", name: str | None = None) -> KTable:
-        return self._aggregate(_reduce_agg(reducer), store, value_serde, name)
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any], *,
                   merger: Callable[[Any, Any, Any], Any] | None = None, store: str | None = None,
