@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,12 @@ class Cluster(LocalCluster):
     timeout, and the clients to close when it stops (also when a test fails)."""
 
     def __init__(self, zk: ZooKeeperServer, root: Path, n: int = 3, acks: str | None = None,
-                 session: float = SESSION, **config: Any) -> None:
-        """``config``: more cluster settings for ``init_cluster`` (e.g. ``log_retain_entries``)."""
+                 session: float = SESSION, extra_args: Sequence[str] = (), **config: Any) -> None:
+        """``config``: more cluster settings for ``init_cluster`` (e.g. ``log_retain_entries``);
+        ``extra_args``: more ``tstreams serve`` options for every node."""
         url = f"zk://{zk.address}/c{next(_paths)}"
         init_cluster(url, n, **config)
-        super().__init__(url, root, n, session_timeout=session, acks=acks)
+        super().__init__(url, root, n, session_timeout=session, acks=acks, extra_args=extra_args)
         self.root = root
         self.session = session
         self.closers: list[Any] = []

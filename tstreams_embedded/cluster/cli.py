@@ -46,7 +46,12 @@ def _serve(cluster: str | None, node_id: str | None, repl: str | None, acks: str
     sys.exit(serve_cluster(node_options["data"], list(node_options["binds"]), cluster, node_id,
                            http=node_options["http"], repl=repl,
                            acks=acks, durability=node_options["durability"], session_timeout=session_timeout,
-                           ready_file=node_options["ready_file"]))
+                           ready_file=node_options["ready_file"], curve_dir=node_options["curve_dir"],
+                           max_msg_size=node_options["max_msg_size"],
+                           max_request_size=node_options["max_request_size"],
+                           max_client_bytes=node_options["max_client_bytes"],
+                           max_write_queue_bytes=node_options["max_write_queue_bytes"],
+                           max_reply_bytes=node_options["max_reply_bytes"]))
 
 
 serve = click.Command("serve", params=[*node_serve.params, *CLUSTER_OPTIONS], callback=_serve,

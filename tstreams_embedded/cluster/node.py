@@ -47,6 +47,7 @@ import zmq
 from .. import errors
 from ..engine import ops as O
 from ..engine.core import Core, wall_clock_ms
+from ..net.auth import PeerKeys, secure_replication_client, secure_replication_server
 from . import snapshot as snap
 from .channel import Channel
 from .clock import StateClock
@@ -99,7 +100,8 @@ class Node:
 
     def __init__(self, core: Core, zk_url: str, node_id: str, endpoint: str, repl_bind: str,
                  http: str | None = None, acks: str | None = None, session_timeout: float = 4.0,
-                 ack_timeout: float = 10.0, context: zmq.Context[Any] | None = None) -> None:
+                 ack_timeout: float = 10.0, context: zmq.Context[Any] | None = None,
+                 peer_keys: PeerKeys | None = None) -> None:
         if not isinstance(node_id, str) or not node_id or "/" in node_id:
             raise errors.InvalidArgument(f"node id must be a non-empty name without '/', got {node_id!r}")
         if acks is not None and acks not in ACKS:
@@ -119,6 +121,7 @@ class Node:
         self.session_timeout = float(session_timeout)
         self.ack_timeout = float(ack_timeout)
         self.ctx = context or zmq.Context.instance()
+        self.peer_keys = peer_keys  # CURVE on the replication port (net/auth.py), or None
         if snap.discard_partial(core.path):
             log.warning("deleted an unfinished snapshot download (the node stopped during a transfer)")
         self.log = ReplicatedLog(os.path.join(core.path, "cluster-log"), map_size=LOG_MAP_SIZE)
@@ -172,6 +175,8 @@ class Node:
         os.set_blocking(self._wake_w, False)
         self._router = self.ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
+        if peer_keys is not None:
+            secure_replication_server(self._router, peer_keys)
         try:
             self._router.bind(repl_bind)
         except zmq.ZMQError as exc:
@@ -189,6 +194,14 @@ class Node:
         self.zk.add_listener(self._zk_state)
         self._threads: list[threading.Thread] = []
         self._lock_recipe: Any = None
+
+    def _peer_socket(self) -> zmq.Socket[Any]:
+        """A DEALER for another node's replication port (CURVE when the cluster has keys)."""
+        sock: zmq.Socket[Any] = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if self.peer_keys is not None:
+            secure_replication_client(sock, self.peer_keys)
+        return sock
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 30.0) -> None:
@@ -477,8 +490,7 @@ class Node:
         poller = zmq.Poller()
         try:
             for node, ep in peers.items():
-                s = self.ctx.socket(zmq.DEALER)
-                s.setsockopt(zmq.LINGER, 0)
+                s = self._peer_socket()
                 s.connect(ep)
                 s.send(_pack({"op": "hello", "epoch": epoch, "node": self.node_id}))
                 socks[s] = node
@@ -649,8 +661,7 @@ class Node:
                 if sock is None or target != want:
                     if sock is not None:
                         sock.close(0)
-                    sock = self.ctx.socket(zmq.DEALER)
-                    sock.setsockopt(zmq.LINGER, 0)
+                    sock = self._peer_socket()
                     sock.connect(want[0])
                     target = want
                 if self.need_snapshot:

@@ -23,11 +23,12 @@ from tornado.web import Application, RequestHandler
 
 from .. import errors
 from ..engine.core import Core
-from ..net.handlers import backend_registry
+from ..net.auth import load_peer_keys
+from ..net.handlers import DEFAULT_PAGE_BYTES, backend_registry
 from ..net.metrics import metrics_route
 from ..net.registry import STREAM, Handler, Registry
-from ..net.serve import listen_http, parse_http, run_until_signal
-from ..net.server import Server, ServerOptions
+from ..net.serve import listen_http, parse_http, run_until_signal, server_options, start_security
+from ..net.server import Server
 from ..net.session import Session
 from ..net.stats import ServerStats
 from .clock import StateClock
@@ -72,14 +73,15 @@ def state_digest(core: Core, with_items: bool = False) -> dict[str, Any]:
 
 
 def cluster_registry(core: Core, node: Node, server_info: dict[str, Any],
-                     compaction: ReplicatedCompaction | None = None) -> Registry:
+                     compaction: ReplicatedCompaction | None = None,
+                     max_reply_bytes: int = DEFAULT_PAGE_BYTES) -> Registry:
     """The single-node handlers, guarded by :meth:`Node.check_serving`, with ``submit``
     and ``compact`` replaced by the replicated paths (:mod:`.compaction`). Reads are also
     served by a follower to sessions that asked for it (:mod:`.follower_reads`)."""
     compaction = compaction or ReplicatedCompaction(node)
-    base = backend_registry(core, server_info)
+    base = backend_registry(core, server_info, max_reply_bytes)
     follower = FollowerReads(node)
-    on_follower = backend_registry(cast(Any, follower.reader), server_info)
+    on_follower = backend_registry(cast(Any, follower.reader), server_info, max_reply_bytes)
     reg = Registry()
     for name in base.names():
         h = base.get(name)
@@ -199,8 +201,17 @@ def http_app(node: Node, server_stats: ServerStats | None = None) -> Application
 def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], cluster: str, node_id: str,
                   http: str | None = None, repl: str | None = None, acks: str | None = None,
                   durability: str = "sync", session_timeout: float = 4.0, ack_timeout: float = 10.0,
-                  ready_file: str | None = None, stop_timeout: float = 10.0, **core_options: Any) -> int:
-    """Run a cluster node until SIGTERM/SIGINT; return the exit status (0)."""
+                  ready_file: str | None = None, stop_timeout: float = 10.0, *,
+                  curve_dir: str | os.PathLike[str] | None = None, max_msg_size: int | None = None,
+                  max_request_size: int | None = None, max_client_bytes: int | None = None,
+                  max_write_queue_bytes: int | None = None, max_reply_bytes: int = DEFAULT_PAGE_BYTES,
+                  **core_options: Any) -> int:
+    """Run a cluster node until SIGTERM/SIGINT; return the exit status (0).
+
+    The byte budgets and ``curve_dir`` mean what they mean for a single node
+    (:func:`~tstreams_embedded.net.serve.serve`). With ``curve_dir``, the replication port
+    is encrypted and authenticated too: every node of the cluster must be given a copy of
+    the same keys directory (see :mod:`tstreams_embedded.net.auth`)."""
     binds = [bind] if isinstance(bind, str) else list(bind)
     if not binds:
         raise errors.InvalidArgument("a cluster node needs a --bind endpoint")
@@ -208,14 +219,30 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
     if repl is None:
         host = binds[0].split("://", 1)[-1].rsplit(":", 1)[0]
         repl = f"tcp://{host}:*"
+    opts = server_options(durability, max_msg_size, max_request_size=max_request_size,
+                          max_client_bytes=max_client_bytes, max_write_queue_bytes=max_write_queue_bytes,
+                          max_reply_bytes=max_reply_bytes)
+    peers = load_peer_keys(curve_dir) if curve_dir is not None else None
     ctx: zmq.Context[Any] = zmq.Context()
-    core_options.setdefault("compaction_interval", None)  # the leader replicates it (.compaction)
-    core = Core(os.fspath(data), durability, clock=StateClock(), **core_options)  # reads judge time as apply does
-    node = Node(core, cluster, node_id, binds[0], repl, http=http, acks=acks, session_timeout=session_timeout,
-                ack_timeout=ack_timeout, context=ctx)
+    auth = start_security(ctx, curve_dir, [*binds, repl], opts, peers)
+    try:
+        core_options.setdefault("compaction_interval", None)  # the leader replicates it (.compaction)
+        core = Core(os.fspath(data), durability, clock=StateClock(), **core_options)  # reads judge time as apply does
+        try:
+            node = Node(core, cluster, node_id, binds[0], repl, http=http, acks=acks, session_timeout=session_timeout,
+                        ack_timeout=ack_timeout, context=ctx, peer_keys=peers)
+        except BaseException:
+            core.close()
+            raise
+    except BaseException:
+        if auth is not None:
+            auth.stop()
+        ctx.term()
+        raise
     compaction = ReplicatedCompaction(node)
-    registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id}, compaction)
-    server = Server(registry, binds, ServerOptions(), commit_watch=core.wait_for_commit, context=ctx)
+    registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id}, compaction,
+                                max_reply_bytes)
+    server = Server(registry, binds, opts, commit_watch=core.wait_for_commit, context=ctx)
 
     def on_start() -> None:
         if http_host is not None:
@@ -232,5 +259,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
     finally:
         on_stop()  # (already stopped after a signal; not yet after a failed start)
         core.close()
+        if auth is not None:
+            auth.stop()
         ctx.term()
     return 0

@@ -13,6 +13,11 @@ The server (``--curve-dir DIR``) encrypts with its keypair and, through a ZAP
 authenticator, accepts only clients whose public key is in ``DIR/authorized``: an unknown
 client's handshake is refused and it gets no service at all. A client needs the server's
 public key and its own keypair (``RemoteBackend(..., curve_dir=DIR)``).
+
+The nodes of a replicated cluster share one keys directory. Their replication port is a
+CURVE server with the same server keypair, in its own ZAP domain
+(:data:`REPLICATION_DOMAIN`), and accepts only peers that present the server keypair itself:
+a client keypair, although authorized for the client port, is refused there.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from __future__ import annotations
 import datetime
 import os
 import shutil
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 import zmq
 import zmq.auth
@@ -29,6 +35,8 @@ from zmq.auth.thread import ThreadAuthenticator
 from ..errors import InvalidArgument
 
 AUTHORIZED = "authorized"
+#: ZAP domain of a cluster node's replication port (the client port uses the default one).
+REPLICATION_DOMAIN = "tstreams-replication"
 
 
 def generate_keys(directory: str | os.PathLike[str], clients: tuple[str, ...] = ("client",)) -> dict[str, str]:
@@ -108,9 +116,54 @@ def load_client_curve(directory: str | os.PathLike[str], name: str = "client") -
     return server_pub, pub, sec  # type: ignore[return-value]
 
 
-def start_authenticator(context: zmq.Context[Any], authorized_dir: str) -> ThreadAuthenticator:
-    """Start a ZAP handler accepting CURVE clients whose public key file is in ``authorized_dir``."""
+class PeerKeys(NamedTuple):
+    """The keypair (Z85) the nodes of one cluster present to each other on their
+    replication ports: the server keypair of their shared keys directory."""
+
+    public: bytes
+    secret: bytes
+
+
+def load_peer_keys(directory: str | os.PathLike[str]) -> PeerKeys:
+    """The cluster's :class:`PeerKeys` from ``directory`` (its ``server.key_secret``)."""
+    public, secret, _ = load_server_curve(directory)
+    return PeerKeys(public, secret)
+
+
+def secure_replication_server(sock: zmq.Socket[Any], keys: PeerKeys) -> None:
+    """Make ``sock`` (before ``bind``) a CURVE server in :data:`REPLICATION_DOMAIN`."""
+    sock.curve_server = True
+    sock.curve_secretkey = keys.secret
+    sock.curve_publickey = keys.public
+    sock.zap_domain = REPLICATION_DOMAIN.encode()
+
+
+def secure_replication_client(sock: zmq.Socket[Any], keys: PeerKeys) -> None:
+    """Make ``sock`` (before ``connect``) a CURVE client of a peer's replication port."""
+    sock.curve_serverkey = keys.public
+    sock.curve_publickey = keys.public
+    sock.curve_secretkey = keys.secret
+
+
+class _KeySet:
+    """A ZAP credentials provider: accepts exactly the public keys (Z85) it holds."""
+
+    def __init__(self, keys: Iterable[bytes]) -> None:
+        self.keys = frozenset(keys)
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return key in self.keys
+
+
+def start_authenticator(context: zmq.Context[Any], authorized_dir: str,
+                        peers: PeerKeys | None = None) -> ThreadAuthenticator:
+    """Start a ZAP handler accepting CURVE clients whose public key file is in
+    ``authorized_dir``; with ``peers``, it also accepts exactly ``peers.public`` in
+    :data:`REPLICATION_DOMAIN` (and nothing else there)."""
+    clients = zmq.auth.load_certificates(authorized_dir)
     auth = ThreadAuthenticator(context)
     auth.start()
-    auth.configure_curve(domain="*", location=authorized_dir)
+    auth.configure_curve_callback(domain="*", credentials_provider=_KeySet(clients))
+    if peers is not None:
+        auth.configure_curve_callback(domain=REPLICATION_DOMAIN, credentials_provider=_KeySet([peers.public]))
     return auth

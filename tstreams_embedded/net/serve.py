@@ -17,8 +17,10 @@ from typing import Any
 
 import zmq
 from tornado.ioloop import IOLoop
+from zmq.auth.thread import ThreadAuthenticator
 
 from ..errors import BindFailed, InvalidArgument
+from .auth import PeerKeys, load_server_curve, start_authenticator
 from .handlers import DEFAULT_PAGE_BYTES, backend_registry
 from .server import Server, ServerOptions
 
@@ -122,6 +124,48 @@ def run_until_signal(server: Server, stop_timeout: float, ready_file: str | None
     asyncio.run(main())
 
 
+def server_options(durability: str = "sync", max_msg_size: int | None = None, *,
+                   max_request_size: int | None = None, max_client_bytes: int | None = None,
+                   max_write_queue_bytes: int | None = None,
+                   max_reply_bytes: int | None = None) -> ServerOptions:
+    """The :class:`ServerOptions` of ``tstreams serve``'s byte budgets (single node and
+    cluster node alike), or :class:`InvalidArgument`; budgets left ``None`` keep the
+    defaults."""
+    opts = ServerOptions(inline_writes=durability == "async")
+    for name, value in (("max_msg_size", max_msg_size), ("max_request_bytes", max_request_size),
+                        ("max_client_bytes", max_client_bytes), ("max_write_queue_bytes", max_write_queue_bytes),
+                        ("max_reply_bytes", max_reply_bytes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < (-1 if name == "max_msg_size" else 1)):
+            raise InvalidArgument(f"{name} must be a positive number of bytes, got {value!r}")
+    if max_msg_size is not None:
+        opts.max_msg_size = int(max_msg_size)
+    if max_request_size is not None:
+        opts.max_request_bytes = max_request_size
+    if max_client_bytes is not None:
+        opts.max_client_bytes = max_client_bytes
+    if max_write_queue_bytes is not None:
+        opts.max_write_queue_bytes = max_write_queue_bytes
+    return opts
+
+
+def start_security(context: zmq.Context[Any], curve_dir: str | os.PathLike[str] | None, binds: Sequence[str],
+                   opts: ServerOptions, peers: PeerKeys | None = None) -> ThreadAuthenticator | None:
+    """Enable CURVE on ``opts`` from ``curve_dir`` and start the ZAP authenticator on
+    ``context`` (with ``peers``: a cluster node's replication port too, see :mod:`.auth`);
+    return it, to be stopped after the server. Without ``curve_dir``, warn when a bind is
+    reachable from other machines and return ``None``."""
+    if curve_dir is None:
+        if exposed_binds(binds):
+            log.warning("serving %s without CURVE: any host that reaches it can read and write every "
+                        "stream; use --curve-dir (see 'tstreams keys generate') or bind to 127.0.0.1",
+                        ", ".join(exposed_binds(binds)))
+        return None
+    pub, sec, authorized = load_server_curve(curve_dir)
+    opts.curve_public_key, opts.curve_secret_key = pub, sec
+    return start_authenticator(context, authorized, peers)
+
+
 def serve(
     data: str | os.PathLike[str],
     bind: str | Sequence[str] = "tcp://127.0.0.1:7000",
@@ -144,36 +188,20 @@ def serve(
     http_addr = parse_http(http) if http is not None else None
     from ..engine.core import Core
 
-    opts = ServerOptions(inline_writes=durability == "async")
-    for name, value in (("max_msg_size", max_msg_size), ("max_request_bytes", max_request_size),
-                        ("max_client_bytes", max_client_bytes), ("max_write_queue_bytes", max_write_queue_bytes),
-                        ("max_reply_bytes", max_reply_bytes)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < (-1 if name == "max_msg_size" else 1)):
-            raise InvalidArgument(f"{name} must be a positive number of bytes, got {value!r}")
-    if max_msg_size is not None:
-        opts.max_msg_size = int(max_msg_size)
-    if max_request_size is not None:
-        opts.max_request_bytes = max_request_size
-    if max_client_bytes is not None:
-        opts.max_client_bytes = max_client_bytes
-    if max_write_queue_bytes is not None:
-        opts.max_write_queue_bytes = max_write_queue_bytes
+    opts = server_options(durability, max_msg_size, max_request_size=max_request_size,
+                          max_client_bytes=max_client_bytes, max_write_queue_bytes=max_write_queue_bytes,
+                          max_reply_bytes=max_reply_bytes)
     binds = [bind] if isinstance(bind, str) else list(bind)
     _return_large_blocks()
-    if curve_dir is None and exposed_binds(binds):
-        log.warning("serving %s without CURVE: any host that reaches it can read and write every "
-                    "stream; use --curve-dir (see 'tstreams keys generate') or bind to 127.0.0.1",
-                    ", ".join(exposed_binds(binds)))
     ctx = zmq.Context()
-    auth = None
-    if curve_dir is not None:
-        from .auth import load_server_curve, start_authenticator
-
-        pub, sec, authorized = load_server_curve(curve_dir)
-        opts.curve_public_key, opts.curve_secret_key = pub, sec
-        auth = start_authenticator(ctx, authorized)
-    core = Core(os.fspath(data), durability, **core_options)
+    auth = start_security(ctx, curve_dir, binds, opts)
+    try:
+        core = Core(os.fspath(data), durability, **core_options)
+    except BaseException:
+        if auth is not None:
+            auth.stop()
+        ctx.term()
+        raise
     registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))}, max_reply_bytes)
     server = Server(registry, bind, opts, commit_watch=core.wait_for_commit, context=ctx)
 

@@ -8,6 +8,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,15 @@ class ClusterNodeProcess(ServeProcess):
 
     def __init__(self, node_id: str, data: str | os.PathLike[str], workdir: str | os.PathLike[str], url: str, *,
                  session_timeout: float = 4.0, acks: str | None = None, log_level: str = "INFO",
-                 durability: str = "sync") -> None:
+                 durability: str = "sync", extra_args: Sequence[str] = ()) -> None:
+        """``extra_args`` are more ``tstreams serve`` options (e.g. ``["--curve-dir", keys]``)."""
         self.node_id = node_id
         self.url = url
         self.http_port = free_port()
         self.session_timeout = session_timeout
         self.acks = acks
-        super().__init__(data, workdir, name=node_id, log_level=log_level, durability=durability)
+        super().__init__(data, workdir, name=node_id, log_level=log_level, durability=durability,
+                         extra_args=extra_args)
 
     def command(self) -> list[str]:
         args = ["--cluster", self.url, "--node-id", self.node_id, "--http", f"127.0.0.1:{self.http_port}",
@@ -68,11 +71,12 @@ class LocalCluster:
     have been initialised: ``tstreams_embedded.cluster.zk.init_cluster``)."""
 
     def __init__(self, url: str, root: str | os.PathLike[str], n: int = 3, *, session_timeout: float = 4.0,
-                 acks: str | None = None, log_level: str = "INFO") -> None:
+                 acks: str | None = None, log_level: str = "INFO", extra_args: Sequence[str] = ()) -> None:
         self.url = url
         root = Path(root)
         self.nodes = [ClusterNodeProcess(f"n{i}", root / f"n{i}", root / "logs", url, session_timeout=session_timeout,
-                                         acks=acks, log_level=log_level) for i in range(1, n + 1)]
+                                         acks=acks, log_level=log_level, extra_args=extra_args)
+                      for i in range(1, n + 1)]
 
     def start(self) -> LocalCluster:
         """Start every node; if one fails to start, stop those started and re-raise."""
