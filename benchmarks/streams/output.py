@@ -35,20 +35,18 @@ def read_stream_values(engine: Any, stream: str) -> list[Any]:
 class OutputReader:
     """Reads a DSL output stream incrementally (partition 0), without a consumer offset.
 
-    ``local=True`` (the app runs in this process): waits with ``backend.wait_for_commit``,
-    which this process's commits wake at once. Otherwise it polls every ``interval`` seconds
-    (another process's commits wake nobody here).
+    It waits with ``backend.wait_for_commit``, which commits wake at once: this process's
+    directly, another process's on the same directory through the engine's inotify waker
+    (``engine/commit_waker.py``); with a remote engine the server's long poll does the same.
     """
 
-    def __init__(self, engine: Any, stream: str, local: bool = False, interval: float = 0.0001) -> None:
+    def __init__(self, engine: Any, stream: str) -> None:
         self.engine = engine
         self.stream = stream
-        self.local = local
-        self.interval = interval
         self.after = 0
         self.values: list[Any] = []
         self.pending: list[Any] = []
-        self.seen = engine.backend.wait_for_commit(0, 0) if local else 0
+        self.seen = engine.backend.wait_for_commit(0, 0)
 
     @property
     def count(self) -> int:
@@ -68,11 +66,8 @@ class OutputReader:
         self.after = walk.position
         return n
 
-    def _wait(self, remaining: float, interval: float) -> None:
-        if self.local:
-            self.seen = self.engine.backend.wait_for_commit(self.seen, min(remaining, 0.05))
-        else:
-            time.sleep(interval)
+    def _wait(self, remaining: float) -> None:
+        self.seen = self.engine.backend.wait_for_commit(self.seen, min(remaining, 0.05))
 
     def next_value(self, timeout: float) -> Any:
         """The next output value, waiting for it up to ``timeout`` seconds."""
@@ -82,10 +77,10 @@ class OutputReader:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(f"no output on {self.stream} within {timeout} s")
-                self._wait(remaining, self.interval)
+                self._wait(remaining)
         return self.pending.pop(0)
 
-    def wait_for(self, n: int, timeout: float, interval: float | None = None) -> None:
+    def wait_for(self, n: int, timeout: float) -> None:
         """Wait until at least ``n`` values have been read."""
         deadline = time.monotonic() + timeout
         while self.count < n:
@@ -93,7 +88,7 @@ class OutputReader:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(f"{self.count} of {n} outputs on {self.stream} after {timeout} s")
-                self._wait(remaining, self.interval if interval is None else interval)
+                self._wait(remaining)
         self.pending.clear()
 
 

@@ -351,7 +351,7 @@ class OursStreams(StreamJob):
             reader = OutputReader(engine, "blob-acks")
             first = ServedApp(self, {"topology": "state"}, tag="load")
             try:
-                reader.wait_for(n_keys, timeout=3600.0, interval=0.05)  # the state is built and committed
+                reader.wait_for(n_keys, timeout=3600.0)  # the state is built and committed
                 write(n_keys, extra_records)              # more work in flight ...
                 first.kill()                              # ... and SIGKILL
             finally:
@@ -366,7 +366,7 @@ class OursStreams(StreamJob):
                 reader.wait_for(seen_before + 1, timeout=600.0)
                 recovery = time.perf_counter() - started
                 total = n_keys + extra_records + 1
-                reader.wait_for(total, timeout=600.0, interval=0.05)
+                reader.wait_for(total, timeout=600.0)
                 ready = second.wait_ready(timeout=60.0)
             finally:
                 second.stop()

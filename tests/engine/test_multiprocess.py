@@ -115,3 +115,59 @@ def test_a_forked_child_opens_its_own_environment_while_a_parent_thread_writes(t
     seen = [t.id for t in iter(c.get_transaction, None)]
     assert seen == sorted(seen) and set(child_ids) <= set(seen) and set(written) <= set(seen)
     parent.close()
+
+
+PRODUCE_ON_CUE = r"""
+import sys
+import tstreams_embedded as ts
+with ts.open(sys.argv[1], compaction_interval=None) as e:
+    p = e.producer("cue", partition=0)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        print(p.instant([line.strip().encode()]), flush=True)
+"""
+
+
+def test_another_process_commit_wakes_wait_for_commit_before_its_timeout(tmp_path) -> None:
+    """``wait_for_commit`` with a 60 s timeout returns because another process committed
+    (the engine's inotify waker), not because the timeout ran out; five times in a row.
+    Closing the engine stops the waker's thread."""
+    from tstreams_embedded.testing import eventually
+    from tstreams_embedded.testing.serve import child_environment
+
+    path = str(tmp_path / "data")
+    engine = ts.open(path, compaction_interval=None)
+    engine.create_stream("cue", partitions=1)
+    child = subprocess.Popen([__import__("sys").executable, "-c", PRODUCE_ON_CUE, path], text=True, bufsize=1,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_environment())
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        core = engine.backend
+        core.wait_for_commit(core.wait_for_commit(-1, 0), 0.001)  # the first wait starts the waker
+        for n in range(5):
+            seen = core.wait_for_commit(-1, 0)
+            before = core.external_commits
+            woke: list[tuple[int, float]] = []
+            started = threading.Event()
+
+            def wait(seen: int, woke: list[tuple[int, float]], started: threading.Event) -> None:
+                started.set()
+                t0 = time.monotonic()
+                woke.append((core.wait_for_commit(seen, 60.0), time.monotonic() - t0))
+
+            waiter = threading.Thread(target=wait, args=(seen, woke, started))
+            waiter.start()
+            started.wait()
+            child.stdin.write(f"item {n}\n")
+            tid = int(child.stdout.readline())
+            waiter.join(60)
+            (sequence, waited), = woke
+            assert sequence > seen
+            assert waited < 30, f"woken by the timeout ({waited:.1f} s), not by the commit"
+            eventually(lambda before=before: core.external_commits > before, 30, message="the waker saw the commit")
+            assert engine.backend.get_transaction("cue", 0, tid).items == [f"item {n}".encode()]
+    finally:
+        child.stdin.close()
+        assert child.wait(60) == 0
+        engine.close()
+    assert not [t for t in threading.enumerate() if t.name == "tstreams-commit-waker"]

@@ -41,6 +41,7 @@ from .apply import Applier
 from .backend import MAX_DESCRIBED_PARTITIONS, ConsumerInfo, Fetched, IndexScan, PartitionInfo, StreamInfo, TxnData
 from .bulk import PayloadSnapshot
 from .catalog import decode_stream, lookup_stream
+from .commit_waker import CommitWaker
 from .committer import GroupCommitter
 from .iteration import iter_transactions
 from .ops import Operation
@@ -149,6 +150,8 @@ class Core:
         self.committer = GroupCommitter(self.store, self.applier, self.clock, sync_durable=durability == "sync")
         self._commit_cv = threading.Condition()
         self.committer.on_commit = self._notify_commit
+        self.external_commits = 0  # wake-ups by other processes' commits (commit_waker.py)
+        self._waker = CommitWaker(self.path, self._notify_external_commit)
         self._closed = False
         self._forked = False
         self._stop = threading.Event()
@@ -237,6 +240,7 @@ class Core:
         self._closed = True
         with self._commit_cv:
             self._commit_cv.notify_all()
+        self._waker.close()
         try:
             self.committer.close()
         finally:
@@ -253,6 +257,8 @@ class Core:
             raise errors.InvalidArgument("reopen() needs an engine without a maintenance thread")
         self.committer.close()
         self.store.close()
+        self._waker.close()  # it watches the old data file; the next wait starts a new one
+        self._waker = CommitWaker(self.path, self._notify_external_commit)
         try:
             replace()
         finally:
@@ -328,6 +334,11 @@ class Core:
 
     def _notify_commit(self) -> None:
         with self._commit_cv:
+            self._commit_cv.notify_all()
+
+    def _notify_external_commit(self) -> None:
+        with self._commit_cv:
+            self.external_commits += 1
             self._commit_cv.notify_all()
 
     # ------------------------------------------------------------------ metadata
@@ -485,12 +496,17 @@ class Core:
             return reads.log_seq(txn, self.store)
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:
-        """Block until the commit log moves past ``seen`` (woken at once by commits of this
-        process, noticed within ``timeout`` for other processes); return the newest sequence."""
+        """Block until the commit log moves past ``seen`` and return the newest sequence, or
+        return it after ``timeout`` seconds. Commits of this process wake the wait at once,
+        and so do other processes' commits to the same directory where inotify is available
+        (:mod:`.commit_waker`; elsewhere they are noticed when the wait times out)."""
         self._check()
         deadline = time.monotonic() + max(0.0, float(timeout))
+        if timeout > 0:
+            self._waker.ensure_started()  # before the first read: no commit slips between
         while True:
             gen = self.committer.generation
+            external = self.external_commits
             current = self.log_seq()
             if current > seen or self._closed:
                 return current
@@ -498,7 +514,8 @@ class Core:
             if remaining <= 0:
                 return current
             with self._commit_cv:
-                if self.committer.generation == gen and not self._closed:
+                if (self.committer.generation == gen and self.external_commits == external
+                        and not self._closed):
                     self._commit_cv.wait(remaining)
 
     def now_ms(self) -> int:

@@ -4,7 +4,8 @@ A subscriber is a consumer run by a background thread. After the callback return
 round of transactions, their offsets are stored; after a restart the subscriber resumes from
 the stored offsets (delivery is at-least-once: a crash between the callback and the offset
 write delivers those transactions again). In the same process, delivery is woken by the
-commit itself; commits made by other processes are noticed within ``poll_interval``.
+commit itself; commits made by other processes on the same directory wake it too, through
+the engine's inotify waker (:mod:`.commit_waker`; without inotify, within ``poll_interval``).
 """
 
 from __future__ import annotations

@@ -42,8 +42,9 @@ class App:
       boundaries), and whenever it runs out of input. Memory per task is bounded by that and
       by its stores' caches (at most 200,000 entries each, dropped after a commit).
     * A running app (``start()``) without input waits for the next commit: at once when it is
-      made in this process or by a served engine's server, within ``poll_interval_ms`` when
-      another process writes the same directory.
+      made in this process, by a served engine's server, or by another process writing the
+      same directory (inotify, :mod:`tstreams_embedded.engine.commit_waker`; without it,
+      within ``poll_interval_ms``, which is also the wall-clock punctuators' granularity).
     * The application's offsets are stored under the consumer name ``application_id``;
       its stores under ``application_id/partition/store``; internal streams are named
       ``application_id-…``. Output streams that do not exist are created with the task

@@ -113,7 +113,7 @@ def consume(target: Target, stream: str, start: Position | None, partitions: tup
                                    start=start.start if start else "oldest", partitions=partitions or None,
                                    use_last_offset=group is not None and start is None,
                                    prefetch=min(max_txns or PREFETCH, PREFETCH))
-        waiter = CommitWaiter(engine.backend, target.data) if follow else None
+        waiter = CommitWaiter(engine.backend) if follow else None
         printed = 0
         try:
             while max_txns is None or printed < max_txns:
@@ -132,9 +132,6 @@ def consume(target: Target, stream: str, start: Position | None, partitions: tup
             pass
         except BrokenPipeError:  # the reader went away (| head): stop quietly
             _silence_stdout()
-        finally:
-            if waiter is not None:
-                waiter.close()
 
 
 def _write_transaction(out: BinaryIO, t: Transaction, fmt: str, as_json: bool) -> None:

@@ -102,7 +102,7 @@ def run(spec: dict[str, Any]) -> None:
             app.start()
             started = time.perf_counter() - t0
             try:
-                reader = OutputReader(engine, STREAMS[kind][1], local=True)
+                reader = OutputReader(engine, STREAMS[kind][1])
                 seconds, latencies = latency_loop(engine.producer(STREAMS[kind][0], partition=0), reader,
                                                   int(spec["n_records"]), BASE_MS, SIZE_MS)
             finally:
