@@ -307,9 +307,35 @@ class GroupCommitter:
                 self._wake(r)
                 return
 
-    def wake_queued(self) -> None:
-        """Leadership was held from outside (fork quiescing) and is free again."""
+    def pause(self, deadline: float) -> bool:
+        """Before fork(): wait (until the monotonic ``deadline``) for the commit group and the
+        fsync in flight, and hold new ones until :meth:`resume`. Whether both are held; on
+        ``False`` nothing is held."""
         with self._cv:
+            while self._leading:
+                if not self._cv.wait(max(0.0, deadline - time.monotonic())):
+                    return False
+            self._leading = True  # no new commit group until resume()
+        with self._sync_cv:  # nor an fsync (py-lmdb waits for calls in flight before closing)
+            while self._syncing and self._sync_cv.wait(max(0.0, deadline - time.monotonic())):
+                pass
+            if not self._syncing:
+                self._syncing = True
+                return True
+        self._release_leadership()
+        return False
+
+    def resume(self) -> None:
+        """Release what :meth:`pause` held and wake the queued writers."""
+        with self._sync_cv:
+            self._syncing = False
+            self._sync_cv.notify_all()
+        self._release_leadership()
+
+    def _release_leadership(self) -> None:
+        with self._cv:
+            self._leading = False
+            self._cv.notify_all()
             self._wake_next()
 
     def _gather_writers(self) -> None:

@@ -66,26 +66,23 @@ def wall_clock_ms() -> int:
 # and the child opens environments of its own.
 _LIVE: weakref.WeakSet[Core] = weakref.WeakSet()
 _FORK_WAIT = 10.0
-_quiesced: list[tuple[Core, Any]] = []
+_quiesced: list[Core] = []
 
 
 def _before_fork() -> None:
     deadline = time.monotonic() + _FORK_WAIT
     for core in list(_LIVE):
-        if not core._closed:
-            gate = core._quiesce(deadline)
-            if gate is not None:
-                _quiesced.append((core, gate))
+        if not core._closed and core._quiesce(deadline):
+            _quiesced.append(core)
 
 
 def _after_fork_in_parent() -> None:
     while _quiesced:
-        core, gate = _quiesced.pop()
-        core._resume(gate)
+        _quiesced.pop()._resume()
 
 
 def _after_fork_in_child() -> None:
-    quiet = {id(core) for core, _ in _quiesced}
+    quiet = {id(core) for core in _quiesced}
     _quiesced.clear()
     for core in list(_LIVE):
         core.forked_away(close_environment=id(core) in quiet)
@@ -181,47 +178,20 @@ class Core:
             except Exception:  # noqa: BLE001 - the child only needs the files released
                 log.exception("closing an environment inherited through fork() failed")
 
-    def _quiesce(self, deadline: float) -> Any:
-        """Before fork(): wait for the commit group and the read snapshots in flight, and hold
-        new ones (until :meth:`_resume`). Returns the held store gate, or None on timeout."""
-        c = self.committer
-        with c._cv:
-            while c._leading:
-                if not c._cv.wait(max(0.0, deadline - time.monotonic())):
-                    return None
-            c._leading = True  # no new commit group until _resume
-        with c._sync_cv:  # nor an fsync (py-lmdb waits for calls in flight before closing)
-            while c._syncing and c._sync_cv.wait(max(0.0, deadline - time.monotonic())):
-                pass
-            synced = not c._syncing
-            if synced:
-                c._syncing = True
-        gate = self.store._gate
-        with gate._cv:
-            while synced and (gate._resizing or gate._readers):
-                if not gate._cv.wait(max(0.0, deadline - time.monotonic())):
-                    break
-            else:
-                if synced:
-                    gate._resizing = True  # no new snapshot until _resume
-                    return gate
-        self._resume(None, synced)
-        return None
+    def _quiesce(self, deadline: float) -> bool:
+        """Before fork(): wait for the commit group, the fsync and the read snapshots in
+        flight, and hold new ones (until :meth:`_resume`). Whether all are held; on ``False``
+        nothing is."""
+        if not self.committer.pause(deadline):
+            return False
+        if not self.store.hold_snapshots(deadline):
+            self.committer.resume()
+            return False
+        return True
 
-    def _resume(self, gate: Any, syncing: bool = True) -> None:
-        if gate is not None:
-            with gate._cv:
-                gate._resizing = False
-                gate._cv.notify_all()
-        c = self.committer
-        if syncing:
-            with c._sync_cv:
-                c._syncing = False
-                c._sync_cv.notify_all()
-        with c._cv:
-            c._leading = False
-            c._cv.notify_all()
-        c.wake_queued()
+    def _resume(self) -> None:
+        self.store.release_snapshots()
+        self.committer.resume()
 
     def _check(self) -> None:
         if self._closed:

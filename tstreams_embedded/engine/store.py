@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -99,6 +100,21 @@ class _ResizeGate:
             self._readers -= 1
             if self._readers == 0 and self._resizing:
                 self._cv.notify_all()
+
+    def hold(self, deadline: float) -> bool:
+        """Wait (until the monotonic ``deadline``) for the snapshots in flight and admit no
+        new one until :meth:`release`; whether it is held (on ``False`` nothing is)."""
+        with self._cv:
+            while self._resizing or self._readers:
+                if not self._cv.wait(max(0.0, deadline - time.monotonic())):
+                    return False
+            self._resizing = True
+            return True
+
+    def release(self) -> None:
+        with self._cv:
+            self._resizing = False
+            self._cv.notify_all()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -261,6 +277,14 @@ class Store:
     def sync(self) -> None:
         """Flush every committed page to disk (fdatasync)."""
         self.env.sync(True)
+
+    def hold_snapshots(self, deadline: float) -> bool:
+        """Before fork(): wait (until the monotonic ``deadline``) for the read snapshots in
+        flight and admit no new one until :meth:`release_snapshots`; whether they are held."""
+        return self._gate.hold(deadline)
+
+    def release_snapshots(self) -> None:
+        self._gate.release()
 
     @property
     def closed(self) -> bool:
