@@ -451,8 +451,8 @@ STREAMS_SCENARIOS = (
         "A closed loop: write one event as a durable 1-record transaction, wait until the app (exactly-once, "
         "windowed count without suppression, commit_interval_ms=1) has committed its count update and the "
         "update is readable, then write the next. The loop runs in the app's process (embedded: the app's "
-        "commits wake the reader at once) or in another process on the same engine directory (the app notices "
-        "another process's commits by polling).",
+        "commits wake the reader at once) or in another process on the same engine directory (each side is "
+        "woken by the other's commits through the engine's inotify waker, engine/commit_waker.py).",
         (Variant("ours-streams", _OURS_LATENCY_LOCAL, params={"producer": "same-process"}),
          Variant("ours-streams", _OURS_LATENCY_REMOTE, params={"producer": "other-process"})),
         {"tiny": {"n_records": 30, "commit_interval_ms": 1}, "quick": {"n_records": 300, "commit_interval_ms": 1},
