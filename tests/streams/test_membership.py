@@ -101,7 +101,8 @@ def test_a_task_whose_lease_was_taken_cannot_commit(tstreams_engine: ts.Engine) 
     app.run()  # fenced at record 7, waits for the thief's lease to expire, takes it, redoes the rest
     assert stolen, "the lease was taken during processing"
     assert app.store("totals").all() == dict(expected)
-    assert app.prometheus.registry.get_sample_value("tstreams_streams_fenced_commits_total") == 1
+    assert app.prometheus.registry.get_sample_value("tstreams_streams_fenced_commits_total",
+                                                    {"app": "fenced", "partition": "0"}) == 1
     assert read_group(backend, "fenced", 1000).tasks[0][1] == stolen[0] + 1  # taken back: a new epoch
     assert sum(copies(engine)) == 15
     app.close()

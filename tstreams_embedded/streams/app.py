@@ -128,7 +128,6 @@ class App:
     def count(self, metric: str, n: int = 1) -> None:
         with self._metrics_lock:
             self.metrics[metric] = self.metrics.get(metric, 0) + n
-        self.prometheus.named(metric, n)
 
     def _prepare(self) -> None:
         if self._prepared:
@@ -225,7 +224,7 @@ class App:
             task.commit(self.durable)
             return True
         except errors.LeaseConflict:
-            self.prometheus.fenced.inc()
+            task.metrics.fenced()
             self.membership.lost(task.partition, task.epoch)
             for i, slot in enumerate(self._slots):
                 if slot.get(task.partition) is task:
@@ -278,7 +277,8 @@ class App:
 
     def _work(self, slot: int, until_idle: bool) -> int:
         """The loop of one worker: run slot ``slot``'s tasks; with ``until_idle``, return (the
-        records processed) once none has input, else run until :meth:`stop`."""
+        records processed, an empty transaction counting 1) once none has input, else run
+        until :meth:`stop`."""
         backend = self.engine.backend
         total = 0
         seen = 0
@@ -293,10 +293,11 @@ class App:
             for task in list(tasks.values()):
                 n = task.step()
                 task.punctuate_wall_clock()
-                if n:
-                    processed += n
-                    self.count("records", n)
-                    task.metrics.records.inc(n)
+                if n is not None:  # a transaction (maybe empty) was processed
+                    processed += max(n, 1)
+                    if n:
+                        self.count("records", n)
+                        task.metrics.records.inc(n)
                     self._maybe_commit(task)
                 elif task.dirty():
                     self._commit(task)

@@ -12,7 +12,8 @@
   (as in Kafka Streams). A record is *closed* when no accepted record can match it any more:
   ``ts + before_ms + after_ms + grace_ms < T``; closed records are deleted, and ``left_join``
   (this side) / ``outer_join`` (both sides) emit the closed ones that never matched, padded
-  with None, with their own timestamp.
+  with None, with their own timestamp; the others are dropped (counted in ``join_no_match``,
+  as are the stream records an inner stream–table join finds no row for).
 
 Both sides of a join must be co-partitioned (same key on the same task): checked when the
 topology is built (an upstream key change raises :class:`~..errors.TopologyError` with a hint
@@ -142,8 +143,7 @@ class StreamTableJoinNode(N.Node):
         key = rec.key if self.key_selector is None else self.key_selector(rec.key, rec.value)
         other = None if key is None else self.lookup(key)
         if other is None and not self.left:
-            if key is None:
-                self.ctx.count("skipped_null_key")
+            self.ctx.count("skipped_null_key" if key is None else "join_no_match")
             return
         self.forward(Record(rec.key, self.joiner(rec.value, other), rec.timestamp, rec.headers))
 
@@ -243,12 +243,14 @@ class StreamJoinNode(N.Node):
             store = self.buffers[side]
             entries = store.get_raw(kb) or []
             keep = [e for e in entries if e[0] != t]
+            unmatched = [e for e in entries if e[0] == t and not e[1]]
             if self.emit_unmatched[side]:
                 key = store.key_serde.deserialize(kb)
-                for e in entries:
-                    if e[0] == t and not e[1]:
-                        left, right = (e[2], None) if side == 0 else (None, e[2])
-                        self.forward(Record(key, self.joiner(left, right), t, headers))
+                for e in unmatched:
+                    left, right = (e[2], None) if side == 0 else (None, e[2])
+                    self.forward(Record(key, self.joiner(left, right), t, headers))
+            elif unmatched:  # closed without a match, in a join that drops those
+                self.ctx.count("join_no_match", len(unmatched))
             store.put_raw(kb, keep or None)
 
 

@@ -2,35 +2,44 @@
 
 Counters and histograms are updated as the tasks run; gauges that need reads (store sizes,
 lag) are computed when scraped, by :class:`_StateCollector`. Every name starts with
-``tstreams_streams_``; ``partition`` labels name the task.
+``tstreams_streams_``; every family has an ``app`` label (the application id), and the
+families of tasks a ``partition`` label (the task; ``global`` for a global table's store).
 
-==============================================  =============================================
-metric                                          meaning
-==============================================  =============================================
-``records_processed_total{partition}``          input records processed
-``records_out_total{partition}``                records written by the task's commits
-``commits_total{partition}``                    commits (one engine write each)
-``commit_latency_seconds{partition}``           histogram: the commit's engine write
-``process_latency_seconds{partition}``          histogram: processing one input transaction
-``end_to_end_latency_seconds``                  histogram: input transaction commit → processed
-``punctuations_total{kind}``                    punctuator calls (``stream_time``/``wall_clock``)
-``late_records_dropped_total``                  records for closed windows
-``skipped_records_total``                       records dropped for a null key
-``fenced_commits_total``                        commits refused because the task moved
-``rebalances_total``                            assignment changes seen by this instance
-``assigned_partitions``                         tasks this instance runs now
-``members``                                     live instances of the application
-``store_entries{store,partition}``              entries of each store of each task (a scan)
-``lag_ms{stream,partition}``                    newest input transaction − oldest unprocessed
-``lag_records{stream,partition}``               input records not yet committed
-``stream_time_lag_ms{partition}``               wall clock − the task's stream time
-==============================================  =============================================
+==================================================  =========================================
+metric                                              meaning
+==================================================  =========================================
+``records_processed_total{app,partition}``          input records processed
+``records_out_total{app,partition}``                records written by the task's commits
+``commits_total{app,partition}``                    commits (one engine write each)
+``commit_latency_seconds{app,partition}``           histogram: the commit's engine write
+``process_latency_seconds{app,partition}``          histogram: processing one input transaction
+``end_to_end_latency_seconds{app,partition}``       histogram: input transaction commit → processed
+``punctuations_total{app,partition,kind}``          punctuator calls (``stream_time``/``wall_clock``)
+``dropped_records_total{app,partition,reason}``     records dropped, by :data:`DROP_REASONS`
+``late_records_dropped_total{app,partition}``       records for closed windows (= reason ``late``)
+``skipped_records_total{app,partition}``            records with a null key (= reason ``null_key``)
+``fenced_commits_total{app,partition}``             commits refused because the task moved
+``rebalances_total{app}``                           assignment changes seen by this instance
+``assigned_partitions{app}``                        tasks this instance runs now
+``members{app}``                                    live instances of the application
+``store_entries{app,store,partition}``              entries of each store (counted up to a cap)
+``store_entries_capped{app,store,partition}``       1 when the cap stopped that count
+``lag_ms{app,stream,partition}``                    newest input transaction − oldest unprocessed
+``lag_records{app,stream,partition}``               input records not yet committed
+``stream_time_lag_ms{app,partition}``               wall clock − the task's stream time
+==================================================  =========================================
+
+**Bounded scrape.** ``store_entries`` counts at most :data:`STORE_SCAN` entries per store and
+:data:`STORE_SCAN_BUDGET` in all per scrape (reads of whole pages of the store); a count that
+was stopped is a lower bound and its ``store_entries_capped`` is 1. The lag gauges count at
+most :data:`LAG_SCAN` input transactions per partition.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -39,13 +48,19 @@ from prometheus_client.registry import Collector
 
 from ..ids import ID_MULTIPLIER
 from .appview import AppView
+from .global_table import global_namespace
 from .stores import namespace, pages
 
 PREFIX = "tstreams_streams"
-#: counters that :meth:`App.count` names, and the metric each one increments
 #: lag counts at most this many input transactions per partition per scrape
 LAG_SCAN = 10_000
-_NAMED = {"late_dropped": "late", "skipped_null_key": "skipped"}
+#: ``store_entries`` counts at most this many entries per store, and this many in all per scrape
+STORE_SCAN = 10_000
+STORE_SCAN_BUDGET = 100_000
+#: the :meth:`App.count` counters that count dropped records, and their ``reason`` label
+DROP_REASONS = {"late_dropped": "late", "dedup_dropped": "dedup", "skipped_null_key": "null_key",
+                "join_no_match": "join_no_match"}
+GLOBAL = "global"
 
 
 class ObservedReader(Protocol):
@@ -85,32 +100,34 @@ class AppMetrics:
     format a Prometheus server scrapes."""
 
     def __init__(self, app: ObservedApp) -> None:
+        self.app_id = app.application_id
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.records = Counter(f"{PREFIX}_records_processed", "Input records processed", ["partition"], registry=r)
-        self.records_out = Counter(f"{PREFIX}_records_out", "Records written by commits", ["partition"], registry=r)
-        self.commits = Counter(f"{PREFIX}_commits", "Commits (one engine write each)", ["partition"], registry=r)
+        task = ["app", "partition"]
+        self.records = Counter(f"{PREFIX}_records_processed", "Input records processed", task, registry=r)
+        self.records_out = Counter(f"{PREFIX}_records_out", "Records written by commits", task, registry=r)
+        self.commits = Counter(f"{PREFIX}_commits", "Commits (one engine write each)", task, registry=r)
         self.commit_latency = Histogram(f"{PREFIX}_commit_latency_seconds", "Duration of a commit's engine write",
-                                        ["partition"], registry=r)
+                                        task, registry=r)
         self.process_latency = Histogram(f"{PREFIX}_process_latency_seconds",
-                                         "Processing one input transaction", ["partition"], registry=r)
+                                         "Processing one input transaction", task, registry=r)
         self.end_to_end = Histogram(f"{PREFIX}_end_to_end_latency_seconds",
-                                    "From an input transaction's commit to its processing", registry=r)
-        self.punctuations = Counter(f"{PREFIX}_punctuations", "Punctuator calls", ["kind"], registry=r)
-        self.late = Counter(f"{PREFIX}_late_records_dropped", "Records for closed windows", registry=r)
-        self.skipped = Counter(f"{PREFIX}_skipped_records", "Records dropped for a null key", registry=r)
-        self.fenced = Counter(f"{PREFIX}_fenced_commits", "Commits refused because the task moved", registry=r)
-        self.rebalances = Counter(f"{PREFIX}_rebalances", "Assignment changes seen by this instance", registry=r)
-        self.assigned = Gauge(f"{PREFIX}_assigned_partitions", "Tasks this instance runs", registry=r)
-        self.members = Gauge(f"{PREFIX}_members", "Live instances of the application", registry=r)
+                                    "From an input transaction's commit to its processing", task, registry=r)
+        self.punctuations = Counter(f"{PREFIX}_punctuations", "Punctuator calls", [*task, "kind"], registry=r)
+        self.dropped = Counter(f"{PREFIX}_dropped_records", "Records dropped (reason: late, dedup, null_key, "
+                               "join_no_match)", [*task, "reason"], registry=r)
+        self.late = Counter(f"{PREFIX}_late_records_dropped", "Records for closed windows (dropped)", task,
+                            registry=r)
+        self.skipped = Counter(f"{PREFIX}_skipped_records", "Records dropped for a null key", task, registry=r)
+        self.fenced = Counter(f"{PREFIX}_fenced_commits", "Commits refused because the task moved", task,
+                              registry=r)
+        self.rebalances = Counter(f"{PREFIX}_rebalances", "Assignment changes seen by this instance", ["app"],
+                                  registry=r).labels(self.app_id)
+        self.assigned = Gauge(f"{PREFIX}_assigned_partitions", "Tasks this instance runs", ["app"],
+                              registry=r).labels(self.app_id)
+        self.members = Gauge(f"{PREFIX}_members", "Live instances of the application", ["app"],
+                             registry=r).labels(self.app_id)
         r.register(_StateCollector(app))
-
-    def named(self, metric: str, n: int) -> None:
-        """Count ``n`` of an :meth:`App.count` counter that has a Prometheus metric."""
-        attr = _NAMED.get(metric)
-        if attr is not None:
-            counter: Counter = getattr(self, attr)
-            counter.inc(n)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -120,20 +137,40 @@ class TaskMetrics:
     """The metric children of one task (labels resolved once)."""
 
     def __init__(self, metrics: AppMetrics, partition: int) -> None:
-        p = str(partition)
-        self.records = metrics.records.labels(p)
-        self.punctuations = metrics.punctuations
-        self._out = metrics.records_out.labels(p)
-        self._commits = metrics.commits.labels(p)
-        self._commit_latency = metrics.commit_latency.labels(p)
-        self.process = metrics.process_latency.labels(p).observe
-        self.end_to_end = metrics.end_to_end.observe
+        labels = (metrics.app_id, str(partition))
+        self.records = metrics.records.labels(*labels)
+        self._punctuations = metrics.punctuations
+        self._labels = labels
+        self._out = metrics.records_out.labels(*labels)
+        self._commits = metrics.commits.labels(*labels)
+        self._commit_latency = metrics.commit_latency.labels(*labels)
+        self._fenced = metrics.fenced.labels(*labels)
+        self.process = metrics.process_latency.labels(*labels).observe
+        self.end_to_end = metrics.end_to_end.labels(*labels).observe
+        self._dropped = {metric: metrics.dropped.labels(*labels, reason) for metric, reason in DROP_REASONS.items()}
+        self._also = {"late_dropped": metrics.late.labels(*labels), "skipped_null_key": metrics.skipped.labels(*labels)}
+
+    def count(self, metric: str, n: int = 1) -> None:
+        """Count ``n`` of a task's :meth:`App.count` counter in its Prometheus metrics (the
+        counters of dropped records; the others have none)."""
+        dropped = self._dropped.get(metric)
+        if dropped is not None:
+            dropped.inc(n)
+            also = self._also.get(metric)
+            if also is not None:
+                also.inc(n)
+
+    def punctuated(self, kind: str) -> None:
+        self._punctuations.labels(*self._labels, kind).inc()
 
     def committed(self, seconds: float, records_out: int) -> None:
         self._commits.inc()
         self._commit_latency.observe(seconds)
         if records_out:
             self._out.inc(records_out)
+
+    def fenced(self) -> None:
+        self._fenced.inc()
 
 
 class _StateCollector(Collector):
@@ -147,27 +184,42 @@ class _StateCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         app = self.app
+        a = app.application_id
         backend = app.engine.backend
-        sizes = GaugeMetricFamily(f"{PREFIX}_store_entries", "Entries of each store of each task",
-                                  labels=["store", "partition"])
+        sizes = GaugeMetricFamily(f"{PREFIX}_store_entries", f"Entries of each store, counted up to {STORE_SCAN} per "
+                                  f"store and {STORE_SCAN_BUDGET} per scrape: a lower bound where "
+                                  f"{PREFIX}_store_entries_capped is 1", labels=["app", "store", "partition"])
+        capped = GaugeMetricFamily(f"{PREFIX}_store_entries_capped", "1 when the count of store_entries stopped at "
+                                   "its cap (the store holds more)", labels=["app", "store", "partition"])
         lag = GaugeMetricFamily(f"{PREFIX}_lag_ms", "Newest input transaction time minus the oldest unprocessed one",
-                                labels=["stream", "partition"])
+                                labels=["app", "stream", "partition"])
         lag_records = GaugeMetricFamily(f"{PREFIX}_lag_records", "Input records not yet committed (at most "
-                                        f"{LAG_SCAN} transactions counted)", labels=["stream", "partition"])
+                                        f"{LAG_SCAN} transactions counted)", labels=["app", "stream", "partition"])
         stream_lag = GaugeMetricFamily(f"{PREFIX}_stream_time_lag_ms", "Wall clock minus the task's stream time",
-                                       labels=["partition"])
+                                       labels=["app", "partition"])
         now = int(time.time() * 1000)
-        for task in app.running_tasks():
+        budget = STORE_SCAN_BUDGET
+        global_stores = {spec.store for spec in app.topology.global_tables.values()}
+        counted = [(name, GLOBAL, global_namespace(a, name)) for name in sorted(global_stores)]
+        tasks = app.running_tasks()
+        for task in tasks:
             p = str(task.partition)
-            for name in app.topology.stores:
-                n = sum(1 for _ in pages(backend, namespace(app.application_id, task.partition, name), None, None))
-                sizes.add_metric([name, p], n)
+            counted.extend((name, p, namespace(a, task.partition, name))
+                           for name in app.topology.stores if name not in global_stores)
+        for name, p, ns in counted:
+            cap = min(STORE_SCAN, budget)
+            n = sum(1 for _ in islice(pages(backend, ns, None, None), cap + 1)) if cap else 1
+            budget -= min(n, cap)
+            sizes.add_metric([a, name, p], min(n, cap))
+            capped.add_metric([a, name, p], int(n > cap))
+        for task in tasks:
+            p = str(task.partition)
             for r in task.readers:
                 entries = backend.scan_index(r.stream, r.partition, r.committed, max_txns=LAG_SCAN).entries
                 behind = (entries[-1][0] - entries[0][0]) // ID_MULTIPLIER if entries else 0
-                lag.add_metric([r.stream, p], behind)
-                lag_records.add_metric([r.stream, p], sum(n for _, n in entries))
+                lag.add_metric([a, r.stream, p], behind)
+                lag_records.add_metric([a, r.stream, p], sum(n for _, n in entries))
             t = task.stream_time()
             if t is not None:
-                stream_lag.add_metric([p], max(0, now - t))
-        return [sizes, lag, lag_records, stream_lag]
+                stream_lag.add_metric([a, p], max(0, now - t))
+        return [sizes, capped, lag, lag_records, stream_lag]

@@ -136,6 +136,8 @@ class TableJoinNode(N.Node):
             old = join_values(self.kind, self.joiner, other, ch.old)
         if new is not None or old is not None:
             self.forward(Record(rec.key, Change(new, old), rec.timestamp, rec.headers))
+        else:  # no joined row before or after: the update is dropped
+            self.ctx.count("join_no_match")
 
 
 class GroupMapNode(N.Node):

@@ -168,6 +168,7 @@ class Task:
 
     def count(self, metric: str, n: int = 1) -> None:
         self.app.count(metric, n)
+        self.metrics.count(metric, n)
 
     def stream_time(self) -> int | None:
         return self._stream_time
@@ -195,16 +196,16 @@ class Task:
                 if not f.txns and r.passed_to > r.offset:
                     r.offset = r.passed_to
 
-    def step(self) -> int:
+    def step(self) -> int | None:
         """Process one transaction (the oldest of the task's sources); the records it held
-        (0: no input now)."""
+        (0 for an empty transaction; None: no input now)."""
         self._fill()
         best: SourceReader | None = None
         for r in self.readers:
             if r.buffer and (best is None or r.buffer[0].id < best.buffer[0].id):
                 best = r
         if best is None:
-            return 0
+            return None
         txn = best.buffer.popleft()
         started = time.time()
         self._process_txn(best.node, txn)
@@ -214,7 +215,7 @@ class Task:
         best.offset = txn.id if best.buffer else max(txn.id, best.passed_to)
         n = len(txn.items)
         self.records_since_commit += n
-        return max(n, 1)
+        return n
 
     def _process_txn(self, node: N.SourceNode, txn: TxnData) -> None:
         txn_ts = txn.id // ID_MULTIPLIER
@@ -249,7 +250,7 @@ class Task:
                     p.due = now + p.interval
                 elif now >= p.due:
                     p.due = now + p.interval
-                    self.metrics.punctuations.labels(STREAM_TIME).inc()
+                    self.metrics.punctuated(STREAM_TIME)
                     p.callback(now)
 
     def punctuate_wall_clock(self) -> None:
@@ -257,7 +258,7 @@ class Task:
         for p in self._punctuators:
             if p.kind != STREAM_TIME and p.due is not None and now >= p.due:
                 p.due = now + p.interval
-                self.metrics.punctuations.labels(WALL_CLOCK).inc()
+                self.metrics.punctuated(WALL_CLOCK)
                 p.callback(now)
 
     # -- commit --------------------------------------------------------------------------

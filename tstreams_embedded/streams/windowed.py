@@ -20,7 +20,7 @@ class WindowAggregateNode(Node):
       so it survives restarts with the rest of the commit).
     * A record is *late* for a window when ``end + grace <= stream time`` (after counting
       the record itself): it is dropped and counted (``late_dropped``), or sent to
-      ``late_to`` once.
+      ``late_to`` once (counted in ``late_redirected``).
     * Without suppression every update is forwarded; with ``suppress_until_window_closes``
       each window is forwarded once, when it closes, with the window end as timestamp.
     * Windows are deleted from the store once ``end + retention <= stream time``.
@@ -181,8 +181,10 @@ class WindowAggregateNode(Node):
         self.raw.put_raw(wk, values)
 
     def _late(self, rec: Record) -> None:
-        self.ctx.count("late_dropped")
-        if self.late_to is not None:
+        if self.late_to is None:
+            self.ctx.count("late_dropped")
+        else:
+            self.ctx.count("late_redirected")
             vb = None if rec.value is None else self.late_value_serde.serialize(rec.value)
             self.ctx.send(self.late_to, self.key_serde.serialize(rec.key), vb, rec.timestamp, rec.headers)
 
