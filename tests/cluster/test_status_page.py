@@ -1,6 +1,7 @@
 """The cluster status page (``/`` on ``--http``) in headless Chromium, on a real 3-node
 cluster: it shows every node with its role, the followers' lag (a SIGSTOPped follower falls
-behind, then catches up), and the streams with their consumer lag. The screenshot taken
+behind, then catches up), the streams with their consumer lag, and a stream-processing App
+running against the cluster with its member, its tasks and its input lag. The screenshot taken
 while the follower lags is ``docs/cluster-status.png`` (README, docs/CLUSTER.md).
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``make test`` installs them) and
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tstreams_embedded.streams import App, StreamsBuilder
 from tstreams_embedded.testing import eventually
 
 from .conftest import Cluster
@@ -54,7 +56,7 @@ def browser() -> Iterator[Any]:
     options = Options()
     options.binary_location = chromium  # type: ignore[assignment]
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1000,720", "--hide-scrollbars"):
+                "--window-size=1000,1000", "--hide-scrollbars"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     driver.set_page_load_timeout(30)
@@ -82,6 +84,28 @@ def consumer_lags(driver: Any, stream: str) -> list[str]:
         "return Array.from(document.querySelectorAll(arguments[0])).map(td => td.textContent);",
         f'[data-stream="{stream}"] .consumer-lag')
     return lags
+
+
+def app_panel(driver: Any, app: str) -> dict[str, Any] | None:
+    """The applications panel's entry of ``app``: its members' (state, tasks) and its input
+    lag by ``stream/partition`` (None while the page does not show it)."""
+    panel: dict[str, Any] | None = driver.execute_script("""
+        const box = document.querySelector(`#apps [data-app="${arguments[0]}"]`);
+        if (!box) return null;
+        const members = Array.from(box.querySelectorAll("tr[data-member]")).map(tr =>
+          [tr.querySelector(".member-state").textContent, tr.querySelector(".member-tasks").textContent]);
+        const lag = {};
+        for (const tr of box.querySelectorAll(".app-lag tbody tr")) {
+          lag[tr.dataset.stream + "/" + tr.dataset.partition] = tr.querySelector(".input-lag").textContent;
+        }
+        return {members: members, lag: lag, title: box.querySelector("h3").textContent};""", app)
+    return panel
+
+
+def order_sizes() -> Any:
+    b = StreamsBuilder()
+    b.stream("orders", value_serde="bytes").map_values(len).to("order-sizes", value_serde="json")
+    return b.build()
 
 
 def test_status_page_shows_roles_and_lag(cluster: Cluster, connect: Callable[..., Any], browser: Any,
@@ -112,24 +136,50 @@ def test_status_page_shows_roles_and_lag(cluster: Cluster, connect: Callable[...
     assert eventually(lambda: consumer_lags(browser, "orders") == ["3"], 20, 0.1,
                       message=lambda: f"consumer lag on the page: {consumer_lags(browser, 'orders')}")
 
-    # a paused follower falls behind: the leader's page shows its lag growing
-    follower.pause()
+    # a stream-processing app against the cluster: the applications panel shows its member
+    # holding both tasks, and its lag on both input partitions falling to 0
+    app = App(engine, application_id="order-sizes", topology=order_sizes(), instance_name="sizer")
+    app.start()
+    caught_up = {"members": [["live", "0, 1"]], "lag": {"orders/0": "0", "orders/1": "0"}}
+
+    def app_shown() -> dict[str, Any] | None:
+        panel = app_panel(browser, "order-sizes")
+        return panel if panel and {k: panel[k] for k in caught_up} == caught_up else None
+
     try:
-        writer = engine.producer("orders", partition=1)
-        for i in range(12):
-            writer.instant([f"late-{i}".encode()])  # the leader and the other follower are a quorum
+        panel = eventually(app_shown, 30, 0.1,
+                           message=lambda: f"the app on the page: {app_panel(browser, 'order-sizes')}")
+        assert panel["title"].startswith("order-sizes — 1 live member")
 
-        def lagging() -> int | None:
-            lag = node_rows(browser).get(follower.node_id, {}).get("lag", "")
-            return int(lag) if lag.isdigit() and int(lag) >= 12 else None
+        # a paused follower falls behind: the leader's page shows its lag growing
+        follower.pause()
+        try:
+            writer = engine.producer("orders", partition=1)
+            for i in range(12):
+                writer.instant([f"late-{i}".encode()])  # the leader and the other follower are a quorum
 
-        eventually(lagging, 20, 0.1, message=lambda: f"the paused follower's lag: {node_rows(browser)}")
-        screenshot.parent.mkdir(exist_ok=True)
-        assert browser.save_screenshot(str(screenshot))
+            def lagging() -> int | None:
+                lag = node_rows(browser).get(follower.node_id, {}).get("lag", "")
+                return int(lag) if lag.isdigit() and int(lag) >= 12 else None
+
+            eventually(lagging, 20, 0.1, message=lambda: f"the paused follower's lag: {node_rows(browser)}")
+            eventually(app_shown, 30, 0.1, message=lambda: f"the app kept up: {app_panel(browser, 'order-sizes')}")
+            screenshot.parent.mkdir(exist_ok=True)
+            assert browser.save_screenshot(str(screenshot))
+        finally:
+            follower.resume()
+        assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+        # resumed, it catches up: back to follower with lag 0
+        eventually(roles_shown, 40, 0.1, message=lambda: f"the follower caught up on the page: {node_rows(browser)}")
     finally:
-        follower.resume()
-    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        app.close()
 
-    # resumed, it catches up: back to follower with lag 0
-    eventually(roles_shown, 40, 0.1, message=lambda: f"the follower caught up on the page: {node_rows(browser)}")
+    # the app left its group: its member is gone and its tasks unassigned
+    def app_gone() -> dict[str, Any] | None:
+        panel = app_panel(browser, "order-sizes")
+        return panel if panel and panel["members"] == [["gone", "–"]] else None
+
+    gone = eventually(app_gone, 30, 0.1, message=lambda: f"the app after close: {app_panel(browser, 'order-sizes')}")
+    assert "unassigned tasks 0, 1" in gone["title"]
     engine.close()

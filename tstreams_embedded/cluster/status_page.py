@@ -8,7 +8,10 @@ package data, no build step, nothing fetched from the internet). The page polls
   applied indexes, lag behind the leader's log), read through this node's own ZooKeeper
   session; on the leader, each follower's lag as the leader counts it (acknowledged entries);
 * this node's streams with their partition heads and consumer lag, from its applied state
-  (a bounded :func:`~tstreams_embedded.engine.overview.stream_overview`).
+  (a bounded :func:`~tstreams_embedded.engine.overview.stream_overview`);
+* the stream-processing applications in that state: each one's group members (live or
+  not), the tasks each holds, the tasks no live member holds, and its lag on every input
+  partition (a bounded :func:`~tstreams_embedded.engine.appgroups.app_overview`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler, StaticFileHandler
 
+from ..engine.appgroups import AppLimits, app_overview
 from ..engine.overview import OverviewLimits, stream_overview
 from .node import Node
 from .zk import read_status
@@ -29,7 +33,8 @@ from .zk import read_status
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 
 
-def overview(node: Node, limits: OverviewLimits = OverviewLimits()) -> dict[str, Any]:
+def overview(node: Node, limits: OverviewLimits = OverviewLimits(),
+             app_limits: AppLimits = AppLimits()) -> dict[str, Any]:
     """What ``/overview`` answers (blocking: ZooKeeper and LMDB reads)."""
     out: dict[str, Any] = {"time": time.time(), "this": {**node.info(), "serving": node.serving(),
                                                           "leader": node.leader_hint()}}
@@ -44,6 +49,11 @@ def overview(node: Node, limits: OverviewLimits = OverviewLimits()) -> dict[str,
     out["streams"] = [dataclasses.asdict(s) for s in ov.streams]
     out["truncated"] = ov.truncated
     out["limits"] = dataclasses.asdict(limits)
+    now = node.core.now_ms()
+    apps = app_overview(node.core.store, now, app_limits)
+    out["applications"] = [dataclasses.asdict(a) for a in apps.apps]
+    out["applications_truncated"] = apps.truncated
+    out["engine_time"] = now  # epoch ms: what the members' lease deadlines are compared with
     return out
 
 

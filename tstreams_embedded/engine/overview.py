@@ -126,12 +126,12 @@ def _consumers(txn: lmdb.Transaction, store: Store, stream_id: int, s: StreamOve
         offset = keys.U64.unpack(v)[0]
         head = s.heads[partition]
         lag_s = max(0, head // ID_MULTIPLIER - offset // ID_MULTIPLIER) / 1000.0
-        s.consumers.append(ConsumerLag(name, partition, offset, _count_after(txn, store, stream_id, partition,
+        s.consumers.append(ConsumerLag(name, partition, offset, count_after(txn, store, stream_id, partition,
                                                                              offset, limits.count_cap, budget), lag_s))
     return rows, False
 
 
-def _count_after(txn: lmdb.Transaction, store: Store, stream_id: int, partition: int, offset: int, cap: int,
+def count_after(txn: lmdb.Transaction, store: Store, stream_id: int, partition: int, offset: int, cap: int,
                  budget: list[int]) -> int | None:
     """Checkpointed transactions of the partition with an ID above ``offset`` (at most
     ``cap``), or ``None`` once ``budget[0]`` cursor steps are spent."""

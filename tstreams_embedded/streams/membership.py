@@ -2,7 +2,8 @@
 
 Every instance of an application (same ``application_id``, any process, embedded, remote or
 on a cluster) is a *member*. The group lives in the application's state store
-``<application_id>/__group`` and changes only through ``Lease`` records (engine-side
+``<application_id>/__group`` (layout defined in :mod:`tstreams_embedded.engine.appgroups`,
+which status pages read) and changes only through ``Lease`` records (engine-side
 deadlines: one clock decides, the engine's) and ``StoreWrite``:
 
 ==============  ===========================================================
@@ -44,21 +45,14 @@ import msgpack
 
 from .. import errors
 from ..engine import ops as O
+from ..engine.appgroups import INFO, MEMBER, TASK, group_store, task_key
 from ..engine.backend import Backend
 from ..engine.state import unpack_lease
 from .assignor import assign
 from .stores import pages
 
-MEMBER = b"m/"
-INFO = b"i/"
-TASK = b"t/"
 #: expired members are deleted from the table once they are this many leases old
 FORGET_AFTER_LEASES = 10
-
-
-def group_store(application_id: str) -> str:
-    """The state store holding an application's membership and task leases."""
-    return f"{application_id}/__group"
 
 
 STATIC = "static:"
@@ -77,10 +71,6 @@ def static_of(member_id: str) -> str | None:
     if not member_id.startswith(STATIC) or "#" not in member_id:
         return None
     return member_id[len(STATIC):member_id.rindex("#")]
-
-
-def task_key(partition: int) -> bytes:
-    return TASK + b"%d" % partition
 
 
 @dataclass(frozen=True)

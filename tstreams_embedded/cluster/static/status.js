@@ -78,6 +78,49 @@ function drawStreams(data) {
     .map(([k, v]) => k + " " + v).join(", ");
 }
 
+function drawApps(data) {
+  const box = document.getElementById("apps");
+  box.replaceChildren();
+  const apps = data.applications || [];
+  document.getElementById("apps-truncated").hidden = !data.applications_truncated;
+  if (!apps.length) box.append(el("p", { class: "muted" }, "no stream-processing application yet"));
+  for (const a of apps) {
+    const live = a.members.filter(m => m.live);
+    const members = el("table", { class: "members" },
+      el("thead", {}, el("tr", {}, el("th", {}, "member"), el("th", {}, "state"), el("th", {}, "tasks"),
+        el("th", {}, "queries at"),
+        el("th", { title: "until the member's lease expires (engine time)" }, "lease (s)"))));
+    const mb = el("tbody");
+    for (const m of a.members) {
+      const left = (m.deadline - data.engine_time) / 1000;
+      mb.append(el("tr", { "data-member": m.member_id },
+        el("td", {}, m.member_id),
+        el("td", { class: "member-state " + (m.live ? "live" : "gone") }, m.live ? "live" : "gone"),
+        el("td", { class: "member-tasks" }, m.tasks.join(", ") || "–"),
+        el("td", {}, m.host ? m.host + ":" + m.port : "–"),
+        el("td", {}, m.live ? left.toFixed(1) : "–")));
+    }
+    members.append(mb);
+    const lag = el("table", { class: "app-lag" },
+      el("thead", {}, el("tr", {}, el("th", {}, "input stream"), el("th", {}, "partition"), el("th", {}, "offset"),
+        el("th", { title: "checkpointed transactions after the offset (counted up to a cap)" }, "lag (txns)"),
+        el("th", { title: "time between the offset and the partition's head" }, "lag (s)"))));
+    const lb = el("tbody");
+    for (const r of a.lag) {
+      lb.append(el("tr", { "data-stream": r.stream, "data-partition": r.partition },
+        el("td", {}, r.stream), el("td", {}, r.partition), el("td", {}, r.offset),
+        el("td", { class: "input-lag" }, fmt(r.lag_txns)), el("td", {}, r.lag_seconds.toFixed(3))));
+    }
+    lag.append(lb);
+    const title = a.application_id + " — " + live.length + " live member" + (live.length === 1 ? "" : "s") +
+      (a.unassigned.length ? ", unassigned tasks " + a.unassigned.join(", ") : "") +
+      (a.truncated ? " (truncated)" : "");
+    box.append(el("div", { class: "app", "data-app": a.application_id }, el("h3", {}, title),
+      a.members.length ? members : el("p", { class: "muted" }, "no members"),
+      a.lag.length ? lag : el("p", { class: "muted" }, "no input offsets yet")));
+  }
+}
+
 function draw(data) {
   const c = data.cluster;
   document.getElementById("cluster-path").textContent = c ? c.cluster : "";
@@ -90,6 +133,7 @@ function draw(data) {
   err.textContent = data.cluster_error ? "ZooKeeper: " + data.cluster_error : "";
   drawNodes(data);
   drawStreams(data);
+  drawApps(data);
   document.body.dataset.loaded = "1";
 }
 
