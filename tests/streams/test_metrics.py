@@ -196,3 +196,19 @@ def test_store_sizes_are_counted_up_to_a_cap_global_stores_included(monkeypatch:
         assert sizes[("countries", "global")] == 7
         assert sizes[("n", "0")] + sizes[("n", "1")] == 10
         assert all(s.value == 0 for s in got["store_entries_capped"])
+
+
+def test_global_table_records_without_a_key_are_counted_as_dropped() -> None:
+    b = StreamsBuilder()
+    countries = b.global_table("countries", key_serde="str", value_serde="json", store="countries")
+    b.stream("in", key_serde="str", value_serde="json").join(countries, lambda v, c: c,
+                                                              key_selector=lambda k, v: v).to("out")
+    with TestDriver(b.build(), application_id=APP, partitions=2) as d:
+        d.pipe("countries", "fr", "France", timestamp=1)
+        d.pipe_raw("countries", b"no key", partition=0)
+        d.pipe_raw("countries", b"nor this", partition=1)
+        d.pipe("in", "ann", "fr", timestamp=2)
+        metrics = d.process()
+        assert metrics["skipped_null_key"] == 2
+        assert dropped(d) == {("global", "null_key"): 2}
+        assert [r.value for r in d.read_output("out")] == ["France"]

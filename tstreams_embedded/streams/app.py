@@ -14,7 +14,7 @@ from ..engine.validate import check_name
 from .global_table import GlobalTables, global_namespace
 from .joins import check_partition_counts
 from .membership import Membership
-from .metrics import AppMetrics
+from .metrics import GLOBAL, AppMetrics, DropCounter
 from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
 from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
@@ -108,6 +108,7 @@ class App:
         self.partition_count = 0
         self.membership: Membership
         self.prometheus = AppMetrics(self)
+        self._global_drops = DropCounter(self.prometheus, GLOBAL)
         self._slots: list[dict[int, Task]] = []
         self._tick_lock = threading.Lock()
         self._next_tick = 0.0
@@ -128,6 +129,11 @@ class App:
     def count(self, metric: str, n: int = 1) -> None:
         with self._metrics_lock:
             self.metrics[metric] = self.metrics.get(metric, 0) + n
+
+    def _count_global(self, metric: str, n: int) -> None:
+        """Count what the global tables' updaters drop (Prometheus: partition ``global``)."""
+        self.count(metric, n)
+        self._global_drops.count(metric, n)
 
     def _prepare(self) -> None:
         if self._prepared:
@@ -156,7 +162,8 @@ class App:
                         pass
                 self.stream_info[s] = engine.get_stream(s)
         check_partition_counts(topo.copartition, self.resolve, self.stream_info)
-        self.global_tables = GlobalTables(engine.backend, self.application_id, topo.global_tables, self.poll_interval)
+        self.global_tables = GlobalTables(engine.backend, self.application_id, topo.global_tables, self.poll_interval,
+                                          self._count_global)
         self.global_tables.catch_up()  # bootstrap: processing starts with the global tables complete
         if tasks == 1:
             self.fused = {s for s in internal if self.stream_info[s].partitions == 1}

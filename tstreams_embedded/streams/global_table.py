@@ -89,9 +89,11 @@ def add_global_table(b: TopologyGraph, stream: str, key_serde: SerdeSpec, value_
 class GlobalTableUpdater:
     """Copies the global stream into its store (see the module docstring)."""
 
-    def __init__(self, backend: Backend, application_id: str, spec: GlobalTableSpec) -> None:
+    def __init__(self, backend: Backend, application_id: str, spec: GlobalTableSpec,
+                 count: Callable[[str, int], None] | None = None) -> None:
         self.backend = backend
         self.spec = spec
+        self.count = count  # counts the records dropped (no key), as App.count does
         self.namespace = global_namespace(application_id, spec.store)
         self.consumer = f"{application_id}-global-{spec.store}"
         try:
@@ -109,6 +111,7 @@ class GlobalTableUpdater:
         while True:
             puts: dict[bytes, bytes | None] = {}
             moved: dict[int, int] = {}
+            dropped = 0
             for p, after in self.offsets.items():
                 f = self.backend.fetch(self.spec.stream, p, after, FETCH_TXNS)
                 for txn in f.txns:
@@ -116,7 +119,8 @@ class GlobalTableUpdater:
                     for item in txn.items:
                         env = unpack_envelope(item)
                         if env is None or env[0] is None:
-                            continue  # no key: nothing to store
+                            dropped += 1  # no key: nothing to store
+                            continue
                         puts[env[0]] = env[1]
                 if f.position > after:
                     moved[p] = f.position
@@ -129,14 +133,17 @@ class GlobalTableUpdater:
             ops.append(O.SetOffsets(self.spec.stream, self.consumer, moved, self.stream_id))
             self.backend.submit(ops, durable=True)
             self.offsets.update(moved)
+            if dropped and self.count is not None:
+                self.count("skipped_null_key", dropped)
 
 
 class GlobalTables:
     """The updaters of an App's global tables, and their thread."""
 
-    def __init__(self, backend: Backend, application_id: str, specs: dict[str, Any], poll_interval: float) -> None:
+    def __init__(self, backend: Backend, application_id: str, specs: dict[str, Any], poll_interval: float,
+                 count: Callable[[str, int], None] | None = None) -> None:
         self.backend = backend
-        self.updaters = [GlobalTableUpdater(backend, application_id, spec) for spec in specs.values()]
+        self.updaters = [GlobalTableUpdater(backend, application_id, spec, count) for spec in specs.values()]
         self.poll_interval = poll_interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

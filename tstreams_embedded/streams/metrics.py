@@ -3,7 +3,8 @@
 Counters and histograms are updated as the tasks run; gauges that need reads (store sizes,
 lag) are computed when scraped, by :class:`_StateCollector`. Every name starts with
 ``tstreams_streams_``; every family has an ``app`` label (the application id), and the
-families of tasks a ``partition`` label (the task; ``global`` for a global table's store).
+families of tasks a ``partition`` label (the task; ``global`` for a global table's store and
+for the records without a key its updater drops).
 
 ==================================================  =========================================
 metric                                              meaning
@@ -147,18 +148,7 @@ class TaskMetrics:
         self._fenced = metrics.fenced.labels(*labels)
         self.process = metrics.process_latency.labels(*labels).observe
         self.end_to_end = metrics.end_to_end.labels(*labels).observe
-        self._dropped = {metric: metrics.dropped.labels(*labels, reason) for metric, reason in DROP_REASONS.items()}
-        self._also = {"late_dropped": metrics.late.labels(*labels), "skipped_null_key": metrics.skipped.labels(*labels)}
-
-    def count(self, metric: str, n: int = 1) -> None:
-        """Count ``n`` of a task's :meth:`App.count` counter in its Prometheus metrics (the
-        counters of dropped records; the others have none)."""
-        dropped = self._dropped.get(metric)
-        if dropped is not None:
-            dropped.inc(n)
-            also = self._also.get(metric)
-            if also is not None:
-                also.inc(n)
+        self.count = DropCounter(metrics, str(partition)).count
 
     def punctuated(self, kind: str) -> None:
         self._punctuations.labels(*self._labels, kind).inc()
@@ -171,6 +161,35 @@ class TaskMetrics:
 
     def fenced(self) -> None:
         self._fenced.inc()
+
+
+class DropCounter:
+    """The dropped records of one task (or, partition :data:`GLOBAL`, of the global tables'
+    updaters) in ``dropped_records_total`` and in the late/skipped families; a reason's
+    series appears with its first drop."""
+
+    def __init__(self, metrics: AppMetrics, partition: str) -> None:
+        self._metrics = metrics
+        self._labels = (metrics.app_id, partition)
+        self._children: dict[str, list[Counter]] = {}
+
+    def count(self, metric: str, n: int = 1) -> None:
+        """Count ``n`` of an :meth:`App.count` counter (only those of dropped records have
+        Prometheus metrics)."""
+        children = self._children.get(metric)
+        if children is None:
+            reason = DROP_REASONS.get(metric)
+            if reason is None:
+                return
+            m, labels = self._metrics, self._labels
+            children = [m.dropped.labels(*labels, reason)]
+            if reason == "late":
+                children.append(m.late.labels(*labels))
+            elif reason == "null_key":
+                children.append(m.skipped.labels(*labels))
+            self._children[metric] = children
+        for child in children:
+            child.inc(n)
 
 
 class _StateCollector(Collector):
