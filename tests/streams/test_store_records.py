@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.backend import StoreScan
 from tstreams_embedded.engine.state import split_window_key, window_key
 
 
@@ -117,6 +118,14 @@ class StoreModel(RuleBasedStateMachine):
         expected = sorted((k, v) for k, v in self.model.items() if (lo is None or k >= lo) and (hi is None or k < hi))
         assert self.engine.backend.store_range("m", lo, hi, limit) == expected[:limit]
 
+    @rule(scans=st.lists(st.tuples(st.none() | keys, st.none() | keys, st.none() | st.integers(1, 5)),
+                         min_size=1, max_size=3))
+    def snapshot(self, scans: list[tuple[bytes | None, bytes | None, int | None]]) -> None:
+        got = self.engine.backend.store_snapshot([StoreScan("m", lo, hi, limit) for lo, hi, limit in scans])
+        assert got == [sorted((k, v) for k, v in self.model.items()
+                              if (lo is None or k >= lo) and (hi is None or k < hi))[:limit]
+                       for lo, hi, limit in scans]
+
     @invariant()
     def everything(self) -> None:
         assert self.engine.backend.store_range("m") == sorted(self.model.items())
@@ -138,3 +147,48 @@ def test_range_reads_stop_at_the_byte_cap(tstreams_make_engine: Any, monkeypatch
     engine.backend.submit([O.StoreWrite("s", [[b"k%d" % i, b"v" * 10] for i in range(5)])])
     assert [k for k, _ in engine.backend.store_range("s")] == [b"k0", b"k1"]  # 14 stored bytes each; 28 >= 25
     assert len(engine.backend.store_windows("s", None, state.MIN_TIME, state.MAX_TIME)) <= 3
+
+
+def test_store_snapshot_reads_several_stores_and_windows(tstreams_engine: ts.Engine) -> None:
+    b = tstreams_engine.backend
+    wins = [[window_key(end, end - 10, k), b"%d" % end] for end in (10, 20, 30) for k in (b"x", b"y")]
+    b.submit([O.StoreWrite("app/0/kv", [[b"a", b"1"], [b"b", b"2"], [b"c", b"3"]]),
+              O.StoreWrite("app/1/kv", [[b"a", b"other"], [b"a\x00", b"next"]]),
+              O.StoreWrite("app/0/w", wins)])
+    got = b.store_snapshot([
+        StoreScan("app/0/kv"),
+        StoreScan("app/0/kv", b"b", None, 1),
+        StoreScan("app/1/kv", b"a", b"a\x00"),  # exactly one key
+        StoreScan("nothing/here"),
+        StoreScan("app/0/w", window_key=b"y", window_start_from=5, window_start_to=10),
+        StoreScan("app/0/w", window_start_from=20),
+    ])
+    assert got[0] == [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
+    assert got[1] == [(b"b", b"2")]
+    assert got[2] == [(b"a", b"other")]
+    assert got[3] == []
+    assert [split_window_key(k) for k, _ in got[4]] == [(20, 10, b"y")]
+    assert [split_window_key(k) for k, _ in got[5]] == [(30, 20, b"x"), (30, 20, b"y")]
+    assert b.store_snapshot([]) == []
+    # the answer is bounded in bytes: beyond the bound, an error that says to narrow the query
+    assert len(b.store_snapshot([StoreScan("app/0/kv")], max_bytes=6)[0]) == 3  # 2 bytes per entry
+    with pytest.raises(errors.QueryTooLarge, match="narrow"):
+        b.store_snapshot([StoreScan("app/0/kv"), StoreScan("app/1/kv")], max_bytes=6)
+
+
+@pytest.mark.parametrize("scans, max_bytes", [
+    ("not a list", None),
+    ([("app/0/kv", None, None)], None),
+    ([StoreScan("")], None),
+    ([StoreScan("s", "str start")], None),  # type: ignore[arg-type]
+    ([StoreScan("s", None, b"e" * 257)], None),
+    ([StoreScan("s", limit=0)], None),
+    ([StoreScan("s", window_start_from="0")], None),  # type: ignore[arg-type]
+    ([StoreScan("s", window_key=b"k" * 256)], None),
+    ([StoreScan("s")] * 4097, None),
+    ([StoreScan("s")], 0),
+    ([StoreScan("s")], (16 << 20) + 1),
+])
+def test_bad_store_snapshots(tstreams_engine: ts.Engine, scans: Any, max_bytes: Any) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        tstreams_engine.backend.store_snapshot(scans, max_bytes)
