@@ -10,7 +10,7 @@
   ========================================================  =================================
   ``GET /v1/stores/<store>/get?key=K[&start=S&end=E]``      one key (one window) — owned keys
   ``GET /v1/stores/<store>/range?from=K&to=K&limit=N``      this instance's tasks' entries
-  ``GET /v1/stores/<store>/prefix?prefix=P&limit=N``        keys starting with ``P`` (str keys)
+  ``GET /v1/stores/<store>/prefix?prefix=P&limit=N``        keys starting with ``P`` (str/bytes keys)
   ``GET /v1/stores/<store>/fetch?key=K&from=T&to=T``        windows of a key — owned keys
   ``GET /v1/metadata/<store>?key=K``                        key discovery
   ``GET /v1/members``                                       live instances and their tasks
@@ -25,11 +25,16 @@
   Errors are ``400`` (bad input), ``404`` (no such store), JSON
   ``{"error": class, "message": ...}``.
 
-Staleness: every answer is committed state, read from the engine in one snapshot per task
-(so it lags the processing by at most one commit: ``commit_interval_ms``, 100 ms by
-default). A range across several tasks combines one snapshot per task. During a rebalance
-a key's owner may change between the discovery call and the query: the old owner then
-answers ``421`` naming the new one.
+Consistency and staleness: every answer is committed state, read in ONE snapshot of the
+engine (``Backend.store_snapshot``), whatever the number of tasks it covers: a commit is
+in it wholly or not at all. It lags the processing by at most one commit
+(``commit_interval_ms``, 100 ms by default); tasks commit independently, so each task's
+part is its latest commit. An answer is at most 16 MiB (``QueryTooLarge`` beyond, ``400``).
+Continuing a truncated range is a new query on a newer snapshot. Prefix queries need a
+``str`` or ``bytes`` key serde (``400`` otherwise); ranges order keys by their serialized
+bytes. A global table's store is answered by every instance. During a rebalance a key's
+owner may change between the discovery call and the query: the old owner then answers
+``421`` naming the new one.
 """
 
 from __future__ import annotations
