@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -13,7 +13,7 @@ import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.engine.backend import StoreScan
-from tstreams_embedded.engine.state import split_window_key, window_key
+from tstreams_embedded.engine.state import split_window_key, window_bound, window_key
 
 
 def test_puts_deletes_and_ranges(tstreams_engine: ts.Engine) -> None:
@@ -192,3 +192,35 @@ def test_store_snapshot_reads_several_stores_and_windows(tstreams_engine: ts.Eng
 def test_bad_store_snapshots(tstreams_engine: ts.Engine, scans: Any, max_bytes: Any) -> None:
     with pytest.raises(errors.InvalidArgument):
         tstreams_engine.backend.store_snapshot(scans, max_bytes)
+
+
+WINDOW_KEYS = [b"", b"a", b"ab", b"b", b"\xff"]
+window_entries = st.dictionaries(st.tuples(st.integers(-1, 2), st.integers(0, 1), st.sampled_from(WINDOW_KEYS)),
+                                 st.binary(max_size=2), min_size=1, max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(stored=window_entries, key=st.sampled_from([*WINDOW_KEYS, b"c"]),
+       start_from=st.none() | st.integers(-2, 3), start_to=st.none() | st.integers(-2, 3),
+       end_from=st.none() | st.integers(-2, 4), limit=st.none() | st.integers(1, 4))
+@example(stored={(1, 1, b"a"): b"1", (2, 0, b"a"): b"2"}, key=b"a", start_from=None, start_to=None, end_from=None,
+         limit=None)  # two windows of the key with the same end
+@example(stored={(0, 1, b"a"): b"1", (0, 1, b"b"): b"2"}, key=b"b", start_from=None, start_to=None, end_from=None,
+         limit=None)  # another key first in the slot
+def test_windows_of_one_key_found_by_seeking_equal_a_full_scan(
+        stored: dict[tuple[int, int, bytes], bytes], key: bytes, start_from: int | None, start_to: int | None,
+        end_from: int | None, limit: int | None) -> None:
+    """The windows of one key (found one window slot at a time) are those a filter of every
+    entry finds."""
+    import tempfile
+
+    windows = {(start + length, start, k): v for (start, length, k), v in stored.items()}
+    expected = sorted((window_key(end, start, k), v) for (end, start, k), v in windows.items()
+                      if k == key and (start_from is None or start >= start_from)
+                      and (start_to is None or start <= start_to) and (end_from is None or end >= end_from))
+    with tempfile.TemporaryDirectory() as d, ts.open(d, durability="async", compaction_interval=None) as engine:
+        engine.backend.submit([O.StoreWrite("w", [[window_key(*w), v] for w, v in windows.items()]),
+                               O.StoreWrite("w2", [[b"after", b"x"]])])
+        start = None if end_from is None else window_bound(end_from)
+        got = engine.backend.store_snapshot([StoreScan("w", start, None, limit, key, start_from, start_to)])
+    assert got == [expected[:limit]]
