@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import tstreams_embedded as ts
+from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.engine.state import window_key
 from tstreams_embedded.streams.serdes import serde
@@ -113,3 +114,18 @@ def test_window_queries_read_one_snapshot(tstreams_engine: ts.Engine, mover: Mov
     assert len(store.all()) == 2 * KEYS
     assert [w for w, _ in store.fetch("t1-00007", 7, 7)] == [Windowed("t1-00007", 7, 1007)]
     assert [w.key for w, _ in store.fetch_all(7, 8)] == ["t0-00007", "t1-00007", "t0-00008", "t1-00008"]
+
+
+def test_a_query_beyond_its_byte_bound_raises_query_too_large(tstreams_engine: ts.Engine) -> None:
+    tstreams_engine.backend.submit([O.StoreWrite(names[task], [[key(task, i), value_serde.serialize(i)]
+                                                               for i in range(100)])
+                                    for names, key in ((KV, kv_key), (WIN, win_key)) for task in (0, 1)])
+    store = ReadOnlyKeyValueStore(tstreams_engine.backend, KV, key_serde, value_serde, max_bytes=500)
+    with pytest.raises(errors.QueryTooLarge, match="narrow"):
+        store.all()
+    assert store.range("t0-00000", "t0-00010") == [(f"t0-{i:05d}", i) for i in range(10)]  # narrowed: answered
+    assert [k for k, _ in store.entries(None, None, limit=3)] == [kv_key(0, i) for i in range(3)]
+    windows = ReadOnlyWindowStore(tstreams_engine.backend, WIN, key_serde, value_serde, max_bytes=500)
+    with pytest.raises(errors.QueryTooLarge):
+        windows.fetch_all()
+    assert windows.fetch("t1-00042") == [(Windowed("t1-00042", 42, 1042), 42)]
