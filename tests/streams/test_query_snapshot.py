@@ -129,3 +129,15 @@ def test_a_query_beyond_its_byte_bound_raises_query_too_large(tstreams_engine: t
     with pytest.raises(errors.QueryTooLarge):
         windows.fetch_all()
     assert windows.fetch("t1-00042") == [(Windowed("t1-00042", 42, 1042), 42)]
+
+
+def test_range_bounds_longer_than_any_stored_key(tstreams_engine: ts.Engine) -> None:
+    longest = "a" * 255  # the longest stored key there can be
+    tstreams_engine.backend.submit([O.StoreWrite(KV[0], [[key_serde.serialize(k), value_serde.serialize(1)]
+                                                         for k in (longest, "b")])])
+    store = ReadOnlyKeyValueStore(tstreams_engine.backend, KV, key_serde, value_serde)
+    assert store.range("a" * 300) == [("b", 1)]  # longest < "a" * 300 < "b"
+    assert store.range("a" * 254, "a" * 300) == [(longest, 1)]
+    assert store.range("a" * 256, "c" * 400) == [("b", 1)]
+    assert store.entries(key_serde.serialize("a" * 300), None, limit=1) == [(b"b", value_serde.serialize(1))]
+    assert store.get("a" * 300) is None

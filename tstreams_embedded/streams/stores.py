@@ -208,12 +208,15 @@ class ReadOnlyKeyValueStore:
         key order, at most ``limit`` of them: one snapshot."""
         if limit is not None:
             state.check_limit(limit)
+        below: bytes | None = None  # a stored key is at most MAX_STORE_KEY bytes long: the keys
+        scan_limit = limit  # >= a longer lo are those > its head, and not the head itself
         if lo is not None and len(lo) > state.MAX_STORE_KEY:
-            return []
+            lo = below = lo[:state.MAX_STORE_KEY]
+            scan_limit = None if limit is None else min(limit + 1, state.MAX_RANGE)
         if hi is not None and len(hi) > state.MAX_STORE_KEY + 1:
-            hi = hi[:state.MAX_STORE_KEY + 1]
-        got = _read(self.backend, [StoreScan(ns, lo, hi, limit) for ns in self.namespaces], self.max_bytes)
-        return list(itertools.islice(heapq.merge(*got), limit))
+            hi = hi[:state.MAX_STORE_KEY + 1]  # the same keys are below it
+        got = _read(self.backend, [StoreScan(ns, lo, hi, scan_limit) for ns in self.namespaces], self.max_bytes)
+        return list(itertools.islice((kv for kv in heapq.merge(*got) if kv[0] != below), limit))
 
     def all(self) -> dict[Any, Any]:
         """Every entry, as a dict."""
