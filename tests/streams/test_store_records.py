@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import zmq
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -14,6 +15,7 @@ from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.engine.backend import StoreScan
 from tstreams_embedded.engine.state import split_window_key, window_bound, window_key
+from tstreams_embedded.net import framing
 
 
 def test_puts_deletes_and_ranges(tstreams_engine: ts.Engine) -> None:
@@ -224,3 +226,22 @@ def test_windows_of_one_key_found_by_seeking_equal_a_full_scan(
         start = None if end_from is None else window_bound(end_from)
         got = engine.backend.store_snapshot([StoreScan("w", start, None, limit, key, start_from, start_to)])
     assert got == [expected[:limit]]
+
+
+@pytest.mark.parametrize("scans", [
+    "nope", [["s"]], [["s", None, None, None, None, None, None, "extra"]], [[5, None, None, None, None, None, None]],
+    [["s", "start", None, None, None, None, None]], [["s", None, None, -1, None, None, None]],
+    [["s", None, None, None, None, "0", None]], [["s", None, b"e" * 300, None, None, None, None]], [None],
+])
+def test_malformed_store_snapshots_on_the_wire(tstreams_server: Any, scans: Any) -> None:
+    """A client that bypasses RemoteBackend gets InvalidArgument for a malformed scan list."""
+    s = zmq.Context.instance().socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(tstreams_server.endpoint)
+    try:
+        s.send_multipart([framing.pack_request_header(1, "store_snapshot", 0), framing.pack([scans, None])])
+        assert s.poll(20_000), "no reply"
+        req_id, flags, value = framing.unpack_reply(s.recv_multipart())
+    finally:
+        s.close(0)
+    assert req_id == 1 and flags & framing.ERROR and value[0] == "InvalidArgument", value
