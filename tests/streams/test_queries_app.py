@@ -15,6 +15,7 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
+from tstreams_embedded.engine import ops as O
 from tstreams_embedded.streams import App, StreamsBuilder, TimeWindows, send_records
 from tstreams_embedded.streams.queries import QueryClient
 from tstreams_embedded.streams.records import partition_of
@@ -148,3 +149,17 @@ def test_bad_query_input(two_apps: list[App]) -> None:
         body = json.loads(answer.value.read(), parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
         assert answer.value.code == 400 and body["error"] == "InvalidArgument" and "finite" in body["message"]
     assert client(app).request("/v1/stores/cnt/get", key=1e300)[0] in (200, 421)  # finite numbers are keys
+
+
+def test_answers_are_strict_json(two_apps: list[App], engine: ts.Engine) -> None:
+    owner = two_apps[0]
+    p = next(iter(owner.membership.held()))
+    key = next(k for k in (f"n{i}" for i in range(100)) if partition_of(serde("str").serialize(k), 2) == p)
+    values = serde("msgpack")
+    engine.backend.submit([O.StoreWrite(f"q/{p}/by_name", [[serde("str").serialize(key),
+                                                            values.serialize([float("inf"), float("nan"), 1.5])]])])
+    assert owner.http_address is not None
+    host, port = owner.http_address
+    with urllib.request.urlopen(f"http://{host}:{port}/v1/stores/by_name/get?key=%22{key}%22", timeout=10) as r:
+        body = json.loads(r.read(), parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert body["value"] == ["inf", "nan", 1.5]

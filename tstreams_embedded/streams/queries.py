@@ -17,12 +17,14 @@
   ``GET /metrics``                                          Prometheus text format
   ========================================================  =================================
 
-  ``K`` is the key as JSON (``"ann"``, ``42``, ``["a", 1]``), turned into the store's key
-  with its key serde. A ``get`` or ``fetch`` of a key whose task another instance runs is
-  answered ``421`` with that instance's address (``{"owner": {...}}``); :class:`QueryClient`
-  follows it. Ranges and prefixes return at most ``limit`` entries (1,000 by default,
-  10,000 at most; ``"truncated": true`` when there were more: continue from the last key).
-  Errors are ``400`` (bad input), ``404`` (no such store), JSON
+  ``K`` is the key as JSON (``"ann"``, ``42``, ``["a", 1]``; numbers finite), turned into
+  the store's key with its key serde. Answers are strict JSON: a stored non-finite float is
+  answered as the string ``"inf"``, ``"-inf"`` or ``"nan"``. A ``get`` or ``fetch`` of a
+  key whose task another instance runs is answered ``421`` with that instance's address
+  (``{"owner": {...}}``); :class:`QueryClient` follows it. Ranges and prefixes return at
+  most ``limit`` entries (1,000 by default, 10,000 at most; ``"truncated": true`` when
+  there were more: continue from the last key). Errors are ``400`` (bad input), ``404`` (no
+  such store), JSON
   ``{"error": class, "message": ...}``.
 
 Consistency and staleness: every answer is committed state, read in ONE snapshot of the
@@ -177,6 +179,8 @@ def _to_json(v: Any) -> Any:
         return {str(k): _to_json(x) for k, x in v.items()}
     if isinstance(v, bytes):
         return v.decode("utf-8", "replace")
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # "inf", "-inf", "nan": strict JSON has no such numbers
     return v
 
 
