@@ -116,6 +116,13 @@ class StoreNotFound(TStreamsError, KeyError):
     """No state store of that name in the application (or the processor was not given it)."""
 
 
+class QueryTooLarge(TStreamsError, ValueError):
+    """A read of state stores in one snapshot (``Backend.store_snapshot``, an interactive
+    query of ``app.store(name)`` or of its HTTP endpoint) would return more bytes than its
+    bound (16 MiB by default). Nothing was returned: narrow the query (a smaller key range,
+    prefix or time range, fewer tasks) or give it a limit."""
+
+
 class EngineBusy(TStreamsError):
     """The data directory is already open in a way that forbids this operation."""
 

@@ -73,8 +73,8 @@ def malformed(r: random.Random, i: int) -> list[bytes]:
                                     [i, "ping", 0, 1], None, [2**64 - 1, "ping", 2**63]]))]
     if kind == 5:  # known methods, wrong argument types and counts
         args = [rand_value(r) for _ in range(r.randrange(0, 6))]
-        return [framing.pack_request_header(i, r.choice(METHODS[1:12] + ["get_stream"]), r.randrange(0, 4)),
-                safe_pack(args)]
+        method = r.choice(METHODS[1:12] + ["get_stream", "store_snapshot"])
+        return [framing.pack_request_header(i, method, r.randrange(0, 4)), safe_pack(args)]
     if kind == 6:  # submits that cannot apply: garbage ops, always with a poison op (atomic: nothing written)
         ops = [[r.randrange(-2, 16), *[rand_value(r) for _ in range(r.randrange(0, 6))]]
                for _ in range(r.randrange(0, 4))]

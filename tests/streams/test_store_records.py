@@ -5,14 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import settings
+import zmq
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.state import split_window_key, window_key
+from tstreams_embedded.engine.backend import StoreScan
+from tstreams_embedded.engine.state import split_window_key, window_bound, window_key
+from tstreams_embedded.net import framing
 
 
 def test_puts_deletes_and_ranges(tstreams_engine: ts.Engine) -> None:
@@ -117,6 +120,14 @@ class StoreModel(RuleBasedStateMachine):
         expected = sorted((k, v) for k, v in self.model.items() if (lo is None or k >= lo) and (hi is None or k < hi))
         assert self.engine.backend.store_range("m", lo, hi, limit) == expected[:limit]
 
+    @rule(scans=st.lists(st.tuples(st.none() | keys, st.none() | keys, st.none() | st.integers(1, 5)),
+                         min_size=1, max_size=3))
+    def snapshot(self, scans: list[tuple[bytes | None, bytes | None, int | None]]) -> None:
+        got = self.engine.backend.store_snapshot([StoreScan("m", lo, hi, limit) for lo, hi, limit in scans])
+        assert got == [sorted((k, v) for k, v in self.model.items()
+                              if (lo is None or k >= lo) and (hi is None or k < hi))[:limit]
+                       for lo, hi, limit in scans]
+
     @invariant()
     def everything(self) -> None:
         assert self.engine.backend.store_range("m") == sorted(self.model.items())
@@ -138,3 +149,99 @@ def test_range_reads_stop_at_the_byte_cap(tstreams_make_engine: Any, monkeypatch
     engine.backend.submit([O.StoreWrite("s", [[b"k%d" % i, b"v" * 10] for i in range(5)])])
     assert [k for k, _ in engine.backend.store_range("s")] == [b"k0", b"k1"]  # 14 stored bytes each; 28 >= 25
     assert len(engine.backend.store_windows("s", None, state.MIN_TIME, state.MAX_TIME)) <= 3
+
+
+def test_store_snapshot_reads_several_stores_and_windows(tstreams_engine: ts.Engine) -> None:
+    b = tstreams_engine.backend
+    wins = [[window_key(end, end - 10, k), b"%d" % end] for end in (10, 20, 30) for k in (b"x", b"y")]
+    b.submit([O.StoreWrite("app/0/kv", [[b"a", b"1"], [b"b", b"2"], [b"c", b"3"]]),
+              O.StoreWrite("app/1/kv", [[b"a", b"other"], [b"a\x00", b"next"]]),
+              O.StoreWrite("app/0/w", wins)])
+    got = b.store_snapshot([
+        StoreScan("app/0/kv"),
+        StoreScan("app/0/kv", b"b", None, 1),
+        StoreScan("app/1/kv", b"a", b"a\x00"),  # exactly one key
+        StoreScan("nothing/here"),
+        StoreScan("app/0/w", window_key=b"y", window_start_from=5, window_start_to=10),
+        StoreScan("app/0/w", window_start_from=20),
+    ])
+    assert got[0] == [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
+    assert got[1] == [(b"b", b"2")]
+    assert got[2] == [(b"a", b"other")]
+    assert got[3] == []
+    assert [split_window_key(k) for k, _ in got[4]] == [(20, 10, b"y")]
+    assert [split_window_key(k) for k, _ in got[5]] == [(30, 20, b"x"), (30, 20, b"y")]
+    assert b.store_snapshot([]) == []
+    # the answer is bounded in bytes: beyond the bound, an error that says to narrow the query
+    assert len(b.store_snapshot([StoreScan("app/0/kv")], max_bytes=6)[0]) == 3  # 2 bytes per entry
+    with pytest.raises(errors.QueryTooLarge, match="narrow"):
+        b.store_snapshot([StoreScan("app/0/kv"), StoreScan("app/1/kv")], max_bytes=6)
+
+
+@pytest.mark.parametrize("scans, max_bytes", [
+    ("not a list", None),
+    ([("app/0/kv", None, None)], None),
+    ([StoreScan("")], None),
+    ([StoreScan("s", "str start")], None),  # type: ignore[arg-type]
+    ([StoreScan("s", None, b"e" * 257)], None),
+    ([StoreScan("s", limit=0)], None),
+    ([StoreScan("s", window_start_from="0")], None),  # type: ignore[arg-type]
+    ([StoreScan("s", window_key=b"k" * 256)], None),
+    ([StoreScan("s")] * 4097, None),
+    ([StoreScan("s")], 0),
+    ([StoreScan("s")], (16 << 20) + 1),
+])
+def test_bad_store_snapshots(tstreams_engine: ts.Engine, scans: Any, max_bytes: Any) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        tstreams_engine.backend.store_snapshot(scans, max_bytes)
+
+
+WINDOW_KEYS = [b"", b"a", b"ab", b"b", b"\xff"]
+window_entries = st.dictionaries(st.tuples(st.integers(-1, 2), st.integers(0, 1), st.sampled_from(WINDOW_KEYS)),
+                                 st.binary(max_size=2), min_size=1, max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(stored=window_entries, key=st.sampled_from([*WINDOW_KEYS, b"c"]),
+       start_from=st.none() | st.integers(-2, 3), start_to=st.none() | st.integers(-2, 3),
+       end_from=st.none() | st.integers(-2, 4), limit=st.none() | st.integers(1, 4))
+@example(stored={(1, 1, b"a"): b"1", (2, 0, b"a"): b"2"}, key=b"a", start_from=None, start_to=None, end_from=None,
+         limit=None)  # two windows of the key with the same end
+@example(stored={(0, 1, b"a"): b"1", (0, 1, b"b"): b"2"}, key=b"b", start_from=None, start_to=None, end_from=None,
+         limit=None)  # another key first in the slot
+def test_windows_of_one_key_found_by_seeking_equal_a_full_scan(
+        stored: dict[tuple[int, int, bytes], bytes], key: bytes, start_from: int | None, start_to: int | None,
+        end_from: int | None, limit: int | None) -> None:
+    """The windows of one key (found one window slot at a time) are those a filter of every
+    entry finds."""
+    import tempfile
+
+    windows = {(start + length, start, k): v for (start, length, k), v in stored.items()}
+    expected = sorted((window_key(end, start, k), v) for (end, start, k), v in windows.items()
+                      if k == key and (start_from is None or start >= start_from)
+                      and (start_to is None or start <= start_to) and (end_from is None or end >= end_from))
+    with tempfile.TemporaryDirectory() as d, ts.open(d, durability="async", compaction_interval=None) as engine:
+        engine.backend.submit([O.StoreWrite("w", [[window_key(*w), v] for w, v in windows.items()]),
+                               O.StoreWrite("w2", [[b"after", b"x"]])])
+        start = None if end_from is None else window_bound(end_from)
+        got = engine.backend.store_snapshot([StoreScan("w", start, None, limit, key, start_from, start_to)])
+    assert got == [expected[:limit]]
+
+
+@pytest.mark.parametrize("scans", [
+    "nope", [["s"]], [["s", None, None, None, None, None, None, "extra"]], [[5, None, None, None, None, None, None]],
+    [["s", "start", None, None, None, None, None]], [["s", None, None, -1, None, None, None]],
+    [["s", None, None, None, None, "0", None]], [["s", None, b"e" * 300, None, None, None, None]], [None],
+])
+def test_malformed_store_snapshots_on_the_wire(tstreams_server: Any, scans: Any) -> None:
+    """A client that bypasses RemoteBackend gets InvalidArgument for a malformed scan list."""
+    s = zmq.Context.instance().socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(tstreams_server.endpoint)
+    try:
+        s.send_multipart([framing.pack_request_header(1, "store_snapshot", 0), framing.pack([scans, None])])
+        assert s.poll(20_000), "no reply"
+        req_id, flags, value = framing.unpack_reply(s.recv_multipart())
+    finally:
+        s.close(0)
+    assert req_id == 1 and flags & framing.ERROR and value[0] == "InvalidArgument", value

@@ -31,7 +31,7 @@ import msgpack
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.backend import ConsumerInfo, Fetched, IndexScan, PartitionInfo, StreamInfo, TxnData
+from ..engine.backend import ConsumerInfo, Fetched, IndexScan, PartitionInfo, StoreScan, StreamInfo, TxnData
 from ..net import framing
 from ..net.client import RemoteBackend, encode_submit
 from .zk import BoundedZk, ZkAddress, decode_json
@@ -326,6 +326,10 @@ class ClusterBackend:
     def store_windows(self, store: str, key: bytes | None, end_from: int, end_to: int,
                       limit: int = 10_000) -> list[tuple[bytes, bytes]]:
         return self._retry(lambda r: r.store_windows(store, key, end_from, end_to, limit))
+
+    def store_snapshot(self, scans: Sequence[StoreScan],
+                       max_bytes: int | None = None) -> list[list[tuple[bytes, bytes]]]:
+        return self._retry(lambda r: r.store_snapshot(scans, max_bytes))
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         return self._read(lambda r: r.wait_for_commit(seen, timeout))

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .. import errors
+
 if TYPE_CHECKING:
     from .ops import Operation
 
@@ -171,6 +173,35 @@ class ConsumerInfo:
         return cls(v[0], v[1], {int(p): int(o) for p, o in v[2].items()})
 
 
+@dataclass(frozen=True)
+class StoreScan:
+    """One range of a state store that :meth:`Backend.store_snapshot` reads: the entries of
+    ``store`` with ``start <= key < end`` (None: unbounded; ``end`` may be one byte longer
+    than a key, so that ``[key, key + b"\\0")`` reads one key), at most ``limit`` of them
+    (None: no limit). For a windowed store (keys as :func:`.state.window_key` encodes them),
+    ``window_key`` keeps only the windows of that user key, and ``window_start_from`` /
+    ``window_start_to`` only the windows that start in that range (epoch ms, inclusive)."""
+
+    store: str
+    start: bytes | None = None
+    end: bytes | None = None
+    limit: int | None = None
+    window_key: bytes | None = None
+    window_start_from: int | None = None
+    window_start_to: int | None = None
+
+    def to_wire(self) -> list[Any]:
+        return [self.store, self.start, self.end, self.limit, self.window_key, self.window_start_from,
+                self.window_start_to]
+
+    @classmethod
+    def from_wire(cls, v: Any) -> StoreScan:
+        if not isinstance(v, (list, tuple)) or len(v) != 7:
+            raise errors.InvalidArgument(f"a store scan is [store, start, end, limit, window_key, "
+                                         f"window_start_from, window_start_to], got {v!r:.80}")
+        return cls(*v)
+
+
 class Backend(Protocol):
     """What the public API needs from storage. Every method raises errors from
     :mod:`tstreams_embedded.errors` (``EngineClosed`` once closed)."""
@@ -268,6 +299,16 @@ class Backend(Protocol):
         ``[end_from, end_to]`` (epoch ms), of user key ``key`` (None: every key), ordered by
         (end, start, key); keys as :func:`.state.window_key` encodes them. At most about
         16 MiB per read, like :meth:`store_range`."""
+        ...
+
+    def store_snapshot(self, scans: Sequence[StoreScan],
+                       max_bytes: int | None = None) -> list[list[tuple[bytes, bytes]]]:
+        """The entries of each of ``scans`` (one list per scan, in key order), all read in ONE
+        snapshot of the engine: a commit is either wholly in the answer or not at all, across
+        every store and range it covers. The answer's keys and values total at most
+        ``max_bytes`` (default and most: :data:`.state.MAX_READ_BYTES`, 16 MiB);
+        :class:`~tstreams_embedded.errors.QueryTooLarge` if they would exceed it (narrow the
+        ranges, or give limits). At most :data:`.state.MAX_SCANS` scans."""
         ...
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:

@@ -38,7 +38,16 @@ from .. import errors
 from . import inspection, keys, paging, reads, state
 from . import ops as O
 from .apply import Applier
-from .backend import MAX_DESCRIBED_PARTITIONS, ConsumerInfo, Fetched, IndexScan, PartitionInfo, StreamInfo, TxnData
+from .backend import (
+    MAX_DESCRIBED_PARTITIONS,
+    ConsumerInfo,
+    Fetched,
+    IndexScan,
+    PartitionInfo,
+    StoreScan,
+    StreamInfo,
+    TxnData,
+)
 from .bulk import PayloadSnapshot
 from .catalog import decode_stream, lookup_stream
 from .commit_waker import CommitWaker
@@ -458,6 +467,13 @@ class Core:
         state.check_limit(limit)
         with self.store.read() as txn:
             return state.windows(txn, self.store, store, key, end_from, end_to, limit)
+
+    def store_snapshot(self, scans: Sequence[StoreScan],
+                       max_bytes: int | None = None) -> list[list[tuple[bytes, bytes]]]:
+        self._check()
+        bound = state.check_scans(scans, max_bytes)
+        with self.store.read() as txn:
+            return state.read_scans(txn, self.store, scans, bound)
 
     def log_seq(self) -> int:
         """The sequence number of the newest commit-log entry (0 if none)."""

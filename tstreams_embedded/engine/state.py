@@ -15,12 +15,14 @@ Only :mod:`.apply` writes here (the ``StoreWrite`` record); :mod:`.core` reads.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import lmdb
 import msgpack
 
 from .. import errors
+from .backend import StoreScan
 from .store import Store, as_bytes, entries
 from .validate import check_int, check_name, utf8
 
@@ -32,6 +34,8 @@ MAX_RANGE = 1 << 20
 #: entry), embedded and remote alike, so that no server reply grows without bound; callers
 #: page by continuing after the last key until a read returns nothing
 MAX_READ_BYTES = 16 << 20
+#: the most ranges one :func:`read_scans` (``Backend.store_snapshot``) reads
+MAX_SCANS = 4096
 _WINDOW = struct.Struct(">QQ")
 _OFFSET = 1 << 63
 MIN_TIME = -(1 << 63)
@@ -170,3 +174,110 @@ def windows(txn: lmdb.Transaction, store: Store, name: str, key: bytes | None, e
             out.append((k[n:], v))
             size += len(k) + len(v)
     return out
+
+
+def check_scans(scans: Any, max_bytes: Any) -> int:
+    """Validate the arguments of ``Backend.store_snapshot``; the byte bound to apply."""
+    if not isinstance(scans, (list, tuple)):
+        raise errors.InvalidArgument(f"scans must be a list of StoreScan, got {type(scans).__name__}")
+    if len(scans) > MAX_SCANS:
+        raise errors.InvalidArgument(f"at most {MAX_SCANS} scans per snapshot read, got {len(scans)}")
+    for s in scans:
+        if not isinstance(s, StoreScan):
+            raise errors.InvalidArgument(f"scans must be StoreScan records, got {type(s).__name__}")
+        check_store(s.store)
+        if s.start is not None:
+            check_key(s.start, "start")
+        if s.end is not None:
+            if not isinstance(s.end, bytes) or len(s.end) > MAX_STORE_KEY + 1:
+                raise errors.InvalidArgument(f"end must be bytes of at most {MAX_STORE_KEY + 1}, got {s.end!r:.60}")
+        if s.limit is not None:
+            check_limit(s.limit)
+        if s.window_key is not None:
+            check_key(s.window_key, "window_key")
+        if s.window_start_from is not None:
+            check_time(s.window_start_from, "window_start_from")
+        if s.window_start_to is not None:
+            check_time(s.window_start_to, "window_start_to")
+    return MAX_READ_BYTES if max_bytes is None else check_int(max_bytes, "max_bytes", 1, MAX_READ_BYTES)
+
+
+def read_scans(txn: lmdb.Transaction, store: Store, scans: Sequence[StoreScan],
+               max_bytes: int) -> list[list[tuple[bytes, bytes]]]:
+    """Every scan's entries, read in the snapshot ``txn`` (arguments checked by
+    :func:`check_scans`); :class:`~..errors.QueryTooLarge` once their keys and values exceed
+    ``max_bytes`` in total."""
+    out: list[list[tuple[bytes, bytes]]] = []
+    size = 0
+    cur = None if store.state is None else txn.cursor(db=store.state)
+    for s in scans:
+        got: list[tuple[bytes, bytes]] = []
+        out.append(got)
+        pfx = prefix(s.store)
+        if cur is None or not cur.set_range(pfx + (s.start or b"")):
+            continue
+        hi = None if s.end is None else pfx + s.end
+        n = len(pfx)
+        head = n + _WINDOW.size
+        windowed = s.window_key is not None or s.window_start_from is not None or s.window_start_to is not None
+        found = _key_windows(cur, pfx, s) if s.window_key is not None else entries(cur.iternext())
+        limit = s.limit
+        for k, v in found:
+            if k[:n] != pfx or (hi is not None and k >= hi) or (limit is not None and len(got) >= limit):
+                break
+            if windowed:
+                if len(k) < head or (s.window_key is not None and k[head:] != s.window_key):
+                    continue
+                start = _WINDOW.unpack_from(k, n)[1] - _OFFSET
+                if (s.window_start_from is not None and start < s.window_start_from) or \
+                        (s.window_start_to is not None and start > s.window_start_to):
+                    continue
+            size += len(k) - n + len(v)
+            if size > max_bytes:
+                raise errors.QueryTooLarge(
+                    f"the query's answer exceeds {max_bytes} bytes, the most one consistent read returns: "
+                    f"narrow it (a smaller key range, prefix or time range, or a limit)")
+            got.append((k[n:], v))
+    return out
+
+
+def _key_windows(cur: lmdb.Cursor, pfx: bytes, s: StoreScan) -> Iterator[tuple[bytes, bytes]]:
+    """From the cursor's position on, the windows of user key ``s.window_key`` (and, at the
+    end, one entry past them or past ``pfx``, for the caller's bounds check), found by
+    seeking: one seek per window slot ``(end, start)`` instead of a read of every key of
+    every window. Slots whose start is outside ``[window_start_from, window_start_to]`` are
+    jumped over. Cost: about two seeks per distinct window in the range, however many keys
+    each holds."""
+    kb = s.window_key
+    assert kb is not None
+    stop = None if s.end is None else pfx + s.end
+    n = len(pfx)
+    head = n + _WINDOW.size
+    lo = s.window_start_from
+    hi = s.window_start_to
+    while True:
+        k = as_bytes(cur.key())
+        if k[:n] != pfx or (stop is not None and k >= stop):
+            yield k, as_bytes(cur.value())  # past the scan: the caller stops
+            return
+        if len(k) < head:  # not a window key: skipped
+            if not cur.next():
+                return
+            continue
+        end, start = _WINDOW.unpack_from(k, n)
+        end -= _OFFSET
+        start -= _OFFSET
+        target: bytes | None
+        if lo is not None and start < lo:
+            target = pfx + window_key(end, lo, kb)  # this end's slots from the first start wanted
+        elif hi is not None and start > hi:
+            target = None if end == MAX_TIME else pfx + window_bound(end + 1)  # the next end
+        elif k[head:] == kb:
+            yield k, as_bytes(cur.value())
+            target = prefix_end(k[:head])  # the next slot
+        elif k[head:] < kb:
+            target = k[:head] + kb  # this slot's entry of the key, if any
+        else:
+            target = prefix_end(k[:head])  # the key is not in this slot
+        if target is None or not cur.set_range(target):
+            return

@@ -35,7 +35,7 @@ import zmq
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.backend import Backend, ConsumerInfo, Fetched, IndexScan, PartitionInfo, StreamInfo, TxnData
+from ..engine.backend import Backend, ConsumerInfo, Fetched, IndexScan, PartitionInfo, StoreScan, StreamInfo, TxnData
 from . import framing
 from .connection import Connection
 from .future import Future
@@ -269,6 +269,14 @@ class RemoteBackend:
     store_get = _remote(Backend.store_get, _as_is)
     store_range = _remote(Backend.store_range, _pairs)
     store_windows = _remote(Backend.store_windows, _pairs)
+
+    def store_snapshot(self, scans: Sequence[StoreScan],
+                       max_bytes: int | None = None) -> list[list[tuple[bytes, bytes]]]:
+        """The entries of each scan, read by the server in ONE snapshot (see the Backend)."""
+        if not isinstance(scans, (list, tuple)) or not all(isinstance(s, StoreScan) for s in scans):
+            raise errors.InvalidArgument("scans must be a list of StoreScan records")
+        return [_pairs(got) for got in self._call("store_snapshot", [s.to_wire() for s in scans], max_bytes)]
+
     now_ms = _remote(Backend.now_ms, _as_is)
     stats = _remote(Backend.stats, _as_is)
 

@@ -18,7 +18,8 @@ in their ``to_wire()`` forms.
 * ``watch(seen)`` is a subscription: one response per commit-sequence change, until the
   client cancels it (``cancel(request_id)``) or goes away.
 * ``compact()``, ``list_consumers`` and ``describe_partitions`` (operator reads that visit
-  every offset or transaction record they cover) run on the thread pool.
+  every offset or transaction record they cover) and ``store_snapshot`` (several store
+  ranges in one read transaction, its answer bounded in bytes) run on the thread pool.
 
 The served object must provide :class:`ServedBackend`: the Backend, plus what the server
 reports (``path``, ``durability``) and runs (``compact``, ``submit_many``).
@@ -32,7 +33,7 @@ from typing import Any, Protocol
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.backend import Backend
+from ..engine.backend import Backend, StoreScan
 from ..engine.paging import ScanPage
 from ..engine.validate import check_int
 from .registry import Registry, WaitCommit
@@ -233,6 +234,13 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
     def store_windows(session: Session, store: str, key: bytes | None, end_from: int, end_to: int,
                       limit: int = 10_000) -> list[Any]:
         return [list(kv) for kv in core.store_windows(store, key, end_from, end_to, limit)]
+
+    @reg.call("store_snapshot", executor="pool")
+    def store_snapshot(session: Session, scans: Any, max_bytes: int | None = None) -> list[Any]:
+        if not isinstance(scans, (list, tuple)):
+            raise errors.InvalidArgument(f"scans must be a list, got {type(scans).__name__}")
+        return [[list(kv) for kv in got]
+                for got in core.store_snapshot([StoreScan.from_wire(s) for s in scans], max_bytes)]
 
     @reg.call("get_marker")
     def get_marker(session: Session, key: str) -> int | None:

@@ -16,6 +16,7 @@ from .joins import check_partition_counts
 from .membership import Membership
 from .metrics import GLOBAL, AppMetrics, DropCounter
 from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
+from .queries import advertised_host as advertised_host_of
 from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
 from .topology import StoreSpec, Topology, internal_name
@@ -54,7 +55,10 @@ class App:
       lease. ``static_id`` (like ``group.instance.id``): a restart with the same static id
       takes its predecessor's tasks at once instead of waiting for its leases to expire.
     * ``http_port`` (0: any free port) serves interactive queries and ``/metrics``
-      (:mod:`.queries`, :mod:`.metrics`) while the app runs (``start()``).
+      (:mod:`.queries`, :mod:`.metrics`) while the app runs (``start()``), bound to
+      ``http_host``. Key discovery tells other instances ``advertised_host`` (like Kafka
+      Streams' ``application.server``): by default ``http_host``, or this machine's fully
+      qualified name when ``http_host`` is a wildcard such as ``0.0.0.0``.
     """
 
     def __init__(self, engine: Engine, *, application_id: str, topology: Topology, num_threads: int = 1,
@@ -62,7 +66,8 @@ class App:
                  commit_bytes: int = 8 << 20, poll_interval_ms: int = 10,
                  clock: Callable[[], int] | None = None, lease_ms: int = 5_000, instance_name: str = "instance",
                  static_id: str | None = None,
-                 http_host: str = "127.0.0.1", http_port: int | None = None) -> None:
+                 http_host: str = "127.0.0.1", http_port: int | None = None,
+                 advertised_host: str | None = None) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
         check_name(application_id, "application_id")
@@ -104,6 +109,7 @@ class App:
         self.instance_name = instance_name
         self.static_id = static_id
         self.http_host = http_host
+        self.advertised_host = advertised_host_of(http_host, advertised_host)
         self.http_port = http_port
         self.partition_count = 0
         self.membership: Membership
@@ -169,7 +175,7 @@ class App:
             self.fused = {s for s in internal if self.stream_info[s].partitions == 1}
         self.partition_count = tasks
         self.membership = Membership(engine.backend, self.application_id, tasks, lease_ms=self.lease_ms,
-                                     host=self.http_host if self.http_port is not None else None,
+                                     host=self.advertised_host if self.http_port is not None else None,
                                      port=self.http_port, name=self.instance_name, static_id=self.static_id)
         self._slots = [{} for _ in range(max(1, min(self.num_threads, tasks)))]
         self._prepared = True
@@ -340,7 +346,7 @@ class App:
         self.global_tables.start()
         if self.http_port is not None and self._http is None:
             self._http = QueryServer(self, self.http_host, self.http_port)
-            self.membership.advertise(self._http.host, self._http.port)
+            self.membership.advertise(self.advertised_host, self._http.port)
         self._maybe_tick(force=True)
         for i in range(len(self._slots)):
             t = threading.Thread(target=self._loop, args=(i,), name=f"streams-{self.application_id}-{i}", daemon=True)
@@ -430,8 +436,8 @@ class App:
         """Committed state of store ``name`` (key-value: ``get``, ``range``, ``prefix``,
         ``all``; windowed: ``fetch``, ``fetch_all``, ``get``, ``all``) of every task, or of
         the tasks ``partitions``. The state lives in the engine, so any instance (or any
-        process with the engine) can read every task's; each read is one snapshot of a task's
-        last commit (see :mod:`.queries` for the staleness)."""
+        process with the engine) can read every task's; each query reads one snapshot of the
+        engine, across every task it covers (see :mod:`.queries` for the staleness)."""
         spec = self.store_spec(name)
         self._prepare()
         if partitions is not None and (not isinstance(partitions, (list, tuple, range)) or any(
@@ -444,9 +450,10 @@ class App:
         if any(g.store == name for g in self.topology.global_tables.values()):
             namespaces = [global_namespace(self.application_id, name)]
         backend = self.engine.backend
+        replicated = len(namespaces) == 1 and namespaces[0] == global_namespace(self.application_id, name)
         if spec.windowed:
-            return ReadOnlyWindowStore(backend, namespaces, spec.key_serde, spec.value_serde)
-        return ReadOnlyKeyValueStore(backend, namespaces, spec.key_serde, spec.value_serde)
+            return ReadOnlyWindowStore(backend, namespaces, spec.key_serde, spec.value_serde, replicated)
+        return ReadOnlyKeyValueStore(backend, namespaces, spec.key_serde, spec.value_serde, replicated)
 
     def query_metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
         """Which instance runs the task owning ``key`` of ``store``: its partition, member id,

@@ -67,9 +67,10 @@ class KStream:
         """Like :meth:`join`, and every record without a match with None as the other value."""
         return self._join(other, joiner, windows, key_selector, "left", name, serdes)
 
-    def outer_join(self, other: KStream, joiner: Callable[[Any, Any], Any], windows: Any, *,
+    def outer_join(self, other: Any, joiner: Callable[[Any, Any], Any], windows: Any = None, *,
                    name: str | None = None, **serdes: SerdeSpec) -> KStream:
-        """Windowed stream–stream outer join: unmatched records of both sides, padded with None."""
+        """Windowed stream–stream outer join (``windows=JoinWindows(...)``, required):
+        unmatched records of both sides, padded with None."""
         return self._join(other, joiner, windows, None, "outer", name, serdes)
 
     def _join(self, other: Any, joiner: Callable[[Any, Any], Any], windows: Any,

@@ -10,33 +10,41 @@
   ========================================================  =================================
   ``GET /v1/stores/<store>/get?key=K[&start=S&end=E]``      one key (one window) — owned keys
   ``GET /v1/stores/<store>/range?from=K&to=K&limit=N``      this instance's tasks' entries
-  ``GET /v1/stores/<store>/prefix?prefix=P&limit=N``        keys starting with ``P`` (str keys)
+  ``GET /v1/stores/<store>/prefix?prefix=P&limit=N``        keys starting with ``P`` (str/bytes keys)
   ``GET /v1/stores/<store>/fetch?key=K&from=T&to=T``        windows of a key — owned keys
   ``GET /v1/metadata/<store>?key=K``                        key discovery
   ``GET /v1/members``                                       live instances and their tasks
   ``GET /metrics``                                          Prometheus text format
   ========================================================  =================================
 
-  ``K`` is the key as JSON (``"ann"``, ``42``, ``["a", 1]``), turned into the store's key
-  with its key serde. A ``get`` or ``fetch`` of a key whose task another instance runs is
-  answered ``421`` with that instance's address (``{"owner": {...}}``); :class:`QueryClient`
-  follows it. Ranges and prefixes return at most ``limit`` entries (1,000 by default,
-  10,000 at most; ``"truncated": true`` when there were more: continue from the last key).
-  Errors are ``400`` (bad input), ``404`` (no such store), JSON
+  ``K`` is the key as JSON (``"ann"``, ``42``, ``["a", 1]``; numbers finite), turned into
+  the store's key with its key serde. Answers are strict JSON: a stored non-finite float is
+  answered as the string ``"inf"``, ``"-inf"`` or ``"nan"``. A ``get`` or ``fetch`` of a
+  key whose task another instance runs is answered ``421`` with that instance's address
+  (``{"owner": {...}}``); :class:`QueryClient` follows it. Ranges and prefixes return at
+  most ``limit`` entries (1,000 by default, 10,000 at most; ``"truncated": true`` when
+  there were more: continue from the last key). Errors are ``400`` (bad input), ``404`` (no
+  such store), JSON
   ``{"error": class, "message": ...}``.
 
-Staleness: every answer is committed state, read from the engine in one snapshot per task
-(so it lags the processing by at most one commit: ``commit_interval_ms``, 100 ms by
-default). A range across several tasks combines one snapshot per task. During a rebalance
-a key's owner may change between the discovery call and the query: the old owner then
-answers ``421`` naming the new one.
+Consistency and staleness: every answer is committed state, read in ONE snapshot of the
+engine (``Backend.store_snapshot``), whatever the number of tasks it covers: a commit is
+in it wholly or not at all. It lags the processing by at most one commit
+(``commit_interval_ms``, 100 ms by default); tasks commit independently, so each task's
+part is its latest commit. An answer is at most 16 MiB (``QueryTooLarge`` beyond, ``400``).
+Continuing a truncated range is a new query on a newer snapshot. Prefix queries need a
+``str`` or ``bytes`` key serde (``400`` otherwise); ranges order keys by their serialized
+bytes. A global table's store is answered by every instance. During a rebalance a key's
+owner may change between the discovery call and the query: the old owner then answers
+``421`` naming the new one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
+import math
+import socket
 import threading
 import urllib.error
 import urllib.parse
@@ -57,7 +65,7 @@ from .appview import AppView
 from .membership import read_group
 from .metrics import AppMetrics
 from .records import partition_of
-from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace, pages
+from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore
 from .topology import StoreSpec
 from .windows import Windowed
 
@@ -115,13 +123,47 @@ def query_metadata_for_key(app: QueriedApp, store: str, key: Any) -> KeyQueryMet
     return KeyQueryMetadata(store, p, owner, info.host if info else None, info.port if info else None)
 
 
+#: bind addresses that mean "every interface": not an address another machine can call
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", "*"})  # noqa: S104 - names to recognise, not to bind
+
+
+def advertised_host(http_host: str, advertised: str | None) -> str:
+    """The host an instance advertises for queries (as Kafka Streams' ``application.server``):
+    ``advertised`` if given, else ``http_host``, unless that is a wildcard bind address
+    (``0.0.0.0``, ``::``), which other machines cannot call: then this machine's fully
+    qualified name (``socket.getfqdn()``)."""
+    if advertised is not None:
+        if not isinstance(advertised, str) or not advertised or advertised in WILDCARD_HOSTS:
+            raise errors.InvalidArgument(f"advertised_host must be a host name or address other machines "
+                                         f"can reach, got {advertised!r}")
+        return advertised
+    return socket.getfqdn() if http_host in WILDCARD_HOSTS else http_host
+
+
 def _json_key(raw: str | None, what: str) -> Any:
     if raw is None:
         raise errors.InvalidArgument(f"the query needs ?{what}=<JSON>")
     try:
-        return _from_json(json.loads(raw))
+        return _from_json(json.loads(raw, parse_float=_finite, parse_constant=_no_constant))
+    except _NotFinite:
+        raise errors.InvalidArgument(f"{what} must be JSON with finite numbers, got {raw!r:.60}") from None
     except ValueError:
         raise errors.InvalidArgument(f"{what} must be JSON (a string needs quotes), got {raw!r:.60}") from None
+
+
+class _NotFinite(Exception):
+    pass
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise _NotFinite(text)
 
 
 def _from_json(v: Any) -> Any:
@@ -137,6 +179,8 @@ def _to_json(v: Any) -> Any:
         return {str(k): _to_json(x) for k, x in v.items()}
     if isinstance(v, bytes):
         return v.decode("utf-8", "replace")
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # "inf", "-inf", "nan": strict JSON has no such numbers
     return v
 
 
@@ -146,7 +190,7 @@ def _int_arg(raw: str | None, what: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise errors.InvalidArgument(f"{what} must be an integer (epoch ms), got {raw!r:.40}") from None
+        raise errors.InvalidArgument(f"{what} must be an integer, got {raw!r:.40}") from None
 
 
 class _Handler(tornado.web.RequestHandler):
@@ -179,48 +223,48 @@ class _StoreHandler(_Handler):
         store, op = args
         app = self.server.app
         spec = app.store_spec(store)
+        if op not in ("get", "range", "prefix", "fetch"):
+            return 404, {"error": "NotFound", "message": f"unknown store query {op!r}: get, range, prefix, fetch"}
+        view = app.store(store)
         owned = sorted(t.partition for t in app.running_tasks())
         if op in ("get", "fetch"):
             key = _json_key(self.arg("key"), "key")
-            meta = query_metadata_for_key(app, store, key)
-            if meta.partition not in owned:
-                return 421, {"error": "NotOwner", "message": f"task {meta.partition} runs elsewhere",
-                             "owner": asdict(meta)}
-            view = app.store(store, partitions=[meta.partition])
+            partition: int | None = None
+            if not view.replicated:  # a global table's store is whole on every instance
+                meta = query_metadata_for_key(app, store, key)
+                if meta.partition not in owned:
+                    return 421, {"error": "NotOwner", "message": f"task {meta.partition} runs elsewhere",
+                                 "owner": asdict(meta)}
+                partition = meta.partition
+                view = app.store(store, partitions=[partition])
             if op == "get":
-                if spec.windowed:
-                    assert isinstance(view, ReadOnlyWindowStore)
+                if isinstance(view, ReadOnlyWindowStore):
                     value = view.get(key, _int_arg(self.arg("start"), "start", 0), _int_arg(self.arg("end"), "end", 0))
                 else:
-                    assert isinstance(view, ReadOnlyKeyValueStore)
                     value = view.get(key)
-                return 200, {"key": _to_json(key), "value": _to_json(value), "partition": meta.partition}
+                return 200, {"key": _to_json(key), "value": _to_json(value), "partition": partition}
             if not isinstance(view, ReadOnlyWindowStore):
                 raise errors.InvalidArgument(f"store {store!r} is not windowed: use get")
-            windows = view.fetch(key, _int_arg(self.arg("from"), "from", -(2**62)),
-                                 _int_arg(self.arg("to"), "to", 2**62))
+            windows = view.fetch(key, _int_arg(self.arg("from"), "from", state.MIN_TIME),
+                                 _int_arg(self.arg("to"), "to", state.MAX_TIME))
             return 200, {"windows": [{**_to_json(w), "value": _to_json(v)} for w, v in windows],
-                         "partition": meta.partition}
-        if op not in ("range", "prefix"):
-            return 404, {"error": "NotFound", "message": f"unknown store query {op!r}: get, range, prefix, fetch"}
-        if spec.windowed:
+                         "partition": partition}
+        if not isinstance(view, ReadOnlyKeyValueStore):
             raise errors.InvalidArgument(f"store {store!r} is windowed: use fetch")
         limit = _int_arg(self.arg("limit"), "limit", DEFAULT_LIMIT)
         if not 1 <= limit <= MAX_LIMIT:
             raise errors.InvalidArgument(f"limit must be in [1, {MAX_LIMIT}], got {limit}")
+        if not view.replicated:
+            view = app.store(store, partitions=owned)
+            assert isinstance(view, ReadOnlyKeyValueStore)
         ks = spec.key_serde
         if op == "range":
             lo_arg, hi_arg = self.arg("from"), self.arg("to")
             lo = None if lo_arg is None else ks.serialize(_json_key(lo_arg, "from"))
             hi = None if hi_arg is None else ks.serialize(_json_key(hi_arg, "to"))
         else:
-            lo = ks.serialize(_json_key(self.arg("prefix"), "prefix"))
-            hi = state.prefix_end(lo) if lo else None
-        raw: list[tuple[bytes, bytes]] = []
-        for p in owned:  # at most limit + 1 entries per task in memory
-            raw.extend(itertools.islice(pages(app.engine.backend, namespace(app.application_id, p, store), lo, hi),
-                                        limit + 1))
-        raw.sort()
+            lo, hi = view.prefix_bounds(_json_key(self.arg("prefix"), "prefix"))
+        raw = view.entries(lo, hi, limit + 1)  # one snapshot of every task's entries
         vs = spec.value_serde
         return 200, {"entries": [[_to_json(ks.deserialize(k)), _to_json(vs.deserialize(v))] for k, v in raw[:limit]],
                      "truncated": len(raw) > limit, "partitions": owned}
@@ -312,7 +356,15 @@ class QueryClient:
             with urllib.request.urlopen(url, timeout=self.timeout) as r:  # noqa: S310 - http only
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"null")
+            try:
+                return exc.code, json.loads(exc.read() or b"null")
+            except ValueError:
+                raise errors.RemoteError(f"{url}: answered {exc.code} without a JSON body") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            raise errors.RemoteError(f"cannot query {base}{path}: {reason}") from None
+        except ValueError:
+            raise errors.RemoteError(f"{url}: the answer is not JSON") from None
 
     def metadata(self, store: str, key: Any) -> dict[str, Any]:
         status, body = self.request(f"/v1/metadata/{store}", key=key)

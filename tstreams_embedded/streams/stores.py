@@ -7,19 +7,22 @@ read or wrote in memory (deserialized) and remembers what changed since the last
 that goes into the task's commit batch. Nothing reaches the engine record by record.
 
 :class:`ReadOnlyKeyValueStore` and :class:`ReadOnlyWindowStore` read committed state of
-every task through the Backend (``app.store(name)``, ``TestDriver.store(name)``).
+every task through the Backend (``app.store(name)``, ``TestDriver.store(name)``), each query
+in one snapshot of the engine (``Backend.store_snapshot``).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
 from .. import errors
 from ..engine import ops as O
 from ..engine import state
-from ..engine.backend import Backend
-from .serdes import Serde
+from ..engine.backend import Backend, StoreScan
+from .serdes import BytesSerde, Serde, StrSerde
 from .windows import Windowed
 
 
@@ -166,90 +169,155 @@ class _RAW:
         self.data = data
 
 
-class ReadOnlyKeyValueStore:
-    """Committed state of a key-value store across the tasks of an application."""
+def _read(backend: Backend, scans: list[StoreScan], max_bytes: int | None) -> list[list[tuple[bytes, bytes]]]:
+    """``scans`` read in one snapshot (nothing to read: no call)."""
+    return backend.store_snapshot(scans, max_bytes) if scans else []
 
-    def __init__(self, backend: Backend, namespaces: list[str], key_serde: Serde, value_serde: Serde) -> None:
+
+class ReadOnlyKeyValueStore:
+    """Committed state of a key-value store across the tasks of an application.
+
+    Every query reads ONE snapshot of the engine (:meth:`Backend.store_snapshot`), whatever
+    the number of tasks and entries it covers: a commit is in its answer wholly or not at
+    all. An answer is at most ``max_bytes`` of keys and values (16 MiB by default and at
+    most); a larger one raises :class:`~tstreams_embedded.errors.QueryTooLarge`. Keys are
+    ordered by their serialized bytes (``range`` bounds too): with the ``str`` and ``bytes``
+    serdes that is the keys' own order; with ``msgpack`` or ``json`` it is not (msgpack puts
+    a string's length first). ``replicated`` is true for a global table's store (every
+    instance holds all of it)."""
+
+    def __init__(self, backend: Backend, namespaces: list[str], key_serde: Serde, value_serde: Serde,
+                 replicated: bool = False, max_bytes: int | None = None) -> None:
         self.backend = backend
         self.namespaces = namespaces
         self.key_serde = key_serde
         self.value_serde = value_serde
+        self.replicated = replicated
+        self.max_bytes = max_bytes
 
     def get(self, key: Any) -> Any:
+        """The value of ``key``, or None."""
         kb = self.key_serde.serialize(key)
-        for ns in self.namespaces:
-            data = self.backend.store_get(ns, kb)
-            if data is not None:
-                return self.value_serde.deserialize(data)
-        return None
+        if len(kb) > state.MAX_STORE_KEY:
+            return None  # no stored key is longer
+        found = _exact(self.backend, self.namespaces, kb, self.max_bytes)
+        return None if found is None else self.value_serde.deserialize(found)
+
+    def entries(self, lo: bytes | None, hi: bytes | None, limit: int | None = None) -> list[tuple[bytes, bytes]]:
+        """The serialized entries with ``lo <= key < hi`` (None: unbounded) of every task, in
+        key order, at most ``limit`` of them: one snapshot."""
+        if limit is not None:
+            state.check_limit(limit)
+        below: bytes | None = None  # a stored key is at most MAX_STORE_KEY bytes long: the keys
+        scan_limit = limit  # >= a longer lo are those > its head, and not the head itself
+        if lo is not None and len(lo) > state.MAX_STORE_KEY:
+            lo = below = lo[:state.MAX_STORE_KEY]
+            scan_limit = None if limit is None else min(limit + 1, state.MAX_RANGE)
+        if hi is not None and len(hi) > state.MAX_STORE_KEY + 1:
+            hi = hi[:state.MAX_STORE_KEY + 1]  # the same keys are below it
+        got = _read(self.backend, [StoreScan(ns, lo, hi, scan_limit) for ns in self.namespaces], self.max_bytes)
+        return list(itertools.islice((kv for kv in heapq.merge(*got) if kv[0] != below), limit))
 
     def all(self) -> dict[Any, Any]:
         """Every entry, as a dict."""
-        out: dict[Any, Any] = {}
-        for ns in self.namespaces:
-            for k, v in pages(self.backend, ns, None, None):
-                out[_hashable(self.key_serde.deserialize(k))] = self.value_serde.deserialize(v)
-        return out
+        return {_hashable(self.key_serde.deserialize(k)): self.value_serde.deserialize(v)
+                for k, v in self.entries(None, None)}
 
     def range(self, start: Any = None, end: Any = None) -> list[tuple[Any, Any]]:
+        """Entries with ``start <= key < end`` (None: unbounded), compared as serialized
+        bytes, in that order (see the class docstring)."""
         lo = None if start is None else self.key_serde.serialize(start)
         hi = None if end is None else self.key_serde.serialize(end)
-        out: list[tuple[bytes, bytes]] = []
-        for ns in self.namespaces:
-            out.extend(pages(self.backend, ns, lo, hi))
-        return [(self.key_serde.deserialize(k), self.value_serde.deserialize(v)) for k, v in sorted(out)]
+        return self._decoded(self.entries(lo, hi))
+
+    def prefix_bounds(self, prefix: Any) -> tuple[bytes, bytes | None]:
+        """``[lo, hi)``, the serialized keys starting with ``prefix``; InvalidArgument unless
+        the key serde keeps prefixes (``str``, ``bytes``)."""
+        if not isinstance(self.key_serde, PREFIX_SERDES):
+            name = getattr(self.key_serde, "name", type(self.key_serde).__name__)
+            raise errors.InvalidArgument(
+                f"prefix queries need a store whose key serde keeps prefixes (str or bytes); this store's keys "
+                f"are {name}, whose serialized keys do not start with their prefixes' serialized bytes: use range")
+        if not isinstance(prefix, (str, bytes)):
+            raise errors.InvalidArgument(f"a prefix must be a str or bytes, got {type(prefix).__name__}")
+        lo = self.key_serde.serialize(prefix)
+        return lo, state.prefix_end(lo) if lo else None
 
     def prefix(self, prefix: Any) -> list[tuple[Any, Any]]:
-        """Entries whose serialized key starts with ``prefix`` serialized (for ``str`` and
-        ``bytes`` keys: keys starting with it), in key order."""
-        lo = self.key_serde.serialize(prefix)
-        hi = state.prefix_end(lo) if lo else None
-        out: list[tuple[bytes, bytes]] = []
-        for ns in self.namespaces:
-            out.extend(pages(self.backend, ns, lo, hi))
-        return [(self.key_serde.deserialize(k), self.value_serde.deserialize(v)) for k, v in sorted(out)]
+        """Entries whose key starts with ``prefix``, in key order (keys of the ``str`` or
+        ``bytes`` serde; InvalidArgument for other key serdes)."""
+        lo, hi = self.prefix_bounds(prefix)
+        return self._decoded(self.entries(lo, hi))
+
+    def _decoded(self, raw: list[tuple[bytes, bytes]]) -> list[tuple[Any, Any]]:
+        return [(self.key_serde.deserialize(k), self.value_serde.deserialize(v)) for k, v in raw]
+
+
+#: key serdes whose serialized keys start with their prefixes' serialized bytes
+PREFIX_SERDES = (StrSerde, BytesSerde)
+
+
+def _exact(backend: Backend, namespaces: list[str], kb: bytes, max_bytes: int | None) -> bytes | None:
+    """The value of stored key ``kb`` in the first of ``namespaces`` that has it, read in one
+    snapshot."""
+    if len(namespaces) == 1:
+        return backend.store_get(namespaces[0], kb)
+    for got in _read(backend, [StoreScan(ns, kb, kb + b"\x00") for ns in namespaces], max_bytes):
+        if got:
+            return got[0][1]
+    return None
 
 
 class ReadOnlyWindowStore:
-    """Committed state of a windowed store across the tasks of an application."""
+    """Committed state of a windowed store across the tasks of an application; each query
+    reads one snapshot, at most ``max_bytes`` (as :class:`ReadOnlyKeyValueStore`)."""
 
-    def __init__(self, backend: Backend, namespaces: list[str], key_serde: Serde, value_serde: Serde) -> None:
+    def __init__(self, backend: Backend, namespaces: list[str], key_serde: Serde, value_serde: Serde,
+                 replicated: bool = False, max_bytes: int | None = None) -> None:
         self.backend = backend
         self.namespaces = namespaces
         self.key_serde = key_serde
         self.value_serde = value_serde
+        self.replicated = replicated
+        self.max_bytes = max_bytes
 
     def fetch(self, key: Any, time_from: int = state.MIN_TIME,
               time_to: int = state.MAX_TIME) -> list[tuple[Windowed, Any]]:
-        """Windows of ``key`` whose start is in ``[time_from, time_to]``, by end then start."""
+        """Windows of ``key`` whose start is in ``[time_from, time_to]`` (epoch ms), by end then start."""
         kb = self.key_serde.serialize(key)
-        return [(w, v) for w, v in self._scan(kb, time_from) if w.start <= time_to]
+        if len(kb) > state.MAX_STORE_KEY:
+            return []
+        return self._scan(kb, time_from, time_to)
 
     def fetch_all(self, time_from: int = state.MIN_TIME,
                   time_to: int = state.MAX_TIME) -> list[tuple[Windowed, Any]]:
-        """Every window whose start is in ``[time_from, time_to]``."""
-        return [(w, v) for w, v in self._scan(None, time_from) if w.start <= time_to]
+        """Every window whose start is in ``[time_from, time_to]`` (epoch ms)."""
+        return self._scan(None, time_from, time_to)
 
     def all(self) -> dict[Windowed, Any]:
-        return {w: v for w, v in self._scan(None, state.MIN_TIME)}
+        return {w: v for w, v in self._scan(None, state.MIN_TIME, state.MAX_TIME)}
 
     def get(self, key: Any, start: int, end: int) -> Any:
-        """The value of the window ``[start, end)`` of ``key``, or None."""
-        kb = state.window_key(end, start, self.key_serde.serialize(key))
-        for ns in self.namespaces:
-            data = self.backend.store_get(ns, kb)
-            if data is not None:
-                return self.value_serde.deserialize(data)
-        return None
+        """The value of the window ``[start, end)`` (epoch ms) of ``key``, or None."""
+        state.check_time(start, "start")
+        state.check_time(end, "end")
+        kb = self.key_serde.serialize(key)
+        if len(kb) > state.MAX_STORE_KEY:
+            return None
+        found = _exact(self.backend, self.namespaces, state.window_key(end, start, kb), self.max_bytes)
+        return None if found is None else self.value_serde.deserialize(found)
 
-    def _scan(self, kb: bytes | None, time_from: int) -> list[tuple[Windowed, Any]]:
+    def _scan(self, kb: bytes | None, time_from: int, time_to: int) -> list[tuple[Windowed, Any]]:
+        state.check_time(time_from, "time_from")
+        state.check_time(time_to, "time_to")
+        scans = [StoreScan(ns, state.window_bound(time_from), None, None, kb, time_from, time_to)
+                 for ns in self.namespaces]
         out = []
-        for ns in self.namespaces:
-            for k, v in pages(self.backend, ns, state.window_bound(time_from), None):
+        for got in _read(self.backend, scans, self.max_bytes):
+            for k, v in got:
                 end, start, key = state.split_window_key(k)
-                if start >= time_from and (kb is None or key == kb):
-                    out.append((Windowed(_hashable(self.key_serde.deserialize(key)), start, end),
-                                self.value_serde.deserialize(v)))
+                out.append((Windowed(_hashable(self.key_serde.deserialize(key)), start, end),
+                            self.value_serde.deserialize(v)))
         out.sort(key=lambda wv: (wv[0].end, wv[0].start))
         return out
 
