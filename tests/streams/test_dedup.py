@@ -137,10 +137,11 @@ def test_dedup_survives_sigkills_exactly(tmp_path: Path) -> None:
     with ts.open(data, compaction_interval=None) as engine:
         engine.create_stream("orders", partitions=PARTITIONS)
         engine.create_stream("customers", partitions=PARTITIONS)
+        # The customers' rows (timestamp 0) are written in their own engine write, just before
+        # the first orders (timestamps from 0): their transaction IDs may interleave, but a task
+        # takes the table's rows first (timestamp order, tables first on ties), so every order
+        # of a customer with a row is joined.
         engine.backend.submit(customer_rows)
-        # The app reads its two sources independently, so a table row is only guaranteed to be
-        # joined with orders processed after it: load the table once before any order exists.
-        run_to_completion(worker_command(WORKER, data, "finish"))
 
         def processed() -> int:
             return committed_transactions(engine, "orders", "dedup-kill")

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
+from tstreams_embedded.engine import ops as O
 from tstreams_embedded.streams import App, JoinWindows, StreamsBuilder, TestDriver
+from tstreams_embedded.streams.records import pack_envelope, partition_of
 from tstreams_embedded.streams.serdes import serde
 
 from .harness import read_envelopes
@@ -255,3 +257,208 @@ def _read_records(engine: Any, stream: str) -> list[tuple[Any, Any, int]]:
         assert kb is not None and vb is not None
         out.append((serde("str").deserialize(kb), serde("json").deserialize(vb), t))
     return out
+
+
+# -- the order of a task's sources: timestamps, tables first, max_task_idle_ms ----------------------
+
+def _envelope(stream: str, key: str, value: Any, timestamp: int, partitions: int = 1) -> O.Instant:
+    """One transaction holding one record (as ``send_records`` writes it), as an operation."""
+    kb, vb = serde("str").serialize(key), serde("json").serialize(value)
+    return O.Instant(stream, partition_of(kb, partitions), O.pack_items([pack_envelope(kb, vb, timestamp, None)]))
+
+
+def _clicks_join_users(left: bool = False) -> StreamsBuilder:
+    b = StreamsBuilder()
+    users = b.table("users", key_serde="str", value_serde="json")
+    clicks = b.stream("clicks", key_serde="str", value_serde="json")
+    joined = clicks.left_join(users, lambda c, u: [c, u]) if left else clicks.join(users, lambda c, u: [c, u])
+    joined.to("out", key_serde="str", value_serde="json")
+    return b
+
+
+def _txn_ids(engine: Any, stream: str, partition: int = 0) -> list[int]:
+    return [t.id for t in engine.backend.transactions_range(stream, partition, 0, 2**63 - 1)]
+
+
+def test_a_click_joins_a_row_written_earlier_in_the_same_millisecond() -> None:
+    """The audit's repro made deterministic: five rows written in one engine write, then a
+    click for the fifth in a later write, all in one millisecond of the engine's clock. The
+    partitions number their transactions by clock and counter each, so the click's ID is
+    below the fifth row's; the task still takes the rows first (their timestamps are not
+    later than the click's), and the click is joined."""
+    with ts.open(tempfile.mkdtemp(), durability="async", clock=lambda: 1_700_000_000_000,
+                 compaction_interval=None) as engine:
+        engine.create_stream("users", partitions=1)
+        engine.create_stream("clicks", partitions=1)
+        engine.backend.submit([_envelope("users", f"u{i}", {"name": f"N{i}"}, 0) for i in range(5)])
+        engine.backend.submit([_envelope("clicks", "u4", {"page": "/a"}, 1)])
+        assert _txn_ids(engine, "clicks")[0] < _txn_ids(engine, "users")[-1]  # the IDs interleave
+        App(engine, application_id="a", topology=_clicks_join_users().build()).run()
+        assert _read(engine, "out") == [[{"page": "/a"}, {"name": "N4"}]]
+
+
+@pytest.mark.parametrize("click_ts, joined", [(4, None), (5, "new"), (6, "new")])
+def test_a_click_sees_the_rows_with_timestamps_up_to_its_own_tables_first_on_ties(click_ts: int,
+                                                                                   joined: str | None) -> None:
+    """Kafka Streams' rule (KIP-914): a stream record joins the table row of the largest
+    timestamp <= its own, whatever the transaction IDs (here the click is written first)."""
+    with ts.open(tempfile.mkdtemp(), durability="async", clock=lambda: 1_700_000_000_000,
+                 compaction_interval=None) as engine:
+        engine.create_stream("users", partitions=1)
+        engine.create_stream("clicks", partitions=1)
+        engine.backend.submit([_envelope("clicks", "ann", "c", click_ts)])
+        engine.backend.submit([_envelope("users", "ann", "old", 0), _envelope("users", "ann", "new", 5)])
+        assert _txn_ids(engine, "clicks")[0] <= _txn_ids(engine, "users")[0]
+        App(engine, application_id="a", topology=_clicks_join_users(left=True).build()).run()
+        assert _read(engine, "out") == [["c", "old" if joined is None else joined]]
+
+
+@st.composite
+def interleavings(draw: st.DrawFn) -> tuple[list[tuple[str, str, int, Any]], list[int]]:
+    """Writes ``(stream, key, timestamp, value)`` to "users" (a table; None deletes) and
+    "clicks", each stream's in timestamp order, interleaved at random, and the places where
+    one engine write ends and the next begins."""
+    def writes(stream: str, values: st.SearchStrategy[Any]) -> list[tuple[str, str, int, Any]]:
+        items = draw(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 12), values),
+                              max_size=14))
+        return [(stream, k, t, v) for k, t, v in sorted(items, key=lambda e: e[1])]
+
+    users = writes("users", st.one_of(st.none(), st.integers(0, 99)))
+    clicks = writes("clicks", st.integers(100, 199))
+    picks = draw(st.permutations([0] * len(users) + [1] * len(clicks)))
+    sources = [iter(users), iter(clicks)]
+    merged = [next(sources[p]) for p in picks]
+    cuts = draw(st.lists(st.integers(0, len(merged)), max_size=4))
+    return merged, sorted(set(cuts))
+
+
+@settings(max_examples=30, deadline=None)
+@given(interleavings(), st.booleans())
+def test_every_click_joins_the_latest_row_not_later_than_it(
+        case: tuple[list[tuple[str, str, int, Any]], list[int]], frozen_clock: bool) -> None:
+    """Whatever the interleaving of the writes and their transaction IDs (a frozen engine
+    clock numbers each partition's transactions by a counter alone), each click joins exactly
+    the row of its key with the largest timestamp <= its own (the last written of equal
+    ones), as in Kafka Streams with versioned tables (KIP-914), when all is readable at once."""
+    writes, cuts = case
+    expected = []
+    for stream, key, t, value in writes:
+        if stream == "clicks":
+            rows = [(rt, j, v) for j, (s, k, rt, v) in enumerate(writes) if s == "users" and k == key and rt <= t]
+            row = max(rows)[2] if rows else None
+            if row is not None:
+                expected.append((key, [value, row]))
+    clock: dict[str, Any] = {"clock": lambda: 1_700_000_000_000} if frozen_clock else {}
+    with ts.open(tempfile.mkdtemp(), durability="async", compaction_interval=None, **clock) as engine:
+        engine.create_stream("users", partitions=2)
+        engine.create_stream("clicks", partitions=2)
+        ops = [_envelope(stream, key, value, t, 2) for stream, key, t, value in writes]
+        for start, end in zip([0, *cuts], [*cuts, len(ops)], strict=True):
+            if start < end:
+                engine.backend.submit(ops[start:end])
+        App(engine, application_id="a", topology=_clicks_join_users().build()).run()
+        out = sorted((k, v) for k, v in _read_keyed(engine, "out"))
+    assert out == sorted(expected)
+
+
+def _read_keyed(engine: Any, stream: str) -> list[tuple[Any, Any]]:
+    out = []
+    for kb, vb, _, _ in read_envelopes(engine, stream):
+        assert kb is not None and vb is not None
+        out.append((serde("str").deserialize(kb), serde("json").deserialize(vb)))
+    return out
+
+
+def test_max_task_idle_ms_waits_for_a_table_transaction_still_open() -> None:
+    """A table row in a transaction opened before a click was written, checkpointed after:
+    with ``max_task_idle_ms`` the task waits for it (on the app's clock) and joins it; past
+    the wait, or without it, the click goes on without the row. As in Kafka Streams, the
+    task waits whenever a source runs dry while another has data."""
+    now = [0]
+    with ts.open(tempfile.mkdtemp(), durability="async", compaction_interval=None) as engine:
+        engine.create_stream("users", partitions=1)
+        engine.create_stream("clicks", partitions=1)
+        kb = serde("str").serialize("ann")
+
+        def open_row(name: str) -> Any:
+            txn = engine.producer("users").new_transaction(0)
+            txn.send(pack_envelope(kb, serde("json").serialize(name), 1, None))
+            return txn
+
+        def click(page: str) -> None:
+            engine.backend.submit([_envelope("clicks", "ann", page, 2)])
+
+        def app(idle: int) -> App:
+            return App(engine, application_id=f"idle-{idle}", topology=_clicks_join_users(left=True).build(),
+                       clock=lambda: now[0], max_task_idle_ms=idle)
+
+        waiting, impatient = app(1_000), app(0)
+        row = open_row("Ann")
+        click("/a")
+        impatient.run()
+        assert _read(engine, "out") == [["/a", None]]  # the default: no wait
+        waiting.run()
+        assert _read(engine, "out") == [["/a", None]]  # waiting: nothing processed yet
+        now[0] += 999
+        waiting.run()
+        assert len(_read(engine, "out")) == 1
+        row.checkpoint()
+        waiting.run()  # the row (timestamp 1 <= the click's 2), then "users" is empty again: a new wait
+        assert len(_read(engine, "out")) == 1
+        now[0] += 1_000
+        waiting.run()
+        assert _read(engine, "out")[1:] == [["/a", "Ann"]]
+
+        late = open_row("Anna")
+        click("/b")
+        waiting.run()
+        now[0] += 1_000
+        waiting.run()  # the wait is over: on without the row
+        assert _read(engine, "out")[-1] == ["/b", "Ann"]
+        late.checkpoint()
+        waiting.run()
+        impatient.run()
+        waiting.close()
+        impatient.close()
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "10", None])
+def test_max_task_idle_ms_must_be_a_non_negative_integer(bad: Any) -> None:
+    b = _clicks_join_users()
+    with ts.open(tempfile.mkdtemp(), durability="async") as engine:
+        with pytest.raises(errors.InvalidArgument, match="max_task_idle_ms"):
+            App(engine, application_id="a", topology=b.build(), max_task_idle_ms=bad)
+
+
+# -- co-partitioning: the key serdes ---------------------------------------------------------------
+
+def test_joined_sides_must_serialize_keys_alike() -> None:
+    """Partitions are chosen by the key's bytes: a "str" key and a "msgpack" key of the same
+    string land on different partitions, so the topology is refused with a hint."""
+    b = StreamsBuilder()
+    users = b.table("users", key_serde="msgpack", value_serde="json")
+    clicks = b.stream("clicks", key_serde="str", value_serde="json")
+    with pytest.raises(errors.TopologyError, match=r"serialize keys differently \('clicks': str, 'users': msgpack\)"
+                                                   r".*same key_serde.*repartition\(key_serde="):
+        clicks.join(users, lambda c, u: u)
+    with pytest.raises(errors.TopologyError, match="key_serde"):
+        clicks.left_join(users, lambda c, u: u)
+    with pytest.raises(errors.TopologyError, match="key_serde"):
+        clicks.join(b.stream("views", key_serde="json"), lambda c, v: v, JoinWindows.of(5))
+    with pytest.raises(errors.TopologyError, match="key_serde"):
+        users.join(b.table("plans", key_serde="str"), lambda u, p: p)
+    with pytest.raises(errors.TopologyError, match="key_serde"):  # a merge of differently keyed streams
+        b.stream("more-clicks", key_serde="msgpack").merge(clicks).join(users, lambda c, u: u)
+    users.join(b.table("tiers", key_serde="msgpack"), lambda u, p: p)  # alike: accepted
+
+    # the hint works: repartitioned with the table's key serde, every key is joined on 4 partitions
+    clicks.repartition(key_serde="msgpack", value_serde="json").join(users, lambda c, u: u).to(
+        "out", value_serde="json")
+    keys = [f"u{i}" for i in range(8)]
+    with TestDriver(b.build(), partitions=4) as d:
+        for k in keys:
+            d.pipe("users", k, {"n": k}, 0)
+        d.process()
+        for k in keys:
+            d.pipe("clicks", k, {}, 1)
+        assert sorted(r.value["n"] for r in d.read_output("out")) == keys

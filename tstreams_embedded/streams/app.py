@@ -54,6 +54,10 @@ class App:
       through leases in the engine (``lease_ms``); every commit is fenced by the task's
       lease. ``static_id`` (like ``group.instance.id``): a restart with the same static id
       takes its predecessor's tasks at once instead of waiting for its leases to expire.
+    * ``max_task_idle_ms`` (Kafka's ``max.task.idle.ms``, default 0: never wait): how long a
+      task whose sources have data in some and none in others waits for the empty ones before
+      processing past them (see :mod:`.task`: records are taken in timestamp order across
+      sources). A waiting task counts as idle for ``run(until_idle=True)``.
     * ``http_port`` (0: any free port) serves interactive queries and ``/metrics``
       (:mod:`.queries`, :mod:`.metrics`) while the app runs (``start()``), bound to
       ``http_host``. Key discovery tells other instances ``advertised_host`` (like Kafka
@@ -67,7 +71,7 @@ class App:
                  clock: Callable[[], int] | None = None, lease_ms: int = 5_000, instance_name: str = "instance",
                  static_id: str | None = None,
                  http_host: str = "127.0.0.1", http_port: int | None = None,
-                 advertised_host: str | None = None) -> None:
+                 advertised_host: str | None = None, max_task_idle_ms: int = 0) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
         check_name(application_id, "application_id")
@@ -82,6 +86,8 @@ class App:
                             (poll_interval_ms, "poll_interval_ms"), (lease_ms, "lease_ms")):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise errors.InvalidArgument(f"{what} must be a positive integer, got {value!r}")
+        if isinstance(max_task_idle_ms, bool) or not isinstance(max_task_idle_ms, int) or max_task_idle_ms < 0:
+            raise errors.InvalidArgument(f"max_task_idle_ms must be a non-negative integer, got {max_task_idle_ms!r}")
         check_name(instance_name, "instance_name")
         if static_id is not None:
             check_name(static_id, "static_id")
@@ -101,6 +107,7 @@ class App:
         self.commit_bytes = commit_bytes
         self.poll_interval = poll_interval_ms / 1000.0
         self.clock = clock if clock is not None else _wall_ms
+        self.max_task_idle_ms = max_task_idle_ms
         self.metrics: dict[str, int] = {}
         self._metrics_lock = threading.Lock()
         self.stream_info: dict[str, StreamInfo] = {}

@@ -34,9 +34,9 @@ from .. import errors
 from . import nodes as N
 from .global_table import GlobalTable
 from .records import Record
-from .serdes import Serde, SerdeSpec, serde
+from .serdes import Serde, SerdeSpec, describe, serde
 from .stores import time_key, time_of
-from .topology import TopologyGraph
+from .topology import TopologyGraph, internal_name
 
 KINDS = ("inner", "left", "outer")
 
@@ -89,6 +89,16 @@ class JoinWindows:
 
 
 def check_copartitioned(b: TopologyGraph, left: frozenset[str], right: frozenset[str], what: str) -> None:
+    """Both sides of a join must put each key on the same task: their sources must serialize
+    keys alike (a record's partition is chosen by its key's *bytes*), checked here; their
+    partition counts must be equal, checked when the App starts (:func:`check_partition_counts`)."""
+    serdes = {stream: describe(b.source_key_serde(stream)) for stream in sorted(left | right)}
+    if len(set(serdes.values())) > 1:
+        shown = ", ".join(f"{internal_name('<application_id>', s)!r}: {d}" for s, d in serdes.items())
+        raise errors.TopologyError(
+            f"{what}: the joined streams are not co-partitioned: they serialize keys differently ({shown}), and a "
+            "record's partition is chosen by its key's bytes, so equal keys would be on different tasks; read both "
+            "sides with the same key_serde, or repartition(key_serde=...) one side to match the other")
     b.require_copartitioned(left | right)
 
 

@@ -175,6 +175,19 @@ class WindowedSerde:
         return Windowed(tuple(key) if isinstance(key, list) else key, v[1], v[2])
 
 
+def describe(s: Serde) -> str:
+    """How ``s`` makes bytes, as far as can be told: equal for serdes of the same kind (a
+    named serde, the same dataclass or TypedDict, a windowed key of equal inner serdes, or
+    objects of one user class). Joins compare the key serdes of their sides with it."""
+    if isinstance(s, WindowedSerde):
+        return f"windowed({describe(s.inner)})"
+    if isinstance(s, (DataclassSerde, TypedDictSerde)):
+        return f"{s.cls.__module__}.{s.cls.__qualname__}"
+    if isinstance(s, (JsonSerde, MsgpackSerde, StrSerde, BytesSerde)):
+        return s.name
+    return f"{type(s).__module__}.{type(s).__qualname__}"
+
+
 NAMED: dict[str, Callable[[], Serde]] = {"json": JsonSerde, "msgpack": MsgpackSerde, "str": StrSerde,
                                          "bytes": BytesSerde}
 

@@ -356,6 +356,7 @@ def source_table(b: TopologyGraph, stream: str, key_serde: SerdeSpec, value_serd
     """``builder.table(stream)``: a source and the node that materializes it."""
     check_name(stream)
     source = b.add_source_node(stream, key_serde, value_serde, None)
+    b.mark_table_source(stream)
     store_name = b.add_store(store if store is not None else f"{stream}-table", key_serde, value_serde)
     node = b.add_node("table-source", lambda n: TableSourceNode(n, store_name), [source])
     return Table(b, node, store_getter(store_name), store_name)

@@ -1,8 +1,7 @@
 """A task: one partition number of every source stream, its nodes, stores and outputs.
 
-The task reads whole transactions of its partitions (the transaction with the lowest ID
-first when several sources have data), processes them record by record, and at commit
-submits ONE batch to the engine:
+The task reads whole transactions of its partitions, processes them record by record, and
+at commit submits ONE batch to the engine:
 
 * an ``Instant`` per output (stream, partition) holding the records written since the
   last commit,
@@ -15,6 +14,23 @@ submits ONE batch to the engine:
 The engine applies the batch in one LMDB write transaction (one commit-log entry), so after
 a crash the task restarts exactly at its last commit: its stores already hold the state of
 that commit, nothing is replayed.
+
+**Order across sources** (Kafka Streams' timestamp synchronization): when several sources
+have transactions buffered, the task processes next the one whose first record has the
+smallest timestamp (its event time: the envelope's timestamp, the timestamp extractor's, or
+the transaction's time for plain items); on equal timestamps a table source (``b.table``)
+goes before streams, then the lower transaction ID. So a stream record is joined with every
+table row of a timestamp ``<=`` its own that is readable when it is processed: transaction
+IDs alone would not do, as each partition numbers its transactions by its own clock and
+counter, so transactions of different streams written within one millisecond are in no
+particular ID order. Each source keeps its own transaction order.
+
+``max_task_idle_ms`` (Kafka's ``max.task.idle.ms``): while one source of the task has
+nothing readable and another has, the task waits up to that long (on the app's clock) for
+the empty one before processing past it, then keeps processing until every source has data
+again. An empty source is one with no transactions, or whose next one is still open (not
+checkpointed): the wait lets rows of a long-open table transaction, older than stream records
+already readable, still be joined with them.
 """
 
 from __future__ import annotations
@@ -60,6 +76,10 @@ class TaskHost(AppView, Protocol):
     def clock(self) -> Callable[[], int]:
         """The wall clock, epoch ms."""
 
+    @property
+    def max_task_idle_ms(self) -> int:
+        """How long a task waits for an empty source while others have data (ms)."""
+
     def resolve(self, stream: str) -> str: ...
 
     def partitions_of(self, stream: str) -> int: ...
@@ -80,6 +100,8 @@ class SourceReader:
     fetched_to: int
     buffer: deque[TxnData] = field(default_factory=deque)
     passed_to: int = 0  # position after the buffered transactions (passes cancelled ones)
+    table: bool = False  # read as a table: first on equal timestamps
+    head: tuple[int, int] | None = None  # (transaction ID, timestamp of its first record) of the next one
 
 
 @dataclass
@@ -88,6 +110,16 @@ class Punctuator:
     kind: str
     callback: Callable[[int], Any]
     due: int | None = None
+
+
+def _extracted(node: N.SourceNode, key: Any, value: Any) -> int:
+    """The timestamp ``node``'s extractor gives a record (checked: epoch ms as an int)."""
+    assert node.extract is not None
+    ts = node.extract(key, value)
+    if isinstance(ts, bool) or not isinstance(ts, int):
+        raise errors.InvalidArgument(f"the timestamp extractor of {node.stream!r} must return epoch ms "
+                                     f"as an int, got {ts!r:.40}")
+    return ts
 
 
 class Task:
@@ -124,7 +156,12 @@ class Task:
             if partition >= info.partitions:
                 continue
             offset = self.backend.get_offsets(resolved, self.application_id).get(partition, 0)
-            self.readers.append(SourceReader(resolved, partition, info.id, node, offset, offset, offset))
+            self.readers.append(SourceReader(resolved, partition, info.id, node, offset, offset, offset,
+                                             table=stream in app.topology.table_sources))
+        #: see the module docstring; since when (app clock) the task has had data in some sources
+        #: and none in others (None: not so)
+        self.max_idle_ms = app.max_task_idle_ms
+        self._idle_since: int | None = None
         fused: dict[N.Node, list[N.Node]] = {}
         for node in self.nodes.values():
             if isinstance(node, N.SinkNode) and node.stream in app.fused:
@@ -197,15 +234,23 @@ class Task:
                     r.offset = r.passed_to
 
     def step(self) -> int | None:
-        """Process one transaction (the oldest of the task's sources); the records it held
-        (0 for an empty transaction; None: no input now)."""
+        """Process one transaction (the next in timestamp order of the task's sources, see
+        the module docstring); the records it held (0 for an empty transaction; None: no
+        input now, or waiting for an empty source up to ``max_task_idle_ms``)."""
         self._fill()
-        best: SourceReader | None = None
-        for r in self.readers:
-            if r.buffer and (best is None or r.buffer[0].id < best.buffer[0].id):
-                best = r
-        if best is None:
-            return None
+        ready = [r for r in self.readers if r.buffer]
+        if not ready or len(ready) == len(self.readers):
+            self._idle_since = None
+            if not ready:
+                return None
+        elif self.max_idle_ms > 0:  # some sources have data, others none: wait for them a while
+            now = self.app.clock()
+            if self._idle_since is None:
+                self._idle_since = now
+            if now - self._idle_since < self.max_idle_ms:
+                return None
+        best = ready[0] if len(ready) == 1 else min(
+            ready, key=lambda r: (self._head_time(r), not r.table, r.buffer[0].id))
         txn = best.buffer.popleft()
         started = time.time()
         self._process_txn(best.node, txn)
@@ -216,6 +261,27 @@ class Task:
         n = len(txn.items)
         self.records_since_commit += n
         return n
+
+    def _head_time(self, r: SourceReader) -> int:
+        """The timestamp of the first record of ``r``'s next transaction (cached)."""
+        txn = r.buffer[0]
+        if r.head is None or r.head[0] != txn.id:
+            r.head = (txn.id, self._first_timestamp(r.node, txn))
+        return r.head[1]
+
+    def _first_timestamp(self, node: N.SourceNode, txn: TxnData) -> int:
+        txn_ts = txn.id // ID_MULTIPLIER
+        if not txn.items:
+            return txn_ts
+        item = txn.items[0]
+        env = unpack_envelope(item)
+        if node.extract is None:
+            return txn_ts if env is None else env[2]
+        if env is None:
+            return _extracted(node, None, node.value_serde.deserialize(item))
+        kb, vb = env[0], env[1]
+        return _extracted(node, None if kb is None else node.key_serde.deserialize(kb),
+                          None if vb is None else node.value_serde.deserialize(vb))
 
     def _process_txn(self, node: N.SourceNode, txn: TxnData) -> None:
         txn_ts = txn.id // ID_MULTIPLIER
@@ -231,10 +297,7 @@ class Task:
             else:
                 key, value, ts, headers = None, vs.deserialize(item), txn_ts, None
             if extract is not None:
-                ts = extract(key, value)
-                if isinstance(ts, bool) or not isinstance(ts, int):
-                    raise errors.InvalidArgument(f"the timestamp extractor of {node.stream!r} must return epoch ms "
-                                                 f"as an int, got {ts!r:.40}")
+                ts = _extracted(node, key, value)
             if self._stream_time is None or ts > self._stream_time:
                 self._stream_time = ts
             node.forward(Record(key, value, ts, headers))

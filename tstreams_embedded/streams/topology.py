@@ -66,6 +66,8 @@ class Topology:
     copartition: list[frozenset[str]] = field(default_factory=list)
     #: global tables: stream -> spec (see :mod:`.global_table`); not task sources
     global_tables: dict[str, Any] = field(default_factory=dict)
+    #: sources read as tables (``b.table``): on equal timestamps a task reads them before streams
+    table_sources: frozenset[str] = frozenset()
 
     def instantiate(self, application_id: str) -> dict[str, N.Node]:
         """The runtime nodes of one task, wired."""
@@ -107,6 +109,8 @@ class TopologyGraph:
         self._internal: dict[str, int | None] = {}
         self._copartition: list[frozenset[str]] = []
         self._global_tables: dict[str, Any] = {}
+        self._source_keys: dict[str, Any] = {}
+        self._table_sources: set[str] = set()
         self._counter = itertools.count()
 
     # -- naming -----------------------------------------------------------------------------
@@ -157,7 +161,16 @@ class TopologyGraph:
         ks, vs = serde(key_serde, "key_serde"), serde(value_serde, "value_serde")
         node = self.add_node("source", lambda n: N.SourceNode(n, stream, ks, vs, timestamp), [])
         self._sources[stream] = node
+        self._source_keys[stream] = ks
         return node
+
+    def source_key_serde(self, stream: str) -> Any:
+        """The key serde source ``stream`` is read with (its keys' bytes chose their partitions)."""
+        return self._source_keys[stream]
+
+    def mark_table_source(self, stream: str) -> None:
+        """Source ``stream`` is read as a table (see :attr:`Topology.table_sources`)."""
+        self._table_sources.add(stream)
 
     def add_sink(self, stream: str, key_serde: SerdeSpec, value_serde: SerdeSpec) -> tuple[Any, Any]:
         """Record that the topology writes ``stream``; the serdes (the first writer's win)."""
@@ -208,4 +221,5 @@ class TopologyGraph:
         if not self._sources:
             raise errors.TopologyError("a topology needs at least one source stream (builder.stream(...))")
         return Topology(dict(self._nodes), dict(self._stores), dict(self._sources), dict(self._sinks),
-                        dict(self._internal), list(self._copartition), dict(self._global_tables))
+                        dict(self._internal), list(self._copartition), dict(self._global_tables),
+                        frozenset(self._table_sources))
