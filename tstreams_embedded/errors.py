@@ -116,6 +116,12 @@ class StoreNotFound(TStreamsError, KeyError):
     """No state store of that name in the application (or the processor was not given it)."""
 
 
+class StoreKeyTooLong(InvalidArgument):
+    """A stream-processing record's key cannot be a state-store key: store keys are at most
+    255 bytes (``engine.state.MAX_STORE_KEY``). The message names the store, the key's length
+    and the limit."""
+
+
 class EngineBusy(TStreamsError):
     """The data directory is already open in a way that forbids this operation."""
 

@@ -11,7 +11,7 @@ from .. import errors
 from ..engine.backend import StreamInfo
 from ..engine.engine import Engine
 from ..engine.validate import check_name
-from .global_table import GlobalTables, global_namespace
+from .global_table import RECORD_ERROR_POLICIES, GlobalTableMetrics, GlobalTables, global_namespace
 from .joins import check_partition_counts
 from .membership import Membership
 from .metrics import AppMetrics
@@ -61,7 +61,7 @@ class App:
                  processing: str = "exactly_once", commit_interval_ms: int = 100, commit_records: int = 10_000,
                  commit_bytes: int = 8 << 20, poll_interval_ms: int = 10,
                  clock: Callable[[], int] | None = None, lease_ms: int = 5_000, instance_name: str = "instance",
-                 static_id: str | None = None,
+                 static_id: str | None = None, on_record_error: str = "fail",
                  http_host: str = "127.0.0.1", http_port: int | None = None) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
@@ -72,6 +72,9 @@ class App:
             raise errors.InvalidArgument("topology must be the result of StreamsBuilder().build()")
         if processing not in PROCESSING:
             raise errors.InvalidArgument(f"processing must be one of {PROCESSING}, got {processing!r}")
+        if on_record_error not in RECORD_ERROR_POLICIES:
+            raise errors.InvalidArgument(f"on_record_error must be one of {RECORD_ERROR_POLICIES}, "
+                                         f"got {on_record_error!r}")
         for value, what in ((num_threads, "num_threads"), (commit_interval_ms, "commit_interval_ms"),
                             (commit_records, "commit_records"), (commit_bytes, "commit_bytes"),
                             (poll_interval_ms, "poll_interval_ms"), (lease_ms, "lease_ms")):
@@ -108,6 +111,8 @@ class App:
         self.partition_count = 0
         self.membership: Membership
         self.prometheus = AppMetrics(self)
+        self.on_record_error = on_record_error
+        self.global_metrics = GlobalTableMetrics(self.prometheus.registry)
         self._slots: list[dict[int, Task]] = []
         self._tick_lock = threading.Lock()
         self._next_tick = 0.0
@@ -157,8 +162,11 @@ class App:
                         pass
                 self.stream_info[s] = engine.get_stream(s)
         check_partition_counts(topo.copartition, self.resolve, self.stream_info)
-        self.global_tables = GlobalTables(engine.backend, self.application_id, topo.global_tables, self.poll_interval)
-        self.global_tables.catch_up()  # bootstrap: processing starts with the global tables complete
+        self.global_tables = GlobalTables(
+            engine.backend, self.application_id, topo.global_tables, poll_interval=self.poll_interval,
+            lease_ms=self.lease_ms, name=self.instance_name, on_record_error=self.on_record_error,
+            skipped=lambda n: self.count("global_records_skipped", n), on_error=self._global_tables_failed,
+            metrics=self.global_metrics)
         if tasks == 1:
             self.fused = {s for s in internal if self.stream_info[s].partitions == 1}
         self.partition_count = tasks
@@ -241,8 +249,10 @@ class App:
         self._prepare()
         if not until_idle:
             self.start()
-            for t in self._threads:
+            for t in list(self._threads):
                 t.join()
+            if self._error is not None:  # a worker or the global-table updater failed
+                self.stop()
             self._raise()
             return dict(self.metrics)
         try:
@@ -254,7 +264,7 @@ class App:
     def _run_until_idle(self) -> dict[str, int]:
         self._maybe_tick(force=True)
         while True:
-            self.global_tables.catch_up()
+            self.global_tables.bootstrap()  # processing starts with the global tables caught up
             if len(self._slots) == 1:
                 processed = self._work(0, until_idle=True)
             else:
@@ -268,6 +278,7 @@ class App:
                 self._raise()
                 processed = sum(counts)
             if processed == 0:
+                self.global_tables.release()  # no updater runs between rounds: let another instance update
                 return dict(self.metrics)
 
     def _work_into(self, slot: int, counts: list[int]) -> None:
@@ -329,6 +340,7 @@ class App:
         if self._threads:
             raise errors.InvalidArgument("the app is already running")
         self._stop.clear()
+        self.global_tables.bootstrap()  # processing starts with the global tables caught up
         self.global_tables.start()
         if self.http_port is not None and self._http is None:
             self._http = QueryServer(self, self.http_host, self.http_port)
@@ -347,6 +359,14 @@ class App:
             self._error = exc
             self._stop.set()
 
+    def _global_tables_failed(self, exc: BaseException) -> None:
+        """The global-table updater failed: stop the workers (the tables would stay frozen);
+        ``run()`` / ``stop()`` raise ``exc``."""
+        self.count("global_table_failures")
+        if self._error is None:
+            self._error = exc
+        self._stop.set()
+
     def stop(self) -> dict[str, int]:
         """Stop the threads after their current transaction, commit, leave the group (the
         tasks move to the other instances at once), and return the metrics."""
@@ -354,11 +374,12 @@ class App:
         for t in self._threads:
             t.join()
         self._threads = []
+        if self._prepared:
+            self.global_tables.stop()  # also frees the global-table lease: another instance updates at once
         if self._error is not None:
             self._abandon()
         else:
             self._leave()
-        self.global_tables.stop()
         self._raise()
         return dict(self.metrics)
 
@@ -368,6 +389,7 @@ class App:
         another member) continues at once from the last commit."""
         if not self._prepared:
             return
+        self.global_tables.release()
         for slot in self._slots:
             for task in list(slot.values()):
                 task.close()
