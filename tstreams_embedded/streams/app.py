@@ -11,11 +11,12 @@ from .. import errors
 from ..engine.backend import StreamInfo
 from ..engine.engine import Engine
 from ..engine.validate import check_name
-from .global_table import RECORD_ERROR_POLICIES, GlobalTableMetrics, GlobalTables, global_namespace
+from .global_table import GlobalTableMetrics, GlobalTables, global_namespace
 from .joins import check_partition_counts
 from .membership import Membership
 from .metrics import AppMetrics
 from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
+from .record_errors import RecordErrors, check_policy
 from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
 from .topology import StoreSpec, Topology, internal_name
@@ -72,9 +73,7 @@ class App:
             raise errors.InvalidArgument("topology must be the result of StreamsBuilder().build()")
         if processing not in PROCESSING:
             raise errors.InvalidArgument(f"processing must be one of {PROCESSING}, got {processing!r}")
-        if on_record_error not in RECORD_ERROR_POLICIES:
-            raise errors.InvalidArgument(f"on_record_error must be one of {RECORD_ERROR_POLICIES}, "
-                                         f"got {on_record_error!r}")
+        check_policy(on_record_error)
         for value, what in ((num_threads, "num_threads"), (commit_interval_ms, "commit_interval_ms"),
                             (commit_records, "commit_records"), (commit_bytes, "commit_bytes"),
                             (poll_interval_ms, "poll_interval_ms"), (lease_ms, "lease_ms")):
@@ -111,7 +110,7 @@ class App:
         self.partition_count = 0
         self.membership: Membership
         self.prometheus = AppMetrics(self)
-        self.on_record_error = on_record_error
+        self.record_errors = RecordErrors(on_record_error, self.prometheus.registry, self.count)
         self.global_metrics = GlobalTableMetrics(self.prometheus.registry)
         self._slots: list[dict[int, Task]] = []
         self._tick_lock = threading.Lock()
@@ -164,8 +163,8 @@ class App:
         check_partition_counts(topo.copartition, self.resolve, self.stream_info)
         self.global_tables = GlobalTables(
             engine.backend, self.application_id, topo.global_tables, poll_interval=self.poll_interval,
-            lease_ms=self.lease_ms, name=self.instance_name, on_record_error=self.on_record_error,
-            skipped=lambda n: self.count("global_records_skipped", n), on_error=self._global_tables_failed,
+            lease_ms=self.lease_ms, name=self.instance_name, record_errors=self.record_errors,
+            on_error=self._global_tables_failed,
             metrics=self.global_metrics)
         if tasks == 1:
             self.fused = {s for s in internal if self.stream_info[s].partitions == 1}

@@ -31,9 +31,11 @@ processed again after a crash may see a newer version than before the crash (nev
 older one: the store only moves forward).
 
 **Failures.** If the updater fails, the app is told at once (``on_error``): ``run()``
-raises, a started app stops its workers and ``stop()`` re-raises. A global record whose key
-cannot be a store key (longer than 255 bytes) raises :class:`~tstreams_embedded.errors.StoreKeyTooLong`
-with ``on_record_error="fail"``, and is skipped (and counted) with ``"skip"``.
+raises, a started app stops its workers and ``stop()`` re-raises; the lease is freed. A
+global record whose key cannot be a store key (longer than 255 bytes) raises
+:class:`~tstreams_embedded.errors.StoreKeyTooLong` with ``on_record_error="fail"``, and is
+skipped (and counted) with ``"skip"`` (:mod:`.record_errors`). A lookup with such a key
+finds nothing (it cannot be in the table).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
 from .. import errors
 from ..engine import ops as O
@@ -54,6 +56,7 @@ from ..engine.state import MAX_STORE_KEY, unpack_lease
 from ..engine.validate import check_name
 from . import nodes as N
 from .membership import group_store
+from .record_errors import RecordErrors
 from .records import unpack_envelope
 from .serdes import Serde, SerdeSpec, serde
 from .topology import TopologyGraph
@@ -61,8 +64,6 @@ from .topology import TopologyGraph
 FETCH_TXNS = 256
 #: the key of the global-table lease in the application's group store
 GLOBAL_LEASE = b"g/global-tables"
-#: what an App may do with a record whose key cannot be stored
-RECORD_ERROR_POLICIES = ("fail", "skip")
 METRICS_PREFIX = "tstreams_streams"
 
 
@@ -95,7 +96,10 @@ class GlobalTable:
             ks, vs = spec.key_serde, spec.value_serde
 
             def lookup(key: Any) -> Any:
-                data = backend.store_get(ns, ks.serialize(key))
+                kb = ks.serialize(key)
+                if len(kb) > MAX_STORE_KEY:
+                    return None  # cannot be stored, so it is not in the table
+                data = backend.store_get(ns, kb)
                 return None if data is None else vs.deserialize(data)
             return lookup
         return make
@@ -112,12 +116,12 @@ def add_global_table(b: TopologyGraph, stream: str, key_serde: SerdeSpec, value_
 
 
 class GlobalTableUpdater:
-    """Copies the global stream into its store (see the module docstring). ``skip``: called
-    with the number of records skipped for a key that cannot be stored (None: such a record
-    raises :class:`~tstreams_embedded.errors.StoreKeyTooLong`)."""
+    """Copies the global stream into its store (see the module docstring). ``skip()`` is
+    asked about a record whose key cannot be stored: True skips it, False (or no ``skip``)
+    raises :class:`~tstreams_embedded.errors.StoreKeyTooLong`."""
 
     def __init__(self, backend: Backend, application_id: str, spec: GlobalTableSpec,
-                 skip: Callable[[int], None] | None = None) -> None:
+                 skip: Callable[[], bool] | None = None) -> None:
         self.backend = backend
         self.spec = spec
         self.namespace = global_namespace(application_id, spec.store)
@@ -190,8 +194,7 @@ class GlobalTableUpdater:
             self.offsets.update(moved)
 
     def _bad_key(self, key: bytes, partition: int, txn_id: int) -> None:
-        if self.skip is not None:
-            self.skip(1)
+        if self.skip is not None and self.skip():
             return
         raise errors.StoreKeyTooLong(
             f"global table store {self.spec.store!r}: a record of stream {self.spec.stream!r} (partition "
@@ -208,29 +211,21 @@ class GlobalTableMetrics:
                               registry=registry)
         self.failed = Gauge(f"{METRICS_PREFIX}_global_tables_failed",
                             "1 once this instance's global-table updater failed (the app stops)", registry=registry)
-        self.skipped = Counter(f"{METRICS_PREFIX}_global_records_skipped",
-                               "Global-table records skipped by on_record_error='skip' (key too long to store)",
-                               registry=registry)
 
 
 class GlobalTables:
     """The updaters of an App's global tables, the global-table lease, and their thread.
 
-    ``on_error(exc)`` is called (from the thread) when the updater fails; ``skipped(n)``
-    counts records skipped by the ``"skip"`` record-error policy."""
+    ``on_error(exc)`` is called (from the thread) when the updater fails; ``record_errors``
+    decides about records whose key cannot be stored (None: they fail)."""
 
     def __init__(self, backend: Backend, application_id: str, specs: dict[str, Any], *, poll_interval: float,
-                 lease_ms: int, name: str = "instance", on_record_error: str = "fail",
-                 skipped: Callable[[int], None] | None = None,
+                 lease_ms: int, name: str = "instance", record_errors: RecordErrors | None = None,
                  on_error: Callable[[BaseException], None] | None = None,
                  metrics: GlobalTableMetrics | None = None) -> None:
-        if on_record_error not in RECORD_ERROR_POLICIES:
-            raise errors.InvalidArgument(f"on_record_error must be one of {RECORD_ERROR_POLICIES}, "
-                                         f"got {on_record_error!r}")
         self.backend = backend
         self.metrics = metrics
-        self._skipped = skipped
-        skip = self._skip if on_record_error == "skip" else None
+        skip = None if record_errors is None else (lambda: record_errors.skip("global"))
         self.updaters = [GlobalTableUpdater(backend, application_id, spec, skip) for spec in specs.values()]
         self.poll_interval = poll_interval
         self.lease_ms = lease_ms
@@ -246,12 +241,6 @@ class GlobalTables:
         self._thread: threading.Thread | None = None
         #: the failure that ended the updater (it is reported to the app through on_error)
         self.error: BaseException | None = None
-
-    def _skip(self, n: int) -> None:
-        if self.metrics is not None:
-            self.metrics.skipped.inc(n)
-        if self._skipped is not None:
-            self._skipped(n)
 
     @property
     def state(self) -> str:
