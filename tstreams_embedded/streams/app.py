@@ -54,6 +54,13 @@ class App:
       through leases in the engine (``lease_ms``); every commit is fenced by the task's
       lease. ``static_id`` (like ``group.instance.id``): a restart with the same static id
       takes its predecessor's tasks at once instead of waiting for its leases to expire.
+    * Global tables (:mod:`.global_table`): one instance of the application updates them,
+      the holder of the global-table lease (fenced like a task); every instance waits at
+      start (and before each ``run()`` round) until they caught up. If the updater fails,
+      the app stops: ``run()`` raises, ``stop()`` re-raises.
+    * ``on_record_error`` (:mod:`.record_errors`): ``"fail"`` (default) raises
+      :class:`~tstreams_embedded.errors.StoreKeyTooLong` for a record whose key cannot be
+      stored (over 255 bytes); ``"skip"`` drops it and counts it.
     * ``http_port`` (0: any free port) serves interactive queries and ``/metrics``
       (:mod:`.queries`, :mod:`.metrics`) while the app runs (``start()``).
     """
