@@ -355,6 +355,7 @@ def test_a_failed_global_table_updater_stops_the_app_and_is_raised(tmp_path: Pat
         engine.create_stream("rates")
         engine.create_stream("orders")
         app = App(engine, application_id="g", topology=rates_topology(), lease_ms=LEASE)
+        assert app.task_count() == 1  # prepared: app.global_tables exists
         failure: list[BaseException] = []
 
         def run() -> None:
