@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -16,17 +18,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.engine.core import Core
 from tstreams_embedded.engine.state import MAX_STORE_KEY, unpack_lease
-from tstreams_embedded.streams import App, StreamsBuilder, send_records
-from tstreams_embedded.streams.global_table import FETCH_TXNS, GLOBAL_LEASE, global_namespace
+from tstreams_embedded.streams import App, StreamsBuilder, global_table, send_records
+from tstreams_embedded.streams.global_table import (
+    FETCH_TXNS,
+    GLOBAL_LEASE,
+    GlobalTables,
+    GlobalTableUpdater,
+    global_namespace,
+)
 from tstreams_embedded.streams.membership import group_store
+from tstreams_embedded.streams.records import unpack_envelope
 from tstreams_embedded.streams.serdes import serde
-from tstreams_embedded.testing import ServeProcess, eventually, kill_process
+from tstreams_embedded.streams.stores import pages
+from tstreams_embedded.testing import FakeClock, ServeProcess, eventually, kill_process
 from tstreams_embedded.testing.serve import child_environment
 
 from .harness import committed_transactions
@@ -137,7 +150,7 @@ class Writer(threading.Thread):
     def run(self) -> None:
         v = 0
         try:
-            while not self.done.is_set() and v < 40_000:
+            while not self.done.is_set() and v < 300_000:
                 updates = []
                 for _ in range(3):
                     k = self.rng.choice(KEYS)
@@ -184,6 +197,8 @@ def test_global_table_updater_holder_killed_or_paused_while_updates_arrive(tmp_p
         assert writes > 10 and back == []
         outputs = [[(STR.deserialize(k) if k else None, JSON.deserialize(v)) for k, v, _, _ in
                     _partition_envelopes(engine, "enriched", p)] for p in range(2)]
+    print(f"{deployment}: {sum(len(v) for v in writer.written.values())} global updates, "
+          f"{len(writer.orders)} orders, {writes} updater writes")
     seen_ids = [value[0] for part in outputs for _, value in part]
     assert sorted(seen_ids) == sorted(writer.orders), "join output is not exactly once"
     for part in outputs:
@@ -259,7 +274,6 @@ def run_scenario(engine: ts.Engine, target: str, rng: random.Random, actions: li
 
 
 def _partition_envelopes(engine: ts.Engine, stream: str, partition: int) -> list[Any]:
-    from tstreams_embedded.streams.records import unpack_envelope
     out = []
     for txn in engine.backend.transactions_range(stream, partition, 0, 2**63 - 1):
         out.extend(unpack_envelope(item) for item in txn.items)
@@ -435,3 +449,97 @@ def test_on_record_error_must_be_a_policy(tmp_path: Path) -> None:
         for bad in ["ignore", None, 1]:
             with pytest.raises(errors.InvalidArgument, match="on_record_error"):
                 App(engine, application_id="g", topology=rates_topology(), on_record_error=bad)  # type: ignore[arg-type]
+
+
+# -- a state machine: two updaters, the engine's clock moving, stale writers -------------------
+class GlobalUpdatersMachine(RuleBasedStateMachine):
+    """Two instances' global-table updaters take turns as the engine's (fake) clock expires
+    the lease; stale updaters (the offsets and the fence of an earlier holding) try to write.
+    Invariants: the stored offsets and rows never move back (in any write, read back from the
+    commit log) and the store always equals the model (the
+    latest row per key of the stream up to the stored offsets); at most one instance holds.
+    Fetches are cut to 2 transactions, so that a catch-up takes several writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetch_txns, global_table.FETCH_TXNS = global_table.FETCH_TXNS, 2
+        self.clock = FakeClock()
+        self.dir = tempfile.mkdtemp(prefix="global-")
+        self.engine = ts.open(self.dir, clock=self.clock, durability="async", compaction_interval=None,
+                              keepalive_interval=None)
+        self.engine.create_stream("rates", partitions=2)
+        specs = rates_topology().global_tables
+        self.tables = [GlobalTables(self.engine.backend, "g", specs, poll_interval=0.01, lease_ms=1000,
+                                    name=f"i{i}") for i in range(2)]
+        self.fences: list[O.CheckLease | None] = [None, None]
+        self.last_offsets: dict[int, int] = {}
+        self.version = 0
+
+    @rule(keys=st.lists(st.sampled_from(["de", "fr", "it"]), min_size=1, max_size=4))
+    def send(self, keys: list[str]) -> None:
+        rows = []
+        for k in keys:
+            rows.append((k, f"v{self.version}", 0))
+            self.version += 1
+        send_records(self.engine, "rates", rows, key_serde="str", value_serde="str", records_per_transaction=2)
+
+    @rule(i=st.sampled_from([0, 1]))
+    def update(self, i: int) -> None:
+        t = self.tables[i]
+        t.update()
+        if t.epoch:
+            self.fences[i] = O.CheckLease(group_store("g"), GLOBAL_LEASE, t.owner, t.epoch)
+
+    @rule(ms=st.sampled_from([10, 400, 1500]))
+    def tick(self, ms: int) -> None:
+        self.clock.advance(ms)
+
+    @rule(i=st.sampled_from([0, 1]))
+    def release(self, i: int) -> None:
+        self.tables[i].release()
+
+    @rule(i=st.sampled_from([0, 1]))
+    def stale_write(self, i: int) -> None:
+        """An updater of instance ``i`` that starts over from offset 0 with the fence of its
+        last holding: refused unless that holding is still the lease's."""
+        fence = self.fences[i]
+        lease = unpack_lease(self.engine.backend.store_get(group_store("g"), GLOBAL_LEASE))
+        if fence is None or lease is None or (lease[0], lease[1]) == (fence.owner, fence.epoch):
+            return
+        stale = GlobalTableUpdater(self.engine.backend, "g", self.tables[i].updaters[0].spec)
+        stale.offsets = dict.fromkeys(stale.offsets, 0)
+        if not any(self.last_offsets.values()):
+            return  # nothing to fetch, nothing to write
+        with pytest.raises(errors.LeaseConflict):
+            stale.catch_up(fence)
+
+    @invariant()
+    def forward_only_and_equal_to_the_model(self) -> None:
+        offsets = global_offsets(self.engine, "g", "rates-global", "rates")
+        for p, o in offsets.items():
+            assert o >= self.last_offsets.get(p, 0)
+        self.last_offsets = offsets
+        _, back = steps_back(self.engine, "g", "rates-global", lambda v: int(v[1:]))  # every write, not just the last
+        assert back == []
+        model: dict[str, str] = {}
+        for p, upto in offsets.items():
+            for txn in self.engine.backend.transactions_range("rates", p, 0, upto):
+                for item in txn.items:
+                    env = unpack_envelope(item)
+                    assert env is not None and env[0] is not None and env[1] is not None
+                    model[STR.deserialize(env[0])] = STR.deserialize(env[1])
+        ns = global_namespace("g", "rates-global")
+        stored = {STR.deserialize(k): STR.deserialize(v) for k, v in pages(self.engine.backend, ns, None, None)}
+        assert stored == model
+        lease = unpack_lease(self.engine.backend.store_get(group_store("g"), GLOBAL_LEASE))
+        holders = [t for t in self.tables if lease is not None and (t.owner, t.epoch) == lease[:2]]
+        assert len(holders) <= 1
+
+    def teardown(self) -> None:
+        global_table.FETCH_TXNS = self.fetch_txns
+        self.engine.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+TestGlobalUpdatersFollowTheModel = GlobalUpdatersMachine.TestCase
+TestGlobalUpdatersFollowTheModel.settings = settings(max_examples=25, stateful_step_count=30, deadline=None)

@@ -407,6 +407,7 @@ class App:
     def _leave(self) -> None:
         if not self._prepared:
             return
+        self.global_tables.release()
         for slot in self._slots:
             for task in list(slot.values()):
                 if not task.dirty() or self._commit(task):
