@@ -321,7 +321,7 @@ class GlobalTables:
                     u.reload()
             return total
 
-    def bootstrap(self, stop: threading.Event | None = None) -> None:
+    def bootstrap(self) -> None:
         """Wait until the global stores reached the heads of their streams as they are now,
         updating them while this instance holds (or can take) the lease, else waiting for
         the holder (a dead holder's lease expires within ``lease_ms``)."""
@@ -335,8 +335,6 @@ class GlobalTables:
             while True:
                 self.update()
                 if all(u.reached(h) for u, h in zip(self.updaters, heads, strict=True)):
-                    return
-                if stop is not None and stop.is_set():
                     return
                 seen = self.backend.wait_for_commit(seen, wait)
         except BaseException as exc:
