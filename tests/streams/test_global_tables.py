@@ -388,7 +388,7 @@ def test_a_failed_global_table_updater_stops_the_app_and_is_raised(tmp_path: Pat
         assert "'rates-global'" in message and f"{MAX_STORE_KEY + 10} bytes" in message and "255" in message
         assert app.global_tables.state == "failed"
         assert app.metrics["global_table_failures"] == 1
-        assert b"tstreams_streams_global_tables_failed 1.0" in app.prometheus.exposition()
+        assert b'tstreams_streams_global_tables_failed{app="g"} 1.0' in app.prometheus.exposition()
         assert lease_owner(engine, "g") is None
         # a started app: its workers stop and stop() re-raises
         again = App(engine, application_id="g", topology=rates_topology(), lease_ms=LEASE)
@@ -401,7 +401,7 @@ def test_a_failed_global_table_updater_stops_the_app_and_is_raised(tmp_path: Pat
         skipping.run()
         assert skipping.store("rates-global").all() == {"de": "Germany"}
         assert skipping.metrics["records_skipped_on_error"] == 1
-        assert b'tstreams_streams_error_records_skipped_total{source="global"} 1.0' in \
+        assert b'tstreams_streams_error_records_skipped_total{app="g",source="global"} 1.0' in \
             skipping.prometheus.exposition()
         skipping.close()
 
@@ -436,7 +436,7 @@ def test_a_task_record_whose_key_cannot_be_stored_fails_or_is_skipped(tmp_path: 
         metrics = app.run()
         assert app.store("n").all() == {"ok": 2}
         assert metrics["records_skipped_on_error"] == 1 and metrics["records"] == 3
-        assert b'tstreams_streams_error_records_skipped_total{source="task"} 1.0' in app.prometheus.exposition()
+        assert b'tstreams_streams_error_records_skipped_total{app="a",source="task"} 1.0' in app.prometheus.exposition()
         app.close()
         # committed: a later run (failing policy) has nothing left to fail on
         assert App(engine, application_id="a", topology=b.build()).run().get("records", 0) == 0

@@ -117,8 +117,8 @@ class App:
         self.partition_count = 0
         self.membership: Membership
         self.prometheus = AppMetrics(self)
-        self.record_errors = RecordErrors(on_record_error, self.prometheus.registry, self.count)
-        self.global_metrics = GlobalTableMetrics(self.prometheus.registry)
+        self.record_errors = RecordErrors(on_record_error, self.prometheus.registry, self.count, application_id)
+        self.global_metrics = GlobalTableMetrics(self.prometheus.registry, application_id)
         self._slots: list[dict[int, Task]] = []
         self._tick_lock = threading.Lock()
         self._next_tick = 0.0

@@ -203,14 +203,16 @@ class GlobalTableUpdater:
 
 
 class GlobalTableMetrics:
-    """The global-table metrics of an app instance, in its Prometheus registry."""
+    """The global-table metrics of an app instance, in its Prometheus registry (labelled
+    by ``app``)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, application_id: str) -> None:
         self.updating = Gauge(f"{METRICS_PREFIX}_global_tables_updating",
                               "1 while this instance holds the global-table lease and updates the global stores",
-                              registry=registry)
+                              ["app"], registry=registry).labels(application_id)
         self.failed = Gauge(f"{METRICS_PREFIX}_global_tables_failed",
-                            "1 once this instance's global-table updater failed (the app stops)", registry=registry)
+                            "1 once this instance's global-table updater failed (the app stops)", ["app"],
+                            registry=registry).labels(application_id)
 
 
 class GlobalTables:

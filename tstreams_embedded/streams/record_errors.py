@@ -10,7 +10,7 @@ Kafka Streams' deserialization / processing exception handlers:
   re-raises it). Nothing of the failed transaction is committed, so the record stays
   where it is: the app fails again at the same record until it is run with ``"skip"``.
 * ``"skip"``: the record is dropped and counted (``app.metrics["records_skipped_on_error"]``,
-  Prometheus ``tstreams_streams_error_records_skipped_total{source="task"|"global"}``); the
+  Prometheus ``tstreams_streams_error_records_skipped_total{app, source="task"|"global"}``); the
   app continues. In a task, the record's processing stops at the store that refused it:
   what it did before (records forwarded to other branches) stays, as with Kafka Streams'
   ``CONTINUE``; it is committed with the task, exactly once. In a global table nothing of
@@ -41,12 +41,14 @@ def check_policy(value: Any) -> str:
 class RecordErrors:
     """The record-error policy of an app instance, and its counters."""
 
-    def __init__(self, policy: str, registry: CollectorRegistry, count: Callable[[str, int], None]) -> None:
+    def __init__(self, policy: str, registry: CollectorRegistry, count: Callable[[str, int], None],
+                 application_id: str) -> None:
         self.policy = check_policy(policy)
         self._count = count
+        self._app = application_id
         self._skipped = Counter("tstreams_streams_error_records_skipped",
-                                "Records skipped by on_record_error='skip' (a key too long to store)", ["source"],
-                                registry=registry)
+                                "Records skipped by on_record_error='skip' (a key too long to store)",
+                                ["app", "source"], registry=registry)
 
     def skip(self, source: str) -> bool:
         """A record of ``source`` (``"task"`` or ``"global"``) failed: True (and counted) if
@@ -54,5 +56,5 @@ class RecordErrors:
         if self.policy != "skip":
             return False
         self._count(SKIPPED_METRIC, 1)
-        self._skipped.labels(source).inc()
+        self._skipped.labels(self._app, source).inc()
         return True
