@@ -123,6 +123,12 @@ class QueryTooLarge(TStreamsError, ValueError):
     prefix or time range, fewer tasks) or give it a limit."""
 
 
+class StoreKeyTooLong(InvalidArgument):
+    """A stream-processing record's key cannot be a state-store key: store keys are at most
+    255 bytes (``engine.state.MAX_STORE_KEY``). The message names the store, the key's length
+    and the limit."""
+
+
 class EngineBusy(TStreamsError):
     """The data directory is already open in a way that forbids this operation."""
 

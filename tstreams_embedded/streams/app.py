@@ -11,12 +11,13 @@ from .. import errors
 from ..engine.backend import StreamInfo
 from ..engine.engine import Engine
 from ..engine.validate import check_name
-from .global_table import GlobalTables, global_namespace
+from .global_table import GlobalTableMetrics, GlobalTables, global_namespace
 from .joins import check_partition_counts
 from .membership import Membership
 from .metrics import GLOBAL, AppMetrics, DropCounter
 from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
 from .queries import advertised_host as advertised_host_of
+from .record_errors import RecordErrors, check_policy
 from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
 from .topology import StoreSpec, Topology, internal_name
@@ -58,6 +59,13 @@ class App:
       task whose sources have data in some and none in others waits for the empty ones before
       processing past them (see :mod:`.task`: records are taken in timestamp order across
       sources). A waiting task counts as idle for ``run(until_idle=True)``.
+    * Global tables (:mod:`.global_table`): one instance of the application updates them,
+      the holder of the global-table lease (fenced like a task); every instance waits at
+      start (and before each ``run()`` round) until they caught up. If the updater fails,
+      the app stops: ``run()`` raises, ``stop()`` re-raises.
+    * ``on_record_error`` (:mod:`.record_errors`): ``"fail"`` (default) raises
+      :class:`~tstreams_embedded.errors.StoreKeyTooLong` for a record whose key cannot be
+      stored (over 255 bytes); ``"skip"`` drops it and counts it.
     * ``http_port`` (0: any free port) serves interactive queries and ``/metrics``
       (:mod:`.queries`, :mod:`.metrics`) while the app runs (``start()``), bound to
       ``http_host``. Key discovery tells other instances ``advertised_host`` (like Kafka
@@ -69,7 +77,7 @@ class App:
                  processing: str = "exactly_once", commit_interval_ms: int = 100, commit_records: int = 10_000,
                  commit_bytes: int = 8 << 20, poll_interval_ms: int = 10,
                  clock: Callable[[], int] | None = None, lease_ms: int = 5_000, instance_name: str = "instance",
-                 static_id: str | None = None,
+                 static_id: str | None = None, on_record_error: str = "fail",
                  http_host: str = "127.0.0.1", http_port: int | None = None,
                  advertised_host: str | None = None, max_task_idle_ms: int = 0) -> None:
         if not isinstance(engine, Engine):
@@ -81,6 +89,7 @@ class App:
             raise errors.InvalidArgument("topology must be the result of StreamsBuilder().build()")
         if processing not in PROCESSING:
             raise errors.InvalidArgument(f"processing must be one of {PROCESSING}, got {processing!r}")
+        check_policy(on_record_error)
         for value, what in ((num_threads, "num_threads"), (commit_interval_ms, "commit_interval_ms"),
                             (commit_records, "commit_records"), (commit_bytes, "commit_bytes"),
                             (poll_interval_ms, "poll_interval_ms"), (lease_ms, "lease_ms")):
@@ -122,6 +131,8 @@ class App:
         self.membership: Membership
         self.prometheus = AppMetrics(self)
         self._global_drops = DropCounter(self.prometheus, GLOBAL)
+        self.record_errors = RecordErrors(on_record_error, self.prometheus.registry, self.count, application_id)
+        self.global_metrics = GlobalTableMetrics(self.prometheus.registry, application_id)
         self._slots: list[dict[int, Task]] = []
         self._tick_lock = threading.Lock()
         self._next_tick = 0.0
@@ -175,9 +186,11 @@ class App:
                         pass
                 self.stream_info[s] = engine.get_stream(s)
         check_partition_counts(topo.copartition, self.resolve, self.stream_info)
-        self.global_tables = GlobalTables(engine.backend, self.application_id, topo.global_tables, self.poll_interval,
-                                          self._count_global)
-        self.global_tables.catch_up()  # bootstrap: processing starts with the global tables complete
+        self.global_tables = GlobalTables(
+            engine.backend, self.application_id, topo.global_tables, poll_interval=self.poll_interval,
+            lease_ms=self.lease_ms, name=self.instance_name, record_errors=self.record_errors,
+            on_error=self._global_tables_failed,
+            metrics=self.global_metrics, count=self._count_global)
         if tasks == 1:
             self.fused = {s for s in internal if self.stream_info[s].partitions == 1}
         self.partition_count = tasks
@@ -260,8 +273,10 @@ class App:
         self._prepare()
         if not until_idle:
             self.start()
-            for t in self._threads:
+            for t in list(self._threads):
                 t.join()
+            if self._error is not None:  # a worker or the global-table updater failed
+                self.stop()
             self._raise()
             return dict(self.metrics)
         try:
@@ -273,7 +288,7 @@ class App:
     def _run_until_idle(self) -> dict[str, int]:
         self._maybe_tick(force=True)
         while True:
-            self.global_tables.catch_up()
+            self.global_tables.bootstrap()  # processing starts with the global tables caught up
             if len(self._slots) == 1:
                 processed = self._work(0, until_idle=True)
             else:
@@ -287,6 +302,7 @@ class App:
                 self._raise()
                 processed = sum(counts)
             if processed == 0:
+                self.global_tables.release()  # no updater runs between rounds: let another instance update
                 return dict(self.metrics)
 
     def _work_into(self, slot: int, counts: list[int]) -> None:
@@ -350,6 +366,7 @@ class App:
         if self._threads:
             raise errors.InvalidArgument("the app is already running")
         self._stop.clear()
+        self.global_tables.bootstrap()  # processing starts with the global tables caught up
         self.global_tables.start()
         if self.http_port is not None and self._http is None:
             self._http = QueryServer(self, self.http_host, self.http_port)
@@ -368,6 +385,14 @@ class App:
             self._error = exc
             self._stop.set()
 
+    def _global_tables_failed(self, exc: BaseException) -> None:
+        """The global-table updater failed: stop the workers (the tables would stay frozen);
+        ``run()`` / ``stop()`` raise ``exc``."""
+        self.count("global_table_failures")
+        if self._error is None:
+            self._error = exc
+        self._stop.set()
+
     def stop(self) -> dict[str, int]:
         """Stop the threads after their current transaction, commit, leave the group (the
         tasks move to the other instances at once), and return the metrics."""
@@ -375,11 +400,12 @@ class App:
         for t in self._threads:
             t.join()
         self._threads = []
+        if self._prepared:
+            self.global_tables.stop()  # also frees the global-table lease: another instance updates at once
         if self._error is not None:
             self._abandon()
         else:
             self._leave()
-        self.global_tables.stop()
         self._raise()
         return dict(self.metrics)
 
@@ -389,6 +415,7 @@ class App:
         another member) continues at once from the last commit."""
         if not self._prepared:
             return
+        self.global_tables.release()
         for slot in self._slots:
             for task in list(slot.values()):
                 task.close()
@@ -400,6 +427,7 @@ class App:
     def _leave(self) -> None:
         if not self._prepared:
             return
+        self.global_tables.release()
         for slot in self._slots:
             for task in list(slot.values()):
                 if not task.dirty() or self._commit(task):

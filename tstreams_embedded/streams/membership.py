@@ -12,6 +12,7 @@ key             value
 ``m/<member>``  the member's lease ``[member, epoch, deadline]``
 ``i/<member>``  msgpack ``[host, port]``: where it answers queries (or nil)
 ``t/<p>``       the lease of task ``p``: ``[member, epoch, deadline]``
+``g/…``         the global-table lease (:mod:`.global_table`: the one updater)
 ==============  ===========================================================
 
 A member with a ``static_id`` (like Kafka Streams' ``group.instance.id``) is succeeded at

@@ -79,6 +79,8 @@ class KeyValueStore:
     def get_raw(self, kb: bytes) -> Any:
         v = self._cache.get(kb, None)
         if v is None:
+            if len(kb) > state.MAX_STORE_KEY:
+                return None  # cannot be stored, so it is not there (a put raises StoreKeyTooLong)
             data = self.backend.store_get(self.namespace, kb)
             v = _ABSENT if data is None else self.value_serde.deserialize(data)
             self._cache[kb] = v
@@ -86,8 +88,9 @@ class KeyValueStore:
 
     def put_raw(self, kb: bytes, value: Any) -> None:
         if len(kb) > state.MAX_STORE_KEY:
-            raise errors.InvalidArgument(f"store {self.name!r}: a key is at most {state.MAX_STORE_KEY} bytes "
-                                         f"serialized (16 fewer in a windowed store), got {len(kb)}")
+            raise errors.StoreKeyTooLong(f"store {self.name!r}: a key is at most {state.MAX_STORE_KEY} bytes "
+                                         f"serialized (16 fewer in a windowed store), got {len(kb)} "
+                                         "(App(on_record_error='skip') skips such records)")
         self._cache[kb] = _ABSENT if value is None else value
         self._dirty.add(kb)
 

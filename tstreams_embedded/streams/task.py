@@ -50,6 +50,7 @@ from . import nodes as N
 from .appview import AppView
 from .metrics import AppMetrics, TaskMetrics
 from .processor import STREAM_TIME, WALL_CLOCK
+from .record_errors import RecordErrors
 from .records import ENVELOPE_MARK, Record, pack_envelope, partition_of, unpack_envelope
 from .serdes import BytesSerde, MsgpackSerde
 from .stores import KeyValueStore, namespace
@@ -85,6 +86,10 @@ class TaskHost(AppView, Protocol):
     def partitions_of(self, stream: str) -> int: ...
 
     def count(self, metric: str, n: int = 1) -> None: ...
+
+    @property
+    def record_errors(self) -> RecordErrors:
+        """What to do with a record whose key cannot be stored (``on_record_error``)."""
 
 
 @dataclass
@@ -300,7 +305,11 @@ class Task:
                 ts = _extracted(node, key, value)
             if self._stream_time is None or ts > self._stream_time:
                 self._stream_time = ts
-            node.forward(Record(key, value, ts, headers))
+            try:
+                node.forward(Record(key, value, ts, headers))
+            except errors.StoreKeyTooLong:
+                if not self.app.record_errors.skip("task"):
+                    raise
             if punctuate:
                 self._punctuate_stream_time()
 

@@ -1,0 +1,60 @@
+"""What an App does with a record it cannot process because a key cannot be stored.
+
+State-store keys are at most 255 bytes (``engine.state.MAX_STORE_KEY``; 16 fewer in a
+windowed store, whose keys carry the window). A record whose (serialized) key is longer
+cannot be put in a store: the store raises :class:`~tstreams_embedded.errors.StoreKeyTooLong`,
+naming the store, the key's length and the limit. ``App(on_record_error=...)`` decides, like
+Kafka Streams' deserialization / processing exception handlers:
+
+* ``"fail"`` (default): the exception ends ``run()`` (and a started app; ``stop()``
+  re-raises it). Nothing of the failed transaction is committed, so the record stays
+  where it is: the app fails again at the same record until it is run with ``"skip"``.
+* ``"skip"``: the record is dropped and counted (``app.metrics["records_skipped_on_error"]``,
+  Prometheus ``tstreams_streams_error_records_skipped_total{app, source="task"|"global"}``); the
+  app continues. In a task, the record's processing stops at the store that refused it:
+  what it did before (records forwarded to other branches) stays, as with Kafka Streams'
+  ``CONTINUE``; it is committed with the task, exactly once. In a global table nothing of
+  the record is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+
+from .. import errors
+
+#: the values of ``App(on_record_error=...)``
+POLICIES = ("fail", "skip")
+#: the ``app.metrics`` counter of skipped records
+SKIPPED_METRIC = "records_skipped_on_error"
+
+
+def check_policy(value: Any) -> str:
+    if value not in POLICIES:
+        raise errors.InvalidArgument(f"on_record_error must be one of {POLICIES}, got {value!r:.40}")
+    return str(value)
+
+
+class RecordErrors:
+    """The record-error policy of an app instance, and its counters."""
+
+    def __init__(self, policy: str, registry: CollectorRegistry, count: Callable[[str, int], None],
+                 application_id: str) -> None:
+        self.policy = check_policy(policy)
+        self._count = count
+        self._app = application_id
+        self._skipped = Counter("tstreams_streams_error_records_skipped",
+                                "Records skipped by on_record_error='skip' (a key too long to store)",
+                                ["app", "source"], registry=registry)
+
+    def skip(self, source: str) -> bool:
+        """A record of ``source`` (``"task"`` or ``"global"``) failed: True (and counted) if
+        it is to be skipped, False if the error must be raised."""
+        if self.policy != "skip":
+            return False
+        self._count(SKIPPED_METRIC, 1)
+        self._skipped.labels(self._app, source).inc()
+        return True
