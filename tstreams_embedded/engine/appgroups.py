@@ -10,6 +10,7 @@ key             value
 ==============  ===========================================================
 ``m/<member>``  the member's lease ``[member, epoch, deadline]``
 ``i/<member>``  msgpack ``[host, port]``: where it answers queries (or nil)
+``p/<member>``  msgpack ``[host key, pid, start time]``: its process (same-host liveness)
 ``t/<p>``       the lease of task ``p``: ``[member, epoch, deadline]``
 ==============  ===========================================================
 
@@ -44,6 +45,7 @@ from .store import Store, entries
 GROUP = "__group"
 MEMBER = b"m/"
 INFO = b"i/"
+PROCESS = b"p/"
 TASK = b"t/"
 _AFTER_SLASH = b"0"  # the byte after "/": "<app>0" sorts after every "<app>/…"
 

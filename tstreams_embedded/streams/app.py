@@ -266,8 +266,11 @@ class App:
 
     # -- running ---------------------------------------------------------------------------
     def run(self, until_idle: bool = True) -> dict[str, int]:
-        """Process until there is no more input (every task of this instance idle and
-        committed), then return the metrics. ``until_idle=False`` runs until :meth:`stop`
+        """Process until there is no more input, then return the metrics. *No more input*
+        means every task **of the application** is out of input and committed, not only this
+        instance's: a task with input that another member holds is waited for (it processes
+        it, or its lease runs out and this instance takes the task over), so the wait is
+        bounded by ``lease_ms``. ``until_idle=False`` runs until :meth:`stop`
         (from another thread). The instance stays a member of its group (its leases run out
         after ``lease_ms``) until :meth:`stop` or :meth:`close`."""
         self._prepare()
@@ -287,6 +290,7 @@ class App:
 
     def _run_until_idle(self) -> dict[str, int]:
         self._maybe_tick(force=True)
+        seen = 0
         while True:
             self.global_tables.bootstrap()  # processing starts with the global tables caught up
             if len(self._slots) == 1:
@@ -302,8 +306,31 @@ class App:
                 self._raise()
                 processed = sum(counts)
             if processed == 0:
-                self.global_tables.release()  # no updater runs between rounds: let another instance update
-                return dict(self.metrics)
+                if not self._input_elsewhere():
+                    self.global_tables.release()  # no updater runs between rounds: let another instance update
+                    return dict(self.metrics)
+                # another member holds a task with input: it processes it, or its lease runs
+                # out and a tick gives the task to us
+                seen = self.engine.backend.wait_for_commit(seen, self._tick_interval)
+                self._maybe_tick()
+
+    def _input_elsewhere(self) -> bool:
+        """Whether a task this instance does not hold has input after its committed offsets."""
+        held = self.membership.held()
+        others = [p for p in range(self.partition_count) if p not in held]
+        if not others:
+            return False
+        backend = self.engine.backend
+        for stream in self.topology.sources:
+            resolved = self.resolve(stream)
+            if resolved in self.fused:
+                continue
+            offsets = backend.get_offsets(resolved, self.application_id)
+            for p in others:
+                if p < self.stream_info[resolved].partitions and \
+                        backend.scan_index(resolved, p, offsets.get(p, 0), max_txns=1).entries:
+                    return True
+        return False
 
     def _work_into(self, slot: int, counts: list[int]) -> None:
         try:

@@ -11,6 +11,7 @@ key             value
 ==============  ===========================================================
 ``m/<member>``  the member's lease ``[member, epoch, deadline]``
 ``i/<member>``  msgpack ``[host, port]``: where it answers queries (or nil)
+``p/<member>``  msgpack ``[host key, pid, start time]``: its process (:mod:`.process_id`)
 ``t/<p>``       the lease of task ``p``: ``[member, epoch, deadline]``
 ``g/…``         the global-table lease (:mod:`.global_table`: the one updater)
 ==============  ===========================================================
@@ -20,6 +21,13 @@ once by its next incarnation: the restart takes the old incarnation's tasks with
 take (still a compare-and-set on the epoch, so the old one is fenced) instead of waiting for
 its leases to expire. Two running instances must never share a static id (they would take
 the tasks from each other; fencing keeps the output exact, but nothing progresses).
+
+A member whose process is **provably dead** is succeeded the same way, static id or not:
+every member records its process (``p/<member>``: host, PID, start time; see
+:mod:`.process_id`), and an instance on the same host that finds a member whose PID no
+longer runs (or runs another process: PID reuse) takes its tasks at once. A live member on
+the same host (a slow or paused one) and any member on another host are never judged so:
+they keep their tasks until their leases run out.
 
 A member renews its member lease and all its task leases in ONE batch every
 ``lease_ms / 3``. A member is *live* while its lease's deadline has not passed. At each
@@ -46,10 +54,11 @@ import msgpack
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.appgroups import INFO, MEMBER, TASK, group_store, task_key
+from ..engine.appgroups import INFO, MEMBER, PROCESS, TASK, group_store, task_key
 from ..engine.backend import Backend
 from ..engine.state import unpack_lease
 from .assignor import assign
+from .process_id import ProcessId
 from .stores import pages
 
 #: expired members are deleted from the table once they are this many leases old
@@ -83,6 +92,7 @@ class MemberInfo:
     port: int | None
     deadline: int
     epoch: int = 1
+    process: ProcessId | None = None  # None: not recorded (never judged dead)
 
 
 @dataclass
@@ -115,6 +125,7 @@ def read_group(backend: Backend, application_id: str, lease_ms: int) -> GroupVie
     store = group_store(application_id)
     view = GroupView(backend.now_ms())
     infos: dict[str, tuple[str | None, int | None]] = {}
+    processes: dict[str, ProcessId | None] = {}
     leases: dict[str, tuple[str, int, int]] = {}
     for k, v in pages(backend, store, None, None):
         if k.startswith(TASK):
@@ -128,10 +139,12 @@ def read_group(backend: Backend, application_id: str, lease_ms: int) -> GroupVie
         elif k.startswith(INFO):
             host, port = msgpack.unpackb(v)
             infos[k[len(INFO):].decode()] = (host, port)
+        elif k.startswith(PROCESS):
+            processes[k[len(PROCESS):].decode()] = ProcessId.from_wire(msgpack.unpackb(v))
     for member, (owner, epoch, deadline) in leases.items():
         host, port = infos.get(member, (None, None))
         if owner and deadline > view.now:
-            view.members[member] = MemberInfo(member, host, port, deadline, epoch)
+            view.members[member] = MemberInfo(member, host, port, deadline, epoch, processes.get(member))
         elif deadline <= view.now - FORGET_AFTER_LEASES * lease_ms:
             view.expired.append(member)
     return view
@@ -227,9 +240,9 @@ class Membership:
             lease = view.tasks.get(p)
             if lease is None or lease[:2] != (self.member_id, epoch):
                 self.lost(p, epoch)
-        # earlier incarnations of this static member are gone: we succeed them at once
-        predecessors = {m for m in view.members if m != self.member_id and self.static_id is not None
-                        and static_of(m) == self.static_id}
+        # earlier incarnations of this static member, and members whose process is provably
+        # dead, are gone: we succeed them at once
+        predecessors = {m for m, info in view.members.items() if m != self.member_id and self._succeeds(info)}
         live = (set(view.members) - predecessors) | {self.member_id}
         current = {p: o for p in range(self.partitions) if (o := view.owner(p)) is not None}
         current = {p: self.member_id if o in predecessors else o for p, o in current.items()}
@@ -275,10 +288,19 @@ class Membership:
         self.view = view
         return view
 
+    def _succeeds(self, member: MemberInfo) -> bool:
+        """Whether this member takes ``member``'s place at once: an earlier incarnation of
+        our static id, or a member whose process (on this host) is provably dead."""
+        if self.static_id is not None and static_of(member.member_id) == self.static_id:
+            return True
+        return member.process is not None and member.process.is_dead_here()
+
     def _join(self) -> None:
         info = msgpack.packb([self.host, self.port])
+        process = msgpack.packb(ProcessId.current().to_wire())
         self.backend.submit([O.Lease(self.store, MEMBER + self.member_id.encode(), self.member_id, 1, self.lease_ms),
-                             O.StoreWrite(self.store, [[INFO + self.member_id.encode(), info]])])
+                             O.StoreWrite(self.store, [[INFO + self.member_id.encode(), info],
+                                                       [PROCESS + self.member_id.encode(), process]])])
         self._member_epoch = 1
         self._last_renew = time.monotonic()
 
@@ -308,7 +330,7 @@ class Membership:
                     return
 
     def _forget(self, members: list[str]) -> None:
-        keys = [MEMBER + m.encode() for m in members] + [INFO + m.encode() for m in members]
+        keys = [prefix + m.encode() for m in members for prefix in (MEMBER, INFO, PROCESS)]
         self.backend.submit([O.StoreWrite(self.store, [], keys)], durable=False)
 
     def leave(self) -> None:
@@ -321,7 +343,7 @@ class Membership:
             return
         ops: list[O.Operation] = [O.Lease(self.store, task_key(p), self.member_id, e, 0) for p, e in held.items()]
         ops.append(O.Lease(self.store, MEMBER + self.member_id.encode(), self.member_id, self._member_epoch, 0))
-        ops.append(O.StoreWrite(self.store, [], [INFO + self.member_id.encode()]))
+        ops.append(O.StoreWrite(self.store, [], [INFO + self.member_id.encode(), PROCESS + self.member_id.encode()]))
         try:
             self.backend.submit(ops)
         except errors.LeaseConflict:
