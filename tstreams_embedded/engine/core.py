@@ -35,6 +35,7 @@ from typing import Any
 import lmdb
 
 from .. import errors
+from ..ids import ID_MULTIPLIER, MAX_ID
 from . import inspection, keys, paging, reads, state
 from . import ops as O
 from .apply import Applier
@@ -449,6 +450,13 @@ class Core:
             info = lookup_stream(txn, self.store, check_name(stream))
             return [inspection.describe_partition(txn, self.store, info, p, now)
                     for p in range(first, min(first + count, info.partitions))]
+    def first_open_at(self, stream: str, partition: int, ms: int) -> int:
+        self._check()
+        check_int(ms, "ms", 0, MAX_ID // ID_MULTIPLIER)
+        with self.store.read(buffers=True) as txn:
+            info = lookup_stream(txn, self.store, check_name(stream))
+            return inspection.first_open_at(txn, self.store, info, partition, ms)
+
     def store_get(self, store: str, key: bytes) -> bytes | None:
         self._check()
         with self.store.read() as txn:
