@@ -103,6 +103,12 @@ os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                     after_in_child=_after_fork_in_child)
 
 
+#: After another process's write wakes a commit wait with nothing new yet, re-read after
+#: this many seconds, doubling up to EXTERNAL_RECHECK_LAST (see Core.wait_for_commit).
+EXTERNAL_RECHECK_FIRST = 0.001
+EXTERNAL_RECHECK_LAST = 0.064
+
+
 class Core:
     """The embedded engine on one LMDB directory. Thread-safe; several processes may open
     the same directory at once (LMDB serialises their writes)."""
@@ -498,6 +504,12 @@ class Core:
         deadline = time.monotonic() + max(0.0, float(timeout))
         if timeout > 0:
             self._waker.ensure_started()  # before the first read: no commit slips between
+        # Another process's commit wakes us when it writes data.mdb, but LMDB publishes the
+        # new snapshot to readers (the transaction ID in lock.mdb, shared memory: no file
+        # event) just *after* writing the meta page. A wake-up that finds nothing new is
+        # therefore followed by re-reads after 1, 2, 4, … 64 ms, not by a wait for the next
+        # event (which may never come: the wake-up would be lost until the timeout).
+        recheck = 0.0
         while True:
             gen = self.committer.generation
             external = self.external_commits
@@ -510,7 +522,11 @@ class Core:
             with self._commit_cv:
                 if (self.committer.generation == gen and self.external_commits == external
                         and not self._closed):
-                    self._commit_cv.wait(remaining)
+                    self._commit_cv.wait(min(remaining, recheck) if recheck else remaining)
+            if self.external_commits != external:
+                recheck = EXTERNAL_RECHECK_FIRST
+            elif recheck:
+                recheck = recheck * 2 if recheck < EXTERNAL_RECHECK_LAST else 0.0
 
     def now_ms(self) -> int:
         return self.clock()
