@@ -256,6 +256,11 @@ def test_consumers_reset_past_the_head_is_clamped_to_it(site: Site) -> None:
         assert [(r["partition"], r["new_offset"], r["clamped"]) for r in rows] == [(0, head, True), (1, 0, True)]
         assert site.engine.backend.get_offsets("s", "g") == {0: head, 1: 0}
         assert "clamped to the head" in site.ok("consumers", "reset", "s", "g", "--to", to, "--dry-run").stdout
+    _next_millisecond(site)
+    past = ts.txn_time(site.engine.backend.now_ms() * 100_000).isoformat()
+    _next_millisecond(site)
+    rows = site.json("consumers", "reset", "s", "g", "--to", past)  # after the head, but not in the future
+    assert [(r["new_offset"], r["clamped"]) for r in rows] == [(head, False), (0, False)]
     new = producer.instant([b"new"], partition=0)
     consumer = site.engine.consumer("s", "g")
     assert [t.id for t in iter(consumer.get_transaction, None)] == [new]  # not skipped

@@ -17,8 +17,9 @@ a plain integer. :meth:`Position.offset` turns a position into the offset a cons
   before T and checkpointed after T are therefore read again, and so may be a few
   transactions checkpointed before T that follow them.
 
-An offset past the stable offset (a time or ID in the future, or beyond an open
-transaction) is *clamped* to it, as ``kafka-consumer-groups --reset-offsets`` clamps a reset
+An offset past the stable offset is lowered to it (which changes nothing a consumer reads
+when the position is in the past); a position in the future, or beyond an open transaction,
+is reported as *clamped* to it, as ``kafka-consumer-groups --reset-offsets`` clamps a reset
 past the log end: otherwise the consumer would skip everything written until then.
 
 ``consume --from TIME`` (``engine.consumer(start=time)``) is simpler: it reads the
@@ -79,6 +80,14 @@ class Position:
                     offset = min(offset, opened - 1)
             return max(offset, 0)
         return max(self.txn_id - 1, 0)
+
+
+def skips_ahead(offset: int, p: PartitionInfo, now_ms: int) -> bool:
+    """Whether a consumer at ``offset`` would skip what is not readable yet: a transaction
+    still open, or transactions not written yet (an offset in the future)."""
+    if offset <= stable_offset(p):
+        return False
+    return offset >= now_ms * ID_MULTIPLIER or bool(p.open_count and p.open and offset >= p.open[0].id)
 
 
 def stable_offset(p: PartitionInfo) -> int:

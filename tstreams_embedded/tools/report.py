@@ -20,7 +20,7 @@ from ..engine.backend import MAX_DESCRIBED_PARTITIONS, Backend, PartitionInfo, S
 from ..engine.validate import check_name, check_partition
 from ..ids import txn_millis
 from .output import id_time
-from .positions import Position, stable_offset
+from .positions import Position, skips_ahead, stable_offset
 
 
 def stream_info(backend: Backend, stream: str) -> StreamInfo:
@@ -129,25 +129,22 @@ def consumer_rows(backend: Backend, info: StreamInfo, consumer: str, offsets: di
             "blocked_by_open": lag.blocked,
             "stable": stable,
             # past the stable offset: the consumer skips an open transaction or data not written yet
-            "ahead_of_head": offset is not None and offset > stable,
+            "ahead_of_head": offset is not None and skips_ahead(offset, described[partition], now_ms),
         })
     return rows
 
 
 @dataclass(frozen=True)
 class Planned:
-    """A partition's new offset: ``offset``; ``wanted`` is what ``--to`` asked for, above
-    ``stable`` (then ``clamped``) when it pointed past the partition's stable offset;
-    ``next_id`` the first checkpointed transaction the consumer reads next (0 if none yet)."""
+    """A partition's new offset: ``offset``; ``wanted`` is what ``--to`` asked for, lowered
+    to ``stable`` when above it (``clamped`` when it pointed into the future or past an open
+    transaction); ``next_id`` the first checkpointed transaction read next (0 if none yet)."""
 
     offset: int
     wanted: int
     stable: int
     next_id: int
-
-    @property
-    def clamped(self) -> bool:
-        return self.wanted > self.offset
+    clamped: bool
 
 
 def reset_plan(backend: Backend, info: StreamInfo, consumer: str, to: Position,
@@ -156,13 +153,15 @@ def reset_plan(backend: Backend, info: StreamInfo, consumer: str, to: Position,
     every new offset at most the partition's stable offset (see :mod:`.positions`)."""
     stored = stored_offsets(backend, info, consumer)
     described = {p.partition: p for p in describe_partitions(backend, info, partitions)}
+    now_ms = backend.now_ms()
     plan = {}
     for p in partitions:
         stable = stable_offset(described[p])
         wanted = to.wanted(backend, info.name, p, stable)
         offset = min(wanted, stable)
         scan = backend.scan_index(info.name, p, offset, max_txns=1)
-        plan[p] = Planned(offset, wanted, stable, scan.entries[0][0] if scan.entries else 0)
+        plan[p] = Planned(offset, wanted, stable, scan.entries[0][0] if scan.entries else 0,
+                          skips_ahead(wanted, described[p], now_ms))
     return stored, plan
 
 
