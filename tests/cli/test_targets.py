@@ -4,6 +4,7 @@ CURVE-secured server (``--curve-dir``) for every command, ``streams create`` inc
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -122,3 +123,14 @@ def test_a_full_disk_is_one_line_and_a_non_zero_exit(tmp_path: Path) -> None:
         err = done.stderr.decode()
         assert done.returncode == 1, err
         assert err == "Error: cannot write the output: No space left on device\n", err
+
+
+def test_check_json_is_one_line(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with ts.open(data) as engine:
+        engine.create_stream("s")
+        engine.producer("s").instant([b"x"])
+    result = CliRunner().invoke(main, ["check", "--data", str(data), "--json"])
+    assert result.exit_code == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    assert json.loads(line)["ok"] is True
