@@ -7,7 +7,7 @@ Errors of the engine become a one-line ``Error: Class: message`` with exit statu
 from __future__ import annotations
 
 import importlib
-import json
+import os
 import sys
 from typing import Any
 
@@ -19,7 +19,7 @@ from . import errors
 from .quickstart import quickstart
 from .tools.commands import consume, consumers, produce, streams_describe
 from .tools.output import Output, ms_time
-from .tools.target import Target, make_target, target_options
+from .tools.target import Target, creating_target_options, target_options
 
 
 class OneLineError(click.ClickException):
@@ -67,24 +67,20 @@ def streams() -> None:
 
 
 @streams.command("create")
-@click.option("--data", type=click.Path(file_okay=False), default=None, help="Data directory (created if missing).")
-@click.option("--connect", default=None, metavar="URL", help="A server or cluster instead of --data.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
-              help="Seconds each request to --connect may take.")
+@creating_target_options
 @click.argument("name")
 @click.option("--partitions", default=1, show_default=True, type=int)
 @click.option("--ttl", default=86400, show_default=True, type=int, help="seconds")
 @click.option("--description", default="")
 @click.option("--json", "as_json", is_flag=True, help="Print the stream as a JSON line.")
-def streams_create(data: str | None, connect: str | None, timeout: float, name: str, partitions: int, ttl: int,
-                   description: str, as_json: bool) -> None:
+def streams_create(target: Target, name: str, partitions: int, ttl: int, description: str, as_json: bool) -> None:
     """Create stream NAME."""
-    with make_target(data, connect, None, timeout).open() as engine:
+    with target.open() as engine:
         info = engine.create_stream(name, partitions=partitions, ttl=ttl, description=description)
+    out = Output(as_json)
     if as_json:
-        click.echo(json.dumps(info.__dict__))
-    else:
-        click.echo(f"created stream {info.name} (id {info.id}): {info.partitions} partition(s), TTL {info.ttl} s")
+        out.json(info.__dict__)
+    out.text(f"created stream {info.name} (id {info.id}): {info.partitions} partition(s), TTL {info.ttl} s")
 
 
 @streams.command("list")
@@ -106,11 +102,16 @@ def streams_list(target: Target, prefix: str, limit: int | None, as_json: bool) 
 @streams.command("delete")
 @target_options
 @click.argument("name")
-def streams_delete(target: Target, name: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print what was deleted as a JSON line.")
+def streams_delete(target: Target, name: str, as_json: bool) -> None:
     """Delete stream NAME and all its data."""
     with target.open() as engine:
+        info = engine.get_stream(name)
         engine.delete_stream(name)
-    click.echo(f"deleted stream {name}")
+    out = Output(as_json)
+    if as_json:
+        out.json({"deleted": info.name, "id": info.id, "partitions": info.partitions})
+    out.text(f"deleted stream {name}")
 
 
 streams.add_command(streams_describe)
@@ -124,7 +125,7 @@ def stats(target: Target, as_json: bool) -> None:
     with target.open() as engine:
         counters = engine.stats()
     if as_json:
-        click.echo(json.dumps(counters))
+        Output(True).json(counters)
     else:
         Output(False).table([{"name": k, "value": v} for k, v in counters.items()], [("name", "counter"),
                                                                                      ("value", "value")])
@@ -132,14 +133,21 @@ def stats(target: Target, as_json: bool) -> None:
 
 @main.command()
 @click.option("--data", required=True, type=click.Path(file_okay=False, exists=True), help="data directory")
-@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+@click.option("--json", "as_json", is_flag=True, help="print the report as one JSON line")
 def check(data: str, as_json: bool) -> None:
     """Verify every data chunk's checksum and the key structure of a data directory (stop its
     writers first). Exit status: 0 if no problem was found, 1 otherwise."""
     from .engine.check import check_directory
+    from .engine.directory import LOCK_FILE, MARKER, is_data_directory
 
+    if not (is_data_directory(data) or any(os.path.exists(os.path.join(data, f)) for f in (MARKER, LOCK_FILE))):
+        raise errors.DataDirectoryNotFound(f"{data!r} is not a tstreams data directory (no data.mdb with data in it)")
     report = check_directory(data)
-    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.text())
+    out = Output(as_json)
+    if as_json:
+        out.json(report.to_dict())
+    else:
+        out.text(report.text().rstrip("\n"))
     if not report.ok:
         sys.exit(1)
 

@@ -102,6 +102,11 @@ class DataCorrupted(TStreamsError):
         self.txn_id = txn_id
 
 
+class DataDirectoryNotFound(TStreamsError, FileNotFoundError):
+    """``ts.open(path, create=False)`` found no initialised tstreams data directory at
+    ``path`` (it is missing, or holds no tstreams data). Nothing was created."""
+
+
 class TopologyError(TStreamsError, ValueError):
     """A stream-processing topology (:mod:`tstreams_embedded.streams`) is malformed: an
     unknown or duplicate name, a missing store, an operation that needs a key it lacks."""

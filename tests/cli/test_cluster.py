@@ -42,9 +42,14 @@ def test_operator_commands_through_a_cluster(cluster_url: str) -> None:
     assert read[0]["items"] == ["a", "b"] and read[0]["id"] == written[0]["id"]
     described = run("consumers", "describe", "s", "g", "--json")
     assert [(r["partition"], r["lag_transactions"]) for r in described] == [(0, 0), (1, 1)]
+    (late,) = [r for r in run("consumers", "reset", "s", "g", "--to", "-1h", "--partition", "1", "--json")]
+    assert late["new_offset"] < written[0]["id"] == late["next_read_id"] and not late["clamped"]
+    clamped = run("consumers", "reset", "s", "g", "--to", "2100-01-01", "--dry-run", "--json")
+    assert [(r["new_offset"], r["clamped"]) for r in clamped] == [(0, True), (written[-1]["id"], True)]
     run("consumers", "reset", "s", "g", "--to", "oldest", "--json")
     assert [r["lag_items"] for r in run("consumers", "describe", "s", "g", "--json")] == [0, 3]
     assert [r["transactions"] for r in run("streams", "describe", "s", "--json")] == [0, 2]
     assert run("consumers", "delete", "s", "g", "--json") == [{"stream": "s", "consumer": "g", "partitions_deleted": 2}]
+    assert run("streams", "delete", "s", "--json") == [{"deleted": "s", "id": 1, "partitions": 2}]
     bad = CliRunner().invoke(main, ["consumers", "describe", "s", "g", "--connect", cluster_url])
-    assert bad.exit_code == 1 and bad.stderr.startswith("Error: ConsumerNotFound") and bad.stderr.count("\n") == 1
+    assert bad.exit_code == 1 and bad.stderr.startswith("Error: StreamNotFound") and bad.stderr.count("\n") == 1

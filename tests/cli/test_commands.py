@@ -62,6 +62,9 @@ def test_streams_create_list_describe_delete(site: Site) -> None:
     pending.cancel()
 
     assert site.ok("streams", "delete", "other").stdout == "deleted stream other\n"
+    site.engine.create_stream("third", partitions=2)
+    assert site.json("streams", "delete", "third") == [{"deleted": "third", "id": listed[-1]["id"] + 1,
+                                                        "partitions": 2}]
     assert [s["name"] for s in site.json("streams", "list")] == ["orders"]
     assert "created stream again (id " in site.ok("streams", "create", "again").stdout
 
@@ -239,6 +242,104 @@ def test_consumers_reset_to_a_datetime_matches_txn_id_at(site: Site) -> None:
     assert site.engine.backend.get_offsets("s", "g")[1] == late[1] - 1
     site.ok("consumers", "reset", "s", "g", "--to", "newest")
     assert site.engine.backend.get_offsets("s", "g") == {p: site.engine.backend.last_txn_id("s", p) for p in range(3)}
+
+
+def test_consumers_reset_past_the_head_is_clamped_to_it(site: Site) -> None:
+    """Kafka's kafka-consumer-groups clamps a reset past the log end; so does this: a
+    consumer reset to a future time or ID reads what is written next."""
+    site.engine.create_stream("s", partitions=2)
+    producer = site.engine.producer("s")
+    head = producer.instant([b"old"], partition=0)
+    _consumer_at(site, "s", "g", 1)
+    for to in ("2100-01-01", "9223372036854775807", str(head + 10**9)):
+        rows = site.json("consumers", "reset", "s", "g", "--to", to)
+        assert [(r["partition"], r["new_offset"], r["clamped"]) for r in rows] == [(0, head, True), (1, 0, True)]
+        assert site.engine.backend.get_offsets("s", "g") == {0: head, 1: 0}
+        assert "clamped to the head" in site.ok("consumers", "reset", "s", "g", "--to", to, "--dry-run").stdout
+    _next_millisecond(site)
+    past = ts.txn_time(site.engine.backend.now_ms() * 100_000).isoformat()
+    _next_millisecond(site)
+    rows = site.json("consumers", "reset", "s", "g", "--to", past)  # after the head, but not in the future
+    assert [(r["new_offset"], r["clamped"]) for r in rows] == [(head, False), (0, False)]
+    new = producer.instant([b"new"], partition=0)
+    consumer = site.engine.consumer("s", "g")
+    assert [t.id for t in iter(consumer.get_transaction, None)] == [new]  # not skipped
+
+
+def test_consumers_describe_flags_an_offset_ahead_of_head(site: Site) -> None:
+    from tstreams_embedded.engine import ops as O
+
+    site.engine.create_stream("s", partitions=2)
+    head = site.engine.producer("s").instant([b"x"], partition=0)
+    _consumer_at(site, "s", "g", 1)
+    rows = site.json("consumers", "describe", "s", "g")
+    assert [r["ahead_of_head"] for r in rows] == [False, False]
+    info = site.engine.get_stream("s")
+    stored = site.engine.backend.get_offsets("s", "g")
+    site.engine.backend.submit([O.ResetOffsets("s", "g", stored, {0: head + 10**12}, info.id)])  # as before the fix
+    rows = site.json("consumers", "describe", "s", "g")
+    assert [r["ahead_of_head"] for r in rows] == [True, False]
+    assert "offset ahead of head on partition(s) 0" in site.ok("consumers", "describe", "s", "g").stdout
+
+
+def test_consumers_reset_newest_stops_before_a_transaction_still_open(site: Site) -> None:
+    site.engine.create_stream("s")
+    producer = site.engine.producer("s", partition=0)
+    before = producer.instant([b"before"])
+    pending = producer.new_transaction(0)
+    pending.send(b"pending")
+    pending.flush()
+    after = producer.instant([b"after"])
+    _consumer_at(site, "s", "g", 1)
+    (row,) = site.json("consumers", "reset", "s", "g", "--to", "newest")
+    assert row["new_offset"] == pending.id - 1 and not row["clamped"]
+    assert (row["next_read_id"], row["next_read_from"]) == (None, None)  # the open one comes first
+    assert site.engine.backend.get_offsets("s", "g") == {0: pending.id - 1}
+    assert before < pending.id < after
+    pending.checkpoint()
+    consumer = site.engine.consumer("s", "g")
+    assert [t.id for t in iter(consumer.get_transaction, None)] == [pending.id, after]  # nothing skipped
+    (row,) = site.json("consumers", "reset", "s", "g", "--to", str(pending.id), "--dry-run")
+    assert row["next_read_id"] == pending.id
+    assert row["next_read_from"] == ts.txn_time(pending.id).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def test_consumers_reset_to_a_time_rereads_what_was_checkpointed_since(site: Site) -> None:
+    """A transaction opened before the time and checkpointed after it is read again (its ID
+    records when it was opened), as are those opened after it; one checkpointed before the
+    time and opened before the late one is read again too (the offset is one per partition)."""
+    site.engine.create_stream("s", partitions=2)
+    producer = site.engine.producer("s")
+    old = producer.instant([b"old"], partition=0)
+    late = producer.new_transaction(0)
+    late.send(b"opened before, checkpointed after")
+    late.flush()
+    between = producer.instant([b"between"], partition=0)
+    other = producer.instant([b"other"], partition=1)
+    still_open = producer.new_transaction(1)
+    still_open.send(b"opened before, still open")
+    still_open.flush()
+    _next_millisecond(site)
+    deploy = dt.datetime.fromtimestamp(site.engine.backend.now_ms() / 1000, tz=dt.timezone.utc)
+    _next_millisecond(site)
+    late.checkpoint()
+    new = producer.instant([b"new"], partition=0)
+    _consumer_at(site, "s", "g", 5)
+    assert site.engine.backend.get_offsets("s", "g") == {0: new, 1: other}
+
+    ms = site.engine.backend.now_ms()
+    assert site.engine.backend.first_open_at("s", 0, ms) == 0 and site.engine.backend.first_open_at("s", 1, ms) == \
+        still_open.id
+    at_ms = ts.txn_id_at(deploy) // 100_000
+    assert site.engine.backend.first_open_at("s", 0, at_ms) == late.id
+    assert site.engine.backend.first_open_at("s", 1, at_ms) == still_open.id
+    rows = site.json("consumers", "reset", "s", "g", "--to", deploy.isoformat())
+    assert [r["new_offset"] for r in rows] == [late.id - 1, still_open.id - 1]
+    consumer = site.engine.consumer("s", "g")
+    assert sorted(t.id for t in iter(consumer.get_transaction, None)) == [late.id, between, new]
+    still_open.checkpoint()
+    assert [t.id for t in iter(consumer.get_transaction, None)] == [still_open.id]
+    assert old < late.id
 
 
 def test_consumers_delete(site: Site) -> None:

@@ -2,11 +2,17 @@
 within 100 ms, woken by the commit (not by a timer).
 
 Both sides are real child processes: ``tstreams consume --follow`` and a producer that
-commits one transaction each time it is told to and reports when its commit returned
-(``time.monotonic()``, one clock for every process of the machine). A reader thread stamps
-each line the follower prints as it arrives and sets an event per transaction ID. The
-latency is counted from the moment the producer's commit returned (the follower may print
-the transaction a little before: it is visible before its fsync completes).
+commits one transaction each time it is told to and reports the moment it started the
+commit (``time.monotonic()``, one clock for every process of the machine). A reader thread
+stamps each line the follower prints as it arrives and sets an event per transaction ID.
+Latency is counted from the start of the commit to the line's arrival. Woken by the commit
+it takes a few milliseconds; but on a loaded 2-core machine (several test runs at once) a
+single round now and then exceeds 100 ms by being scheduled late (128 ms was seen, in the
+first round through a server), so the median of the rounds is held to the 100 ms bound and
+every round to :data:`WORST`, one second: far above scheduling noise, far below the
+follower's safety-net wait (``CommitWaiter.idle``, 5 s), which is what a lost wake-up shows
+as. Such a lost wake-up is what this test caught in the embedded engine (LMDB publishes a
+commit to readers just after the file write that wakes them; see ``Core.wait_for_commit``).
 """
 
 from __future__ import annotations
@@ -28,10 +34,8 @@ from tstreams_embedded.testing.serve import child_environment
 from .conftest import Site
 
 ROUNDS = 7
-#: The follower's safety-net wait (``CommitWaiter.idle``) is 5 s: a follower that missed a
-#: wake-up would show it here.
-WORST = 2.0
-BOUND = 0.100
+BOUND = 0.100  # seconds: the issue's bound, for the median round
+WORST = 1.0  # seconds, for every round (a lost wake-up takes 5 s)
 
 PRODUCER = r"""
 import sys, time
@@ -95,14 +99,14 @@ def test_follow_prints_a_commit_of_another_process_within_100ms(site: Site, tmp_
         for n in range(ROUNDS):
             producer.stdin.write(b"go\n")
             producer.stdin.flush()
-            txn_id, started, committed = producer.stdout.readline().split()
+            txn_id, started, _committed = producer.stdout.readline().split()
             event = lines.event(int(txn_id))
             assert event.wait(10), f"round {n}: transaction {int(txn_id)} was never printed"
             arrived, line = lines.seen[int(txn_id)]
             assert line["items"] == [f"item {n}"]
             assert arrived > float(started)
-            latencies.append(arrived - float(committed))
+            latencies.append(arrived - float(started))
         assert f.poll() is None, "the follower exited"
     print("follow latencies (s):", [round(x, 4) for x in latencies])
-    assert max(latencies) < WORST, latencies
     assert statistics.median(latencies) < BOUND, latencies
+    assert max(latencies) < WORST, latencies

@@ -1,5 +1,6 @@
-"""Operator reads (``Backend.describe_partitions``, ``Backend.list_consumers``) and the
-consumer records (``DeleteConsumer``, ``ResetOffsets``), embedded and remote alike."""
+"""Operator reads (``Backend.describe_partitions``, ``Backend.list_consumers``,
+``Backend.first_open_at``), ``ts.open(create=False)``, and the consumer records
+(``DeleteConsumer``, ``ResetOffsets``), embedded and remote alike."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.engine.backend import MAX_DESCRIBED_PARTITIONS
+from tstreams_embedded.testing import eventually
 
 
 def test_describe_partitions_counts_heads_open_transactions_and_bytes(engine: ts.Engine) -> None:
@@ -51,6 +53,75 @@ def test_describe_partitions_refuses_bad_input(engine: ts.Engine, args: tuple, e
     engine.create_stream("s")
     with pytest.raises(error):
         engine.backend.describe_partitions(*args)
+
+
+def test_first_open_at_finds_the_oldest_transaction_open_at_a_time(engine: ts.Engine) -> None:
+    """Open at T: opened before T and checkpointed at or after T, or still open; a
+    transaction checkpointed before T, cancelled, or opened at or after T is not."""
+    engine.create_stream("s", partitions=2)
+    producer = engine.producer("s")
+    backend = engine.backend
+
+    def next_ms() -> int:
+        now = backend.now_ms()
+        eventually(lambda: backend.now_ms() > now, timeout=5)
+        return backend.now_ms()
+
+    done = producer.instant([b"done before"], partition=0)
+    cancelled = producer.new_transaction(0)
+    cancelled.send(b"x")
+    cancelled.flush()
+    late = producer.new_transaction(0)
+    late.send(b"late")
+    late.flush()
+    cancelled.cancel()
+    opened = producer.new_transaction(1)
+    opened.send(b"still open")
+    opened.flush()
+    t = next_ms()
+    assert backend.first_open_at("s", 0, t) == late.id  # open at t, checkpointed later (below)
+    next_ms()
+    late.checkpoint()
+    after = producer.instant([b"after"], partition=0)
+    assert backend.first_open_at("s", 0, t) == late.id
+    assert backend.first_open_at("s", 0, next_ms()) == 0  # everything was checkpointed by then
+    assert backend.first_open_at("s", 1, t) == opened.id
+    assert backend.first_open_at("s", 1, next_ms()) == opened.id
+    assert backend.first_open_at("s", 0, ts.txn_id_at(ts.txn_time(done)) // 100_000) == 0  # not opened before
+    assert done < late.id < after
+    opened.cancel()
+
+
+@pytest.mark.parametrize("args, error", [
+    (("nope", 0, 1), errors.StreamNotFound),
+    (("s", 1, 1), errors.PartitionOutOfRange),
+    (("s", "0", 1), errors.InvalidArgument),
+    (("s", 0, -1), errors.InvalidArgument),
+    (("s", 0, 2**62), errors.InvalidArgument),
+    (("s", 0, True), errors.InvalidArgument),
+])
+def test_first_open_at_refuses_bad_input(engine: ts.Engine, args: tuple, error: type) -> None:
+    engine.create_stream("s")
+    with pytest.raises(error):
+        engine.backend.first_open_at(*args)
+
+
+def test_open_with_create_false_needs_an_existing_data_directory(tmp_path) -> None:
+    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    empty.mkdir()
+    for path in (missing, empty, str(empty)):
+        with pytest.raises(errors.DataDirectoryNotFound, match="is not a tstreams data directory"):
+            ts.open(path, create=False)
+    assert not missing.exists() and list(empty.iterdir()) == []  # nothing created
+    with pytest.raises(errors.InvalidArgument, match="create must be True or False"):
+        ts.open(tmp_path / "x", create="no")  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgument, match="path must not be empty"):
+        ts.open("", create=True)
+    assert not (tmp_path / "x").exists()
+    with ts.open(tmp_path / "made") as engine:  # create=True, the default
+        engine.create_stream("s")
+    with ts.open(tmp_path / "made", create=False) as engine:
+        assert [s.name for s in engine.list_streams()] == ["s"]
 
 
 def test_list_consumers_by_stream_and_all(engine: ts.Engine) -> None:
@@ -124,7 +195,8 @@ class ConsumerOffsetsMachine(RuleBasedStateMachine):
     @rule(name=names, offsets=offsets, stale=st.booleans())
     def reset(self, name: str, offsets: dict[int, int], stale: bool) -> None:
         current = dict(self.model.get(name, {}))
-        expected = {**current, 0: current.get(0, 0) + 1} if stale else current
+        stored = current.get(0, 0)
+        expected = {**current, 0: stored + 1 if stored < 2**63 - 1 else 0} if stale else current  # != stored
         if expected != current:
             with pytest.raises(errors.OffsetsConflict):
                 self.engine.backend.submit([O.ResetOffsets("s", name, expected, offsets)])

@@ -17,6 +17,7 @@ from tstreams_embedded.net import framing
 MAX_MSG = 64 * 1024
 METHODS = ["submit", "get_stream", "list_streams", "fetch", "get_transaction", "transactions_range",
            "last_transaction", "last_txn_id", "get_offsets", "get_marker", "list_consumers", "describe_partitions",
+           "first_open_at",
            "stats", "now_ms",
            "wait_for_commit", "watch", "ping", "server_info", "cancel", "server_stats"]
 

@@ -82,9 +82,12 @@ class ClusterBackend:
         self._closed = False
         self._zk = KazooClient(hosts=self.addr.hosts, timeout=zk_timeout)
         try:
-            self._zk.start(timeout=zk_timeout)
+            self._zk.start(timeout=min(zk_timeout, self.timeout))  # connecting is bounded by `timeout` too
         except Exception as exc:  # noqa: BLE001
-            raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {self.addr.hosts}: {exc}") from exc
+            self._zk.stop()  # no retries left running in the background
+            self._zk.close()
+            raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {self.addr.hosts} within "
+                                            f"{min(zk_timeout, self.timeout):g} s: {exc}") from None
         try:
             if BoundedZk(self._zk, zk_timeout).exists(self.addr.config) is None:
                 raise errors.InvalidArgument(f"no cluster at {self.addr}: run 'tstreams cluster init' first")
@@ -316,6 +319,9 @@ class ClusterBackend:
 
     def describe_partitions(self, stream: str, first: int = 0, count: int = 256) -> list[PartitionInfo]:
         return self._retry(lambda r: r.describe_partitions(stream, first, count))
+
+    def first_open_at(self, stream: str, partition: int, ms: int) -> int:
+        return self._retry(lambda r: r.first_open_at(stream, partition, ms))
     def store_get(self, store: str, key: bytes) -> bytes | None:
         return self._retry(lambda r: r.store_get(store, key))
 

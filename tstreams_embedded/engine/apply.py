@@ -307,7 +307,7 @@ def _checkpoint(a: Applier, scope: BatchScope, op: O.Checkpoint) -> tuple[int, O
     if items == 0:  # checkpointing an empty transaction cancels it
         a.put_state(scope, key, TxnState.CANCELLED, 0, 0, 0)
     else:
-        a.put_state(scope, key, TxnState.CHECKPOINTED, 0, chunks, items)
+        a.put_state(scope, key, TxnState.CHECKPOINTED, scope.now, chunks, items)  # stamped: when checkpointed
     return items, O.Checkpoint(op.stream, op.partition, op.txn_id, logged, op.stream_id)
 
 
@@ -329,7 +329,7 @@ def _instant(a: Applier, scope: BatchScope, op: O.Instant) -> tuple[int, O.Insta
     if n == 0:
         raise errors.InvalidArgument("an instant transaction needs at least one item")
     txn_id = a.allocate(scope, info, op.partition, op.txn_id)
-    a.put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.CHECKPOINTED, 0, 1, n)
+    a.put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.CHECKPOINTED, scope.now, 1, n)
     logged = a.put_chunk(scope, info, op.partition, txn_id, 0, op.chunk, n)
     return txn_id, O.Instant(op.stream, op.partition, logged, txn_id, op.stream_id)
 

@@ -280,6 +280,14 @@ class Backend(Protocol):
         partitions (no item data)."""
         ...
 
+    def first_open_at(self, stream: str, partition: int, ms: int) -> int:
+        """The lowest ID of a transaction of the partition that was open at ``ms`` (epoch
+        milliseconds): opened before ``ms`` and still open, or checkpointed at or after
+        ``ms``; 0 if none. A consumer that must read everything checkpointed since ``ms``
+        starts before it (``tstreams consumers reset --to TIME``). It visits the transaction
+        records up to ``ms`` (no item data)."""
+        ...
+
     # --- state stores (engine/state.py; written with the StoreWrite record) -----------
     def store_get(self, store: str, key: bytes) -> bytes | None:
         """The value of ``key`` in the state store ``store``, or None."""

@@ -35,6 +35,7 @@ from typing import Any
 import lmdb
 
 from .. import errors
+from ..ids import ID_MULTIPLIER, MAX_ID
 from . import inspection, keys, paging, reads, state
 from . import ops as O
 from .apply import Applier
@@ -100,6 +101,12 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                     after_in_child=_after_fork_in_child)
+
+
+#: After another process's write wakes a commit wait with nothing new yet, re-read after
+#: this many seconds, doubling up to EXTERNAL_RECHECK_LAST (see Core.wait_for_commit).
+EXTERNAL_RECHECK_FIRST = 0.001
+EXTERNAL_RECHECK_LAST = 0.064
 
 
 class Core:
@@ -449,6 +456,13 @@ class Core:
             info = lookup_stream(txn, self.store, check_name(stream))
             return [inspection.describe_partition(txn, self.store, info, p, now)
                     for p in range(first, min(first + count, info.partitions))]
+    def first_open_at(self, stream: str, partition: int, ms: int) -> int:
+        self._check()
+        check_int(ms, "ms", 0, MAX_ID // ID_MULTIPLIER)
+        with self.store.read(buffers=True) as txn:
+            info = lookup_stream(txn, self.store, check_name(stream))
+            return inspection.first_open_at(txn, self.store, info, partition, ms)
+
     def store_get(self, store: str, key: bytes) -> bytes | None:
         self._check()
         with self.store.read() as txn:
@@ -490,6 +504,12 @@ class Core:
         deadline = time.monotonic() + max(0.0, float(timeout))
         if timeout > 0:
             self._waker.ensure_started()  # before the first read: no commit slips between
+        # Another process's commit wakes us when it writes data.mdb, but LMDB publishes the
+        # new snapshot to readers (the transaction ID in lock.mdb, shared memory: no file
+        # event) just *after* writing the meta page. A wake-up that finds nothing new is
+        # therefore followed by re-reads after 1, 2, 4, … 64 ms, not by a wait for the next
+        # event (which may never come: the wake-up would be lost until the timeout).
+        recheck = 0.0
         while True:
             gen = self.committer.generation
             external = self.external_commits
@@ -502,7 +522,11 @@ class Core:
             with self._commit_cv:
                 if (self.committer.generation == gen and self.external_commits == external
                         and not self._closed):
-                    self._commit_cv.wait(remaining)
+                    self._commit_cv.wait(min(remaining, recheck) if recheck else remaining)
+            if self.external_commits != external:
+                recheck = EXTERNAL_RECHECK_FIRST
+            elif recheck:
+                recheck = recheck * 2 if recheck < EXTERNAL_RECHECK_LAST else 0.0
 
     def now_ms(self) -> int:
         return self.clock()

@@ -118,6 +118,11 @@ def data_size(path: str) -> int | None:
         return None
 
 
+def is_data_directory(path: str) -> bool:
+    """Whether ``path`` is a directory holding engine data (a non-empty ``data.mdb``)."""
+    return os.path.isdir(path) and bool(data_size(path))
+
+
 def check_before_open(path: str, marker_id: str | None) -> bool:
     """Refuse a directory that was initialised but lost its data file. Returns whether the
     directory is new (nothing in it yet)."""

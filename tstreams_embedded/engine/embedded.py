@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import errors
 from .core import Core
+from .directory import DATA_FILE, is_data_directory
 from .engine import DEFAULT_TXN_TTL, Engine, check_handle_options
 
 #: Core's keyword options and their defaults (what a second open is compared with)
@@ -104,8 +105,14 @@ def _release(key: str, core: Core) -> None:
 
 
 def open_engine(path: str | os.PathLike[str], durability: str = "sync", *, txn_ttl: float = DEFAULT_TXN_TTL,
-                keepalive_interval: float | None = -1, **core_options: Any) -> Engine:
+                keepalive_interval: float | None = -1, create: bool = True, **core_options: Any) -> Engine:
     """Open (creating if needed) the engine in directory ``path``.
+
+    With ``create=False`` the directory must already be an initialised tstreams data
+    directory (it holds a non-empty ``data.mdb``): otherwise
+    :class:`~tstreams_embedded.errors.DataDirectoryNotFound` is raised and nothing is
+    created (no directory, no file). Read-only tools open with it, so that a mistyped path
+    is an error rather than a new, empty engine.
 
     ``durability`` is ``"sync"``, ``"strict"`` or ``"async"`` (see :class:`~.core.Core`);
     ``core_options`` are :class:`~.core.Core`'s keyword options (``map_size``,
@@ -116,8 +123,15 @@ def open_engine(path: str | os.PathLike[str], durability: str = "sync", *, txn_t
     """
     if not isinstance(path, (str, os.PathLike)):
         raise errors.InvalidArgument(f"path must be a string or path, got {type(path).__name__}")
+    if not os.fspath(path):
+        raise errors.InvalidArgument("path must not be empty (use '.' for the current directory)")
+    if not isinstance(create, bool):
+        raise errors.InvalidArgument(f"create must be True or False, got {create!r}")
     check_handle_options(txn_ttl, keepalive_interval)
     key = os.path.realpath(os.fspath(path))
+    if not create and not is_data_directory(key):
+        raise errors.DataDirectoryNotFound(f"{os.fspath(path)!r} is not a tstreams data directory "
+                                           f"(no {DATA_FILE} with data in it)")
     core = _acquire(key, durability, core_options)
     try:
         return Engine(core, txn_ttl=txn_ttl, keepalive_interval=keepalive_interval,

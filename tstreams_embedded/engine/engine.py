@@ -148,7 +148,17 @@ class Engine:
 
     def consumer(self, stream: str, name: str, start: Start = "oldest", partitions: Iterable[int] | None = None,
                  use_last_offset: bool = True, serializer: Any = None, prefetch: int = 256) -> Consumer:
-        """A named consumer; its stored offsets win over ``start`` unless ``use_last_offset=False``."""
+        """A named consumer; its stored offsets win over ``start`` unless ``use_last_offset=False``.
+
+        ``start`` is where a partition without a stored offset begins: ``"oldest"``;
+        ``"newest"`` (after the highest ID allocated so far: only transactions opened after
+        this call, as in T-streams); a transaction ID (that transaction, then those after
+        it); or a datetime T: the transactions whose ID is at or after ``ts.txn_id_at(T)``,
+        i.e. those *opened* at or after T. A transaction ID records when its transaction was
+        opened, not when it was checkpointed, so one opened before T and checkpointed after
+        T is not read. To re-read everything checkpointed since T, step back before the
+        transactions open at T (``Backend.first_open_at``), as ``tstreams consumers reset
+        --to T`` does."""
         self.check_open()
         check_name(stream)
         check_name(name, "consumer name")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import lmdb
 
+from ..ids import ID_MULTIPLIER
 from . import keys
 from .backend import MAX_OPEN_LISTED, ConsumerInfo, OpenTxn, PartitionInfo, StreamInfo
 from .catalog import decode_stream, lookup_stream
@@ -55,6 +56,31 @@ def describe_partition(txn: lmdb.Transaction, store: Store, info: StreamInfo, pa
                     open_txns.append(OpenTxn(tid, deadline, n))
     size += _range_bytes(txn.cursor(db=store.data), prefix)
     return PartitionInfo(partition, last_id, first, head, checkpointed, items, expired, open_txns, open_count, size)
+
+
+def first_open_at(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: int, ms: int) -> int:
+    """The lowest ID of a transaction of the partition that was open at ``ms`` (epoch ms):
+    opened before it (its ID is below ``txn_id_at(ms)``) and not checkpointed before it
+    (still open, or checkpointed at or after ``ms``); 0 if none. Cancelled and expired
+    transactions never count. Checkpointed records written before the engine kept their
+    checkpoint time count as checkpointed when opened. Visits the partition's transaction
+    records up to ``ms`` (no item data)."""
+    check_partition(info, partition)
+    prefix = keys.part_key(info.id, partition)
+    below = ms * ID_MULTIPLIER
+    cur = txn.cursor(db=store.txns)
+    if cur.set_range(prefix):
+        for k, v in cur.iternext():
+            key = bytes(k)
+            if key[: keys.PART_LEN] != prefix:
+                break
+            tid = keys.txn_id_of(key)
+            if tid >= below:
+                break
+            state, stamp, _, _ = keys.STATE.unpack(v)
+            if state == OPENED or (state == CHECKPOINTED and stamp >= ms):
+                return tid
+    return 0
 
 
 def _range_bytes(cur: lmdb.Cursor, prefix: bytes) -> int:

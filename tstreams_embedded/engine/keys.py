@@ -28,7 +28,9 @@ _TXN = struct.Struct(">QIQ")
 _CHUNK = struct.Struct(">QIQI")
 _U32 = struct.Struct(">I")
 
-# Transaction state record: state u8, deadline_ms i64 (open txns), chunks u32, items u32.
+# Transaction state record: state u8, time_ms i64, chunks u32, items u32. time_ms is the deadline
+# of an open transaction and the time a checkpointed one was checkpointed (engine clock, epoch
+# ms; 0 in records written before it was kept: unknown). See inspection.first_open_at.
 STATE = struct.Struct("<BqII")
 
 PART_LEN = _PART.size

@@ -266,6 +266,7 @@ class RemoteBackend:
     get_marker = _remote(Backend.get_marker, _as_is)
     list_consumers = _remote(Backend.list_consumers, _each(ConsumerInfo.from_wire))
     describe_partitions = _remote(Backend.describe_partitions, _each(PartitionInfo.from_wire))
+    first_open_at = _remote(Backend.first_open_at, _as_is)
     store_get = _remote(Backend.store_get, _as_is)
     store_range = _remote(Backend.store_range, _pairs)
     store_windows = _remote(Backend.store_windows, _pairs)

@@ -151,7 +151,16 @@ class Connection:
             s.curve_secretkey = client_sec
         self._mon = s.get_monitor_socket(_MONITOR_EVENTS)
         for e in eps:
-            s.connect(e)
+            try:
+                s.connect(e)
+            except zmq.ZMQError as exc:  # a malformed address ('tcp://host:abc', 'ipc://'): nothing stays open
+                s.disable_monitor()
+                self._mon.close(0)
+                s.close(0)
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                raise InvalidArgument(f"endpoint {e!r} is not a valid ZeroMQ address ({exc}); "
+                                      "expected e.g. 'tcp://host:port'") from None
         self._sock = s
         self._zfd = s.getsockopt(zmq.FD)
         self._thread = threading.Thread(target=self._run, name="tstreams-client-io", daemon=True)
@@ -324,10 +333,16 @@ class Connection:
                 self._recv_all()
             if fut.done():
                 return
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 return
-            select.select(fds, [], [], min(remaining, self.heartbeat))
+            with self._io:  # requests past their deadline fail now, not at the I/O thread's next tick
+                self._expire(now)
+                nearest = self._deadlines[0][0] - now if self._deadlines else remaining
+            if fut.done():
+                return
+            select.select(fds, [], [], max(0.0, min(remaining, self.heartbeat, nearest + 0.001)))
 
     def _release_token(self, wake: bool = True) -> None:
         self._token.release()
@@ -517,6 +532,14 @@ class Connection:
 
     def _timers(self) -> None:
         now = time.monotonic()
+        self._expire(now)
+        if (self._can_send() and now - self._last_rx >= self.heartbeat
+                and now - self._last_ping >= self.heartbeat):
+            self._last_ping = now
+            self._try_send([framing.pack_request_header(0, "ping", framing.NO_REPLY)])
+
+    def _expire(self, now: float) -> None:
+        """Fail the requests whose deadline passed (caller holds ``_io``)."""
         dl = self._deadlines
         while dl and dl[0][0] <= now:
             deadline, rid = heapq.heappop(dl)
@@ -534,10 +557,6 @@ class Connection:
         if len(dl) > 4 * len(self._pending) + 1024:  # drop stale heap entries
             self._deadlines = [(r.deadline, r.id) for r in self._pending.values()]
             heapq.heapify(self._deadlines)
-        if (self._can_send() and now - self._last_rx >= self.heartbeat
-                and now - self._last_ping >= self.heartbeat):
-            self._last_ping = now
-            self._try_send([framing.pack_request_header(0, "ping", framing.NO_REPLY)])
 
     def _shutdown(self) -> None:
         with self._io:

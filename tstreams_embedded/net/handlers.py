@@ -254,6 +254,10 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
     def describe_partitions(session: Session, stream: str, first: int = 0, count: int = 256) -> list[Any]:
         return [p.to_wire() for p in core.describe_partitions(stream, first, count)]
 
+    @reg.call("first_open_at", executor="pool")
+    def first_open_at(session: Session, stream: str, partition: int, ms: int) -> int:
+        return core.first_open_at(stream, partition, ms)
+
     @reg.call("stats")
     def stats(session: Session) -> dict[str, Any]:
         return core.stats()

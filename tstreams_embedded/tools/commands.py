@@ -9,7 +9,6 @@ in :class:`tstreams_embedded.cli.Main`.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO, TypeVar
@@ -20,7 +19,7 @@ from ..engine.consumer import Transaction
 from ..engine.validate import check_partition
 from . import report
 from .formats import INPUT_FORMATS, OUTPUT_FORMATS, decode_item, item_line, to_json
-from .output import Output, duration, id_time, ms_time, size
+from .output import Output, duration, id_time, ms_time, output_failed, silence_stdout, size
 from .positions import Position, PositionType
 from .produce import produce as produce_items
 from .produce import read_items
@@ -131,7 +130,9 @@ def consume(target: Target, stream: str, start: Position | None, partitions: tup
         except KeyboardInterrupt:
             pass
         except BrokenPipeError:  # the reader went away (| head): stop quietly
-            _silence_stdout()
+            silence_stdout()
+        except OSError as exc:  # a full disk, an I/O error: one line, exit status 1
+            raise output_failed(exc) from None
 
 
 def _write_transaction(out: BinaryIO, t: Transaction, fmt: str, as_json: bool) -> None:
@@ -142,11 +143,6 @@ def _write_transaction(out: BinaryIO, t: Transaction, fmt: str, as_json: bool) -
     else:
         out.write(b"".join(item_line(i, fmt) + b"\n" for i in t.items))
     out.flush()
-
-
-def _silence_stdout() -> None:
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
 
 
 # --------------------------------------------------------------------------- produce
@@ -221,7 +217,12 @@ def consumers_describe(target: Target, stream: str, name: str, as_json: bool) ->
         ("partition", "partition"), ("offset", "offset"), ("offset_time", "offset time"), ("head", "head"),
         ("head_time", "head time"), ("lag_transactions", "lag txns"), ("lag_items", "lag items"),
         ("lag_time", "lag time"), ("blocked_by_open", "waits on open txn"),
+        ("ahead_of_head", "offset ahead of head"),
     ])
+    ahead = [str(r["partition"]) for r in rows if r["ahead_of_head"]]
+    if ahead:
+        out.text(f"offset ahead of head on partition(s) {', '.join(ahead)}: the consumer will skip what is "
+                 "written (or checkpointed) up to its offset; reset it with --to newest or a time")
     out.text(f"total lag: {sum(r['lag_transactions'] for r in rows)} transactions, "
              f"{sum(r['lag_items'] for r in rows)} items")
 
@@ -231,8 +232,11 @@ def consumers_describe(target: Target, stream: str, name: str, as_json: bool) ->
 @click.argument("stream")
 @click.argument("name")
 @click.option("--to", "to", type=PositionType(), required=True, metavar=POSITION_METAVAR,
-              help="oldest, newest, a time (ISO 8601, UTC unless it has a zone; or -15m, -2h, -1d) or a "
-                   "transaction ID: the consumer next reads the first transaction at or after it.")
+              help="oldest; newest (after the last checkpointed transaction, before any still open); a "
+                   "time (ISO 8601, UTC unless it has a zone; or -15m, -2h, -1d): the consumer reads again "
+                   "every transaction checkpointed since then, including those opened before it; or a "
+                   "transaction ID: the consumer next reads that transaction. A position past the head is "
+                   "clamped to the head.")
 @partition_option("Reset only this partition (repeatable; default: all).")
 @click.option("--dry-run", is_flag=True, help="Show the new offsets without writing them.")
 @json_option
@@ -245,14 +249,20 @@ def consumers_reset(target: Target, stream: str, name: str, to: Position, partit
     with target.open() as engine:
         info = report.stream_info(engine.backend, stream)
         chosen = report.checked_partitions(info, partitions)
-        stored, new = report.reset_plan(engine.backend, info, name, to, chosen)
+        stored, plan = report.reset_plan(engine.backend, info, name, to, chosen)
         if not dry_run:
-            report.apply_reset(engine.backend, info, name, stored, new)
+            report.apply_reset(engine.backend, info, name, stored, {p: plan[p].offset for p in chosen})
     rows = [{"stream": info.name, "consumer": name, "partition": p, "offset": stored.get(p),
-             "offset_time": id_time(stored.get(p, 0)), "new_offset": new[p],
-             "next_read_from": id_time(new[p] + 1) if new[p] else None, "applied": not dry_run} for p in chosen]
+             "offset_time": id_time(stored.get(p, 0)), "new_offset": plan[p].offset,
+             "next_read_id": plan[p].next_id or None, "next_read_from": id_time(plan[p].next_id),
+             "clamped": plan[p].clamped, "applied": not dry_run} for p in chosen]
     out.table(rows, [("partition", "partition"), ("offset", "offset"), ("offset_time", "offset time"),
-                     ("new_offset", "new offset"), ("next_read_from", "next read from (time)")])
+                     ("new_offset", "new offset"), ("next_read_id", "next read"),
+                     ("next_read_from", "next read (opened at)"), ("clamped", "clamped to head")])
+    clamped = [p for p in chosen if plan[p].clamped]
+    if clamped:
+        out.text(f"--to {to.text} is past the head of partition(s) {', '.join(map(str, clamped))}: their offsets "
+                 "were clamped to the head (after the last checkpointed transaction, before any still open)")
     out.text(f"dry run: nothing written (--to {to.text})" if dry_run
              else f"reset {len(chosen)} partition(s) of consumer {name} on {info.name} to {to.text}")
 

@@ -4,10 +4,14 @@ durations are shown."""
 from __future__ import annotations
 
 import datetime as dt
+import io
+import os
+import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+import click
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -19,14 +23,45 @@ Column = tuple[str, str]
 """``(key in the row, column heading)``."""
 
 
+class OutputFailed(click.ClickException):
+    """Standard output could not be written (a full disk, an I/O error): one line on stderr,
+    exit status 1."""
+
+    exit_code = 1
+
+
+def silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that nothing more (not even the flush at
+    exit) fails on an output that went away."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def output_failed(exc: OSError) -> OutputFailed:
+    """The error to raise when writing standard output failed with ``exc``."""
+    silence_stdout()
+    return OutputFailed(f"cannot write the output: {exc.strerror or exc}")
+
+
+def emit(text: str) -> None:
+    """Write ``text`` to standard output and flush it; a failed write (other than a reader
+    that went away) raises :class:`OutputFailed`."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise output_failed(exc) from None
+
+
 class Output:
     """Writes rows to stdout as a table, or as one JSON object per line with ``as_json``."""
 
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
-        tty = sys.stdout.isatty()
-        self._console = Console(file=sys.stdout, width=None if tty else 1000, highlight=False,
-                                emoji=False, soft_wrap=False)
+        self._tty = sys.stdout.isatty()
 
     def table(self, rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None = None) -> None:
         """The rows (every key in JSON; the ``columns`` in a table)."""
@@ -36,23 +71,21 @@ class Output:
             return
         table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False)
         for _, heading in columns:
-            table.add_column(heading, no_wrap=not sys.stdout.isatty())
+            table.add_column(heading, no_wrap=not self._tty)
         for row in rows:
             table.add_row(*(show(row.get(key)) for key, _ in columns))
-        if self._console.is_terminal:
-            self._console.print(table)
-            return
-        with self._console.capture() as captured:  # into a pipe or a file: no trailing blanks
-            self._console.print(table)
-        sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+        rendered = io.StringIO()  # rendered first, then written with emit (a failed write is one line)
+        width = shutil.get_terminal_size().columns if self._tty else 1000
+        Console(file=rendered, width=width, highlight=False, emoji=False, soft_wrap=False).print(table)
+        emit("".join(line.rstrip() + "\n" for line in rendered.getvalue().splitlines()))
 
     def json(self, obj: Any) -> None:
-        sys.stdout.write(to_json(obj) + "\n")
+        emit(to_json(obj) + "\n")
 
     def text(self, line: str) -> None:
         """A line of text (tables mode only)."""
         if not self.as_json:
-            self._console.print(line, markup=False)
+            emit(line + "\n")
 
 
 def show(value: Any) -> str:

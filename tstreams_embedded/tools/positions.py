@@ -3,9 +3,27 @@
 A time is ISO 8601 (``2026-11-23T13:45``, ``2026-11-23 13:45:10.5+01:00``, ``…Z``; without
 a zone it is UTC) or relative to now (``-90s``, ``-15m``, ``-2h``, ``-1d``). A transaction ID is
 a plain integer. :meth:`Position.offset` turns a position into the offset a consumer stores
-(the ID of the last transaction passed), with the same rules as ``engine.consumer(start=…)``:
-a time starts at the first transaction at or after it (offset ``ts.txn_id_at(time) - 1``), an
-ID starts at that transaction.
+(the ID of the last transaction passed), given the partition's :class:`Bounds`:
+
+* ``oldest``: 0;
+* ``newest``: the *stable* offset: after the last checkpointed transaction and before any
+  transaction still open (like Kafka's last stable offset under read-committed);
+* an ID: that transaction is the next one read (offset ``ID - 1``);
+* a time T: everything checkpointed at or after T is read again, and so is everything opened
+  at or after T. A transaction ID records when the transaction was *opened*, so the offset
+  is ``txn_id_at(T) - 1``, stepped back to before the oldest transaction that was still open
+  at T (opened before T, checkpointed at or after T or still open:
+  :meth:`~tstreams_embedded.engine.backend.Backend.first_open_at`). Transactions opened
+  before T and checkpointed after T are therefore read again, and so may be a few
+  transactions checkpointed before T that follow them.
+
+An offset past the stable offset is lowered to it (which changes nothing a consumer reads
+when the position is in the past); a position in the future, or beyond an open transaction,
+is reported as *clamped* to it, as ``kafka-consumer-groups --reset-offsets`` clamps a reset
+past the log end: otherwise the consumer would skip everything written until then.
+
+``consume --from TIME`` (``engine.consumer(start=time)``) is simpler: it reads the
+transactions *opened* at or after T.
 """
 
 from __future__ import annotations
@@ -18,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import errors
-from ..engine.backend import Backend
+from ..engine.backend import Backend, PartitionInfo
 from ..engine.consumer import Start
-from ..ids import MAX_ID, txn_id_at
+from ..ids import ID_MULTIPLIER, MAX_ID, txn_id_at
 
 _RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -45,16 +63,39 @@ class Position:
             return self.txn_id
         return self.kind
 
-    def offset(self, backend: Backend, stream: str, partition: int) -> int:
-        """The offset (last transaction passed) that makes a consumer start here."""
+    def wanted(self, backend: Backend, stream: str, partition: int, stable: int) -> int:
+        """The offset (last transaction passed) that makes a consumer start here, before
+        clamping to ``stable``."""
         if self.kind == "oldest":
             return 0
         if self.kind == "newest":
-            return backend.last_txn_id(stream, partition)
+            return stable
         if self.kind == "time":
             assert self.time is not None
-            return max(txn_id_at(self.time) - 1, 0)
+            at = txn_id_at(self.time)
+            offset = at - 1
+            if at <= stable + 1:  # a time in the future has nothing open at it yet
+                opened = backend.first_open_at(stream, partition, at // ID_MULTIPLIER)
+                if opened:
+                    offset = min(offset, opened - 1)
+            return max(offset, 0)
         return max(self.txn_id - 1, 0)
+
+
+def skips_ahead(offset: int, p: PartitionInfo, now_ms: int) -> bool:
+    """Whether a consumer at ``offset`` would skip what is not readable yet: a transaction
+    still open, or transactions not written yet (an offset in the future)."""
+    if offset <= stable_offset(p):
+        return False
+    return offset >= now_ms * ID_MULTIPLIER or bool(p.open_count and p.open and offset >= p.open[0].id)
+
+
+def stable_offset(p: PartitionInfo) -> int:
+    """The partition's stable offset: after its last allocated transaction, or before its
+    oldest open transaction if one is open (Kafka's last stable offset)."""
+    if p.open_count and p.open:
+        return min(p.last_id, p.open[0].id - 1)
+    return p.last_id
 
 
 def parse_position(text: str, now: dt.datetime | None = None) -> Position:

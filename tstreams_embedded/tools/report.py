@@ -20,7 +20,7 @@ from ..engine.backend import MAX_DESCRIBED_PARTITIONS, Backend, PartitionInfo, S
 from ..engine.validate import check_name, check_partition
 from ..ids import txn_millis
 from .output import id_time
-from .positions import Position
+from .positions import Position, skips_ahead, stable_offset
 
 
 def stream_info(backend: Backend, stream: str) -> StreamInfo:
@@ -108,10 +108,12 @@ def lag_after(backend: Backend, stream: str, partition: int, offset: int) -> Lag
 def consumer_rows(backend: Backend, info: StreamInfo, consumer: str, offsets: dict[int, int],
                   now_ms: int) -> list[dict[str, Any]]:
     """One row per partition of ``tstreams consumers describe``: offset, head, lag."""
-    heads = {p.partition: p.head for p in describe_partitions(backend, info, list(range(info.partitions)))}
+    described = {p.partition: p for p in describe_partitions(backend, info, list(range(info.partitions)))}
+    heads = {n: p.head for n, p in described.items()}
     rows = []
     for partition in range(info.partitions):
         offset = offsets.get(partition)
+        stable = stable_offset(described[partition])
         lag = lag_after(backend, info.name, partition, offset or 0)
         rows.append({
             "stream": info.name,
@@ -125,15 +127,42 @@ def consumer_rows(backend: Backend, info: StreamInfo, consumer: str, offsets: di
             "lag_items": lag.items,
             "lag_ms": now_ms - txn_millis(lag.first_unread) if lag.first_unread else 0,
             "blocked_by_open": lag.blocked,
+            "stable": stable,
+            # past the stable offset: the consumer skips an open transaction or data not written yet
+            "ahead_of_head": offset is not None and skips_ahead(offset, described[partition], now_ms),
         })
     return rows
 
 
+@dataclass(frozen=True)
+class Planned:
+    """A partition's new offset: ``offset``; ``wanted`` is what ``--to`` asked for, lowered
+    to ``stable`` when above it (``clamped`` when it pointed into the future or past an open
+    transaction); ``next_id`` the first checkpointed transaction read next (0 if none yet)."""
+
+    offset: int
+    wanted: int
+    stable: int
+    next_id: int
+    clamped: bool
+
+
 def reset_plan(backend: Backend, info: StreamInfo, consumer: str, to: Position,
-               partitions: list[int]) -> tuple[dict[int, int], dict[int, int]]:
-    """``(stored offsets, new offsets)`` for a reset of ``partitions`` to ``to``."""
+               partitions: list[int]) -> tuple[dict[int, int], dict[int, Planned]]:
+    """``(stored offsets, plan per partition)`` for a reset of ``partitions`` to ``to``:
+    every new offset at most the partition's stable offset (see :mod:`.positions`)."""
     stored = stored_offsets(backend, info, consumer)
-    return stored, {p: to.offset(backend, info.name, p) for p in partitions}
+    described = {p.partition: p for p in describe_partitions(backend, info, partitions)}
+    now_ms = backend.now_ms()
+    plan = {}
+    for p in partitions:
+        stable = stable_offset(described[p])
+        wanted = to.wanted(backend, info.name, p, stable)
+        offset = min(wanted, stable)
+        scan = backend.scan_index(info.name, p, offset, max_txns=1)
+        plan[p] = Planned(offset, wanted, stable, scan.entries[0][0] if scan.entries else 0,
+                          skips_ahead(wanted, described[p], now_ms))
+    return stored, plan
 
 
 def apply_reset(backend: Backend, info: StreamInfo, consumer: str, stored: dict[int, int],

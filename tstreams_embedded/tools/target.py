@@ -2,11 +2,15 @@
 
 :func:`target_options` adds ``--data``, ``--connect``, ``--curve-dir`` and ``--timeout`` to
 a click command and hands it a :class:`Target`; :meth:`Target.open` gives the ``Engine``.
+Every command opens an existing data directory only (a mistyped ``--data`` is
+:class:`~tstreams_embedded.errors.DataDirectoryNotFound`, nothing is created), except the
+commands decorated with :func:`creating_target_options` (``streams create``).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ class Target:
     connect: str | None = None
     curve_dir: str | None = None
     timeout: float = 10.0
+    create: bool = False  # whether a missing data directory is created
 
     @property
     def embedded(self) -> bool:
@@ -38,8 +43,11 @@ class Target:
         import tstreams_embedded as ts
 
         if self.data is not None:
-            return ts.open(self.data, compaction_interval=None)
+            return ts.open(self.data, compaction_interval=None, create=self.create)
         assert self.connect is not None
+        if self.connect.startswith("zk://"):
+            # kazoo logs every failed connection attempt; the command reports one line instead
+            logging.getLogger("kazoo").setLevel(logging.CRITICAL + 1)
         options: dict[str, Any] = {"timeout": self.timeout}
         if self.curve_dir is not None:
             options["curve_dir"] = self.curve_dir
@@ -47,35 +55,48 @@ class Target:
         return engine
 
 
-def target_options(fn: F) -> F:
-    """Add the target options to a click command; it receives ``target: Target``."""
+def _options(create: bool) -> Callable[[F], F]:
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def command(*args: Any, data: str | None, connect: str | None, curve_dir: str | None, timeout: float,
+                    **kwargs: Any) -> Any:
+            return fn(*args, target=make_target(data, connect, curve_dir, timeout, create=create), **kwargs)
 
-    @functools.wraps(fn)
-    def command(*args: Any, data: str | None, connect: str | None, curve_dir: str | None, timeout: float,
-                **kwargs: Any) -> Any:
-        return fn(*args, target=make_target(data, connect, curve_dir, timeout), **kwargs)
+        for option in reversed([
+            click.option("--data", type=click.Path(file_okay=False, exists=not create), default=None,
+                         help="Data directory (embedded engine; created if missing)." if create
+                         else "Data directory (embedded engine; it must exist)."),
+            click.option("--connect", default=None, metavar="URL",
+                         help="A server (tcp://host:port) or a cluster (zk://host:port/path) instead of --data."),
+            click.option("--curve-dir", type=click.Path(file_okay=False, exists=True), default=None,
+                         help="CURVE keys directory for --connect (made by 'tstreams keys generate')."),
+            click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+                         metavar="SECONDS",
+                         help="Seconds each request to --connect may take (connecting included)."),
+        ]):
+            command = option(command)
+        return command  # type: ignore[return-value]
 
-    for option in reversed([
-        click.option("--data", type=click.Path(file_okay=False, exists=True), default=None,
-                     help="Data directory (embedded engine)."),
-        click.option("--connect", default=None, metavar="URL",
-                     help="A server (tcp://host:port) or a cluster (zk://host:port/path) instead of --data."),
-        click.option("--curve-dir", type=click.Path(file_okay=False, exists=True), default=None,
-                     help="CURVE keys directory for --connect (made by 'tstreams keys generate')."),
-        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
-                     metavar="SECONDS",
-                     help="Seconds each request to --connect may take."),
-    ]):
-        command = option(command)
-    return command  # type: ignore[return-value]
+    return decorate
 
 
-def make_target(data: str | None, connect: str | None, curve_dir: str | None = None, timeout: float = 10.0) -> Target:
+#: Add the target options to a click command; it receives ``target: Target`` (an existing
+#: data directory or an endpoint).
+target_options = _options(create=False)
+#: :data:`target_options` for a command that may create the data directory.
+creating_target_options = _options(create=True)
+
+
+def make_target(data: str | None, connect: str | None, curve_dir: str | None = None, timeout: float = 10.0,
+                create: bool = False) -> Target:
     """Check the target options (a click usage error when they do not name one target)."""
     if (data is None) == (connect is None):
         raise click.UsageError("give exactly one of --data DIR and --connect URL")
+    if data is not None and not os.fspath(data):
+        raise click.BadParameter("the data directory must not be empty (use . for the current directory)",
+                                 param_hint="'--data'")
     if connect is not None and not connect.startswith(SCHEMES):
         raise click.BadParameter(f"expected a tcp://, ipc:// or zk:// URL, got {connect!r}", param_hint="--connect")
     if curve_dir is not None and connect is None:
         raise click.UsageError("--curve-dir goes with --connect")
-    return Target(os.fspath(data) if data is not None else None, connect, curve_dir, timeout)
+    return Target(os.fspath(data) if data is not None else None, connect, curve_dir, timeout, create)
