@@ -106,3 +106,30 @@ def kill_at_random_points(engine: ts.Engine, command: Sequence[str], chunks: Seq
                 if f is not None:
                     f.close()
     return progress
+
+
+class WorkerProcess:
+    """A worker script (``python WORKER ARGS…``) in a subprocess, with pipes; it reports
+    ``started …`` on its first line (kept as :attr:`started`) once its app runs."""
+
+    def __init__(self, worker: Path, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(worker), *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_environment())
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        assert line.startswith("started"), line + (self.proc.stderr.read().decode() if self.proc.stderr else "")
+        self.started = line.split()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL by PID (continued first if paused), reaped; pipes closed."""
+        kill_process(self.proc)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                f.close()

@@ -8,7 +8,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,10 +38,9 @@ from tstreams_embedded.streams.membership import group_store
 from tstreams_embedded.streams.records import unpack_envelope
 from tstreams_embedded.streams.serdes import serde
 from tstreams_embedded.streams.stores import pages
-from tstreams_embedded.testing import FakeClock, ServeProcess, eventually, kill_process
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing import FakeClock, ServeProcess, eventually
 
-from .harness import committed_transactions
+from .harness import WorkerProcess, committed_transactions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from global_worker import APPLICATION  # noqa: E402
@@ -75,27 +73,10 @@ def global_rows(engine: ts.Engine, application: str, store: str, keys: list[str]
 
 
 # -- two processes, the holder SIGKILLed ------------------------------------------------------
-class Worker:
+class Worker(WorkerProcess):
     def __init__(self, data: str, name: str) -> None:
+        super().__init__(WORKER, data, name)
         self.name = name
-        self.proc = subprocess.Popen([sys.executable, str(WORKER), data, name], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_environment())
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        assert line.startswith("started"), line + (self.proc.stderr.read().decode() if self.proc.stderr else "")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        kill_process(self.proc)
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if f is not None:
-                f.close()
 
 
 def json_version(value: bytes) -> int:

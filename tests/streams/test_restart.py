@@ -20,10 +20,9 @@ from tstreams_embedded.engine.state import unpack_lease
 from tstreams_embedded.streams import App, send_records
 from tstreams_embedded.streams.membership import Membership, group_store, read_group
 from tstreams_embedded.streams.process_id import ProcessId, host_key
-from tstreams_embedded.testing import eventually, kill_process
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing import eventually
 
-from .harness import read_envelopes
+from .harness import WorkerProcess, read_envelopes
 from .restart_worker import APP_ID, topology
 
 WORKER = Path(__file__).resolve().parent / "restart_worker.py"
@@ -40,21 +39,11 @@ def counts(engine: ts.Engine) -> dict[str, int]:
     return dict(App(engine, application_id=APP_ID, topology=topology()).store("n").all())
 
 
-class Worker:
+class Worker(WorkerProcess):
     """The app in a subprocess (see ``restart_worker.py``)."""
 
     def __init__(self, data: str, lease_ms: int = LEASE_MS) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(WORKER), data, str(lease_ms)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_environment())
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        assert line.startswith("started"), line + (self.proc.stderr.read().decode() if self.proc.stderr else "")
-
-    def kill(self) -> None:
-        kill_process(self.proc)  # SIGKILL by PID, reaped
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if f is not None:
-                f.close()
+        super().__init__(WORKER, data, str(lease_ms))
 
 
 KEYS = [f"k{i}" for i in range(12)]

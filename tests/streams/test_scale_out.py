@@ -14,18 +14,15 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded.streams.membership import read_group
-from tstreams_embedded.testing import ServeProcess, eventually, kill_process
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing import ServeProcess, eventually
 
-from .harness import chunks, committed_transactions
+from .harness import WorkerProcess, chunks, committed_transactions
 from .views_pipeline import check_output, expected_totals, make_events, totals_store, views_input
 
 WORKER = Path(__file__).resolve().parent / "scale_worker.py"
@@ -35,27 +32,10 @@ PARTITIONS = 6
 ROUNDS = 12
 
 
-class Worker:
+class Worker(WorkerProcess):
     def __init__(self, data: str) -> None:  # an engine directory, or a tcp:// endpoint
-        self.proc = subprocess.Popen([sys.executable, str(WORKER), data], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_environment())
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        assert line.startswith("started"), line + (self.proc.stderr.read().decode() if self.proc.stderr else "")
-        self.port = int(line.split()[1])
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        kill_process(self.proc)  # continued first if paused
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if f is not None:
-                f.close()
+        super().__init__(WORKER, data)
+        self.port = int(self.started[1])
 
 
 @pytest.mark.timeout(300)
