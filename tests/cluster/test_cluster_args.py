@@ -66,3 +66,133 @@ def test_zookeeper_calls_are_bounded(tmp_path: Path) -> None:
         client.stop()
         client.close()
         zk.cleanup()
+
+
+# ---------------------------------------------------------------------------- audit 10: bad input
+BAD_PATHS = ["/a b\x00c", "/a\x01b", "/zookeeper", "/zookeeper/quota", "/a/./b", "/a/../b", "/ok?x=1", "/ok#f",
+             "/a//b"]
+
+
+@pytest.mark.parametrize("url", ["zk://127.0.0.1:99999/x", "zk://127.0.0.1:0/x", "zk://h:1,h:65536/x",
+                                 *(f"zk://127.0.0.1:2181{p}" for p in BAD_PATHS)])
+def test_bad_ports_and_paths(url: str) -> None:
+    """Ports out of range and paths ZooKeeper refuses (or reserves) are refused when parsed,
+    before any connection, with InvalidArgument (not kazoo's ValueError/BadArgumentsError)."""
+    with pytest.raises(errors.InvalidArgument, match="port|path|ZooKeeper's own"):
+        ZkAddress.parse(url)
+
+
+def test_good_paths_still_parse() -> None:
+    for path in ("/a b", "/zk", "/zookeeper2", "/a/.b/c..", "/ünï"):
+        assert ZkAddress.parse(f"zk://h:1{path}").path == path
+    assert ZkAddress.parse("zk://h:65535/x").hosts == "h:65535"
+
+
+@pytest.mark.parametrize("path", ["/zookeeper", "/a/./b", "/ok?x=1", "/a b\x00c"])
+def test_bad_paths_at_every_entry_point(zk: ZooKeeperServer, path: str) -> None:
+    from tstreams_embedded.cluster import cluster_status
+
+    url = f"zk://{zk.address}{path}"
+    with pytest.raises(errors.InvalidArgument):
+        init_cluster(url, 3)
+    with pytest.raises(errors.InvalidArgument):
+        cluster_status(url)
+    with pytest.raises(errors.InvalidArgument):
+        ts.connect(url, timeout=5)
+
+
+@pytest.mark.parametrize("options", [
+    {"timeout": float("nan")}, {"timeout": float("inf")}, {"timeout": -1}, {"timeout": "5"},
+    {"request_timeout": "x"}, {"request_timeout": -1}, {"request_timeout": float("nan")},
+    {"heartbeat": -1}, {"heartbeat": 0}, {"heartbeat": None},
+    {"zk_timeout": "x"}, {"zk_timeout": float("nan")}, {"zk_timeout": 0},
+    {"bogus": 1}, {"pipline_data": False},
+])
+def test_bad_connect_options(zk: ZooKeeperServer, options: dict[str, object]) -> None:
+    """Each bad option is named at once (a NaN timeout used to busy-loop forever, unknown
+    options and negative timeouts failed later as a misleading "no leader")."""
+    init_cluster(f"zk://{zk.address}/opts", 3)
+    name = next(iter(options))
+    with pytest.raises(errors.InvalidArgument, match=name):
+        ts.connect(f"zk://{zk.address}/opts", **options)
+
+
+def test_kazoo_errors_become_tstreams_errors(zk: ZooKeeperServer) -> None:
+    """A ZooKeeper refusal that parsing cannot foresee (here: a child of an ephemeral node)
+    is a tstreams error, not a kazoo one."""
+    client = zk.client()
+    client.start()
+    try:
+        client.create("/ephemeral-parent", ephemeral=True)
+        with pytest.raises((errors.InvalidArgument, errors.ClusterUnavailable), match="ZooKeeper"):
+            init_cluster(f"zk://{zk.address}/ephemeral-parent/c", 3)
+    finally:
+        client.stop()
+        client.close()
+
+
+def _one_line_error(args: list[str]) -> str:
+    from click.testing import CliRunner
+
+    from tstreams_embedded.cli import main
+
+    result = CliRunner().invoke(main, args)
+    output = (result.stdout + result.stderr).strip()
+    assert result.exit_code != 0, output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in output
+    assert len(output.splitlines()) == 1, output
+    return output
+
+
+@pytest.mark.parametrize("path", ["/x", *BAD_PATHS])
+def test_cli_bad_cluster_addresses(path: str) -> None:
+    """``tstreams cluster init/status`` answer a bad address with one line, no traceback."""
+    port = "99999" if path == "/x" else "2181"
+    for command in (["cluster", "init", f"zk://127.0.0.1:{port}{path}", "--nodes", "3"],
+                    ["cluster", "status", f"zk://127.0.0.1:{port}{path}"]):
+        assert "InvalidArgument" in _one_line_error(command)
+
+
+def test_cli_zookeeper_refusal_is_one_line(zk: ZooKeeperServer) -> None:
+    client = zk.client()
+    client.start()
+    try:
+        client.create("/ephemeral-parent-cli", ephemeral=True)
+        line = _one_line_error(["cluster", "init", f"zk://{zk.address}/ephemeral-parent-cli/c", "--nodes", "3"])
+        assert "ZooKeeper" in line
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_serve_with_an_ipc_bind_needs_repl(tmp_path: Path) -> None:
+    """The replication endpoint defaults to the first --bind's host on TCP; with an ipc://
+    bind there is none, so --repl is required (it used to fail as 'tcp:///path:*': No such device)."""
+    line = _one_line_error(["serve", "--data", str(tmp_path / "d"), "--cluster", "zk://127.0.0.1:2181/x",
+                            "--node-id", "n1", "--bind", f"ipc://{tmp_path}/x.sock"])
+    assert "InvalidArgument" in line and "--repl" in line
+
+
+def test_a_node_may_only_strengthen_the_cluster_acks(zk: ZooKeeperServer, tmp_path: Path) -> None:
+    """``serve --acks`` weaker than the cluster's acks is refused at start (the guarantee
+    would depend on which node leads); a stronger one is used."""
+    from tstreams_embedded.cluster.clock import StateClock
+    from tstreams_embedded.cluster.node import Node
+    from tstreams_embedded.engine.core import Core
+
+    url = f"zk://{zk.address}/acks"
+    init_cluster(url, 3, acks="quorum")
+    for override, expect in (("leader", None), ("all", "all"), ("quorum", "quorum"), (None, "quorum")):
+        core = Core(str(tmp_path / f"d-{override}"), clock=StateClock())
+        node = Node(core, url, "n1", "tcp://127.0.0.1:1", "tcp://127.0.0.1:*", acks=override, session_timeout=3)
+        try:
+            if expect is None:
+                with pytest.raises(errors.InvalidArgument, match="weaker than the cluster's acks 'quorum'"):
+                    node.start()
+            else:
+                node.start()
+                assert node.acks == expect
+        finally:
+            node.stop()
+            core.close()

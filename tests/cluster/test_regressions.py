@@ -7,6 +7,9 @@ import concurrent.futures
 import json
 import time
 from pathlib import Path
+from typing import Any
+
+import msgpack
 
 from tstreams_embedded import errors
 from tstreams_embedded.cluster.zk import ZkAddress
@@ -140,3 +143,101 @@ def test_a_call_waiting_on_a_deposed_leader_moves_to_the_new_one(cluster: Cluste
     converged(cluster)
     assert sorted(items_on(cluster.leader())) == ["before", "during"]
     engine.close()
+
+
+# ---------------------------------------------------------------------------- audit 10
+def test_the_lease_comes_from_the_session_timeout_zookeeper_granted(tmp_path: Path) -> None:
+    """Bug: the leader's lease was 0.75 x the *requested* session timeout. ZooKeeper caps a
+    session at its maxSessionTimeout, so a node asking for more than the cap held a lease
+    longer than its session: woken after the session expired (and another leader was
+    elected), it still passed ``serving()``. The lease is now 0.75 x the granted timeout."""
+    zk = ZooKeeperServer(tmp_path / "zk", extra_config={"maxSessionTimeout": "2000"})  # tickTime 500: 1 to 2 s
+    zk.start()
+    cluster = Cluster(zk, tmp_path / "c", n=1, session=3.0)
+    try:
+        cluster.start()
+        leader = cluster.leader(timeout=60)
+        status = leader.status()
+        assert status["session_timeout"] == 3.0
+        assert status["session_timeout_granted"] == 2.0
+        assert status["lease_seconds"] == 1.5
+        assert "granted a 2 s session for the 3 s asked" in leader.log()
+    finally:
+        cluster.stop()
+        zk.cleanup()
+
+
+def _repl_socket(endpoint: str) -> Any:
+    import zmq
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    return sock
+
+
+def _ask(endpoint: str, request: dict[str, Any], timeout_ms: int = 5000) -> dict[str, Any] | None:
+    """Send one request to a node's replication port; its answer, or None if none came."""
+    sock = _repl_socket(endpoint)
+    try:
+        sock.send(msgpack.packb(request, use_bin_type=True))
+        if not sock.poll(timeout_ms):
+            return None
+        return dict(msgpack.unpackb(sock.recv(), raw=False))
+    finally:
+        sock.close(0)
+
+
+def test_a_forged_epoch_cannot_block_elections(cluster: Cluster) -> None:
+    """Bug: a ``hello`` naming a huge epoch, sent to the (unauthenticated) replication port,
+    set every receiving node's known epoch: all later real elections were refused until a
+    restart. A ``fetch`` naming one deposed the leader. Such epochs are now believed only
+    once ZooKeeper's ``P/epoch`` has reached them."""
+    leader = cluster.leader(timeout=60)
+    epoch = leader.status()["epoch"]
+    followers = cluster.followers(leader)
+    for follower in followers:
+        answer = _ask(follower.status()["repl"], {"op": "hello", "epoch": 10**12, "node": "forger"})
+        assert answer is not None and answer["ok"] is False
+        assert follower.status()["known_epoch"] < 10**12
+    # a forged fetch to the leader, then a hello on the same connection (answered after it)
+    sock = _repl_socket(leader.status()["repl"])
+    try:
+        sock.send(msgpack.packb({"op": "fetch", "rid": 1, "node": "forger", "known": 10**12, "from": 1,
+                                 "last_epoch": 0, "commit": 0}, use_bin_type=True))
+        sock.send(msgpack.packb({"op": "hello", "epoch": 0, "node": "forger"}, use_bin_type=True))
+        assert sock.poll(5000)
+        assert msgpack.unpackb(sock.recv(), raw=False) == {"ok": False, "known": epoch}, "no answer to the fetch"
+    finally:
+        sock.close(0)
+    assert leader.is_leader() and leader.status()["epoch"] == epoch, "the leader was not deposed"
+    engine = cluster.connect(timeout=60)
+    cluster.closers.append(engine.close)
+    engine.create_stream("s")
+    producer = engine.producer("s")
+    producer.instant([b"before"])
+    leader.kill()
+    producer.instant([b"after"])  # a real election among the two followers the forger wrote to
+    new_leader = cluster.leader(timeout=60)
+    assert new_leader is not leader and new_leader.status()["epoch"] > epoch
+    assert sorted(items_on(new_leader)) == ["after", "before"]
+
+
+def test_an_oversized_frame_to_the_replication_port_is_dropped(cluster: Cluster) -> None:
+    """Bug: the replication port had no message size limit (nor queue bounds): any client
+    could make a node buffer frames of any size. A request larger than the largest real one
+    is now dropped (with its connection) by ZeroMQ, and the node stays healthy."""
+    leader = cluster.leader(timeout=60)
+    follower = cluster.followers(leader)[0]
+    repl = follower.status()["repl"]
+    big = {"op": "hello", "epoch": 0, "node": "x", "pad": b"\0" * (1 << 20)}
+    assert _ask(repl, big, timeout_ms=3000) is None, "a 1 MiB request was read and answered"
+    small = _ask(repl, {"op": "hello", "epoch": 0, "node": "x"})
+    assert small is not None and small["ok"] is False
+    assert follower.alive() and follower.status()["role"] == "follower"
+    engine = cluster.connect(timeout=60)
+    cluster.closers.append(engine.close)
+    engine.create_stream("s")
+    engine.producer("s").instant([b"x"])
+    eventually(lambda: follower.status()["applied"] >= leader.status()["commit"] > 0, 30, 0.05,
+               message="the follower still replicates")

@@ -34,13 +34,27 @@ from ..engine import ops as O
 from ..engine.backend import ConsumerInfo, Fetched, IndexScan, PartitionInfo, StoreScan, StreamInfo, TxnData
 from ..net import framing
 from ..net.client import RemoteBackend, encode_submit
-from .zk import BoundedZk, ZkAddress, decode_json
+from .zk import BoundedZk, ZkAddress, check_seconds, decode_json, start_client, zk_error
 
 T = TypeVar("T")
 
 RETRYABLE = (errors.NotLeader, errors.ClusterUnavailable, errors.RemoteError, errors.EngineClosed)
 READ_FROM = ("leader", "follower")
 AVOID_SECONDS = 1.0  # a follower that refused or failed a read is not asked again for this long
+#: The :class:`~tstreams_embedded.net.client.RemoteBackend` options a cluster client passes on
+#: (``pipeline_data`` is always off: every write must be retryable).
+REMOTE_OPTIONS = frozenset({"curve_dir", "curve_client", "server_public_key", "client_public_key",
+                            "client_secret_key", "context"})
+
+
+def check_remote_options(options: dict[str, Any]) -> None:
+    """:class:`~tstreams_embedded.errors.InvalidArgument` for an option the connection to a
+    node does not know, so that a typo fails here, not later as a misleading "no leader"."""
+    unknown = sorted(set(options) - REMOTE_OPTIONS)
+    if unknown:
+        raise errors.InvalidArgument(f"unknown option(s) for a cluster connection: {', '.join(unknown)} "
+                                     f"(known: timeout, request_timeout, heartbeat, zk_timeout, read_from, "
+                                     f"{', '.join(sorted(REMOTE_OPTIONS))})")
 
 
 class ClusterBackend:
@@ -56,8 +70,6 @@ class ClusterBackend:
     def __init__(self, url: str, timeout: float = 30.0, request_timeout: float = 5.0,
                  heartbeat: float = 1.0, zk_timeout: float = 10.0, read_from: str = "leader",
                  **remote_options: Any) -> None:
-        from kazoo.client import KazooClient
-
         self.addr = ZkAddress.parse(url)
         if read_from not in READ_FROM:
             raise errors.InvalidArgument(f"read_from must be one of {READ_FROM}, got {read_from!r}")
@@ -65,11 +77,11 @@ class ClusterBackend:
         self._reader: RemoteBackend | None = None
         self._reader_node: str | None = None
         self._avoid: dict[str, float] = {}
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise errors.InvalidArgument(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self.timeout = float(timeout)
-        self.request_timeout = float(request_timeout)
-        self.heartbeat = heartbeat
+        self.timeout = check_seconds("timeout", timeout)
+        self.request_timeout = check_seconds("request_timeout", request_timeout)
+        self.heartbeat = check_seconds("heartbeat", heartbeat)
+        zk_timeout = check_seconds("zk_timeout", zk_timeout)
+        check_remote_options(remote_options)
         self.remote_options = remote_options
         self.remote_options["pipeline_data"] = False
         self.client_id = uuid.uuid4().hex
@@ -80,16 +92,15 @@ class ClusterBackend:
         self._leader: dict[str, Any] = {}
         self._changed = threading.Condition()
         self._closed = False
-        self._zk = KazooClient(hosts=self.addr.hosts, timeout=zk_timeout)
+        self._zk = start_client(self.addr, zk_timeout, connect_timeout=min(zk_timeout, self.timeout))
         try:
-            self._zk.start(timeout=min(zk_timeout, self.timeout))  # connecting is bounded by `timeout` too
-        except Exception as exc:  # noqa: BLE001
-            self._zk.stop()  # no retries left running in the background
-            self._zk.close()
-            raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {self.addr.hosts} within "
-                                            f"{min(zk_timeout, self.timeout):g} s: {exc}") from None
-        try:
-            if BoundedZk(self._zk, zk_timeout).exists(self.addr.config) is None:
+            try:
+                found = BoundedZk(self._zk, zk_timeout).exists(self.addr.config)
+            except errors.TStreamsError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - kazoo's errors about the request
+                raise zk_error(exc, self.addr, "look for the cluster") from exc
+            if found is None:
                 raise errors.InvalidArgument(f"no cluster at {self.addr}: run 'tstreams cluster init' first")
         except BaseException:
             self._zk.stop()

@@ -20,7 +20,12 @@ See ``docs/CLUSTER.md`` for the design. In short:
   acknowledging and serving at once when kazoo reports ``SUSPENDED``/``LOST``, and in any
   case when its *lease* ran out: the lease is renewed by reading the epoch from ZooKeeper
   and lasts ``0.75 × session timeout`` from the moment the read was sent, a time before
-  which ZooKeeper cannot have expired its session (so no other leader can exist).
+  which ZooKeeper cannot have expired its session (so no other leader can exist). The
+  session timeout is the one ZooKeeper *granted* (it clamps the requested one to its
+  ``[minSessionTimeout, maxSessionTimeout]``), learned when the session is created.
+* **Epochs from peers are checked against ZooKeeper**: a ``hello`` or ``fetch`` naming an
+  epoch newer than this node knows is believed only if ``P/epoch`` in ZooKeeper has reached
+  it, so a forged message cannot make the nodes refuse every real election.
 * **Election safety**: after bumping the epoch the candidate asks every live node for its
   log position (``hello``; a node that answers refuses the older epochs from then on). It
   leads only if a majority answered (itself included) and no answer is ahead of its own
@@ -54,7 +59,7 @@ from .clock import StateClock
 from .counters import NodeCounters
 from .log import Call, Entry, ReplicatedLog
 from .retention import Retention, trim_point
-from .zk import ACKS, BoundedZk, ZkAddress, decode_json, encode_json, quorum_of, required_acks
+from .zk import ACKS, BoundedZk, SessionLogger, ZkAddress, decode_json, encode_json, quorum_of, required_acks
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +68,19 @@ LOG_MAP_SIZE = 1 << 34  # address space for the log (sparse; its size is bounded
 CLOCK_TICK = 1.0  # seconds: an idle leader appends an empty entry this often (the state clock moves on)
 FETCH_PARK = 0.25  # seconds a fetch with nothing new waits on the leader
 FETCH_TIMEOUT = 2.0  # seconds a follower waits for a fetch reply before reconnecting
+#: Bytes of the largest request the replication port accepts: requests (hello, fetch, a
+#: snapshot chunk request) are small maps of numbers and names; a larger frame is dropped by
+#: ZeroMQ together with its connection (the bulk data flows the other way, in replies).
+REPL_MAX_REQUEST_BYTES = 64 << 10
+REPL_RCVHWM = 64  # requests queued per peer connection (x REPL_MAX_REQUEST_BYTES: 4 MiB at most)
+#: Replies queued per peer connection: a follower has one fetch (a reply of at most about
+#: 8 MiB, ReplicatedLog.read) or a few snapshot chunks (snapshot.CHUNK_BYTES) outstanding;
+#: a reply beyond this is dropped and the follower asks again after its timeout.
+REPL_SNDHWM = 8
+MAX_PARKED = 256  # parked fetches (at most one per peer connection); beyond, a fetch is answered at once
+EPOCH_CHECK_TIMEOUT = 2.0  # seconds to read P/epoch when a peer names a newer epoch
+#: Acknowledgement levels from the weakest to the strongest (a node's ``--acks`` may only strengthen).
+ACKS_STRENGTH = {"leader": 0, "quorum": 1, "all": 2}
 
 
 def _pack(value: Any) -> bytes:
@@ -175,6 +193,9 @@ class Node:
         os.set_blocking(self._wake_w, False)
         self._router = self.ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
+        self._router.setsockopt(zmq.MAXMSGSIZE, REPL_MAX_REQUEST_BYTES)
+        self._router.setsockopt(zmq.RCVHWM, REPL_RCVHWM)
+        self._router.setsockopt(zmq.SNDHWM, REPL_SNDHWM)
         if peer_keys is not None:
             secure_replication_server(self._router, peer_keys)
         try:
@@ -185,11 +206,13 @@ class Node:
             reason = zmq.strerror(exc.errno or 0)
             raise errors.BindFailed(f"cannot listen for replication on {repl_bind}: {reason}") from None
         self.repl_endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._parked: list[tuple[bytes, dict[str, Any], float]] = []
+        self._parked: dict[bytes, tuple[dict[str, Any], float]] = {}  # peer identity -> (fetch, deadline)
+        self._epoch_refusals = 0  # hello/fetch epochs refused because ZooKeeper never reached them
         self.snapshot_server = snap.SnapshotServer(self._send)  # leader: snapshots being sent
         from kazoo.client import KazooClient
 
-        self.zk = KazooClient(hosts=self.addr.hosts, timeout=self.session_timeout)
+        self._zk_log = SessionLogger()  # learns the session timeout ZooKeeper granted
+        self.zk = KazooClient(hosts=self.addr.hosts, timeout=self.session_timeout, logger=self._zk_log)
         self.bzk = BoundedZk(self.zk)  # calls that cannot hang (start-up, election)
         self.zk.add_listener(self._zk_state)
         self._threads: list[threading.Thread] = []
@@ -211,9 +234,18 @@ class Node:
             raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {self.addr.hosts}: {exc}") from exc
         self._zk_ok = True
         try:
+            granted = self._zk_log.granted
+            if granted is None:
+                raise errors.ClusterUnavailable(
+                    "cannot learn the session timeout ZooKeeper granted (the leader's lease depends on it)")
+            if granted != self.session_timeout:
+                log.warning("ZooKeeper granted a %g s session for the %g s asked (its minSessionTimeout/"
+                            "maxSessionTimeout): the leader's lease is %g s", granted, self.session_timeout,
+                            self.lease_seconds)
             if self.bzk.exists(self.addr.config) is None:
                 raise errors.InvalidArgument(f"no cluster at {self.addr}: run 'tstreams cluster init' first")
             self.config = decode_json(self.bzk.get(self.addr.config)[0])
+            self._check_acks_override()
             self.retention = Retention.from_config(self.config)
             self.known_epoch = int(self.bzk.get(self.addr.epoch)[0] or b"0")
             self._publish(force=True)
@@ -262,7 +294,39 @@ class Node:
 
     @property
     def acks(self) -> str:
-        return self.acks_override or str(self.config.get("acks", "quorum"))
+        """The acknowledgement level: the cluster's, or this node's ``--acks`` if stronger (an
+        override can only strengthen it, so the guarantee never depends on which node leads)."""
+        configured = str(self.config.get("acks", "quorum"))
+        override = self.acks_override
+        if override is None or ACKS_STRENGTH.get(override, 0) < ACKS_STRENGTH.get(configured, 1):
+            return configured
+        return override
+
+    def _check_acks_override(self) -> None:
+        configured = str(self.config.get("acks", "quorum"))
+        override = self.acks_override
+        if override is not None and ACKS_STRENGTH[override] < ACKS_STRENGTH.get(configured, 1):
+            raise errors.InvalidArgument(
+                f"--acks {override} is weaker than the cluster's acks {configured!r}: a node may only "
+                f"strengthen it (else the guarantee would depend on which node leads)")
+
+    @property
+    def parked_fetches(self) -> int:
+        """Leader: fetches waiting for new entries (at most :data:`MAX_PARKED`)."""
+        return len(self._parked)
+
+    @property
+    def granted_session_timeout(self) -> float:
+        """Seconds of the ZooKeeper session as granted by the server (the requested timeout
+        until a session exists)."""
+        granted = self._zk_log.granted
+        return self.session_timeout if granted is None else granted
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long a leader's lease lasts after the epoch read that renewed it: 3/4 of the
+        *granted* session timeout, before which ZooKeeper cannot have expired the session."""
+        return 0.75 * self.granted_session_timeout
 
     # ------------------------------------------------------------------ ZooKeeper
     def _zk_state(self, state: str) -> None:
@@ -281,7 +345,8 @@ class Node:
                 "last_epoch": self.log.last_epoch, "commit": self.log.commit_index, "applied": self.applied,
                 "diverged": self.diverged, "log_first": self.log.first_index, "needs_snapshot": self.need_snapshot,
                 "snapshots_sent": self.snapshot_server.started, "snapshots_installed": self.snapshots_installed,
-                "last_snapshot": self.last_snapshot}
+                "last_snapshot": self.last_snapshot, "session_timeout": self.session_timeout,
+                "session_timeout_granted": self.granted_session_timeout, "lease_seconds": self.lease_seconds}
 
     _published: dict[str, Any] = {}
 
@@ -315,8 +380,8 @@ class Node:
 
     def _zk_loop(self) -> None:
         """Publish this node's position, learn the leader and the newest epoch, renew the lease."""
-        renew = max(0.1, self.session_timeout / 8)
         while not self._stop.wait(0.1):
+            renew = max(0.1, self.granted_session_timeout / 8)
             if not self._zk_ok:
                 continue
             try:
@@ -328,7 +393,7 @@ class Node:
                     if current != self.epoch:
                         self._step_down(f"epoch moved to {current}")
                     elif self._zk_ok:
-                        self.lease_until = sent + 0.75 * self.session_timeout
+                        self.lease_until = sent + self.lease_seconds
                 else:
                     raw = self.zk.get(self.addr.leader)[0] if self.zk.exists(self.addr.leader) else None
                     self.leader_info = decode_json(raw)
@@ -416,7 +481,7 @@ class Node:
             self.snapshot_server.reset()
             self.live_nodes = None
             self.epoch = new
-            self.lease_until = time.monotonic() + 0.5 * self.session_timeout
+            self.lease_until = time.monotonic() + 0.5 * self.granted_session_timeout
             self._stepdown.clear()
             self.leading = True
             self.role = "leader"
@@ -495,7 +560,7 @@ class Node:
                 s.send(_pack({"op": "hello", "epoch": epoch, "node": self.node_id}))
                 socks[s] = node
                 poller.register(s, zmq.POLLIN)
-            deadline = time.monotonic() + min(2.0, self.session_timeout / 2)
+            deadline = time.monotonic() + min(2.0, self.granted_session_timeout / 2)
             while len(answers) < len(socks):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -557,6 +622,9 @@ class Node:
         op = req.get("op")
         if op == "hello":
             epoch = int(req["epoch"])
+            if epoch > self.known_epoch and not self._epoch_reached(epoch, f"a hello from {req.get('node')!r}"):
+                self._send(ident, {"ok": False, "known": self.known_epoch})
+                return
             with self.log.lock:
                 if epoch < self.known_epoch:
                     self._send(ident, {"ok": False, "known": self.known_epoch})
@@ -585,6 +653,8 @@ class Node:
             self._send(ident, {"rid": rid, "status": "not_leader"})
             return
         if int(req["known"]) > self.epoch:
+            if not self._epoch_reached(int(req["known"]), f"a fetch from {req.get('node')!r}"):
+                return  # a forged epoch: no answer (the follower, if real, asks again)
             self._send(ident, {"rid": rid, "status": "fenced"})
             self._step_down(f"{req.get('node')} knows epoch {req['known']}")
             return
@@ -604,8 +674,28 @@ class Node:
         self.match[node] = prev
         self.snapshot_server.fetched(node)
         self._advance_commit()
-        if not self._reply_fetch(ident, req):
-            self._parked.append((ident, req, time.monotonic() + FETCH_PARK))
+        self._parked.pop(ident, None)  # a newer fetch from the same peer replaces its parked one
+        if not self._reply_fetch(ident, req, force=len(self._parked) >= MAX_PARKED):
+            self._parked[ident] = (req, time.monotonic() + FETCH_PARK)
+
+    def _epoch_reached(self, epoch: int, what: str) -> bool:
+        """Whether ZooKeeper's ``P/epoch`` has reached ``epoch`` (named by ``what``, a peer's
+        message): a real candidate bumps it before it says hello, so a larger one is forged
+        (or from another cluster) and is ignored. Unknown (ZooKeeper unreachable): False."""
+        try:
+            zk = BoundedZk(self.zk, EPOCH_CHECK_TIMEOUT)
+            zk.sync(self.addr.epoch)
+            current = int(zk.get(self.addr.epoch)[0] or b"0")
+        except Exception as exc:  # noqa: BLE001 - ZooKeeper unreachable: believe nothing new
+            log.debug("cannot check epoch %d of %s: %s", epoch, what, exc)
+            return False
+        if epoch <= current:
+            return True
+        self._epoch_refusals += 1
+        if self._epoch_refusals & (self._epoch_refusals - 1) == 0:  # 1st, 2nd, 4th, 8th…: bounded logging
+            log.warning("ignored %s naming epoch %d: ZooKeeper's epoch is %d (%d such messages so far)",
+                        what, epoch, current, self._epoch_refusals)
+        return False
 
     def _reply_fetch(self, ident: bytes, req: dict[str, Any], force: bool = False) -> bool:
         start = int(req["from"])
@@ -621,13 +711,12 @@ class Node:
         if not self._parked:
             return
         now = time.monotonic()
-        keep = []
-        for ident, req, deadline in self._parked:
+        for ident, (req, deadline) in list(self._parked.items()):
             if not self.leading:
                 self._send(ident, {"rid": req.get("rid"), "status": "not_leader"})
             elif not self._reply_fetch(ident, req, force=now >= deadline):
-                keep.append((ident, req, deadline))
-        self._parked = keep
+                continue
+            del self._parked[ident]
 
     def _advance_commit(self) -> None:
         """Leader: the highest index held by ``required_acks`` nodes, if of this epoch."""

@@ -167,7 +167,7 @@ class _Status(RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({**self.node.info(), "leader": self.node.leader_hint(),
                                 "elections": self.node.elections, "known_epoch": self.node.known_epoch,
-                                "parked_fetches": len(self.node._parked), "match": self.node.match}))
+                                "parked_fetches": self.node.parked_fetches, "match": self.node.match}))
 
 
 class _State(RequestHandler):
@@ -217,6 +217,10 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         raise errors.InvalidArgument("a cluster node needs a --bind endpoint")
     http_host, http_port = parse_http(http) if http is not None else (None, 0)
     if repl is None:
+        if not binds[0].startswith("tcp://"):
+            raise errors.InvalidArgument(
+                f"the first --bind {binds[0]!r} is not tcp://: give the replication endpoint with --repl "
+                f"(e.g. --repl tcp://HOST:PORT)")
         host = binds[0].split("://", 1)[-1].rsplit(":", 1)[0]
         repl = f"tcp://{host}:*"
     opts = server_options(durability, max_msg_size, max_request_size=max_request_size,

@@ -14,6 +14,9 @@ Layout under the cluster path ``P`` (``zk://hosts/P``)::
 from __future__ import annotations
 
 import json
+import logging
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +42,8 @@ class ZkAddress:
 
     @classmethod
     def parse(cls, url: Any) -> ZkAddress:
+        """Parse and check ``url``: every host ``name:port`` with a port from 1 to 65535, and a
+        path ZooKeeper accepts (:func:`check_znode_path`) outside its reserved ``/zookeeper``."""
         if not isinstance(url, str) or not url.startswith("zk://"):
             raise errors.InvalidArgument(f"a cluster address looks like 'zk://host:2181/path', got {url!r}")
         rest = url[len("zk://"):]
@@ -49,8 +54,10 @@ class ZkAddress:
                 f"a cluster address needs hosts and a path: 'zk://host:2181/path', got {url!r}")
         for h in hosts.split(","):
             host, _, port = h.rpartition(":")
-            if not host or not port.isdigit():
-                raise errors.InvalidArgument(f"bad ZooKeeper host {h!r} in {url!r} (expected host:port)")
+            if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise errors.InvalidArgument(
+                    f"bad ZooKeeper host {h!r} in {url!r} (expected host:port, a port from 1 to 65535)")
+        check_znode_path(path, url)
         return cls(hosts, path)
 
     def __str__(self) -> str:
@@ -78,6 +85,28 @@ class ZkAddress:
 
     def node(self, node_id: str) -> str:
         return f"{self.path}/nodes/{node_id}"
+
+
+#: Characters ZooKeeper refuses in a path (its ``PathUtils.validatePath``), and ``?``/``#``
+#: (a query or fragment in a URL, not part of a znode's name by intent).
+_BAD_PATH_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff?#]")
+RESERVED_PATH = "/zookeeper"
+
+
+def check_znode_path(path: str, url: str) -> None:
+    """Raise :class:`~tstreams_embedded.errors.InvalidArgument` unless ``path`` (from ``url``)
+    is an absolute znode path ZooKeeper accepts for a cluster: no empty, ``.`` or ``..``
+    segment, no control characters or ``?``/``#``, not under the reserved ``/zookeeper``."""
+    bad = _BAD_PATH_CHARS.search(path)
+    if bad:
+        raise errors.InvalidArgument(
+            f"a cluster path cannot contain {bad.group()!r} (control characters, '?' and '#' are refused), "
+            f"got {url!r}")
+    segments = path.split("/")[1:]
+    if any(seg in ("", ".", "..") for seg in segments):
+        raise errors.InvalidArgument(f"a cluster path cannot have empty, '.' or '..' segments, got {url!r}")
+    if segments[0] == RESERVED_PATH[1:]:
+        raise errors.InvalidArgument(f"{RESERVED_PATH} is ZooKeeper's own subtree, not for a cluster: got {url!r}")
 
 
 #: Seconds any one ZooKeeper call may take on a start-up or election path before it fails
@@ -111,6 +140,9 @@ class BoundedZk:
     def exists(self, path: str) -> Any:
         return self._wait(self.client.exists_async(path), f"exists({path})")
 
+    def sync(self, path: str) -> Any:
+        return self._wait(self.client.sync_async(path), f"sync({path})")
+
     def get(self, path: str) -> tuple[bytes, Any]:
         got: tuple[bytes, Any] = self._wait(self.client.get_async(path), f"get({path})")
         return got
@@ -131,6 +163,70 @@ class BoundedZk:
 
     def ensure_path(self, path: str) -> Any:
         return self._wait(self.client.ensure_path_async(path), f"ensure_path({path})")
+
+
+def check_seconds(name: str, value: Any) -> float:
+    """``value`` as a float if it is a finite positive number of seconds, else
+    :class:`~tstreams_embedded.errors.InvalidArgument` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise errors.InvalidArgument(f"{name} must be a finite positive number of seconds, got {value!r}")
+    return float(value)
+
+
+#: kazoo's log level for its protocol chatter (``kazoo.loggingsupport.BLATHER``).
+BLATHER = 5
+
+
+class SessionLogger(logging.Logger):
+    """A logger for a :class:`~kazoo.client.KazooClient` (its public ``logger`` option) that
+    learns the session timeout ZooKeeper *granted*: the server clamps the requested one to
+    ``[minSessionTimeout, maxSessionTimeout]`` (by default 2 to 20 ticks) and kazoo keeps the
+    requested value, logging the negotiated one only when a session is created. Everything
+    else goes to the ``kazoo.client`` logger as usual.
+
+    :attr:`granted` is the latest negotiated timeout in seconds (``None`` before the first
+    session)."""
+
+    def __init__(self) -> None:
+        super().__init__("kazoo.client")
+        self.parent = logging.getLogger("kazoo.client")
+        self.granted: float | None = None
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if (level == BLATHER and isinstance(msg, str) and "negotiated session timeout" in msg
+                and len(args) >= 3 and isinstance(args[2], (int, float))):
+            self.granted = float(args[2]) / 1000.0
+        super().log(level, msg, *args, **kwargs)
+
+
+def start_client(addr: ZkAddress, timeout: float, logger: logging.Logger | None = None,
+                 connect_timeout: float | None = None) -> Any:
+    """A started :class:`~kazoo.client.KazooClient` for ``addr`` (session timeout ``timeout``
+    seconds; the connection waited for ``connect_timeout``, by default ``timeout``), or
+    :class:`~tstreams_embedded.errors.ClusterUnavailable` (then no retries are left running)."""
+    from kazoo.client import KazooClient
+
+    wait = timeout if connect_timeout is None else connect_timeout
+    client = KazooClient(hosts=addr.hosts, timeout=timeout, logger=logger)
+    try:
+        client.start(timeout=wait)
+    except Exception as exc:  # noqa: BLE001 - kazoo raises its own timeout class
+        client.stop()
+        client.close()
+        raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {addr.hosts} within {wait:g} s: {exc}") from None
+    return client
+
+
+def zk_error(exc: Exception, addr: ZkAddress, what: str) -> errors.TStreamsError:
+    """A kazoo error met by ``what`` on ``addr``, as a tstreams error: ZooKeeper refusing the
+    request (bad arguments, no permission, …) is :class:`~tstreams_embedded.errors.InvalidArgument`,
+    anything else :class:`~tstreams_embedded.errors.ClusterUnavailable`."""
+    from kazoo.exceptions import BadArgumentsError, InvalidACLError, NoAuthError, NotEmptyError
+
+    name = type(exc).__name__
+    if isinstance(exc, (BadArgumentsError, NoAuthError, InvalidACLError, NotEmptyError)):
+        return errors.InvalidArgument(f"ZooKeeper refused to {what} at {addr}: {name}")
+    return errors.ClusterUnavailable(f"ZooKeeper failed to {what} at {addr}: {name} {exc}".rstrip())
 
 
 def quorum_of(nodes: int) -> int:
@@ -168,8 +264,6 @@ def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10
     except ``config``, which is rewritten. Returns the configuration: the size, ``acks``,
     the log retention (:mod:`.retention`) and the compaction interval in seconds (0: never;
     :mod:`.compaction`)."""
-    from kazoo.client import KazooClient
-
     addr = ZkAddress.parse(url)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 99:
         raise errors.InvalidArgument(f"nodes must be an integer from 1 to 99, got {nodes!r}")
@@ -178,11 +272,8 @@ def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10
     config = {"nodes": nodes, "acks": acks, "log_retain_entries": check_entries(log_retain_entries),
               "log_retain_bytes": check_bytes(log_retain_bytes),
               "compaction_interval": check_compaction_interval(compaction_interval)}
-    client = KazooClient(hosts=addr.hosts, timeout=timeout)
-    try:
-        client.start(timeout=timeout)
-    except Exception as exc:  # noqa: BLE001 - kazoo raises its own timeout class
-        raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {addr.hosts}: {exc}") from exc
+    timeout = check_seconds("timeout", timeout)
+    client = start_client(addr, timeout)
     zk = BoundedZk(client, timeout)
     try:
         for p in (addr.election, addr.nodes):
@@ -193,6 +284,10 @@ def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10
             zk.create(addr.config, encode_json(config))
         else:
             zk.set(addr.config, encode_json(config))
+    except errors.TStreamsError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - kazoo's errors about the request
+        raise zk_error(exc, addr, "create the cluster's znodes") from exc
     finally:
         client.stop()
         client.close()
@@ -202,17 +297,16 @@ def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10
 def cluster_status(url: str, timeout: float = 10.0) -> dict[str, Any]:
     """What ``tstreams cluster status`` prints: leader, epoch, and each node's role, log
     position, commit and applied indexes, and lag behind the leader's log."""
-    from kazoo.client import KazooClient
-
     addr = ZkAddress.parse(url)
-    client = KazooClient(hosts=addr.hosts, timeout=timeout)
-    try:
-        client.start(timeout=timeout)
-    except Exception as exc:  # noqa: BLE001
-        raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {addr.hosts}: {exc}") from exc
+    timeout = check_seconds("timeout", timeout)
+    client = start_client(addr, timeout)
     zk = BoundedZk(client, timeout)
     try:
         return read_status(zk, addr)
+    except errors.TStreamsError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - kazoo's errors about the request
+        raise zk_error(exc, addr, "read the cluster's status") from exc
     finally:
         client.stop()
         client.close()
