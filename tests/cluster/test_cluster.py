@@ -58,9 +58,13 @@ def test_durable_write_needs_a_quorum(cluster: Cluster) -> None:
         f.pause()
     pool = concurrent.futures.ThreadPoolExecutor(1)
     try:
+        top = max(int(leader.status()["match"].get(f.node_id, 0)) for f in followers)  # frozen: both stopped
         fut = pool.submit(engine.producer("s").instant, [b"needs-quorum"])
-        with pytest.raises(concurrent.futures.TimeoutError):
-            fut.result(timeout=SESSION + 1)  # no quorum: not acknowledged
+        # the leader appends (the write, then clock entries, each followed by a commit check)
+        eventually(lambda: leader.status()["last_index"] >= top + 3, 30, 0.05, message="the leader appends")
+        st = leader.status()
+        assert st["commit"] <= top < st["last_index"], st  # held by the leader alone: not committed
+        assert not fut.done()  # so not acknowledged
         assert "needs-quorum" not in items_on(leader)  # and not visible either
         for f in followers:
             f.resume()
