@@ -214,3 +214,105 @@ def test_killed_follower_catches_up(cluster: Cluster) -> None:
     assert state["transactions"] == 100 and state["offsets"] == 2
     assert leader.status()["last_index"] == follower.status()["last_index"]
     engine.close()
+
+
+def test_leader_cut_off_from_zookeeper_stops_acknowledging(cluster: Cluster, zk: Any) -> None:
+    """A leader that loses its ZooKeeper session stops acknowledging at once (within its
+    lease): ZooKeeper itself is SIGSTOPped, the leader's /health/leader turns 503 and a write
+    sent to it is refused; once ZooKeeper runs again the cluster recovers with every
+    acknowledged write."""
+    leader = cluster.leader()
+    engine = cluster.connect(timeout=60)
+    engine.create_stream("s")
+    acked = []
+    for i in range(5):
+        engine.producer("s").instant([f"a{i}".encode()])
+        acked.append(f"a{i}")
+    direct = RemoteBackend(leader.endpoint, timeout=30)
+    direct.ping()
+    zk.pause()
+    try:
+        eventually(lambda: leader.http_get("/health/leader")[0] == 503, SESSION, 0.02,
+                   message="the leader stops serving within its lease (0.75 x session timeout)")
+        with pytest.raises((errors.NotLeader, errors.ClusterUnavailable)):
+            submit_with_id(direct, instant("s", "cut-off"), "zk-paused", 1, 30)
+        assert "cut-off" not in items_on(leader)
+    finally:
+        zk.resume()
+    direct.close()
+    cluster.ready(60)  # sessions come back (or expire and are renewed); a leader serves again
+    engine.producer("s").instant([b"after"])
+    acked.append("after")
+    converged(cluster, 30)
+    for node in cluster.nodes:
+        assert sorted(items_on(node)) == sorted(acked), node.node_id
+    engine.close()
+
+
+def test_open_transaction_survives_failover(cluster: Cluster) -> None:
+    """An open transaction is replicated state: items sent before the leader is SIGKILLed
+    and after are all in it, exactly once, when it is checkpointed on the new leader."""
+    leader = cluster.leader()
+    engine = cluster.connect(timeout=60, txn_ttl=10.0)
+    engine.create_stream("s")
+    txn = engine.producer("s").new_transaction(partition=0)
+    before = [f"before-{i}".encode() for i in range(5)]
+    for item in before:
+        txn.send(item)
+    txn.flush()  # OPEN + DATA committed on a quorum
+    leader.kill()
+    after = [f"after-{i}".encode() for i in range(5)]
+    for item in after:
+        txn.send(item)
+    txn.checkpoint()  # on the new leader
+    new = cluster.leader()
+    assert new is not leader
+    got = [t.items for t in engine.backend.transactions_range("s", 0, 0, 2**63 - 1)]
+    assert got == [before + after], got
+    leader.start()
+    state = converged(cluster)
+    assert state["transactions"] == 1
+    assert sorted(items_on(leader)) == sorted(i.decode() for i in before + after)
+    engine.close()
+
+
+def test_acks_leader_loses_a_write_held_by_the_leader_alone(zk: Any, tmp_path: Any) -> None:
+    """``--acks leader`` (docs/CLUSTER.md): a write is acknowledged once the leader alone has
+    it (here: with both followers down), so it is lost if the leader dies before a follower
+    fetched it; the old leader then
+    reports itself diverged when it rejoins and re-syncs from a snapshot (its applied suffix
+    is discarded), and all nodes end equal."""
+    c = Cluster(zk, tmp_path, acks="leader").start()
+    try:
+        old = c.ready()
+        engine = c.connect(timeout=60)
+        c.closers.append(engine.close)
+        engine.create_stream("s")
+        engine.producer("s").instant([b"everywhere"])
+        converged(c)
+        followers = c.followers(old)
+        for f in followers:
+            # killed, not paused: a paused follower's parked fetch could still receive the entry
+            f.kill()
+        direct = RemoteBackend(old.endpoint, timeout=30)
+        try:
+            assert submit_with_id(direct, instant("s", "leader-only"), "acks-leader", 1, 30)  # acknowledged alone
+            assert "leader-only" in items_on(old)
+            old.kill()
+        finally:
+            direct.close()
+        for f in followers:
+            f.start()
+        new = c.leader(60)
+        assert new is not old
+        assert "leader-only" not in items_on(new)  # lost: as documented for --acks leader
+        engine.producer("s").instant([b"after"])
+        old.start()
+        eventually(lambda: old.status()["snapshots_installed"] >= 1, 60, 0.1,
+                   message="the old leader re-syncs from a snapshot", ignore=(OSError,))
+        assert "diverges below this node's applied index" in old.log()
+        converged(c)
+        for node in c.nodes:
+            assert sorted(items_on(node)) == ["after", "everywhere"], node.node_id
+    finally:
+        c.stop()
