@@ -113,7 +113,7 @@ def test_paused_leader_is_fenced(cluster: Cluster) -> None:
     engine = cluster.connect(timeout=60)
     engine.create_stream("s")
     engine.producer("s").instant([b"before"])
-    direct = RemoteBackend(old.endpoint, timeout=30)
+    direct = RemoteBackend(old.endpoint, timeout=30, failover_retries=False)
     direct.ping()
     old.pause()
     # a write sent to the paused leader waits in its socket
@@ -145,13 +145,13 @@ def test_no_dirty_reads(cluster: Cluster) -> None:
     followers = cluster.followers(leader)
     for f in followers:
         f.kill()  # (not paused: a paused follower could still receive the entry and later commit it)
-    direct = RemoteBackend(leader.endpoint, timeout=60)
+    direct = RemoteBackend(leader.endpoint, timeout=60, failover_retries=False)
     pool = concurrent.futures.ThreadPoolExecutor(1)
     fut = pool.submit(direct.submit, instant("s", "dirty"), True)
     before = leader.status()["commit"]
     eventually(lambda: leader.status()["last_index"] > before, 10, 0.05, message="the write is in the leader's log")
     assert "dirty" not in items_on(leader)  # in the log, not committed: not readable
-    reader = RemoteBackend(leader.endpoint, timeout=5)  # a client reading from the leader
+    reader = RemoteBackend(leader.endpoint, timeout=5, failover_retries=False)  # a client reading from the leader
     assert [t.items for t in reader.transactions_range("s", 0, 0, 2**63 - 1)] == [[b"committed"]]
     reader.close()
     leader.kill()  # the only copy of the uncommitted entry is on its disk
@@ -176,14 +176,14 @@ def test_retried_request_is_applied_once_across_failover(cluster: Cluster) -> No
     leader = cluster.leader()
     engine = cluster.connect(timeout=60)
     engine.create_stream("s")
-    direct = RemoteBackend(leader.endpoint, timeout=30)
+    direct = RemoteBackend(leader.endpoint, timeout=30, failover_retries=False)
     first = submit_with_id(direct, instant("s", "once"), "client-x", 7)
     again = submit_with_id(direct, instant("s", "once"), "client-x", 7)  # a retry on the same leader
     assert again == first
     direct.close()
     leader.kill()
     new = cluster.leader()
-    direct = RemoteBackend(new.endpoint, timeout=30)
+    direct = RemoteBackend(new.endpoint, timeout=30, failover_retries=False)
     after_failover = submit_with_id(direct, instant("s", "once"), "client-x", 7)  # a retry after failover
     assert after_failover == first
     other = submit_with_id(direct, instant("s", "once"), "client-x", 8)  # a new request is applied
@@ -228,7 +228,7 @@ def test_leader_cut_off_from_zookeeper_stops_acknowledging(cluster: Cluster, zk:
     for i in range(5):
         engine.producer("s").instant([f"a{i}".encode()])
         acked.append(f"a{i}")
-    direct = RemoteBackend(leader.endpoint, timeout=30)
+    direct = RemoteBackend(leader.endpoint, timeout=30, failover_retries=False)
     direct.ping()
     zk.pause()
     try:
@@ -294,7 +294,7 @@ def test_acks_leader_loses_a_write_held_by_the_leader_alone(zk: Any, tmp_path: A
         for f in followers:
             # killed, not paused: a paused follower's parked fetch could still receive the entry
             f.kill()
-        direct = RemoteBackend(old.endpoint, timeout=30)
+        direct = RemoteBackend(old.endpoint, timeout=30, failover_retries=False)
         try:
             assert submit_with_id(direct, instant("s", "leader-only"), "acks-leader", 1, 30)  # acknowledged alone
             assert "leader-only" in items_on(old)

@@ -75,7 +75,7 @@ def test_expiry_seen_by_a_read_agrees_with_the_replicated_apply(cluster: Cluster
         # the leader's clock entries (logged, not committed) carry its time past the deadline
         eventually(lambda: leader.status()["clock_ms"] > flushed + 3000, 10, 0.05,
                    message="the leader logged a time past the deadline")
-        reader = RemoteBackend(leader.endpoint, timeout=10)
+        reader = RemoteBackend(leader.endpoint, timeout=10, failover_retries=False)
         fetched = reader.fetch("s", 0, 0)  # a read past the deadline, on the leader
         reader.close()
     finally:
