@@ -21,7 +21,8 @@ in front of a cluster, docs/CLUSTER.md): every ``submit`` carries this client's 
 sequence number, which the cluster keeps in its replicated deduplication window, so a
 write whose outcome is unknown (connection lost, no reply, ``NotLeader``,
 ``ClusterUnavailable``) is sent again with the same ``(client_id, seq)`` until ``timeout``
-and applied once. Reads are retried the same way. Writes are not pipelined then.
+and applied once. Reads are retried the same way once the client knows the server is a
+cluster node (after its first write, or any ``server_info``). Writes are not pipelined then.
 
 The read methods are made by :func:`_remote` from their declarations in
 :class:`~tstreams_embedded.engine.backend.Backend`: each calls the server method of the
@@ -208,7 +209,7 @@ class RemoteBackend:
         except (TypeError, ValueError, OverflowError) as e:
             raise errors.InvalidArgument(f"{method}: arguments cannot be encoded: {e}") from None
         t = self.timeout if timeout is None else timeout
-        if retry_safe and method != "server_info" and self.cluster_node:
+        if retry_safe and self._info is not None and self.cluster_node:  # (known once server_info was asked)
             return self._again_after_failover(lambda left: self._conn.call_frames(method, body, left, True), t)
         return self._conn.call_frames(method, body, t, retry_safe)
 
