@@ -331,7 +331,6 @@ class Node:
                 "http": self.http, "epoch": self.epoch or self.known_epoch, "last_index": self.log.last_index,
                 "last_epoch": self.log.last_epoch, "commit": self.log.commit_index, "applied": self.applied,
                 "members": self.nodes, "clock_ms": self.log.now_at(self.log.last_index) or 0,
-                "match": dict(self.match) if self.leading else {},
                 "diverged": self.diverged, "log_first": self.log.first_index, "needs_snapshot": self.need_snapshot,
                 "snapshots_sent": self.snapshot_server.started, "snapshots_installed": self.snapshots_installed,
                 "last_snapshot": self.last_snapshot}
@@ -339,7 +338,8 @@ class Node:
     _published: dict[str, Any] = {}
 
     def _publish(self, force: bool = False) -> None:
-        info = self.info()
+        # (the time of the last log entry changes with every entry: /status only)
+        info = {k: v for k, v in self.info().items() if k != "clock_ms"}
         if not force and info == self._published:
             return
         from kazoo.exceptions import NodeExistsError, NoNodeError
