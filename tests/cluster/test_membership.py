@@ -168,3 +168,36 @@ def test_shrink_from_4_to_3_with_one_node_stopped(zk: ZooKeeperServer, tmp_path:
         assert state["transactions"] == len(writer.acked)
     finally:
         c.stop()
+
+
+def test_acks_change_is_picked_up_by_a_running_cluster(cluster: Cluster) -> None:
+    """``cluster init --acks all`` on a running cluster: with one follower stopped, the leader
+    and the other follower hold new entries but nothing commits; back to ``--acks quorum``
+    (same size), the pending write is acknowledged without restarting anything."""
+    leader = cluster.ready()
+    engine = cluster.connect(timeout=60)
+    cluster.closers.append(engine.close)
+    engine.create_stream("s")
+    engine.producer("s").instant([b"first"])
+    init_cluster(cluster.url, 3, acks="all")
+    paused, live = cluster.followers(leader)
+    paused.pause()
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        top = int(leader.status()["match"].get(paused.node_id, 0))  # frozen now
+        fut = pool.submit(engine.producer("s").instant, [b"needs-all"])
+        last = eventually(lambda: (st := leader.status())["last_index"] >= top + 3 and st["last_index"], 30, 0.05,
+                          message="the leader appends (the write, clock entries)")
+        eventually(lambda: int(leader.status()["match"].get(live.node_id, 0)) >= last, 30, 0.05,
+                   message="the live follower holds the leader's log")
+        st = leader.status()
+        assert st["commit"] <= top < st["match"][live.node_id], st  # 2 of 3 is not "all"
+        assert not fut.done()
+        init_cluster(cluster.url, 3, acks="quorum")
+        assert fut.result(timeout=60) > 0  # committed by 2 of 3 while the follower is still stopped
+        assert paused.alive()
+    finally:
+        paused.resume()
+        pool.shutdown()
+    state = converged(cluster)
+    assert state["transactions"] == 2
