@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tstreams_embedded import errors
+from tstreams_embedded.cluster.zk import init_cluster
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.net import framing
 from tstreams_embedded.net.client import RemoteBackend, encode_submit
@@ -282,7 +283,9 @@ def test_acks_leader_loses_a_write_held_by_the_leader_alone(zk: Any, tmp_path: A
     fetched it; the old leader then
     reports itself diverged when it rejoins and re-syncs from a snapshot (its applied suffix
     is discarded), and all nodes end equal."""
-    c = Cluster(zk, tmp_path, acks="leader").start()
+    c = Cluster(zk, tmp_path)
+    init_cluster(c.url, 3, acks="leader")  # the cluster's setting (a node's --acks may only strengthen it)
+    c.start()
     try:
         old = c.ready()
         engine = c.connect(timeout=60)
