@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tstreams_embedded import errors
+from tstreams_embedded.cluster.zk import init_cluster
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.net import framing
 from tstreams_embedded.net.client import RemoteBackend, encode_submit
@@ -58,9 +59,13 @@ def test_durable_write_needs_a_quorum(cluster: Cluster) -> None:
         f.pause()
     pool = concurrent.futures.ThreadPoolExecutor(1)
     try:
+        top = max(int(leader.status()["match"].get(f.node_id, 0)) for f in followers)  # frozen: both stopped
         fut = pool.submit(engine.producer("s").instant, [b"needs-quorum"])
-        with pytest.raises(concurrent.futures.TimeoutError):
-            fut.result(timeout=SESSION + 1)  # no quorum: not acknowledged
+        # the leader appends (the write, then clock entries, each followed by a commit check)
+        eventually(lambda: leader.status()["last_index"] >= top + 3, 30, 0.05, message="the leader appends")
+        st = leader.status()
+        assert st["commit"] <= top < st["last_index"], st  # held by the leader alone: not committed
+        assert not fut.done()  # so not acknowledged
         assert "needs-quorum" not in items_on(leader)  # and not visible either
         for f in followers:
             f.resume()
@@ -109,7 +114,7 @@ def test_paused_leader_is_fenced(cluster: Cluster) -> None:
     engine = cluster.connect(timeout=60)
     engine.create_stream("s")
     engine.producer("s").instant([b"before"])
-    direct = RemoteBackend(old.endpoint, timeout=30)
+    direct = RemoteBackend(old.endpoint, timeout=30, failover_retries=False)
     direct.ping()
     old.pause()
     # a write sent to the paused leader waits in its socket
@@ -141,13 +146,13 @@ def test_no_dirty_reads(cluster: Cluster) -> None:
     followers = cluster.followers(leader)
     for f in followers:
         f.kill()  # (not paused: a paused follower could still receive the entry and later commit it)
-    direct = RemoteBackend(leader.endpoint, timeout=60)
+    direct = RemoteBackend(leader.endpoint, timeout=60, failover_retries=False)
     pool = concurrent.futures.ThreadPoolExecutor(1)
     fut = pool.submit(direct.submit, instant("s", "dirty"), True)
     before = leader.status()["commit"]
     eventually(lambda: leader.status()["last_index"] > before, 10, 0.05, message="the write is in the leader's log")
     assert "dirty" not in items_on(leader)  # in the log, not committed: not readable
-    reader = RemoteBackend(leader.endpoint, timeout=5)  # a client reading from the leader
+    reader = RemoteBackend(leader.endpoint, timeout=5, failover_retries=False)  # a client reading from the leader
     assert [t.items for t in reader.transactions_range("s", 0, 0, 2**63 - 1)] == [[b"committed"]]
     reader.close()
     leader.kill()  # the only copy of the uncommitted entry is on its disk
@@ -172,14 +177,14 @@ def test_retried_request_is_applied_once_across_failover(cluster: Cluster) -> No
     leader = cluster.leader()
     engine = cluster.connect(timeout=60)
     engine.create_stream("s")
-    direct = RemoteBackend(leader.endpoint, timeout=30)
+    direct = RemoteBackend(leader.endpoint, timeout=30, failover_retries=False)
     first = submit_with_id(direct, instant("s", "once"), "client-x", 7)
     again = submit_with_id(direct, instant("s", "once"), "client-x", 7)  # a retry on the same leader
     assert again == first
     direct.close()
     leader.kill()
     new = cluster.leader()
-    direct = RemoteBackend(new.endpoint, timeout=30)
+    direct = RemoteBackend(new.endpoint, timeout=30, failover_retries=False)
     after_failover = submit_with_id(direct, instant("s", "once"), "client-x", 7)  # a retry after failover
     assert after_failover == first
     other = submit_with_id(direct, instant("s", "once"), "client-x", 8)  # a new request is applied
@@ -210,3 +215,107 @@ def test_killed_follower_catches_up(cluster: Cluster) -> None:
     assert state["transactions"] == 100 and state["offsets"] == 2
     assert leader.status()["last_index"] == follower.status()["last_index"]
     engine.close()
+
+
+def test_leader_cut_off_from_zookeeper_stops_acknowledging(cluster: Cluster, zk: Any) -> None:
+    """A leader that loses its ZooKeeper session stops acknowledging at once (within its
+    lease): ZooKeeper itself is SIGSTOPped, the leader's /health/leader turns 503 and a write
+    sent to it is refused; once ZooKeeper runs again the cluster recovers with every
+    acknowledged write."""
+    leader = cluster.leader()
+    engine = cluster.connect(timeout=60)
+    engine.create_stream("s")
+    acked = []
+    for i in range(5):
+        engine.producer("s").instant([f"a{i}".encode()])
+        acked.append(f"a{i}")
+    direct = RemoteBackend(leader.endpoint, timeout=30, failover_retries=False)
+    direct.ping()
+    zk.pause()
+    try:
+        eventually(lambda: leader.http_get("/health/leader")[0] == 503, SESSION, 0.02,
+                   message="the leader stops serving within its lease (0.75 x session timeout)")
+        with pytest.raises((errors.NotLeader, errors.ClusterUnavailable)):
+            submit_with_id(direct, instant("s", "cut-off"), "zk-paused", 1, 30)
+        assert "cut-off" not in items_on(leader)
+    finally:
+        zk.resume()
+    direct.close()
+    cluster.ready(60)  # sessions come back (or expire and are renewed); a leader serves again
+    engine.producer("s").instant([b"after"])
+    acked.append("after")
+    converged(cluster, 30)
+    for node in cluster.nodes:
+        assert sorted(items_on(node)) == sorted(acked), node.node_id
+    engine.close()
+
+
+def test_open_transaction_survives_failover(cluster: Cluster) -> None:
+    """An open transaction is replicated state: items sent before the leader is SIGKILLed
+    and after are all in it, exactly once, when it is checkpointed on the new leader."""
+    leader = cluster.leader()
+    engine = cluster.connect(timeout=60, txn_ttl=10.0)
+    engine.create_stream("s")
+    txn = engine.producer("s").new_transaction(partition=0)
+    before = [f"before-{i}".encode() for i in range(5)]
+    for item in before:
+        txn.send(item)
+    txn.flush()  # OPEN + DATA committed on a quorum
+    leader.kill()
+    after = [f"after-{i}".encode() for i in range(5)]
+    for item in after:
+        txn.send(item)
+    txn.checkpoint()  # on the new leader
+    new = cluster.leader()
+    assert new is not leader
+    got = [t.items for t in engine.backend.transactions_range("s", 0, 0, 2**63 - 1)]
+    assert got == [before + after], got
+    leader.start()
+    state = converged(cluster)
+    assert state["transactions"] == 1
+    assert sorted(items_on(leader)) == sorted(i.decode() for i in before + after)
+    engine.close()
+
+
+def test_acks_leader_loses_a_write_held_by_the_leader_alone(zk: Any, tmp_path: Any) -> None:
+    """``--acks leader`` (docs/CLUSTER.md): a write is acknowledged once the leader alone has
+    it (here: with both followers down), so it is lost if the leader dies before a follower
+    fetched it; the old leader then
+    reports itself diverged when it rejoins and re-syncs from a snapshot (its applied suffix
+    is discarded), and all nodes end equal."""
+    c = Cluster(zk, tmp_path)
+    init_cluster(c.url, 3, acks="leader")  # the cluster's setting (a node's --acks may only strengthen it)
+    c.start()
+    try:
+        old = c.ready()
+        engine = c.connect(timeout=60)
+        c.closers.append(engine.close)
+        engine.create_stream("s")
+        engine.producer("s").instant([b"everywhere"])
+        converged(c)
+        followers = c.followers(old)
+        for f in followers:
+            # killed, not paused: a paused follower's parked fetch could still receive the entry
+            f.kill()
+        direct = RemoteBackend(old.endpoint, timeout=30, failover_retries=False)
+        try:
+            assert submit_with_id(direct, instant("s", "leader-only"), "acks-leader", 1, 30)  # acknowledged alone
+            assert "leader-only" in items_on(old)
+            old.kill()
+        finally:
+            direct.close()
+        for f in followers:
+            f.start()
+        new = c.leader(60)
+        assert new is not old
+        assert "leader-only" not in items_on(new)  # lost: as documented for --acks leader
+        engine.producer("s").instant([b"after"])
+        old.start()
+        eventually(lambda: old.status()["snapshots_installed"] >= 1, 60, 0.1,
+                   message="the old leader re-syncs from a snapshot", ignore=(OSError,))
+        assert "diverges below this node's applied index" in old.log()
+        converged(c)
+        for node in c.nodes:
+            assert sorted(items_on(node)) == ["after", "everywhere"], node.node_id
+    finally:
+        c.stop()

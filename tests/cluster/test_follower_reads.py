@@ -34,7 +34,7 @@ def test_follower_serves_reads_only_on_request_and_never_writes(cluster: Cluster
     engine.create_stream("s")
     engine.producer("s", partition=0).instant([b"one"])
     follower = cluster.followers(leader)[0]
-    remote = RemoteBackend(follower.endpoint, timeout=10)
+    remote = RemoteBackend(follower.endpoint, timeout=10, failover_retries=False)
     try:
         with pytest.raises(errors.NotLeader, match="not the leader"):
             remote.get_stream("s")  # a client that did not ask gets NotLeader, as before

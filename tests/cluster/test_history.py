@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tstreams_embedded.testing.history import FinalState, History, Offsets, Read, Write, as_final, check
+from tstreams_embedded.testing.history import FinalState, History, Offsets, Read, Write, as_final, check, spanning
 
 
 def write(items: list[str], outcome: str, partition: int = 0, txn_id: int | None = None, start: float = 0.0,
@@ -219,3 +219,15 @@ def test_generated_histories_with_a_lost_write_fail(run: tuple[History, FinalSta
         row for row in final.partitions[int(victim.partition or 0)] if row[0] != victim.txn_id]
     h.reads[:] = [r for r in h.reads if r.txn_id != victim.txn_id]
     assert "lost" in tags(check(h, final))
+
+
+def test_spanning_finds_acknowledged_transactions_under_way_at_a_fault() -> None:
+    ok_txn = Write("c", ("a",), "txn", 1.0, 3.0, "ok")
+    failed_txn = Write("c", ("b",), "txn", 1.0, 3.0, "fail")  # e.g. TransactionExpired: lost
+    before = Write("c", ("c",), "txn", 0.0, 1.5, "ok")
+    instant = Write("c", ("d",), "instant", 1.0, 3.0, "ok")
+    writes = [ok_txn, failed_txn, before, instant]
+    assert spanning(writes, [2.0]) == [ok_txn]
+    assert spanning(writes, [2.0], "instant") == [instant]
+    assert spanning([failed_txn, before], [2.0]) == []  # every open transaction lost: nothing spans
+    assert spanning(writes, []) == []

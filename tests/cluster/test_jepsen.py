@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tstreams_embedded.testing import ZooKeeperServer, eventually
-from tstreams_embedded.testing.history import FinalState, History, check, report
+from tstreams_embedded.testing.history import FinalState, History, check, report, spanning
 
 from .conftest import Cluster
 from .workload import STREAM, Nemesis, Plan, Reader, Writer, final_state
@@ -79,6 +79,10 @@ def assert_valid(history: History, final: FinalState, violations: list[str], nem
     assert counts["ok"] >= 10 * (plan.leader_kills + plan.leader_pauses + plan.follower_kills) // 3, counts
     assert counts["reads"] >= counts["ok"] // 2 and counts["checkpoints"] > 0, counts
     assert counts["pending"] == 0, counts
+    # open transactions survive failover: some transaction under way while the leader was
+    # killed or paused was checkpointed (losing them all would pass the checks above)
+    leader_faults = [t for fault, t in nemesis.struck if fault in ("kill-leader", "pause-leader")]
+    assert spanning(history.writes, leader_faults, "txn"), "no transaction spanning a leader fault succeeded"
 
 
 @pytest.mark.timeout(900)

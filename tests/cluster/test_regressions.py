@@ -65,8 +65,8 @@ def test_expiry_seen_by_a_read_agrees_with_the_replicated_apply(cluster: Cluster
     producer = engine.producer("s", partition=0)
     txn = producer.new_transaction(partition=0)
     txn.send(b"late")
-    txn.flush()  # OPEN + DATA committed; deadline = now + 2 s
-    flushed = time.time()
+    txn.flush()  # OPEN + DATA committed; deadline = (the state clock) + 2 s
+    flushed = leader.status()["clock_ms"]  # the time of the leader's last log entry: at or past the OPEN's
     followers = cluster.followers(leader)
     for f in followers:
         f.pause()
@@ -75,8 +75,10 @@ def test_expiry_seen_by_a_read_agrees_with_the_replicated_apply(cluster: Cluster
         before = leader.status()["last_index"]
         outcome = pool.submit(txn.checkpoint)  # logged at once (before the deadline), not committed
         eventually(lambda: leader.status()["last_index"] > before, 10, 0.02, message="the checkpoint is logged")
-        eventually(lambda: time.time() > flushed + 3.0, 10, 0.05, message="the deadline has passed")
-        reader = RemoteBackend(leader.endpoint, timeout=10)
+        # the leader's clock entries (logged, not committed) carry its time past the deadline
+        eventually(lambda: leader.status()["clock_ms"] > flushed + 3000, 10, 0.05,
+                   message="the leader logged a time past the deadline")
+        reader = RemoteBackend(leader.endpoint, timeout=10, failover_retries=False)
         fetched = reader.fetch("s", 0, 0)  # a read past the deadline, on the leader
         reader.close()
     finally:

@@ -210,6 +210,7 @@ class Nemesis:
         self.progress = progress
         self.rng = random.Random(seed)
         self.log: list[tuple[str, str, float]] = []  # (fault, node, seconds until a new leader / progress)
+        self.struck: list[tuple[str, float]] = []  # (fault, History.now() when it was injected)
 
     def healthy(self, timeout: float = 90, settle: bool = True) -> ClusterNode:
         """Every node runs and one leads; with ``settle``, every follower is also ready."""
@@ -240,6 +241,7 @@ class Nemesis:
         for fault in faults:
             leader = self.healthy(settle=self.settle)
             before = self.progress()
+            self.struck.append((fault, History.now()))
             if fault == "kill-leader":
                 leader.kill()
                 took = self.new_leader(leader)

@@ -74,12 +74,16 @@ def cluster() -> None:
               help="Hard bound on each node's replicated log; a follower behind it catches up by snapshot.")
 @click.option("--compaction-interval", type=float, default=DEFAULT_COMPACTION_INTERVAL, show_default=True,
               help="Seconds between replicated compactions of transactions past their stream's TTL (0: never).")
+@click.option("--force", is_flag=True, default=False,
+              help="Allow a size change of more than one node at a time (only on a stopped cluster).")
 def init(url: str, nodes: int, acks: str, log_retain_entries: int, log_retain_bytes: int,
-         compaction_interval: float) -> None:
+         compaction_interval: float, force: bool) -> None:
     """Record the cluster at URL (zk://host:port/path): its size, acks, log retention and
-    compaction interval."""
+    compaction interval. On a running cluster the nodes pick the change up at once; the size
+    changes by one node at a time (docs/CLUSTER.md, "Add a node / remove a node")."""
     click.echo(json.dumps(init_cluster(url, nodes, acks, log_retain_entries=log_retain_entries,
-                                       log_retain_bytes=log_retain_bytes, compaction_interval=compaction_interval)))
+                                       log_retain_bytes=log_retain_bytes, compaction_interval=compaction_interval,
+                                       force=force)))
 
 
 @cluster.command("status")

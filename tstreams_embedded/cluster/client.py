@@ -153,7 +153,7 @@ class ClusterBackend:
                 if self._remote is not None:
                     self._remote.close()
                 self._remote = RemoteBackend(endpoint, timeout=self.request_timeout, heartbeat=self.heartbeat,
-                                             **self.remote_options)
+                                             failover_retries=False, **self.remote_options)
                 self._remote_endpoint = endpoint
             return self._remote
 
@@ -244,7 +244,7 @@ class ClusterBackend:
         if not candidates:
             return None
         node, endpoint = random.choice(candidates)
-        remote = RemoteBackend(endpoint, timeout=self.request_timeout, heartbeat=self.heartbeat,
+        remote = RemoteBackend(endpoint, timeout=self.request_timeout, heartbeat=self.heartbeat, failover_retries=False,
                                **self.remote_options)
         try:
             remote.connection.call("read_from_follower")

@@ -58,6 +58,7 @@ from .channel import Channel
 from .clock import StateClock
 from .counters import NodeCounters
 from .log import Call, Entry, ReplicatedLog
+from .membership import membership_call, membership_size, read_members, settings_changed, write_members
 from .retention import Retention, trim_point
 from .zk import ACKS, BoundedZk, SessionLogger, ZkAddress, decode_json, encode_json, quorum_of, required_acks
 
@@ -146,6 +147,10 @@ class Node:
         self.cdb = core.store.env.open_db(b"cluster")
         with core.store.read() as txn:
             self.applied, position = snap.read_applied(txn, self.cdb)
+            #: the size quorums are counted on, from the last applied membership entry
+            #: (:mod:`.membership`; ``None`` until one was applied: then ``P/config``'s)
+            self.members: int | None = read_members(txn, self.cdb)
+        self.pending_members: tuple[int, int] | None = None  # leader: (index, size) of a membership entry
         if position is not None and self.log.epoch_at(position.index) != position.epoch:
             # the state came from a snapshot and the node stopped before its log restarted after it
             log.warning("state installed from a snapshot at index %d: the log restarts after it", position.index)
@@ -247,6 +252,9 @@ class Node:
             self.config = decode_json(self.bzk.get(self.addr.config)[0])
             self._check_acks_override()
             self.retention = Retention.from_config(self.config)
+            if self.members is None:  # no membership entry applied yet: the size the cluster was made with
+                self.members = int(self.config.get("nodes", 1))
+            self.zk.DataWatch(self.addr.config, self._on_config)
             self.known_epoch = int(self.bzk.get(self.addr.epoch)[0] or b"0")
             self._publish(force=True)
         except BaseException:
@@ -290,7 +298,50 @@ class Node:
 
     @property
     def nodes(self) -> int:
+        """The size quorums are counted on: a leader's own membership entry from the moment
+        it is in its log, else the last applied one, else ``P/config``'s (:mod:`.membership`)."""
+        pending = self.pending_members
+        if pending is not None and self.leading:
+            return pending[1]
+        if self.members is not None:
+            return self.members
         return int(self.config.get("nodes", 1))
+
+    def _on_config(self, raw: bytes | None, _stat: Any) -> bool:
+        """kazoo's ``DataWatch`` on ``P/config`` (its own thread: no ZooKeeper calls here).
+        ``acks``, retention and the compaction interval apply at once; a new size is
+        replicated by the leader as a membership entry (:meth:`_change_membership`)."""
+        if self._closed:
+            return False
+        config = decode_json(raw)
+        if config:
+            changed = settings_changed(self.config, config)
+            if changed:
+                log.info("cluster configuration changed: %s", ", ".join(changed))
+            self.config = config
+            self.retention = Retention.from_config(config)
+        return True
+
+    def _change_membership(self, epoch: int) -> None:
+        """Leader: if ``P/config`` asks for another size and no change is under way, append a
+        membership entry one node towards it; acks are counted on the new size from then on."""
+        wanted = int(self.config.get("nodes", 0) or 0)
+        current = self.nodes
+        if wanted < 1 or wanted == current or not self.serving():
+            return
+        pending = self.pending_members
+        if pending is not None and self.applied < pending[0]:
+            return  # one change at a time: the previous one is not applied yet
+        size = current + 1 if wanted > current else current - 1
+        with self.log.lock:
+            if not self.leading or self.epoch != epoch:
+                return
+            index = self.log.append(epoch, self._next_now(), [membership_call(size)])
+            self.pending_members = (index, size)
+            self._last_append = time.monotonic()
+        log.info("membership: %d -> %d nodes at log index %d", current, size, index)
+        self._wake()
+        self._advance_commit()
 
     @property
     def acks(self) -> str:
@@ -343,6 +394,7 @@ class Node:
         return {"node": self.node_id, "role": self.role, "endpoint": self.endpoint, "repl": self.repl_endpoint,
                 "http": self.http, "epoch": self.epoch or self.known_epoch, "last_index": self.log.last_index,
                 "last_epoch": self.log.last_epoch, "commit": self.log.commit_index, "applied": self.applied,
+                "members": self.nodes, "clock_ms": self.log.now_at(self.log.last_index) or 0,
                 "diverged": self.diverged, "log_first": self.log.first_index, "needs_snapshot": self.need_snapshot,
                 "snapshots_sent": self.snapshot_server.started, "snapshots_installed": self.snapshots_installed,
                 "last_snapshot": self.last_snapshot, "session_timeout": self.session_timeout,
@@ -351,7 +403,8 @@ class Node:
     _published: dict[str, Any] = {}
 
     def _publish(self, force: bool = False) -> None:
-        info = self.info()
+        # (the time of the last log entry changes with every entry: /status only)
+        info = {k: v for k, v in self.info().items() if k != "clock_ms"}
         if not force and info == self._published:
             return
         from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -481,6 +534,7 @@ class Node:
             self.snapshot_server.reset()
             self.live_nodes = None
             self.epoch = new
+            self.pending_members = None
             self.lease_until = time.monotonic() + 0.5 * self.granted_session_timeout
             self._stepdown.clear()
             self.leading = True
@@ -498,6 +552,7 @@ class Node:
         while not self._stepdown.wait(min(0.2, CLOCK_TICK)):
             if self._stop.is_set():
                 break
+            self._change_membership(new)
             self._tick(new)
         return True
 
@@ -813,6 +868,8 @@ class Node:
                         return False
                 snap.install(self.core, sink)
                 self.cdb = self.core.store.env.open_db(b"cluster")
+                with self.core.store.read() as txn:
+                    self.members = read_members(txn, self.cdb) or self.members
                 with self.log.lock:
                     self.log.reset(position.index, position.epoch, position.now_ms)
                 self.clock.advance(position.now_ms)
@@ -925,8 +982,14 @@ class Node:
         same_as: dict[int, int] = {}  # a repeat inside the entry -> the call it repeats
         first: dict[tuple[str, int], int] = {}
         todo: list[tuple[int, list[O.Operation] | O.MaintenanceBatch]] = []
+        members: int | None = None
         with self.core.store.read() as txn:
             for i, call in enumerate(e.calls):
+                size = membership_size(call)
+                if size is not None:
+                    members = size
+                    outcomes[i] = (True, size)
+                    continue
                 cid, seq = call[0], int(call[1])
                 if cid:
                     if cid not in windows:
@@ -961,9 +1024,14 @@ class Node:
                 w = windows[cid]
                 keep = dict(sorted(w.items())[-DEDUP_WINDOW:])
                 wtxn.put(b"c" + cid.encode(), _pack(keep), db=self.cdb)
+            if members is not None:
+                write_members(wtxn, self.cdb, members)
             wtxn.put(snap.APPLIED_KEY, snap.encode_applied(snap.Position(e.index, e.epoch, e.now_ms)), db=self.cdb)
 
         results = self.core.apply_committed(e.now_ms, [ops for _, ops in todo], finish)
+        if members is not None:
+            self.members = members
+            log.info("membership: %d nodes from log index %d", members, e.index)
         for (i, _), res in zip(todo, results, strict=True):
             outcomes[i] = res
         for i, j in same_as.items():

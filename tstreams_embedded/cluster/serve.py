@@ -244,7 +244,8 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         ctx.term()
         raise
     compaction = ReplicatedCompaction(node)
-    registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id}, compaction,
+    registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id,
+                                                "cluster": str(node.addr)}, compaction,
                                 max_reply_bytes)
     server = Server(registry, binds, opts, commit_watch=core.wait_for_commit, context=ctx)
 

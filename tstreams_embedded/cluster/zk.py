@@ -259,11 +259,18 @@ def encode_json(value: dict[str, Any]) -> bytes:
 def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10.0,
                  log_retain_entries: int = DEFAULT_RETAIN_ENTRIES,
                  log_retain_bytes: int = DEFAULT_RETAIN_BYTES,
-                 compaction_interval: float = DEFAULT_COMPACTION_INTERVAL) -> dict[str, Any]:
+                 compaction_interval: float = DEFAULT_COMPACTION_INTERVAL, force: bool = False) -> dict[str, Any]:
     """Create the cluster's znodes (``tstreams cluster init``); existing ones keep their data
-    except ``config``, which is rewritten. Returns the configuration: the size, ``acks``,
-    the log retention (:mod:`.retention`) and the compaction interval in seconds (0: never;
-    :mod:`.compaction`)."""
+    except ``config``, which is rewritten (with a version check: a concurrent rewrite fails
+    this one). Returns the configuration: the size, ``acks``, the log retention
+    (:mod:`.retention`) and the compaction interval in seconds (0: never; :mod:`.compaction`).
+
+    On an existing cluster the size may change by one node at a time (:mod:`.membership`);
+    a bigger step raises ``InvalidArgument`` unless ``force`` (for a cluster that is down)."""
+    from kazoo.exceptions import BadVersionError, NodeExistsError
+
+    from .membership import check_size_change
+
     addr = ZkAddress.parse(url)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 99:
         raise errors.InvalidArgument(f"nodes must be an integer from 1 to 99, got {nodes!r}")
@@ -281,9 +288,20 @@ def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10
         if zk.exists(addr.epoch) is None:
             zk.create(addr.epoch, b"0")
         if zk.exists(addr.config) is None:
-            zk.create(addr.config, encode_json(config))
-        else:
-            zk.set(addr.config, encode_json(config))
+            try:
+                zk.create(addr.config, encode_json(config))
+                return config
+            except NodeExistsError:
+                pass  # created meanwhile: checked as an existing cluster's below
+        raw, stat = zk.get(addr.config)
+        current = decode_json(raw).get("nodes")
+        if isinstance(current, int):
+            check_size_change(current, nodes, force, f"the cluster at {addr}")
+        try:
+            zk.set(addr.config, encode_json(config), version=stat.version)
+        except BadVersionError:
+            raise errors.InvalidArgument(
+                f"the configuration of {addr} changed while this init ran: run it again") from None
     except errors.TStreamsError:
         raise
     except Exception as exc:  # noqa: BLE001 - kazoo's errors about the request

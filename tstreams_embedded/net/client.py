@@ -16,6 +16,14 @@ Reads and long polls are retried transparently after a reconnection; a write who
 connection dropped while it was in flight raises :class:`RemoteError` (its outcome is
 unknown — use a ``SET_MARKER`` guard or a CheckpointGroup to make retries exactly-once).
 
+**Cluster nodes** (``server_info`` carries ``cluster``; e.g. a ``tcp://`` address of HAProxy
+in front of a cluster, docs/CLUSTER.md): every ``submit`` carries this client's ID and a
+sequence number, which the cluster keeps in its replicated deduplication window, so a
+write whose outcome is unknown (connection lost, no reply, ``NotLeader``,
+``ClusterUnavailable``) is sent again with the same ``(client_id, seq)`` until ``timeout``
+and applied once. Reads are retried the same way once the client knows the server is a
+cluster node (after its first write, or any ``server_info``). Writes are not pipelined then.
+
 The read methods are made by :func:`_remote` from their declarations in
 :class:`~tstreams_embedded.engine.backend.Backend`: each calls the server method of the
 same name (:mod:`~tstreams_embedded.net.handlers`) and decodes the reply.
@@ -24,9 +32,11 @@ same name (:mod:`~tstreams_embedded.net.handlers`) and decodes the reply.
 from __future__ import annotations
 
 import inspect
+import itertools
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -43,10 +53,18 @@ from .future import Future
 _BLOB = msgpack.ExtType
 
 
-def encode_submit(ops: Sequence[O.Operation], durable: bool) -> list[Any]:
-    """``[body, *blobs]`` for ``submit(ops, durable)``: each record as ``[opcode, *fields]``
-    (:func:`.ops.encode`), every bytes-like field (item chunks) as its own frame. The batch
-    is checked as a client batch first, so a bad one fails here with the server's message."""
+#: Errors after which a request to a cluster node is sent again: its outcome is unknown or
+#: it was refused by a node that does not lead (any more).
+FAILOVER_RETRYABLE = (errors.NotLeader, errors.ClusterUnavailable, errors.RemoteError)
+FAILOVER_BACKOFF = 0.05  # seconds between two attempts
+
+
+def encode_submit(ops: Sequence[O.Operation], durable: bool, client_id: str | None = None,
+                  seq: int = 0) -> list[Any]:
+    """``[body, *blobs]`` for ``submit(ops, durable[, client_id, seq])``: each record as
+    ``[opcode, *fields]`` (:func:`.ops.encode`), every bytes-like field (item chunks) as its
+    own frame. The batch is checked as a client batch first, so a bad one fails here with
+    the server's message. ``client_id``/``seq`` make it idempotent on a cluster node."""
     blobs: list[Any] = []
     wire: list[Any] = []
     for op in O.check_client_batch(ops):
@@ -58,7 +76,7 @@ def encode_submit(ops: Sequence[O.Operation], durable: bool) -> list[Any]:
                 blobs.append(v)
         wire.append(row)
     try:
-        body = framing.pack([wire, durable])
+        body = framing.pack([wire, durable] if client_id is None else [wire, durable, client_id, seq])
     except (TypeError, ValueError, OverflowError) as e:
         raise errors.InvalidArgument(f"operations cannot be encoded: {e}") from None
     return [body, *blobs]
@@ -142,7 +160,11 @@ class RemoteBackend:
         client_secret_key: bytes | str | None = None,
         pipeline_data: bool = True,
         context: zmq.Context[Any] | None = None,
+        failover_retries: bool = True,
     ) -> None:
+        """``failover_retries``: on a cluster node, send requests again after a failover (see
+        the module docstring); the cluster client (``zk://``) turns it off, as it retries
+        on the next leader itself."""
         curve: tuple[bytes, bytes, bytes] | None = None
         if curve_dir is not None:
             curve = _curve_from_dir(os.fspath(curve_dir), curve_client)
@@ -160,6 +182,9 @@ class RemoteBackend:
         self._inflight: dict[tuple[Any, ...], list[Future]] = {}  # pipelined DATA per (stream, partition, txn)
         self._info: dict[str, Any] | None = None
         self._closed = False
+        self.failover_retries = bool(failover_retries)
+        self.client_id = uuid.uuid4().hex  # with a sequence number in every submit to a cluster node
+        self._seq = itertools.count(1)
 
     def __repr__(self) -> str:
         return f"RemoteBackend({self.endpoint!r})"
@@ -183,13 +208,35 @@ class RemoteBackend:
             body = framing.encode_args(args)
         except (TypeError, ValueError, OverflowError) as e:
             raise errors.InvalidArgument(f"{method}: arguments cannot be encoded: {e}") from None
-        return self._conn.call_frames(method, body, self.timeout if timeout is None else timeout, retry_safe)
+        t = self.timeout if timeout is None else timeout
+        if retry_safe and self._info is not None and self.cluster_node:  # (known once server_info was asked)
+            return self._again_after_failover(lambda left: self._conn.call_frames(method, body, left, True), t)
+        return self._conn.call_frames(method, body, t, retry_safe)
+
+    def _again_after_failover(self, attempt: Callable[[float], T], timeout: float) -> T:
+        """``attempt(seconds left)`` until it succeeds, a non-retryable error, or ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return attempt(max(left, 0.1))
+            except FAILOVER_RETRYABLE:
+                if self._closed or time.monotonic() + FAILOVER_BACKOFF >= deadline:
+                    raise
+            time.sleep(FAILOVER_BACKOFF)  # a back-off between attempts, not a synchronisation
 
     def server_info(self) -> dict[str, Any]:
-        """The server's ``pid``, ``durability``, ``max_item_size`` and method list (cached)."""
+        """The server's ``pid``, ``durability``, ``max_item_size`` and method list (cached);
+        a cluster node adds ``cluster`` (its cluster's address) and ``node``."""
         if self._info is None:
             self._info = self._call("server_info")
         return self._info
+
+    @property
+    def cluster_node(self) -> bool:
+        """Whether requests are retried across failover: the server is a cluster node and
+        ``failover_retries`` is on."""
+        return self.failover_retries and bool(self.server_info().get("cluster"))
 
     @property
     def max_item_size(self) -> int:
@@ -216,6 +263,8 @@ class RemoteBackend:
         self._check()
         if not isinstance(durable, bool):
             durable = bool(durable)
+        if self.cluster_node:
+            return self._submit_once(ops, durable)
         body = encode_submit(ops, durable)
         if not ops:
             return []
@@ -231,6 +280,20 @@ class RemoteBackend:
         self._barrier(keys)
         results: list[Any] = self._conn.call_frames("submit", body, self.timeout, retry_safe=False)
         return results
+
+    def _submit_once(self, ops: Sequence[O.Operation], durable: bool) -> list[Any]:
+        """A submit to a cluster node: with ``(client_id, seq)``, sent again while its outcome
+        is unknown; the cluster applies it once and answers a repeat with the first outcome."""
+        body = encode_submit(ops, durable, self.client_id, next(self._seq))
+        if not ops:
+            return []
+        self._barrier([k for k in map(O.txn_address, ops) if k is not None])
+
+        def attempt(left: float) -> list[Any]:
+            results: list[Any] = self._conn.call_frames("submit", body, left, retry_safe=False)
+            return results
+
+        return self._again_after_failover(attempt, self.timeout)
 
     def submit_async(self, ops: Sequence[O.Operation], durable: bool = True) -> Future:
         """Send a submit without waiting; the returned future gives its results (or error)."""

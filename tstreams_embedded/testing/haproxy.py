@@ -118,3 +118,24 @@ class HAProxyProcess(ManagedProcess):
             return bool(wanted) and all(status.get(n) == "UP" for n in wanted)
 
         eventually(up, timeout, 0.05, message=lambda: f"HAProxy servers not up: {self.server_status()}")
+
+
+def write_leader_only_config(path: str | os.PathLike[str], check_ports: Sequence[int], host: str = LOOPBACK) -> Path:
+    """Write the leader-only HAProxy configuration of a cluster (as ``cluster/local.sh up``
+    makes it, ``cluster/haproxy-leader.cfg``): server ``i`` is ``TSTREAMS_SERVER<i>`` (its
+    client port, from :class:`HAProxyProcess`' environment) and is checked with
+    ``GET /health/leader`` on ``host:check_ports[i]`` (the node's ``--http``), so only the
+    leader takes connections. Returns the path."""
+    lines = [
+        "global", "    maxconn 4000",
+        "defaults", "    mode tcp", "    timeout connect 2s", "    timeout client 60s", "    timeout server 60s",
+        "    timeout tunnel 1h", "    timeout check 1s", "    retries 3", "    option redispatch", "    option tcpka",
+        "frontend tstreams", '    bind "${TSTREAMS_BIND}"', "    default_backend tstreams_leader",
+        "backend tstreams_leader", "    option httpchk GET /health/leader", "    http-check expect status 200",
+        "    default-server inter 300ms fall 1 rise 1 on-marked-down shutdown-sessions",
+    ]
+    lines += [f'    server n{i} "${{TSTREAMS_SERVER{i}}}" check addr {host} port {port}'
+              for i, port in enumerate(check_ports, 1)]
+    out = Path(path)
+    out.write_text("\n".join(lines) + "\n")
+    return out

@@ -164,6 +164,16 @@ class History:
                                "offsets": [asdict(o) for o in self.offsets]})
 
 
+def spanning(writes: Iterable[Write], moments: Iterable[float], kind: str = "txn") -> list[Write]:
+    """The acknowledged (``ok``) writes of ``kind`` that were under way at one of ``moments``
+    (begun before it, ended after it): e.g. transactions open while a leader was killed.
+    A run that claims open transactions survive failover must have some (a run where
+    every such transaction failed, e.g. with ``TransactionExpired``, passes :func:`check`)."""
+    times = sorted(moments)
+    return [w for w in writes if w.kind == kind and w.outcome == "ok" and w.end is not None
+            and any(w.start < t < w.end for t in times)]
+
+
 def check(history: History, final: FinalState) -> list[str]:
     """Every violation of the properties in the module docstring (empty: valid)."""
     return [*_check_writes(history.writes, final), *_check_order(history.writes, final),

@@ -1,0 +1,98 @@
+"""HAProxy in front of a cluster (``cluster/haproxy-leader.cfg``): a plain ``tcp://`` client
+on HAProxy carries on by itself when the leader is SIGKILLed, and every acknowledged item
+is present exactly once (its submits carry a client ID and sequence number, which the
+cluster deduplicates: :mod:`tstreams_embedded.net.client`)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tstreams_embedded as ts
+from tstreams_embedded import errors
+from tstreams_embedded.testing import HAProxyProcess, eventually
+from tstreams_embedded.testing.haproxy import haproxy_executable, write_leader_only_config
+
+from .conftest import Cluster, ClusterNode
+
+pytestmark = [pytest.mark.timeout(180),
+              pytest.mark.skipif(haproxy_executable() is None, reason="haproxy is not installed")]
+
+
+def items_on(node: ClusterNode) -> list[str]:
+    items: list[str] = node.state(items=True)["items"]
+    return items
+
+
+class Writer(threading.Thread):
+    """Uniquely numbered instants (and a transaction every tenth write) until stopped; an
+    error reaches the application: recorded, and the test fails."""
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__(daemon=True)
+        self.producer = engine.producer("s")
+        self.acked: list[str] = []
+        self.failed: list[BaseException] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        while not self.halt.is_set():
+            try:
+                if i % 10 == 9:
+                    items = [f"t{i}-{j}" for j in range(3)]
+                    txn = self.producer.new_transaction(partition=0)
+                    for item in items:
+                        txn.send(item.encode())
+                    txn.checkpoint()
+                else:
+                    items = [f"w{i}"]
+                    self.producer.instant([items[0].encode()])
+                self.acked.extend(items)
+            except errors.TStreamsError as exc:
+                self.failed.append(exc)
+                return
+            i += 1
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(90)
+        assert not self.is_alive()
+
+
+def test_tcp_client_behind_haproxy_carries_on_after_leader_sigkill(cluster: Cluster, tmp_path: Path) -> None:
+    leader = cluster.ready()
+    config = write_leader_only_config(tmp_path / "haproxy-leader.cfg", [n.http_port for n in cluster.nodes])
+    proxy = HAProxyProcess([n.port for n in cluster.nodes], tmp_path / "haproxy", config=config).start()
+    engine: Any = None
+    try:
+        up = {f"n{i}" for i, n in enumerate(cluster.nodes, 1) if n is leader}
+        eventually(lambda: {n for n, st in proxy.server_status().items() if st == "UP"} == up, 20, 0.05,
+                   message=lambda: f"HAProxy routes to the leader only: {proxy.server_status()}")
+        engine = ts.connect(proxy.endpoint, timeout=60)
+        assert engine.backend.cluster_node  # server_info says so: submits carry (client_id, seq)
+        engine.create_stream("s")
+        writer = Writer(engine)
+        writer.start()
+        eventually(lambda: len(writer.acked) >= 30 or writer.failed, 30, 0.05, message="writes flow")
+        leader.kill()
+        before = len(writer.acked)
+        new = cluster.leader(60)
+        assert new is not leader
+        eventually(lambda: len(writer.acked) >= before + 30 or writer.failed, 60, 0.05,
+                   message="the client carries on through HAProxy on the new leader")
+        writer.stop()
+        assert not writer.failed, f"an error reached the application: {writer.failed!r}"
+        items = items_on(new)
+        assert sorted(items) == sorted(writer.acked), "every acknowledged item, exactly once"
+        assert len(items) == len(set(items))
+        leader.start()
+        state = eventually(cluster.converged, 30, 0.1, message="all nodes reach the same state", ignore=(OSError,))
+        assert state is not None
+    finally:
+        if engine is not None:
+            engine.close()
+        proxy.stop()
