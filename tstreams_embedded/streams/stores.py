@@ -93,11 +93,9 @@ class KeyValueStore:
 
     # -- the cache ----------------------------------------------------------------------
     def _remember(self, kb: bytes, value: Any, size: int) -> None:
-        old = self._cache.pop(kb, None)
-        if old is not None:
-            self.cached_bytes -= old[1]
+        old = self._cache.get(kb)
         self._cache[kb] = (value, size)
-        self.cached_bytes += size
+        self.cached_bytes += size if old is None else size - old[1]
         if self.cached_bytes > self.max_bytes and not self._stuck:
             self._evict()
 

@@ -130,8 +130,11 @@ def _extracted(node: N.SourceNode, key: Any, value: Any, txn: TxnData) -> int:
     """The timestamp ``node``'s extractor gives a record of ``txn`` (checked: a valid
     timestamp, see :func:`~.records.check_timestamp`)."""
     assert node.extract is not None
-    return check_timestamp(node.extract(key, value), f"the timestamp the extractor of {node.stream!r} gave the "
-                                                     f"record with key {key!r:.40} (transaction {txn.id})")
+    ts = node.extract(key, value)
+    if type(ts) is not int or not MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP:
+        check_timestamp(ts, f"the timestamp the extractor of {node.stream!r} gave the record with key {key!r:.40} "
+                            f"(transaction {txn.id})")
+    return ts
 
 
 class Task:
