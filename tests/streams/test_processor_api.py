@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
@@ -126,6 +128,20 @@ def test_processor_window_store_through_the_driver() -> None:
         assert store.get("a", 40, 50) == 1
         assert store.fetch("a", 0, 100) == [(Windowed("a", 10, 20), 1), (Windowed("a", 30, 40), 1),
                                             (Windowed("a", 40, 50), 1)]  # [0, 10) expired
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 120)), min_size=1, max_size=25))
+def test_processor_window_store_against_a_model(events: list[tuple[str, int]]) -> None:
+    """Random keys and disordered timestamps: what the processor sees and what is committed
+    equal the model's (windows, counts, expiry)."""
+    forwarded, final = expected_window_counts(events)
+    with TestDriver(window_counter()) as d:
+        for key, t in events:
+            d.pipe("in", key, {}, t)
+        assert [r.value for r in d.read_output("out")] == forwarded
+        store = d.store("counts")
+        assert {(w.key, w.start): v for w, v in store.all().items()} == final
 
 
 def test_processor_window_store_checks_its_arguments() -> None:
