@@ -9,7 +9,7 @@ decoded JSON back, each checking it on the way; a mismatch raises
 * ``str``, ``int`` (not ``bool``), ``float`` (an ``int`` is accepted and becomes a float;
   NaN and infinities are refused: JSON has none), ``bool``, ``None``;
 * ``datetime.datetime`` as an ISO 8601 string (``datetime.isoformat()``: a naive datetime
-  stays naive, an aware one keeps its UTC offset), ``datetime.date`` as ``YYYY-MM-DD``;
+  stays naive, an aware one keeps its UTC offset, not its zone's name), ``datetime.date`` as ``YYYY-MM-DD``;
 * ``enum.Enum`` subclasses, by value; ``Literal[...]``;
 * ``list[T]``, ``tuple[T, ...]``, ``dict[str, T]``; ``Optional[T]``, ``T | None`` and other
   unions (the first that fits);
