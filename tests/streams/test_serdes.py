@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import enum
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, Optional, TypedDict
 
 import crc32c
 import pytest
@@ -121,3 +123,103 @@ def test_send_records_partitions_by_key(tstreams_engine: Any) -> None:
         send_records(engine, "in", ["not a record"])
     with pytest.raises(errors.StreamNotFound):
         send_records(engine, "missing", [])
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclass
+class Inner:
+    x: int
+    tags: list[str]
+
+
+@dataclass
+class Outer:
+    inner: Inner
+    when: dt.datetime
+    day: dt.date
+    ratio: float
+    color: Color
+    children: list[Inner]
+    by_name: dict[str, Inner]
+    maybe: Inner | None = None
+    note: Optional[str] = None  # noqa: UP045 - the typing spelling is checked too
+    pair: tuple[int, str] = (0, "")
+
+
+class Doc(TypedDict):
+    title: str
+    outer: Outer
+    when: dt.datetime
+
+
+def inner_strategy() -> st.SearchStrategy[Inner]:
+    return st.builds(Inner, x=st.integers(-(2**63), 2**63 - 1), tags=st.lists(st.text(), max_size=3))
+
+
+# an aware datetime comes back with its UTC offset, not its zone's name (ISO 8601 has none; and
+# a zone's nonexistent local times compare unequal to anything)
+fixed_offsets = st.integers(-1439, 1439).map(lambda m: dt.timezone(dt.timedelta(minutes=m)))
+outers = st.builds(
+    Outer, inner=inner_strategy(), when=st.datetimes() | st.datetimes(timezones=fixed_offsets), day=st.dates(),
+    ratio=st.floats(allow_nan=False, allow_infinity=False), color=st.sampled_from(Color),
+    children=st.lists(inner_strategy(), max_size=3), by_name=st.dictionaries(st.text(), inner_strategy(), max_size=3),
+    maybe=st.none() | inner_strategy(), note=st.none() | st.text(), pair=st.tuples(st.integers(-5, 5), st.text()))
+
+
+@given(outers, st.text())
+def test_typed_serdes_round_trip_generated_instances(outer: Outer, title: str) -> None:
+    s = serde(Outer)
+    back = s.deserialize(s.serialize(outer))
+    assert back == outer
+    assert type(back.inner) is Inner and type(back.when) is dt.datetime and type(back.day) is dt.date
+    assert back.when.utcoffset() == outer.when.utcoffset()
+    doc = serde(Doc)
+    value: Doc = {"title": title, "outer": outer, "when": outer.when}
+    assert doc.deserialize(doc.serialize(value)) == value
+
+
+def test_nested_dataclass_and_datetime_come_back_typed() -> None:
+    s = serde(Outer)
+    o = Outer(Inner(1, ["a"]), dt.datetime(2026, 1, 1, 12, 30), dt.date(2026, 3, 29), 0.5, Color.BLUE,
+              [Inner(2, [])], {"k": Inner(3, ["b"])}, pair=(1, "one"))
+    data = s.serialize(o)
+    assert b'"when":"2026-01-01T12:30:00"' in data and b'"day":"2026-03-29"' in data and b'"color":"blue"' in data
+    assert s.deserialize(data) == o
+
+
+@pytest.mark.parametrize(("spec", "data", "words"), [
+    (View, b'{"page": 5, "ts": 1}', r"View\.page: expected str, got int"),
+    (View, b'{"page": "a", "ts": "soon"}', r"View\.ts: expected int, got str"),
+    (View, b'{"page": "a", "ts": true}', r"View\.ts: expected int, got bool"),
+    (View, b'{"page": "a"}', r"View\.ts: missing"),
+    (View, b'{"page": "a", "ts": 1, "x": 2}', "unknown fields"),
+    (Click, b'{"page": [1], "x": 1}', r"Click\.page: expected str"),
+    (Click, b'{"page": "a", "x": "no"}', r"Click\.x: expected int"),
+    (Outer, b'{"inner": {"x": 1, "tags": [1]}}', r"Outer\.inner\.tags\[0\]: expected str"),
+    (Inner, b'{"x": 1, "tags": "abc"}', r"Inner\.tags: expected list"),
+    (Doc, b'{"title": "t", "outer": {}, "when": "2026-01-01"}', r"Doc\.outer\.inner: missing"),
+    (Doc, b'{"title": "t", "outer": 1, "when": "yesterday"}', r"Doc\.outer: expected a Outer object"),
+])
+def test_typed_serdes_reject_wrong_types(spec: Any, data: bytes, words: str) -> None:
+    with pytest.raises(errors.SerdeError, match=words):
+        serde(spec).deserialize(data)
+
+
+@pytest.mark.parametrize(("spec", "value", "words"), [
+    (View, View(page=5, ts="soon"), r"View\.page: expected str"),  # type: ignore[arg-type]
+    (View, View(page="a", ts="soon"), r"View\.ts: expected int"),  # type: ignore[arg-type]
+    (Outer, Outer(Inner(1, []), "2026-01-01", dt.date(2026, 1, 1), 1.0, Color.RED, [], {}),  # type: ignore[arg-type]
+     r"Outer\.when: expected datetime"),
+    (Outer, Outer(Inner(1, []), dt.datetime(2026, 1, 1), dt.date(2026, 1, 1), float("nan"), Color.RED, [], {}),
+     r"Outer\.ratio: expected a finite float"),
+    (Outer, Outer(Inner(1, []), dt.datetime(2026, 1, 1), dt.date(2026, 1, 1), 1.0, "red", [], {}),  # type: ignore[arg-type]
+     r"Outer\.color: expected Color"),
+    (Click, {"page": "a", "x": 1.5}, r"Click\.x: expected int"),
+])
+def test_typed_serdes_refuse_to_write_wrong_types(spec: Any, value: Any, words: str) -> None:
+    with pytest.raises(errors.SerdeError, match=words):
+        serde(spec).serialize(value)

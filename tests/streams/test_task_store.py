@@ -105,3 +105,20 @@ def test_reads_page_through_every_entry(tstreams_make_engine: object, monkeypatc
     store.put("k055", 55)
     expected = sorted({**{k: v for k, v in entries.items() if k != "k05"}, "k055": 55}.items())
     assert list(store.all()) == expected
+
+
+class TinyCacheTaskStore(TaskStore):
+    """The same with a cache of 8 bytes: entries are dropped all the time (the answers must
+    not change), and after a commit the cache is within its bound."""
+
+    def _open(self) -> KeyValueStore:
+        return KeyValueStore(self.engine.backend, "app/0/s", "s", StrSerde(), MsgpackSerde(), max_bytes=8)
+
+    @rule()
+    def commit(self) -> None:
+        super().commit()
+        assert self.store.cached_bytes <= 8  # only changes may pass the bound, until they are committed
+
+
+TestTinyCacheTaskStore = TinyCacheTaskStore.TestCase
+TestTinyCacheTaskStore.settings = settings(max_examples=30, stateful_step_count=20, deadline=None)

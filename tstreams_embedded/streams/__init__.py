@@ -27,6 +27,7 @@ from .serdes import Serde, serde
 from .stores import KeyValueStore, ReadOnlyKeyValueStore, ReadOnlyWindowStore
 from .table import Change, GroupedTable, Table
 from .topology import Topology
+from .window_store import WindowStore
 from .windows import CalendarWindows, SessionWindows, SlidingWindows, TimeWindows, Windowed, Windows
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "TimeWindows",
     "Topology",
     "Windowed",
+    "WindowStore",
     "WindowedKStream",
     "Windows",
     "partition_of",

@@ -18,7 +18,7 @@ from .metrics import GLOBAL, AppMetrics, DropCounter
 from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
 from .queries import advertised_host as advertised_host_of
 from .record_errors import RecordErrors, check_policy
-from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
+from .stores import DEFAULT_CACHE_BYTES, ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
 from .topology import StoreSpec, Topology, internal_name
 
@@ -41,8 +41,10 @@ class App:
       whose input is then processed again).
     * A task commits every ``commit_interval_ms``, every ``commit_records`` records or when
       ``commit_bytes`` of output are buffered, whichever comes first (at transaction
-      boundaries), and whenever it runs out of input. Memory per task is bounded by that and
-      by its stores' caches (at most 200,000 entries each, dropped after a commit).
+      boundaries), and whenever it runs out of input. The interval is measured on ``clock``
+      (the app's wall clock, which a test may inject). Memory per task is bounded by that and
+      by its stores' caches: ``store_cache_bytes`` (default 32 MiB) of keys and values as
+      stored, per store of each task (a task whose changes fill a cache commits).
     * A running app (``start()``) without input waits for the next commit: at once when it is
       made in this process, by a served engine's server, or by another process writing the
       same directory (inotify, :mod:`tstreams_embedded.engine.commit_waker`; without it,
@@ -79,7 +81,8 @@ class App:
                  clock: Callable[[], int] | None = None, lease_ms: int = 5_000, instance_name: str = "instance",
                  static_id: str | None = None, on_record_error: str = "fail",
                  http_host: str = "127.0.0.1", http_port: int | None = None,
-                 advertised_host: str | None = None, max_task_idle_ms: int = 0) -> None:
+                 advertised_host: str | None = None, max_task_idle_ms: int = 0,
+                 store_cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
         check_name(application_id, "application_id")
@@ -92,7 +95,8 @@ class App:
         check_policy(on_record_error)
         for value, what in ((num_threads, "num_threads"), (commit_interval_ms, "commit_interval_ms"),
                             (commit_records, "commit_records"), (commit_bytes, "commit_bytes"),
-                            (poll_interval_ms, "poll_interval_ms"), (lease_ms, "lease_ms")):
+                            (poll_interval_ms, "poll_interval_ms"), (lease_ms, "lease_ms"),
+                            (store_cache_bytes, "store_cache_bytes")):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise errors.InvalidArgument(f"{what} must be a positive integer, got {value!r}")
         if isinstance(max_task_idle_ms, bool) or not isinstance(max_task_idle_ms, int) or max_task_idle_ms < 0:
@@ -111,12 +115,13 @@ class App:
         self.num_threads = num_threads
         self.processing = processing
         self.durable = processing == "exactly_once"
-        self.commit_interval = commit_interval_ms / 1000.0
+        self.commit_interval_ms = commit_interval_ms
         self.commit_records = commit_records
         self.commit_bytes = commit_bytes
         self.poll_interval = poll_interval_ms / 1000.0
         self.clock = clock if clock is not None else _wall_ms
         self.max_task_idle_ms = max_task_idle_ms
+        self.store_cache_bytes = store_cache_bytes
         self.metrics: dict[str, int] = {}
         self._metrics_lock = threading.Lock()
         self.stream_info: dict[str, StreamInfo] = {}
@@ -383,7 +388,7 @@ class App:
 
     def _maybe_commit(self, task: Task) -> None:
         if task.records_since_commit >= self.commit_records or task.output_bytes >= self.commit_bytes or \
-                time.monotonic() - task.last_commit >= self.commit_interval:
+                self.clock() - task.last_commit >= self.commit_interval_ms or task.caches_full():
             self._commit(task)
 
     def start(self) -> App:

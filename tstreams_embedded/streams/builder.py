@@ -18,6 +18,11 @@ from .serdes import SerdeSpec
 from .table import Table, source_table
 from .topology import TopologyGraph
 
+DAY_MS = 86_400_000
+#: the longest window size or retention of a processor's windowed store (about 10,000 years:
+#: window ends and expiry stay inside 64-bit window keys for every valid timestamp)
+MAX_WINDOW_MS = 1 << 48
+
 
 class StreamsBuilder(TopologyGraph):
     """Builds a topology with the DSL (``stream``, ``filter``, ``group_by``, …) or the
@@ -58,9 +63,29 @@ class StreamsBuilder(TopologyGraph):
         self.add_store(name, key_serde, value_serde)
         return self
 
+    def add_window_store(self, name: str, *, size_ms: int, retention_ms: int | None = None,
+                         key_serde: SerdeSpec = "msgpack", value_serde: SerdeSpec = "msgpack") -> StreamsBuilder:
+        """Declare a windowed store for processors (``stores=[name]``; ``get_store`` gives a
+        :class:`~.window_store.WindowStore`): windows of ``size_ms``, deleted once their end
+        is ``retention_ms`` (default: ``max(size_ms, 1 day)``, at least ``size_ms``) behind
+        the task's stream time."""
+        for value, what in ((size_ms, "size_ms"), (retention_ms, "retention_ms")):
+            if value is None and what == "retention_ms":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WINDOW_MS:
+                raise errors.InvalidArgument(f"{what} must be a positive integer of ms (at most {MAX_WINDOW_MS}), "
+                                             f"got {value!r:.40}")
+        retention = max(size_ms, DAY_MS) if retention_ms is None else retention_ms
+        if retention < size_ms:
+            raise errors.InvalidArgument(f"retention_ms must be at least size_ms ({size_ms}), got {retention}")
+        self.add_store(name, key_serde, value_serde, windowed=True, size_ms=size_ms, retention_ms=retention)
+        return self
+
     def add_processor(self, name: str, factory: Callable[[], Any], parent: KStream,
                       stores: Iterable[str] = ()) -> KStream:
         """A user processor (see :class:`~.processor.Processor`) fed by ``parent``."""
+        if not isinstance(parent, KStream) or parent.builder is not self:
+            raise errors.TopologyError(f"add_processor: parent must be a KStream of this builder, got {parent!r:.60}")
         return parent.process(factory, stores=stores, name=name)
 
 

@@ -18,10 +18,21 @@ import tstreams_embedded as ts
 from .. import errors
 from ..engine import ops as O
 from .app import App
-from .records import Record, pack_envelope, partition_of, unpack_envelope
+from .records import MAX_TIMESTAMP, MIN_TIMESTAMP, Record, check_timestamp, pack_envelope, partition_of, unpack_envelope
 from .serdes import Serde, SerdeSpec, serde
-from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore
+from .stores import DEFAULT_CACHE_BYTES, ReadOnlyKeyValueStore, ReadOnlyWindowStore
 from .topology import Topology, is_internal
+
+
+def check_headers(headers: Any) -> dict[str, bytes] | None:
+    """``headers`` of a record: None or a dict of str names to bytes values (the envelope's
+    shape); InvalidArgument otherwise."""
+    if headers is None:
+        return None
+    if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, bytes) for k, v in headers.items()):
+        raise errors.InvalidArgument(f"headers must be a dict of str names to bytes values, got {headers!r:.80}")
+    return headers
 
 
 class TestDriver:
@@ -33,7 +44,15 @@ class TestDriver:
     __test__ = False  # not a pytest test class
 
     def __init__(self, topology: Topology, *, application_id: str = "test-app", partitions: int = 1,
-                 wall_clock_ms: int = 0, commit_records: int = 10_000, directory: str | None = None) -> None:
+                 wall_clock_ms: int = 0, commit_records: int = 10_000, directory: str | None = None,
+                 store_cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        if not isinstance(topology, Topology):
+            raise errors.InvalidArgument(f"TestDriver takes a topology (StreamsBuilder().build()), "
+                                         f"got {type(topology).__name__}")
+        if isinstance(wall_clock_ms, bool) or not isinstance(wall_clock_ms, int) or not (
+                MIN_TIMESTAMP <= wall_clock_ms <= MAX_TIMESTAMP):
+            raise errors.InvalidArgument(f"wall_clock_ms must be epoch ms as an int in [{MIN_TIMESTAMP}, "
+                                         f"{MAX_TIMESTAMP}], got {wall_clock_ms!r:.40}")
         self._dir = tempfile.mkdtemp(prefix="tstreams-driver-", dir=directory)
         self.engine = ts.open(self._dir, durability="async", compaction_interval=None, keepalive_interval=None)
         self.topology = topology
@@ -45,8 +64,11 @@ class TestDriver:
                 if not is_internal(stream) and not self.engine.has_stream(stream):
                     self.engine.create_stream(stream, partitions=partitions)
             self.app = App(self.engine, application_id=application_id, topology=topology,
-                           commit_records=commit_records, clock=lambda: self._wall)
-            self.app.task_count()
+                           commit_records=commit_records, clock=lambda: self._wall,
+                           store_cache_bytes=store_cache_bytes)
+            # the tasks start now (as Kafka's TopologyTestDriver's): their processors' init runs and
+            # wall-clock punctuators are due from the driver's start time, before any clock move
+            self.app.run(until_idle=True)
         except BaseException:
             self.close()
             raise
@@ -56,8 +78,8 @@ class TestDriver:
         """Write one record (one transaction) to input ``stream``, serialized with the
         source's serdes; processed before the next read, store query or clock move."""
         node = self._source(stream)
-        if isinstance(timestamp, bool) or not isinstance(timestamp, int):
-            raise errors.InvalidArgument(f"timestamp must be epoch ms as an int, got {timestamp!r}")
+        check_timestamp(timestamp, f"the timestamp of a record piped to {stream!r}")
+        check_headers(headers)
         kb = None if key is None else node.key_serde.serialize(key)
         vb = None if value is None else node.value_serde.serialize(value)
         n = self.engine.get_stream(stream).partitions
@@ -69,6 +91,9 @@ class TestDriver:
         self._source(stream)
         if not isinstance(item, bytes):
             raise errors.InvalidArgument(f"item must be bytes, got {type(item).__name__}")
+        n = self.engine.get_stream(stream).partitions
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
+            raise errors.PartitionOutOfRange(f"partition must be 0..{n - 1} for {stream!r}, got {partition!r:.20}")
         self._pending.append(O.Instant(stream, partition, O.pack_items([item])))
 
     def _source(self, stream: str) -> Any:
@@ -92,6 +117,8 @@ class TestDriver:
         """Move the wall clock by ``ms`` and run wall-clock punctuators."""
         if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
             raise errors.InvalidArgument(f"ms must be a non-negative integer, got {ms!r}")
+        if self._wall + ms > MAX_TIMESTAMP:
+            raise errors.InvalidArgument(f"the wall clock would pass {MAX_TIMESTAMP} (the last valid timestamp)")
         self._wall += ms
         self.process()
 

@@ -105,6 +105,8 @@ class KStream:
     def map_values(self, fn: Callable[..., Any], *, with_key: bool = False, name: str | None = None) -> KStream:
         """``fn(value)`` (or ``fn(key, value)`` with ``with_key=True``) as the new value."""
         check_callable(fn, "fn")
+        if not isinstance(with_key, bool):
+            raise errors.InvalidArgument(f"with_key must be True or False, got {with_key!r:.40}")
         return self._then("map-values", lambda n: N.MapValuesNode(n, fn, with_key), name)
 
     def flat_map(self, fn: Callable[[Any, Any], Iterable[tuple[Any, Any]]], *, name: str | None = None) -> KStream:
@@ -134,6 +136,8 @@ class KStream:
 
     def split(self, *, prefix: str = "", name: str | None = None) -> BranchedKStream:
         """Named branches: each record goes to the first branch whose predicate holds."""
+        if not isinstance(prefix, str):
+            raise errors.InvalidArgument(f"split prefix must be a str, got {prefix!r:.40}")
         return BranchedKStream(self, prefix, name)
 
     def merge(self, other: KStream, *, name: str | None = None) -> KStream:
@@ -169,6 +173,8 @@ class KStream:
     def group_by_key(self, *, key_serde: SerdeSpec = "msgpack", value_serde: SerdeSpec = "msgpack") -> KGroupedStream:
         """Group by the current key (repartitioned first if an upstream operation may have
         changed keys)."""
+        serde(key_serde, "key_serde")
+        serde(value_serde, "value_serde")
         s = self.repartition(key_serde=key_serde, value_serde=value_serde) if self._key_changed else self
         return KGroupedStream(s, key_serde)
 
@@ -207,6 +213,8 @@ class BranchedKStream:
         return self
 
     def _add(self, predicate: Callable[[Any, Any], Any] | None, name: str | None) -> None:
+        if name is not None and (not isinstance(name, str) or not name):
+            raise errors.InvalidArgument(f"a branch name must be a non-empty str, got {name!r:.40}")
         label = self._prefix + (name if name is not None else str(len(self._names) + 1))
         if label in self._names:
             raise errors.TopologyError(f"branch {label!r} already exists")
@@ -214,6 +222,8 @@ class BranchedKStream:
         self._names.append(label)
 
     def default_branch(self, *, name: str = "0") -> dict[str, KStream]:
+        if name is None:
+            raise errors.InvalidArgument("the default branch needs a name (a non-empty str)")
         self._add(None, name)
         return self._result()
 

@@ -15,6 +15,7 @@ from ..engine.backend import Backend
 from .records import Record
 from .serdes import Serde
 from .stores import KeyValueStore
+from .window_store import WindowStore
 
 
 class TaskContext(Protocol):
@@ -27,6 +28,9 @@ class TaskContext(Protocol):
     def store(self, name: str) -> KeyValueStore: ...
 
     def meta(self) -> KeyValueStore: ...
+
+    def window_store(self, name: str) -> WindowStore | None:
+        """The windowed view of store ``name`` (None: a key-value store)."""
 
     def send(self, stream: str, key: bytes | None, value: bytes | None, timestamp: int,
              headers: dict[str, bytes] | None) -> None: ...
@@ -125,10 +129,10 @@ class FlatMapNode(Node):
 
     def process(self, rec: Record) -> None:
         if self.values_only:
-            for value in self.fn(rec.value):
+            for value in _iterable(self.fn(rec.value), self.name, "values"):
                 self.forward(Record(rec.key, value, rec.timestamp, rec.headers))
         else:
-            for pair in self.fn(rec.key, rec.value):
+            for pair in _iterable(self.fn(rec.key, rec.value), self.name, "(key, value) pairs"):
                 key, value = _pair(pair, self.name)
                 self.forward(Record(key, value, rec.timestamp, rec.headers))
 
@@ -227,6 +231,12 @@ class AggregateNode(Node):
         new = self.agg.aggregator(rec.key, rec.value, current)
         self.store.put_raw(kb, new)
         self.forward(Record(rec.key, new, rec.timestamp, rec.headers))
+
+
+def _iterable(value: Any, where: str, what: str) -> Iterable[Any]:
+    if not isinstance(value, Iterable):
+        raise errors.TopologyError(f"{where}: the function must return an iterable of {what}, got {value!r:.80}")
+    return value
 
 
 def _pair(value: Any, where: str) -> tuple[Any, Any]:

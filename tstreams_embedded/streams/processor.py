@@ -10,6 +10,7 @@ from .. import errors
 from .nodes import Node, TaskContext
 from .records import Record
 from .stores import KeyValueStore
+from .window_store import WindowStore
 
 STREAM_TIME = "stream_time"
 WALL_CLOCK = "wall_clock"
@@ -61,12 +62,15 @@ class ProcessorContext:
             raise errors.InvalidArgument(f"forward takes a Record, got {type(record).__name__}")
         self._node.forward(record)
 
-    def get_store(self, name: str) -> KeyValueStore:
-        """A store this processor was given (``stores=[...]``)."""
+    def get_store(self, name: str) -> KeyValueStore | WindowStore:
+        """A store this processor was given (``stores=[...]``): a :class:`~.stores.KeyValueStore`,
+        or for a windowed store (``add_window_store``, or a DSL windowed aggregation's) a
+        :class:`~.window_store.WindowStore`."""
         if name not in self._stores:
             raise errors.StoreNotFound(f"processor {self._node.name!r} was not given store {name!r} "
                                        f"(it has {list(self._stores)})")
-        return self._task.store(name)
+        windowed = self._task.window_store(name)
+        return self._task.store(name) if windowed is None else windowed
 
     def schedule(self, interval_ms: int, punctuation: str, callback: Callable[[int], Any]) -> None:
         """Call ``callback(time)`` every ``interval_ms`` of stream time (``"stream_time"``:
@@ -75,6 +79,9 @@ class ProcessorContext:
             raise errors.InvalidArgument(f"interval_ms must be a positive integer, got {interval_ms!r}")
         if punctuation not in (STREAM_TIME, WALL_CLOCK):
             raise errors.InvalidArgument(f"punctuation must be {STREAM_TIME!r} or {WALL_CLOCK!r}, got {punctuation!r}")
+        if not callable(callback):
+            raise errors.InvalidArgument(f"the punctuator's callback must be callable (time) -> None, got "
+                                         f"{callback!r:.60}")
         self._task.schedule(interval_ms, punctuation, callback)
 
 
@@ -88,7 +95,11 @@ class ProcessorNode(Node):
 
     def init(self, ctx: TaskContext) -> None:
         super().init(ctx)
-        self.processor = self.factory()
+        made = self.factory()
+        if not all(callable(getattr(made, m, None)) for m in ("init", "process", "close")):
+            raise errors.TopologyError(f"processor {self.name!r}: the factory must return a Processor (init, process, "
+                                       f"close), got {type(made).__name__}")
+        self.processor = made
         self.processor.init(ProcessorContext(ctx, self))
 
     def process(self, rec: Record) -> None:

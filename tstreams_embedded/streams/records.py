@@ -23,6 +23,11 @@ import msgpack
 
 from .. import errors
 
+#: the valid record timestamps (epoch ms): those of the years 1 to 9999, the range of
+#: ``datetime`` (so calendar windows can place every one) and far inside 64-bit window keys
+MIN_TIMESTAMP = -62_135_596_800_000
+MAX_TIMESTAMP = 253_402_300_799_999
+
 ENVELOPE_MARK = 0xC1
 _MARK = bytes([ENVELOPE_MARK])
 _packer = msgpack.Packer(use_bin_type=True)
@@ -41,6 +46,17 @@ class Record:
         """A copy with the given fields replaced."""
         return Record(self.key if key is ... else key, self.value if value is ... else value,
                       self.timestamp if timestamp is ... else timestamp, self.headers)
+
+
+def check_timestamp(ts: Any, what: str) -> int:
+    """``ts`` if it is a valid record timestamp (an int in ``[MIN_TIMESTAMP, MAX_TIMESTAMP]``);
+    InvalidArgument naming ``what`` otherwise."""
+    if isinstance(ts, bool) or not isinstance(ts, int):
+        raise errors.InvalidArgument(f"{what} must be epoch ms as an int, got {ts!r:.40}")
+    if not MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP:
+        raise errors.InvalidArgument(f"{what} is {ts}, outside the valid timestamps [{MIN_TIMESTAMP}, "
+                                     f"{MAX_TIMESTAMP}] (the years 1 to 9999)")
+    return ts
 
 
 def pack_envelope(key: bytes | None, value: bytes | None, timestamp: int, headers: dict[str, bytes] | None) -> bytes:

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgpack
 
 from .. import errors
+from . import typed
 from .windows import Windowed
 
 try:  # pragma: no cover - depends on the installation
@@ -111,7 +112,8 @@ class BytesSerde:
 
 
 class DataclassSerde:
-    """A dataclass as a JSON object of its fields; decoding checks the field names."""
+    """A dataclass as a JSON object of its fields, converted and checked by their type hints
+    both ways (nested dataclasses, datetimes as ISO 8601, …: see :mod:`.typed`)."""
 
     def __init__(self, cls: type) -> None:
         self.cls = cls
@@ -121,38 +123,27 @@ class DataclassSerde:
     def serialize(self, obj: Any) -> bytes:
         if not isinstance(obj, self.cls):
             raise errors.SerdeError(f"the {self.name} serde needs a {self.name}, got {type(obj).__name__}")
-        return JsonSerde().serialize(dataclasses.asdict(obj))  # type: ignore[call-overload]
+        return JsonSerde().serialize(typed.dataclass_to_json(obj, self.cls, self.name))
 
     def deserialize(self, data: bytes) -> Any:
-        d = JsonSerde().deserialize(data)
-        if not isinstance(d, dict) or set(d) - self.fields:
-            raise errors.SerdeError(f"not a {self.name} (fields {sorted(self.fields)}): {bytes(data)[:80]!r}")
-        try:
-            return self.cls(**d)
-        except TypeError as exc:
-            raise errors.SerdeError(f"not a {self.name}: {exc}") from None
+        return typed.dataclass_from_json(JsonSerde().deserialize(data), self.cls, self.name)
 
 
 class TypedDictSerde:
-    """A ``TypedDict`` as a JSON object; decoding checks the required keys."""
+    """A ``TypedDict`` as a JSON object; keys and value types are checked both ways (see
+    :mod:`.typed`)."""
 
     def __init__(self, cls: type) -> None:
         self.cls = cls
         self.required: frozenset[str] = getattr(cls, "__required_keys__", frozenset())
-        self.allowed = frozenset(typing.get_type_hints(cls))
+        self.allowed = frozenset(typed.hints(cls))
         self.name = cls.__name__
 
-    def _check(self, d: Any, what: str) -> Any:
-        if not isinstance(d, dict) or not self.required <= set(d) or set(d) - self.allowed:
-            raise errors.SerdeError(f"{what} is not a {self.name} (keys {sorted(self.allowed)}, "
-                                    f"required {sorted(self.required)}): {d!r:.80}")
-        return d
-
     def serialize(self, obj: Any) -> bytes:
-        return JsonSerde().serialize(self._check(obj, "value"))
+        return JsonSerde().serialize(typed.typeddict_convert(obj, self.cls, self.name, True))
 
     def deserialize(self, data: bytes) -> Any:
-        return self._check(JsonSerde().deserialize(data), "data")
+        return typed.typeddict_convert(JsonSerde().deserialize(data), self.cls, self.name, False)
 
 
 class WindowedSerde:

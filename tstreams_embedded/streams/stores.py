@@ -38,7 +38,9 @@ def time_of(key: bytes) -> int:
 
 
 _ABSENT = object()
-MAX_CACHED = 200_000
+#: the default bound of a task's store cache (``App(store_cache_bytes=…)``): keys and values
+#: as stored, per store of each task
+DEFAULT_CACHE_BYTES = 32 << 20
 PAGE = 4096
 
 
@@ -63,27 +65,65 @@ def pages(backend: Backend, store: str, lo: bytes | None, hi: bytes | None) -> I
 
 
 class KeyValueStore:
-    """A task's key-value store: ``get``, ``put``, ``delete``, ``range``, ``all``."""
+    """A task's key-value store: ``get``, ``put``, ``delete``, ``range``, ``all``.
 
-    def __init__(self, backend: Backend, namespace: str, name: str, key_serde: Serde, value_serde: Serde) -> None:
+    Its cache holds deserialized values, and is bounded by bytes: at most ``max_bytes`` of
+    keys and values as stored (serialized) are counted in it. A put serializes its value at
+    once (what is committed is the value as it was put, as in Kafka Streams) and keeps the
+    bytes for the commit. Past the bound, entries not changed since the last commit are
+    dropped, oldest first, down to half of it; changed ones stay until the commit, and while
+    they alone pass the bound :meth:`full` is true (the task then commits at the end of its
+    transaction)."""
+
+    def __init__(self, backend: Backend, namespace: str, name: str, key_serde: Serde, value_serde: Serde,
+                 max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.backend = backend
         self.namespace = namespace
         self.name = name
         self.key_serde = key_serde
         self.value_serde = value_serde
-        self._cache: dict[bytes, Any] = {}  # key bytes -> value, or _ABSENT for a known missing/deleted key
-        self._dirty: set[bytes] = set()
+        self.max_bytes = max_bytes
+        #: key bytes -> (value or _ABSENT for a known missing/deleted key, its bytes as stored)
+        self._cache: dict[bytes, tuple[Any, int]] = {}
+        #: bytes of the keys and values in the cache, as stored
+        self.cached_bytes = 0
+        self._dirty: dict[bytes, bytes | None] = {}  # changed since the last commit: value bytes, None: deleted
         self._ranges: list[list[bytes | None]] = []
+        self._stuck = False  # eviction found nothing to drop: only changed entries (until the commit)
+
+    # -- the cache ----------------------------------------------------------------------
+    def _remember(self, kb: bytes, value: Any, size: int) -> None:
+        old = self._cache.get(kb)
+        self._cache[kb] = (value, size)
+        self.cached_bytes += size if old is None else size - old[1]
+        if self.cached_bytes > self.max_bytes and not self._stuck:
+            self._evict()
+
+    def _evict(self) -> None:
+        """Drop unchanged entries, oldest first, until the cache holds half its bound."""
+        target = self.max_bytes // 2
+        for kb in [k for k in self._cache if k not in self._dirty]:
+            if self.cached_bytes <= target:
+                return
+            self.cached_bytes -= self._cache.pop(kb)[1]
+        self._stuck = self.cached_bytes > self.max_bytes
+
+    def full(self) -> bool:
+        """Whether this commit's changes alone fill the cache (commit soon)."""
+        return self.cached_bytes > self.max_bytes
 
     # -- raw (key bytes) interface used by the processors ----------------------------------
     def get_raw(self, kb: bytes) -> Any:
-        v = self._cache.get(kb, None)
-        if v is None:
+        e = self._cache.get(kb)
+        if e is None:  # (a key a pending range deletion covers is gone, whatever is stored)
             if len(kb) > state.MAX_STORE_KEY:
                 return None  # cannot be stored, so it is not there (a put raises StoreKeyTooLong)
-            data = self.backend.store_get(self.namespace, kb)
+            data = None if self._ranges and self._deleted_by_range(kb) else self.backend.store_get(self.namespace, kb)
             v = _ABSENT if data is None else self.value_serde.deserialize(data)
-            self._cache[kb] = v
+            if not self._stuck:  # else the cache holds only changes, past its bound: not this
+                self._remember(kb, v, len(kb) + (0 if data is None else len(data)))
+            return None if data is None else v
+        v = e[0]
         return None if v is _ABSENT else v
 
     def put_raw(self, kb: bytes, value: Any) -> None:
@@ -91,15 +131,20 @@ class KeyValueStore:
             raise errors.StoreKeyTooLong(f"store {self.name!r}: a key is at most {state.MAX_STORE_KEY} bytes "
                                          f"serialized (16 fewer in a windowed store), got {len(kb)} "
                                          "(App(on_record_error='skip') skips such records)")
-        self._cache[kb] = _ABSENT if value is None else value
-        self._dirty.add(kb)
+        if value is None:
+            self._dirty[kb] = None
+            self._remember(kb, _ABSENT, len(kb))
+        else:
+            data = self.value_serde.serialize(value)
+            self._dirty[kb] = data
+            self._remember(kb, value, len(kb) + len(data))
 
     def delete_range_raw(self, lo: bytes, hi: bytes | None) -> None:
         """Delete every key in ``[lo, hi)`` (committed with the next commit)."""
         self._ranges.append([lo, hi])
         for kb in [k for k in self._cache if k >= lo and (hi is None or k < hi)]:
-            self._cache[kb] = _ABSENT
-            self._dirty.discard(kb)
+            self._dirty.pop(kb, None)
+            self._remember(kb, _ABSENT, len(kb))
 
     def scan_raw(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
         """Entries in ``[lo, hi)`` in key order, this commit's changes included."""
@@ -108,7 +153,7 @@ class KeyValueStore:
             if not self._deleted_by_range(k):
                 stored[k] = v
         merged: dict[bytes, Any] = {k: _RAW(v) for k, v in stored.items()}
-        for k, v in self._cache.items():
+        for k, (v, _) in self._cache.items():
             if (lo is None or k >= lo) and (hi is None or k < hi) and (k in self._dirty or k in merged):
                 merged[k] = v
         for k in sorted(merged):
@@ -147,22 +192,16 @@ class KeyValueStore:
         """This commit's changes as one record (None if nothing changed)."""
         if not self._dirty and not self._ranges:
             return None
-        puts: list[list[bytes]] = []
-        deletes: list[bytes] = []
-        ser = self.value_serde.serialize
-        for kb in self._dirty:
-            v = self._cache[kb]
-            if v is _ABSENT:
-                deletes.append(kb)
-            else:
-                puts.append([kb, ser(v)])
+        puts = [[kb, data] for kb, data in self._dirty.items() if data is not None]
+        deletes = [kb for kb, data in self._dirty.items() if data is None]
         return O.StoreWrite(self.namespace, puts, deletes or None, self._ranges or None)
 
     def committed(self) -> None:
         self._dirty.clear()
         self._ranges = []
-        if len(self._cache) > MAX_CACHED:
-            self._cache.clear()
+        self._stuck = False
+        if self.cached_bytes > self.max_bytes:
+            self._evict()
 
 
 class _RAW:
@@ -300,8 +339,11 @@ class ReadOnlyWindowStore:
     def all(self) -> dict[Windowed, Any]:
         return {w: v for w, v in self._scan(None, state.MIN_TIME, state.MAX_TIME)}
 
-    def get(self, key: Any, start: int, end: int) -> Any:
+    def get(self, key: Any, start: int | None = None, end: int | None = None) -> Any:
         """The value of the window ``[start, end)`` (epoch ms) of ``key``, or None."""
+        if start is None or end is None:
+            raise errors.InvalidArgument("a windowed store's get takes key, start and end (epoch ms) of one window; "
+                                         "fetch(key, time_from, time_to) gives every window of a key")
         state.check_time(start, "start")
         state.check_time(end, "end")
         kb = self.key_serde.serialize(key)

@@ -51,9 +51,19 @@ from .appview import AppView
 from .metrics import AppMetrics, TaskMetrics
 from .processor import STREAM_TIME, WALL_CLOCK
 from .record_errors import RecordErrors
-from .records import ENVELOPE_MARK, Record, pack_envelope, partition_of, unpack_envelope
+from .records import (
+    ENVELOPE_MARK,
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    Record,
+    check_timestamp,
+    pack_envelope,
+    partition_of,
+    unpack_envelope,
+)
 from .serdes import BytesSerde, MsgpackSerde
 from .stores import KeyValueStore, namespace
+from .window_store import WindowStore
 
 META_STORE = "__meta"
 FETCH_TXNS = 64
@@ -76,6 +86,10 @@ class TaskHost(AppView, Protocol):
     @property
     def clock(self) -> Callable[[], int]:
         """The wall clock, epoch ms."""
+
+    @property
+    def store_cache_bytes(self) -> int:
+        """The bound of each store's cache, bytes of keys and values as stored."""
 
     @property
     def max_task_idle_ms(self) -> int:
@@ -117,13 +131,14 @@ class Punctuator:
     due: int | None = None
 
 
-def _extracted(node: N.SourceNode, key: Any, value: Any) -> int:
-    """The timestamp ``node``'s extractor gives a record (checked: epoch ms as an int)."""
+def _extracted(node: N.SourceNode, key: Any, value: Any, txn: TxnData) -> int:
+    """The timestamp ``node``'s extractor gives a record of ``txn`` (checked: a valid
+    timestamp, see :func:`~.records.check_timestamp`)."""
     assert node.extract is not None
     ts = node.extract(key, value)
-    if isinstance(ts, bool) or not isinstance(ts, int):
-        raise errors.InvalidArgument(f"the timestamp extractor of {node.stream!r} must return epoch ms "
-                                     f"as an int, got {ts!r:.40}")
+    if type(ts) is not int or not MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP:
+        check_timestamp(ts, f"the timestamp the extractor of {node.stream!r} gave the record with key {key!r:.40} "
+                            f"(transaction {txn.id})")
     return ts
 
 
@@ -143,9 +158,11 @@ class Task:
         self._stores: dict[str, KeyValueStore] = {}
         for name, spec in app.topology.stores.items():
             self._stores[name] = KeyValueStore(self.backend, namespace(self.application_id, partition, name), name,
-                                               spec.key_serde, spec.value_serde)
+                                               spec.key_serde, spec.value_serde, app.store_cache_bytes)
+        self._windows = {name: WindowStore(self._stores[name], spec.size_ms, spec.retention_ms, self.stream_time)
+                         for name, spec in app.topology.stores.items() if spec.windowed}
         self._meta = KeyValueStore(self.backend, namespace(self.application_id, partition, META_STORE), META_STORE,
-                                   BytesSerde(), MsgpackSerde())
+                                   BytesSerde(), MsgpackSerde(), app.store_cache_bytes)
         self.nodes = app.topology.instantiate(self.application_id)
         for node in self.nodes.values():
             if isinstance(node, (N.SinkNode, N.SourceNode)):
@@ -178,7 +195,8 @@ class Task:
             if any(c in fused for c in node.children):
                 node.children = [g for c in node.children for g in fused.get(c, [c])]
         self.records_since_commit = 0
-        self.last_commit = time.monotonic()
+        #: when the task last committed, on the app's clock (epoch ms; the commit interval's start)
+        self.last_commit = app.clock()
         #: the epoch of the task's lease, and the record fencing each commit with it (set by the app)
         self.epoch = 0
         self.fence: O.CheckLease | None = None
@@ -192,6 +210,10 @@ class Task:
         if s is None:
             raise errors.StoreNotFound(f"no store {name!r} in application {self.application_id!r}")
         return s
+
+    def window_store(self, name: str) -> WindowStore | None:
+        self.store(name)  # StoreNotFound for an unknown one
+        return self._windows.get(name)
 
     def meta(self) -> KeyValueStore:
         return self._meta
@@ -283,10 +305,10 @@ class Task:
         if node.extract is None:
             return txn_ts if env is None else env[2]
         if env is None:
-            return _extracted(node, None, node.value_serde.deserialize(item))
+            return _extracted(node, None, node.value_serde.deserialize(item), txn)
         kb, vb = env[0], env[1]
         return _extracted(node, None if kb is None else node.key_serde.deserialize(kb),
-                          None if vb is None else node.value_serde.deserialize(vb))
+                          None if vb is None else node.value_serde.deserialize(vb), txn)
 
     def _process_txn(self, node: N.SourceNode, txn: TxnData) -> None:
         txn_ts = txn.id // ID_MULTIPLIER
@@ -302,7 +324,10 @@ class Task:
             else:
                 key, value, ts, headers = None, vs.deserialize(item), txn_ts, None
             if extract is not None:
-                ts = _extracted(node, key, value)
+                ts = _extracted(node, key, value, txn)
+            elif type(ts) is not int or not MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP:
+                check_timestamp(ts, f"the timestamp of the record with key {key!r:.40} in transaction {txn.id} "
+                                    f"of {node.stream!r}")
             if self._stream_time is None or ts > self._stream_time:
                 self._stream_time = ts
             try:
@@ -334,6 +359,10 @@ class Task:
                 p.callback(now)
 
     # -- commit --------------------------------------------------------------------------
+    def caches_full(self) -> bool:
+        """Whether a store's changes since the last commit fill its cache (commit now)."""
+        return any(store.full() for store in self._stores.values())
+
     def dirty(self) -> bool:
         return bool(self.outputs) or self.records_since_commit > 0 or any(
             r.offset != r.committed for r in self.readers)
@@ -342,6 +371,8 @@ class Task:
         """Output, store changes and input offsets in ONE engine write."""
         for node in self.nodes.values():
             node.flush()
+        for window_store in self._windows.values():
+            window_store.expire()
         ops: list[O.Operation] = []
         out = 0
         for (stream, p), items in self.outputs.items():
@@ -368,7 +399,7 @@ class Task:
         for r in self.readers:
             r.committed = r.offset
         self.records_since_commit = 0
-        self.last_commit = time.monotonic()
+        self.last_commit = self.app.clock()
 
     def close(self) -> None:
         for node in self.nodes.values():

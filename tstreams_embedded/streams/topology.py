@@ -51,6 +51,10 @@ class StoreSpec:
     key_serde: Any
     value_serde: Any
     windowed: bool = False
+    #: a windowed store of the Processor API (``add_window_store``): its windows' size and
+    #: how long they are kept (None: the DSL's, of any size, expired by their aggregation)
+    size_ms: int | None = None
+    retention_ms: int | None = None
 
 
 @dataclass
@@ -136,7 +140,7 @@ class TopologyGraph:
         return node_name
 
     def add_store(self, name: str | None, key_serde: SerdeSpec, value_serde: SerdeSpec, kind: str = "store",
-                  windowed: bool = False) -> str:
+                  windowed: bool = False, size_ms: int | None = None, retention_ms: int | None = None) -> str:
         """Declare a store (a name is made from ``kind`` when ``name`` is None); its name."""
         if name is None:
             name = f"{kind}-{next(self._counter):04d}"
@@ -146,7 +150,7 @@ class TopologyGraph:
         if name in self._stores:
             raise errors.TopologyError(f"a store named {name!r} already exists")
         self._stores[name] = StoreSpec(name, serde(key_serde, "key_serde"), serde(value_serde, "value_serde"),
-                                       windowed)
+                                       windowed, size_ms, retention_ms)
         return name
 
     def has_store(self, name: str) -> bool:
