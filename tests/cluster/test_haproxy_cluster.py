@@ -5,62 +5,20 @@ cluster deduplicates: :mod:`tstreams_embedded.net.client`)."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tstreams_embedded as ts
-from tstreams_embedded import errors
 from tstreams_embedded.testing import HAProxyProcess, eventually
 from tstreams_embedded.testing.haproxy import haproxy_executable, write_leader_only_config
 
-from .conftest import Cluster, ClusterNode
+from .conftest import Cluster
+from .writers import ItemWriter, items_on
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(haproxy_executable() is None, reason="haproxy is not installed")]
-
-
-def items_on(node: ClusterNode) -> list[str]:
-    items: list[str] = node.state(items=True)["items"]
-    return items
-
-
-class Writer(threading.Thread):
-    """Uniquely numbered instants (and a transaction every tenth write) until stopped; an
-    error reaches the application: recorded, and the test fails."""
-
-    def __init__(self, engine: Any) -> None:
-        super().__init__(daemon=True)
-        self.producer = engine.producer("s")
-        self.acked: list[str] = []
-        self.failed: list[BaseException] = []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        i = 0
-        while not self.halt.is_set():
-            try:
-                if i % 10 == 9:
-                    items = [f"t{i}-{j}" for j in range(3)]
-                    txn = self.producer.new_transaction(partition=0)
-                    for item in items:
-                        txn.send(item.encode())
-                    txn.checkpoint()
-                else:
-                    items = [f"w{i}"]
-                    self.producer.instant([items[0].encode()])
-                self.acked.extend(items)
-            except errors.TStreamsError as exc:
-                self.failed.append(exc)
-                return
-            i += 1
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(90)
-        assert not self.is_alive()
 
 
 def test_tcp_client_behind_haproxy_carries_on_after_leader_sigkill(cluster: Cluster, tmp_path: Path) -> None:
@@ -75,7 +33,7 @@ def test_tcp_client_behind_haproxy_carries_on_after_leader_sigkill(cluster: Clus
         engine = ts.connect(proxy.endpoint, timeout=60)
         assert engine.backend.cluster_node  # server_info says so: submits carry (client_id, seq)
         engine.create_stream("s")
-        writer = Writer(engine)
+        writer = ItemWriter(engine, txn_every=10, stop_on_error=True)
         writer.start()
         eventually(lambda: len(writer.acked) >= 30 or writer.failed, 30, 0.05, message="writes flow")
         leader.kill()

@@ -6,7 +6,6 @@ log entry, and quorums are counted on it from then on."""
 from __future__ import annotations
 
 import concurrent.futures
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,42 +18,9 @@ from tstreams_embedded.cluster.zk import init_cluster
 from tstreams_embedded.testing import ZooKeeperServer, eventually
 
 from .conftest import Cluster, ClusterNode
+from .writers import ItemWriter, items_on
 
 pytestmark = pytest.mark.timeout(180)
-
-
-class Writer(threading.Thread):
-    """Writes uniquely numbered instants through a ``zk://`` client until stopped; records
-    every acknowledged item."""
-
-    def __init__(self, engine: Any, stream: str, prefix: str) -> None:
-        super().__init__(daemon=True)
-        self.producer = engine.producer(stream)
-        self.prefix = prefix
-        self.acked: list[str] = []
-        self.failed: list[BaseException] = []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        i = 0
-        while not self.halt.is_set():
-            item = f"{self.prefix}{i}"
-            try:
-                self.producer.instant([item.encode()])
-                self.acked.append(item)
-            except errors.TStreamsError as exc:  # outcome unknown: not counted as acknowledged
-                self.failed.append(exc)
-            i += 1
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(60)
-        assert not self.is_alive()
-
-
-def items_on(node: ClusterNode) -> list[str]:
-    items: list[str] = node.state(items=True)["items"]
-    return items
 
 
 def members(node: ClusterNode) -> int:
@@ -89,7 +55,7 @@ def test_grow_from_3_to_4_with_writes_running(zk: ZooKeeperServer, tmp_path: Pat
         engine = c.connect(timeout=60)
         c.closers.append(engine.close)
         engine.create_stream("s")
-        writer = Writer(engine, "s", "w")
+        writer = ItemWriter(engine)
         writer.start()
         eventually(lambda: len(writer.acked) >= 20, 30, 0.05, message="writes flow")
         init_cluster(c.url, 4)  # grow: first the configuration, then the new node
@@ -140,7 +106,7 @@ def test_shrink_from_4_to_3_with_one_node_stopped(zk: ZooKeeperServer, tmp_path:
         engine = c.connect(timeout=60)
         c.closers.append(engine.close)
         engine.create_stream("s")
-        writer = Writer(engine, "s", "w")
+        writer = ItemWriter(engine)
         writer.start()
         eventually(lambda: len(writer.acked) >= 20, 30, 0.05, message="writes flow")
         gone = c.followers(leader)[-1]
