@@ -79,7 +79,7 @@ class ProcessId:
             proc = psutil.Process(self.pid)
             if abs(proc.create_time() - self.started) > START_TIME_TOLERANCE_S:
                 return True  # the PID was reused
-            return proc.status() == psutil.STATUS_ZOMBIE
+            return bool(proc.status() == psutil.STATUS_ZOMBIE)
         except psutil.NoSuchProcess:
             return True
         except psutil.Error:  # e.g. access denied: cannot tell, so not dead
