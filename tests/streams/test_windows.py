@@ -47,18 +47,16 @@ def model_time_windows(events: list[tuple[str, int]], size: int, advance: int, g
     late = 0
     for key, t in events:
         observed = t if observed is None else max(observed, t)
-        was_late = False
+        accepted = False  # a record is late only when every window of it is closed
         k = (t - size) // advance
         while k * advance <= t:
             s = k * advance
-            if s <= t < s + size:
-                if s + size + grace <= observed:
-                    was_late = True
-                else:
-                    w = Windowed(key, s, s + size)
-                    counts[w] = counts.get(w, 0) + 1
+            if s <= t < s + size and s + size + grace > observed:
+                w = Windowed(key, s, s + size)
+                counts[w] = counts.get(w, 0) + 1
+                accepted = True
             k += 1
-        late += was_late
+        late += not accepted
     assert observed is not None
     closed = sorted((w for w in counts if w.end + grace <= observed), key=lambda w: (w.end, w.start, w.key))
     return counts, closed, late, observed
@@ -261,3 +259,63 @@ def test_windowed_reduce_and_aggregate_equal_the_model(events: list[tuple[str, i
             d.pipe("in", key, {"t": t}, t)
         assert d.store("all").all() == dict(accepted)
         assert d.store("latest").all() == {w: {"t": max(ts)} for w, ts in accepted.items()}
+
+
+def test_suppressed_results_and_updates_can_be_read_side_by_side() -> None:
+    """``suppress_until_window_closes()`` is a new table: the windowed table itself keeps
+    forwarding every update to its other readers (regression: suppress used to switch the
+    table itself to final results only)."""
+    b = StreamsBuilder()
+    counts = (b.stream("in", key_serde="str", value_serde="json").group_by_key(key_serde="str")
+              .windowed_by(TimeWindows(size_ms=10)).count(store="n"))
+    counts.to_stream().to("updates", key_serde="str")
+    counts.suppress_until_window_closes().to_stream().to("final", key_serde="str")
+    with TestDriver(b.build()) as driver:
+        for t in (1, 2, 3, 15):
+            driver.pipe("in", "k", {}, t)
+        assert [(r.key, r.value) for r in driver.read_output("updates")] == [
+            (Windowed("k", 0, 10), 1), (Windowed("k", 0, 10), 2), (Windowed("k", 0, 10), 3),
+            (Windowed("k", 10, 20), 1)]
+        assert [(r.key, r.value, r.timestamp) for r in driver.read_output("final")] == [(Windowed("k", 0, 10), 3, 10)]
+
+
+def test_a_late_record_is_dropped_from_later_sliding_windows_too() -> None:
+    """A record late for every window it belongs to is dropped (or sent to ``late_to``) and
+    counted by no window made afterwards (regression: sliding windows kept it and counted it
+    in the next record's window)."""
+    b = StreamsBuilder()
+    (b.stream("in", key_serde="str", value_serde="json").group_by_key(key_serde="str")
+     .windowed_by(SlidingWindows(size_ms=10), late_to="late").count(store="n"))
+    with TestDriver(b.build()) as driver:
+        for key, t in [("b", 100), ("a", 95), ("a", 100)]:
+            driver.pipe("in", key, {}, t)
+        assert [(r.key, r.timestamp) for r in driver.read_output("late")] == [("a", 95)]
+        assert driver.store("n").all() == {Windowed("a", 90, 101): 1, Windowed("b", 90, 101): 1}
+
+
+def test_a_hopping_record_open_in_one_of_its_windows_is_not_late() -> None:
+    """Kafka's rule: a record goes to every window of it still open and is late only when
+    none is (regression: a record accepted by one window was also reported late)."""
+    b = StreamsBuilder()
+    (b.stream("in", key_serde="str", value_serde="json").group_by_key(key_serde="str")
+     .windowed_by(TimeWindows(size_ms=10, advance_ms=5), late_to="late").count(store="n"))
+    with TestDriver(b.build()) as driver:
+        for t in (12, 7):  # 7 is in [0, 10), closed at 12, and in [5, 15), open
+            driver.pipe("in", "a", {}, t)
+        assert driver.read_output("late") == []
+        assert driver.store("n").all() == {Windowed("a", 5, 15): 2, Windowed("a", 10, 20): 1}
+
+
+@pytest.mark.parametrize("hop", ["through", "repartition"])
+def test_windowed_keys_stay_windowed_through_a_stream(hop: str) -> None:
+    """A windowed table's ``to_stream()`` can go ``through()`` a stream or ``repartition()``:
+    the keys are written and read back as Windowed (regression: SerdeError both ways)."""
+    b = StreamsBuilder()
+    updates = (b.stream("in", key_serde="str", value_serde="json").group_by_key(key_serde="str")
+               .windowed_by(TimeWindows(size_ms=10)).count(store="n").to_stream())
+    moved = updates.through("mid", key_serde="str") if hop == "through" else updates.repartition(key_serde="str")
+    moved.filter(lambda k, v: v > 1).to("out", key_serde="str")
+    with TestDriver(b.build()) as driver:
+        for t in (1, 2, 12):
+            driver.pipe("in", "k", {}, t)
+        assert [(r.key, r.value) for r in driver.read_output("out")] == [(Windowed("k", 0, 10), 2)]

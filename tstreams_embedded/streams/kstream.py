@@ -18,7 +18,7 @@ from .joins import join
 from .processor import ProcessorNode
 from .serdes import SerdeSpec, WindowedSerde, serde
 from .topology import TopologyGraph, check_callable
-from .windowed import WindowAggregateNode
+from .windowed import SuppressNode, WindowAggregateNode
 from .windows import SessionWindows, SlidingWindows, Windows
 
 
@@ -157,17 +157,30 @@ class KStream:
         self._then("sink", lambda n: N.SinkNode(n, stream, ks, vs))
 
     def through(self, stream: str, *, key_serde: SerdeSpec = "msgpack", value_serde: SerdeSpec = "msgpack") -> KStream:
-        """Write to ``stream`` and read it back (records land on their key's partition)."""
-        self.to(stream, key_serde=key_serde, value_serde=value_serde)
-        return KStream(self._b, self._b.add_source_node(stream, key_serde, value_serde, None), key_changed=False)
+        """Write to ``stream`` and read it back (records land on their key's partition).
+        Windowed keys (a windowed table's ``to_stream()``) stay windowed."""
+        check_name(stream)
+        key_serde = self._key_serde_written(key_serde)
+        ks, vs = self._b.add_sink(stream, key_serde, value_serde)
+        self._then("sink", lambda n: N.SinkNode(n, stream, ks, vs))
+        return KStream(self._b, self._b.add_source_node(stream, key_serde, value_serde, None), key_changed=False,
+                       windowed=self._windowed)
 
     def repartition(self, *, name: str | None = None, key_serde: SerdeSpec = "msgpack",
                     value_serde: SerdeSpec = "msgpack", partitions: int | None = None) -> KStream:
-        """Through an internal stream ``<application_id>-<name or a number>-repartition``."""
+        """Through an internal stream ``<application_id>-<name or a number>-repartition``.
+        Windowed keys stay windowed."""
+        key_serde = self._key_serde_written(key_serde)
         internal = self._b.add_internal_stream(name, partitions)
         ks, vs = self._b.add_sink(internal, key_serde, value_serde)
         self._then("sink", lambda n: N.SinkNode(n, internal, ks, vs))
-        return KStream(self._b, self._b.add_source_node(internal, key_serde, value_serde, None), key_changed=False)
+        return KStream(self._b, self._b.add_source_node(internal, key_serde, value_serde, None), key_changed=False,
+                       windowed=self._windowed)
+
+    def _key_serde_written(self, key_serde: SerdeSpec) -> SerdeSpec:
+        """The key serde records are written with: ``key_serde``, around windowed keys
+        (:class:`~.windows.Windowed`) when this stream carries them."""
+        return WindowedSerde(serde(key_serde, "key_serde")) if self._windowed else key_serde
 
     # -- stateful ----------------------------------------------------------------------------
     def group_by_key(self, *, key_serde: SerdeSpec = "msgpack", value_serde: SerdeSpec = "msgpack") -> KGroupedStream:
@@ -349,26 +362,22 @@ class WindowedKStream(_CountAndReduce):
         late_serde = serde(self._late_value_serde, "late_value_serde")
         if late_to is not None:
             b.add_sink(late_to, g.key_serde, late_serde)
-        holder: list[KTable] = []
-
         def make(n: str) -> N.Node:
-            made = WindowAggregateNode(n, store_name, windows, agg, late_to, late_serde, raw)
-            made.suppress = holder[0].suppressed
-            return made
+            return WindowAggregateNode(n, store_name, windows, agg, late_to, late_serde, raw)
 
         node = b.add_node("window-aggregate", make, [g.stream.name], name)
-        holder.append(KTable(b, node, windows, store_name))
-        return holder[0]
+        return KTable(b, node, windows, store_name)
 
 
 class KTable:
     """The result of an aggregation: a changelog of values per key (per key and window)."""
 
-    def __init__(self, builder: TopologyGraph, node: str, windows: Windows | None, store: str) -> None:
+    def __init__(self, builder: TopologyGraph, node: str, windows: Windows | None, store: str,
+                 suppressed: bool = False) -> None:
         self._b = builder
         self._node = node
         self._windows = windows
-        self._suppressed = False
+        self._suppressed = suppressed
         #: the name of the store that holds the table
         self.store = store
 
@@ -378,11 +387,14 @@ class KTable:
         return self._suppressed
 
     def suppress_until_window_closes(self) -> KTable:
-        """Emit one final result per window, when it closes (stream time >= end + grace)."""
+        """A table that emits one final result per window, when it closes (stream time >=
+        end + grace). This table keeps emitting every update to its other readers."""
         if self._windows is None:
             raise errors.TopologyError("suppress_until_window_closes needs a windowed table (windowed_by)")
-        self._suppressed = True
-        return self
+        if self._suppressed:
+            return self
+        node = self._b.add_node("suppress", SuppressNode, [self._node])
+        return KTable(self._b, node, self._windows, self.store, suppressed=True)
 
     def to_stream(self) -> KStream:
         """The table's updates as a stream; windowed keys are :class:`~.windows.Windowed`."""

@@ -21,8 +21,10 @@ class WindowAggregateNode(Node):
     * A record is *late* for a window when ``end + grace <= stream time`` (after counting
       the record itself): it is dropped and counted (``late_dropped``), or sent to
       ``late_to`` once (counted in ``late_redirected``).
-    * Without suppression every update is forwarded; with ``suppress_until_window_closes``
-      each window is forwarded once, when it closes, with the window end as timestamp.
+    * Every update is forwarded to the ordinary children; the children that are
+      :class:`SuppressNode` (``suppress_until_window_closes()``) get each window once
+      instead, when it closes, with the window end as timestamp. So the table's updates and
+      its final results can be read side by side.
     * Windows are deleted from the store once ``end + retention <= stream time``.
     """
 
@@ -33,7 +35,6 @@ class WindowAggregateNode(Node):
         self.raw_store_name = raw_store
         self.windows = windows
         self.agg = agg
-        self.suppress = False
         self.late_to = late_to
         self.late_value_serde = late_value_serde
         self.grace = windows.grace_ms
@@ -42,6 +43,8 @@ class WindowAggregateNode(Node):
 
     def init(self, ctx: TaskContext) -> None:
         super().init(ctx)
+        self.updates = [c for c in self.children if not isinstance(c, SuppressNode)]
+        self.finals = [c for c in self.children if isinstance(c, SuppressNode)]
         self.store = ctx.store(self.store_name)
         self.raw = ctx.store(self.raw_store_name) if self.raw_store_name is not None else None
         self.key_serde = self.store.key_serde
@@ -90,12 +93,12 @@ class WindowAggregateNode(Node):
         elif self.sliding:
             late = self._slide(rec, kb, observed)
         else:
-            late = False
+            late = True  # late only when no window of the record is still open (Kafka's rule)
             for start, end in self.windows.windows_for(t):
                 if end + self.grace <= observed:
-                    late = True
                     continue
                 self._add(rec, kb, start, end)
+                late = False
         if late:
             self._late(rec)
         self._close(observed)
@@ -110,8 +113,11 @@ class WindowAggregateNode(Node):
     def _put(self, rec: Record, wk: bytes, kb: bytes, start: int, end: int, value: Any) -> None:
         self.store.put_raw(wk, value)
         self._track(wk, end, start, kb)
-        if not self.suppress:
-            self.forward(Record(Windowed(rec.key, start, end), value, rec.timestamp, rec.headers))
+        self._update(Record(Windowed(rec.key, start, end), value, rec.timestamp, rec.headers))
+
+    def _update(self, rec: Record) -> None:
+        for child in self.updates:
+            child.process(rec)
 
     def _session(self, rec: Record, kb: bytes, observed: int) -> bool:
         t = rec.timestamp
@@ -132,8 +138,8 @@ class WindowAggregateNode(Node):
                 value = merger(rec.key, value, old)
             self.store.put_raw(wk, None)
             self._untrack(wk, e, s, kb)
-            if not self.suppress and (s, e) != (start, end):
-                self.forward(Record(Windowed(rec.key, s, e), None, t, rec.headers))
+            if (s, e) != (start, end):
+                self._update(Record(Windowed(rec.key, s, e), None, t, rec.headers))
         self._put(rec, state.window_key(end, start, kb), kb, start, end, value)
         return False
 
@@ -161,7 +167,8 @@ class WindowAggregateNode(Node):
                 self._put(rec, wk, kb, start, end, self.agg.aggregator(rec.key, rec.value, value))
             else:
                 self._add(rec, kb, start, end)
-        self._keep_raw(rec, kb)
+        if not late:  # a late record is dropped: no window made later may count it either
+            self._keep_raw(rec, kb)
         return late
 
     def _raw_records(self, kb: bytes, lo: int, hi: int) -> list[tuple[Any, Any]]:
@@ -197,17 +204,31 @@ class WindowAggregateNode(Node):
             if wk not in self.open:
                 continue
             self._untrack(wk, end, start, kb)
-            if self.suppress:
+            if self.finals:
                 value = self.store.get_raw(wk)
                 if value is not None:
                     key = _hashable(self.key_serde.deserialize(kb))
-                    self.forward(Record(Windowed(key, start, end), value, end, None))
+                    final = Record(Windowed(key, start, end), value, end, None)
+                    for child in self.finals:
+                        child.final(final)
         cutoff = observed - self.windows.retention_ms
         if cutoff - self.retired_to >= max(1, self.windows.retention_ms // 4):
             for store in (self.store, self.raw):
                 if store is not None:
                     store.delete_range_raw(state.window_bound(state.MIN_TIME), state.window_bound(cutoff + 1))
             self.retired_to = cutoff
+
+
+class SuppressNode(Node):
+    """The child of a windowed aggregation made by ``suppress_until_window_closes()``: it
+    ignores the updates and forwards each window's final result, which its parent hands it
+    (:meth:`final`) when the window closes."""
+
+    def process(self, rec: Record) -> None:
+        """Updates are not forwarded (the parent sends them only to its other children)."""
+
+    def final(self, rec: Record) -> None:
+        self.forward(rec)
 
 
 def _hashable(key: Any) -> Any:
