@@ -48,16 +48,23 @@ def test_init_refuses_a_size_change_of_more_than_one(zk: ZooKeeperServer) -> Non
     assert init_cluster(url, 2, force=True)["nodes"] == 2
 
 
+def writing(c: Cluster) -> tuple[ClusterNode, Any, ItemWriter]:
+    """Once ``c`` is ready: its leader, a ``zk://`` engine, and an :class:`ItemWriter` on
+    its stream ``s`` whose writes flow."""
+    leader = c.ready()
+    engine = c.connect(timeout=60)
+    c.closers.append(engine.close)
+    engine.create_stream("s")
+    writer = ItemWriter(engine)
+    writer.start()
+    eventually(lambda: len(writer.acked) >= 20, 30, 0.05, message="writes flow")
+    return leader, engine, writer
+
+
 def test_grow_from_3_to_4_with_writes_running(zk: ZooKeeperServer, tmp_path: Path) -> None:
     c = Cluster(zk, tmp_path).start()
     try:
-        leader = c.ready()
-        engine = c.connect(timeout=60)
-        c.closers.append(engine.close)
-        engine.create_stream("s")
-        writer = ItemWriter(engine)
-        writer.start()
-        eventually(lambda: len(writer.acked) >= 20, 30, 0.05, message="writes flow")
+        leader, engine, writer = writing(c)
         init_cluster(c.url, 4)  # grow: first the configuration, then the new node
         eventually(lambda: members(leader) == 4, 30, 0.05, message="the leader counts on 4 nodes")
         n4 = c.add_node("n4").start()  # brand-new, empty
@@ -102,13 +109,7 @@ def test_grow_from_3_to_4_with_writes_running(zk: ZooKeeperServer, tmp_path: Pat
 def test_shrink_from_4_to_3_with_one_node_stopped(zk: ZooKeeperServer, tmp_path: Path) -> None:
     c = Cluster(zk, tmp_path, n=4).start()
     try:
-        leader = c.ready()
-        engine = c.connect(timeout=60)
-        c.closers.append(engine.close)
-        engine.create_stream("s")
-        writer = ItemWriter(engine)
-        writer.start()
-        eventually(lambda: len(writer.acked) >= 20, 30, 0.05, message="writes flow")
+        leader, engine, writer = writing(c)
         gone = c.followers(leader)[-1]
         gone.stop()  # shrink: first stop the node, then the configuration
         c.nodes.remove(gone)
