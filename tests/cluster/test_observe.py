@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tstreams_embedded.ids import txn_millis
 from tstreams_embedded.testing import eventually
 
 from .conftest import SESSION, Cluster, ClusterNode
@@ -74,11 +75,12 @@ def test_metrics_follow_traffic_and_failover(cluster: Cluster, connect: Callable
         assert (value(after, name) or 0) > (value(before, name) or 0), name
     assert (value(after, "tstreams_cluster_ack_seconds_sum") or 0) > 0
     # partition heads and consumer lag, read from the engine at scrape time
-    assert value(after, "tstreams_partition_head_id", stream="orders", partition="0") == ids[-1]
+    assert value(after, "tstreams_partition_head_timestamp_seconds", stream="orders", partition="0") == \
+        txn_millis(ids[-1]) / 1000
     for p in range(3):
-        assert (value(after, "tstreams_partition_head_id", stream="wide", partition=str(p)) or 0) > 0
+        assert (value(after, "tstreams_partition_head_timestamp_seconds", stream="wide", partition=str(p)) or 0) > 0
     lag_labels = {"stream": "orders", "consumer": "billing", "partition": "0"}
-    assert value(after, "tstreams_consumer_offset_id", **lag_labels) == ids[1]
+    assert value(after, "tstreams_consumer_offset_timestamp_seconds", **lag_labels) == txn_millis(ids[1]) / 1000
     assert value(after, "tstreams_consumer_lag_transactions", **lag_labels) == 3
     lag_s = value(after, "tstreams_consumer_lag_seconds", **lag_labels)
     assert lag_s is not None and lag_s >= 0

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tstreams_embedded import errors
+from tstreams_embedded.ids import txn_millis
 from tstreams_embedded.net.serve import parse_http
 from tstreams_embedded.testing import ServeProcess, free_port
 
@@ -40,13 +41,25 @@ def test_single_node_metrics_follow_traffic(tmp_path: Path) -> None:
         assert after[("tstreams_engine_fsyncs_total", frozenset())] >= 1  # durable writes, sync mode
         assert after[("tstreams_server_received_total", frozenset())] > before[("tstreams_server_received_total",
                                                                                  frozenset())]
-        head = ("tstreams_partition_head_id", frozenset({"stream": "s", "partition": "1"}.items()))
-        assert after[head] == ids[-1]
+        # IDs are shown as the times they stand for: a float holds those exactly to the
+        # millisecond, whatever the counter part of the ID (a raw 64-bit ID would not fit).
+        head = ("tstreams_partition_head_timestamp_seconds", frozenset({"stream": "s", "partition": "1"}.items()))
+        assert after[head] == txn_millis(ids[-1]) / 1000
         lag = frozenset({"stream": "s", "consumer": "c", "partition": "1"}.items())
         assert after[("tstreams_consumer_lag_transactions", lag)] == 3
-        assert after[("tstreams_consumer_offset_id", lag)] == ids[0]
+        assert after[("tstreams_consumer_offset_timestamp_seconds", lag)] == txn_millis(ids[0]) / 1000
         assert not any(name.startswith("tstreams_cluster") for name, _ in after)  # no cluster here
         engine.close()
+
+
+@pytest.mark.parametrize("txn_id", [179572525011700001, 179572525011799999, 2**63 - 1, 0])
+def test_id_times_survive_the_float_sample(txn_id: int) -> None:
+    """A sample is a float: the time of any ID round-trips exactly through the text format."""
+    from tstreams_embedded.net.metrics import id_seconds
+
+    text = f"x {id_seconds(txn_id)!r}\n"
+    [sample] = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    assert round(sample.value * 1000) == txn_millis(txn_id)
 
 
 @pytest.mark.parametrize("bad", ["8000", ":8000", "host:", "host:port", "host:99999", ""])

@@ -31,6 +31,7 @@ from tornado.web import RequestHandler
 from .. import errors
 from ..engine.core import Core
 from ..engine.overview import Overview, OverviewLimits, stream_overview
+from ..ids import txn_millis
 from .stats import ServerStats
 
 #: ServerStats fields that are levels, not counts.
@@ -62,9 +63,13 @@ class EngineCollector(Collector):
 
 def overview_metrics(ov: Overview) -> Iterable[Metric]:
     """The metric families of one stream overview."""
-    heads = GaugeMetricFamily("tstreams_partition_head_id", "newest allocated transaction ID of a partition",
+    # Transaction IDs are 64-bit integers, which a float sample cannot hold exactly: the
+    # metrics carry the time an ID stands for (exact to the millisecond), and counts.
+    heads = GaugeMetricFamily("tstreams_partition_head_timestamp_seconds",
+                              "time of the newest allocated transaction ID of a partition (Unix seconds; 0: none)",
                               labels=["stream", "partition"])
-    offsets = GaugeMetricFamily("tstreams_consumer_offset_id", "a consumer's checkpointed transaction ID",
+    offsets = GaugeMetricFamily("tstreams_consumer_offset_timestamp_seconds",
+                                "time of a consumer's checkpointed transaction ID (Unix seconds)",
                                 labels=["stream", "consumer", "partition"])
     lag_txns = GaugeMetricFamily("tstreams_consumer_lag_transactions",
                                  "checkpointed transactions after a consumer's offset (counted up to a cap)",
@@ -74,10 +79,10 @@ def overview_metrics(ov: Overview) -> Iterable[Metric]:
                               labels=["stream", "consumer", "partition"])
     for s in ov.streams:
         for p, head in enumerate(s.heads):
-            heads.add_metric([s.name, str(p)], head)
+            heads.add_metric([s.name, str(p)], id_seconds(head))
         for c in s.consumers:
             labels = [s.name, c.consumer, str(c.partition)]
-            offsets.add_metric(labels, c.offset)
+            offsets.add_metric(labels, id_seconds(c.offset))
             lag_s.add_metric(labels, c.lag_seconds)
             if c.lag_txns is not None:
                 lag_txns.add_metric(labels, c.lag_txns)
@@ -88,6 +93,11 @@ def overview_metrics(ov: Overview) -> Iterable[Metric]:
     yield offsets
     yield lag_txns
     yield lag_s
+
+
+def id_seconds(txn_id: int) -> float:
+    """The time a transaction ID stands for, in Unix seconds (exact to the millisecond)."""
+    return txn_millis(txn_id) / 1000.0
 
 
 class ServerCollector(Collector):
