@@ -52,6 +52,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from ..errors import EngineClosed, InvalidArgument, ProtocolError, RemoteError, error_from_wire
 from . import framing, zmqfast
+from .endpoints import check_endpoints
 from .future import Future
 
 log = logging.getLogger(__name__)
@@ -101,9 +102,7 @@ class Connection:
         reconnect_ivl_max_ms: int = 1000,
         context: zmq.Context[Any] | None = None,
     ) -> None:
-        eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
-        if not eps or not all(isinstance(e, str) and "://" in e for e in eps):
-            raise InvalidArgument(f"endpoint must be a ZeroMQ address like 'tcp://host:port', got {endpoints!r}")
+        eps = check_endpoints(endpoints, bind=False)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise InvalidArgument(f"timeout must be a positive number of seconds, got {timeout!r}")
         if isinstance(heartbeat, bool) or not isinstance(heartbeat, (int, float)) or heartbeat <= 0:

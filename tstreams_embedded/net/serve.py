@@ -21,6 +21,7 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from ..errors import BindFailed, InvalidArgument
 from .auth import PeerKeys, load_server_curve, start_authenticator
+from .endpoints import check_endpoints
 from .handlers import DEFAULT_PAGE_BYTES, backend_registry
 from .server import Server, ServerOptions
 
@@ -185,13 +186,14 @@ def serve(
     """Serve the engine in ``data`` until SIGTERM/SIGINT; return the exit status (0).
     Budgets left ``None`` keep :class:`ServerOptions`' defaults. ``http`` (``host:port``)
     also serves ``/metrics`` there (Prometheus; needs prometheus-client)."""
+    # every argument is checked before anything is created (the data directory included)
+    binds = check_endpoints(bind, bind=True)
     http_addr = parse_http(http) if http is not None else None
     from ..engine.core import Core
 
     opts = server_options(durability, max_msg_size, max_request_size=max_request_size,
                           max_client_bytes=max_client_bytes, max_write_queue_bytes=max_write_queue_bytes,
                           max_reply_bytes=max_reply_bytes)
-    binds = [bind] if isinstance(bind, str) else list(bind)
     _return_large_blocks()
     ctx = zmq.Context()
     auth = start_security(ctx, curve_dir, binds, opts)
@@ -203,7 +205,7 @@ def serve(
         ctx.term()
         raise
     registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))}, max_reply_bytes)
-    server = Server(registry, bind, opts, commit_watch=core.wait_for_commit, context=ctx)
+    server = Server(registry, binds, opts, commit_watch=core.wait_for_commit, context=ctx)
 
     def on_start() -> None:
         if http_addr is not None:

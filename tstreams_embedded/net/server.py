@@ -74,6 +74,7 @@ from tornado.ioloop import IOLoop, PeriodicCallback
 from ..errors import BindFailed, InvalidArgument, ProtocolError, RemoteError, RequestTooLarge, ServerBusy
 from . import framing, zmqfast
 from .commits import CommitWatch
+from .endpoints import check_endpoints
 from .executors import Call, Done, Executors
 from .outbox import Outbox
 from .registry import NOTIFY, STREAM, Handler, Registry
@@ -159,7 +160,7 @@ class Server:
         context: zmq.Context[Any] | None = None,
     ) -> None:
         self.registry = registry
-        self.binds = [bind] if isinstance(bind, str) else list(bind)
+        self.binds = check_endpoints(bind, bind=True)
         self.opts = options or ServerOptions()
         self.stats = ServerStats()
         self.endpoints: list[str] = []
