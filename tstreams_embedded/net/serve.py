@@ -128,14 +128,16 @@ def run_until_signal(server: Server, stop_timeout: float, ready_file: str | None
 def server_options(durability: str = "sync", max_msg_size: int | None = None, *,
                    max_request_size: int | None = None, max_client_bytes: int | None = None,
                    max_write_queue_bytes: int | None = None,
-                   max_reply_bytes: int | None = None) -> ServerOptions:
+                   max_reply_bytes: int | None = None, max_server_bytes: int | None = None,
+                   rcvhwm: int | None = None) -> ServerOptions:
     """The :class:`ServerOptions` of ``tstreams serve``'s byte budgets (single node and
     cluster node alike), or :class:`InvalidArgument`; budgets left ``None`` keep the
     defaults."""
     opts = ServerOptions(inline_writes=durability == "async")
     for name, value in (("max_msg_size", max_msg_size), ("max_request_bytes", max_request_size),
                         ("max_client_bytes", max_client_bytes), ("max_write_queue_bytes", max_write_queue_bytes),
-                        ("max_reply_bytes", max_reply_bytes)):
+                        ("max_reply_bytes", max_reply_bytes), ("max_server_bytes", max_server_bytes),
+                        ("rcvhwm", rcvhwm)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < (-1 if name == "max_msg_size" else 1)):
             raise InvalidArgument(f"{name} must be a positive number of bytes, got {value!r}")
@@ -147,6 +149,10 @@ def server_options(durability: str = "sync", max_msg_size: int | None = None, *,
         opts.max_client_bytes = max_client_bytes
     if max_write_queue_bytes is not None:
         opts.max_write_queue_bytes = max_write_queue_bytes
+    if max_server_bytes is not None:
+        opts.max_server_bytes = max_server_bytes
+    if rcvhwm is not None:
+        opts.rcvhwm = rcvhwm
     return opts
 
 
@@ -180,6 +186,8 @@ def serve(
     max_client_bytes: int | None = None,
     max_write_queue_bytes: int | None = None,
     max_reply_bytes: int = DEFAULT_PAGE_BYTES,
+    max_server_bytes: int | None = None,
+    rcvhwm: int | None = None,
     http: str | None = None,
     **core_options: Any,
 ) -> int:
@@ -193,7 +201,8 @@ def serve(
 
     opts = server_options(durability, max_msg_size, max_request_size=max_request_size,
                           max_client_bytes=max_client_bytes, max_write_queue_bytes=max_write_queue_bytes,
-                          max_reply_bytes=max_reply_bytes)
+                          max_reply_bytes=max_reply_bytes, max_server_bytes=max_server_bytes,
+                          rcvhwm=rcvhwm)
     _return_large_blocks()
     ctx = zmq.Context()
     auth = start_security(ctx, curve_dir, binds, opts)
