@@ -403,3 +403,30 @@ def test_large_requests_in_transit_are_the_documented_remainder(served: Callable
     bound = budget + 32 * 2 * 16 * MiB + 100 * MiB
     assert rss.peak <= bound, f"peak anonymous RSS {rss.peak / MiB:.0f} MiB, bound {bound / MiB:.0f} MiB"
     assert st["busy"] > 0, st  # the excess was refused, not queued
+
+
+def test_writes_held_back_for_the_write_queue_keep_their_order(served: Callable[..., ServeProcess],
+                                                               ctx: zmq.Context[Any]) -> None:
+    """Over ``--max-write-queue-bytes`` the server no longer stops reading: a client's next
+    writes (and what it sends after them) are held back in the server, in order. 60
+    pipelined DATA chunks of one transaction, a 2 MiB write queue: all held back, none
+    refused, the items in the order sent."""
+    srv = served("--max-write-queue-bytes", str(2 * MiB), durability="sync")
+    with srv.connect(timeout=20) as e:
+        e.create_stream("o", partitions=1)
+        txn_id = e.backend.submit([O.Open("o", 0, 60_000)], durable=False)[0]
+    s = dealer(srv.endpoint, ctx)
+    n = 60
+    for i in range(n):
+        chunk = O.pack_items([bytes([i]) * (MiB - 100)])
+        s.send_multipart([framing.pack_request_header(i + 1, "submit", 0),
+                          *encode_submit([O.Data("o", 0, txn_id, chunk)], False)])
+    order = [reply(s, 60) for _ in range(n)]
+    assert [rid for rid, _, _ in order] == list(range(1, n + 1)), order
+    assert all(not flags & framing.ERROR for _, flags, _ in order), order
+    st = server_stats(srv.endpoint)
+    assert st["write_held"] > 0 and st["busy"] == 0, st
+    with srv.connect(timeout=20) as e:
+        assert e.backend.submit([O.Checkpoint("o", 0, txn_id)], durable=True) == [n]
+        got = e.backend.get_transaction("o", 0, txn_id)
+        assert got is not None and [item[0] for item in got.items] == list(range(n))
