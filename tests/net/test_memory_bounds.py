@@ -367,7 +367,7 @@ def test_many_clients_that_never_read_stay_within_the_server_budget(served: Call
     1,813 MiB for 16 clients of 16 MiB submits. Now it never stops reading; what is over the
     budgets is held back or refused ``ServerBusy``, so its anonymous RSS stays within
     ``--max-server-bytes`` + 100 MiB with ``--rcvhwm 1`` (ZeroMQ then holds about two
-    requests per connection; the default 4 allows five); a client that reads its replies is served meanwhile
+    requests per connection; the default 64 allows 65); a client that reads its replies is served meanwhile
     and after."""
     budget = 256 * MiB
     srv = served("--max-server-bytes", str(budget), "--rcvhwm", "1", durability=durability)
@@ -389,11 +389,11 @@ def test_large_requests_in_transit_are_the_documented_remainder(served: Callable
                                                                 ctx: zmq.Context[Any]) -> None:
     """32 connections each pipelining 16 MiB submits: ZeroMQ holds each message whole while it
     arrives, so up to one request per connection is in transit beyond the server's budget
-    (docs/NETWORK.md), and while the server's loop is busy ZeroMQ queues up to ``rcvhwm`` (4)
-    more. Refused uncopied, they rarely queue: asserted peak <= --max-server-bytes + 32 x 2 x
-    16 MiB + 100 MiB (1,813 MiB for 16 such clients before; 465 MiB measured)."""
+    (docs/NETWORK.md), and while the server's loop is busy ZeroMQ queues up to ``--rcvhwm``
+    more (here 1). Asserted: peak <= --max-server-bytes + 32 x 2 x 16 MiB + 100 MiB (1,813 MiB
+    for 16 such clients before)."""
     budget = 128 * MiB
-    srv = served("--max-server-bytes", str(budget), durability="sync")
+    srv = served("--max-server-bytes", str(budget), "--rcvhwm", "1", durability="sync")
     with srv.connect(timeout=20) as e:
         e.create_stream("m", partitions=1)
     with RssSampler(srv.pid) as rss:

@@ -150,9 +150,10 @@ class ServerOptions:
     # RCVHWM, messages per client: ZeroMQ counts messages, not bytes, so this bounds what a
     # client can queue in ZeroMQ while the loop is busy only in messages (rcvhwm + 1 of its
     # requests: the next one is decoded before ZeroMQ stops reading). Lower bounds memory
-    # better but costs a wakeup per few messages (measured: 1 instead of 64 made pipelined
-    # small requests 3-4x slower; 4 to 16 cost little).
-    rcvhwm: int = 4
+    # better but costs wakeups (benchmarks.net_ab, pipelined: server CPU per request +22%
+    # at 16, +76% at 4, 3-4x at 1), so the default stays 64 and --rcvhwm 1 is the choice of
+    # a server open to many clients sending large requests.
+    rcvhwm: int = 64
     linger_ms: int = 2000
     # Run write batches on the loop itself, at the end of each drain, instead of on the
     # writer thread: right when writes never wait for the disk (durability="async"), as it
@@ -340,12 +341,13 @@ class Server:
         max_bytes, max_frames = self.opts.max_request_bytes, self.opts.max_frames
         executors = self._executors
         server_budget = self.opts.max_server_bytes
+        over = self.held_bytes > server_budget
         with self._outbox.burst():
             try:
                 while n < limit:
                     # over the budget, only small requests are copied (pings, small reads):
                     # the others are refused uncopied, so the loop keeps up with ZeroMQ
-                    keep = SMALL_REQUEST if self.held_bytes > server_budget else max_bytes
+                    keep = SMALL_REQUEST if over else max_bytes
                     frames, size, count = recv(sock, keep, max_frames)
                     n += 1
                     if size > max_bytes or count > max_frames:
@@ -355,6 +357,8 @@ class Server:
                         self._busy(self._sessions.get(frames[0], self._now), frames, size)
                         continue
                     dispatch(frames, size + count * FRAME_OVERHEAD)
+                    if size > SMALL_REQUEST:  # (small ones move the total little; dispatch checks it exactly)
+                        over = self.held_bytes > server_budget
             except zmq.Again:
                 pass
             self.stats.received += n
