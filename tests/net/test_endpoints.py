@@ -102,3 +102,13 @@ def test_cli_client_refuses_a_bad_port_in_one_line(port: str) -> None:
     assert result.exit_code != 0, result.output
     assert "port must be a number in 1-65535" in result.output, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+
+
+def test_serve_refuses_a_server_budget_below_the_request_size(tmp_path: Path) -> None:
+    """A request may be as large as ``--max-request-size``; a smaller ``--max-server-bytes``
+    would answer it ``ServerBusy`` for ever (issue 19 item 4). Refused before anything is
+    created."""
+    new = tmp_path / "NEW"
+    with pytest.raises(errors.InvalidArgument, match="max_server_bytes"):
+        serve(new, "tcp://127.0.0.1:*", max_request_size=64 << 20, max_server_bytes=32 << 20)
+    assert not new.exists()

@@ -153,6 +153,9 @@ def server_options(durability: str = "sync", max_msg_size: int | None = None, *,
         opts.max_server_bytes = max_server_bytes
     if rcvhwm is not None:
         opts.rcvhwm = rcvhwm
+    if opts.max_server_bytes < opts.max_request_bytes:  # such a request would be refused for ever
+        raise InvalidArgument(f"max_server_bytes ({opts.max_server_bytes}) must be at least max_request_size "
+                              f"({opts.max_request_bytes})")
     return opts
 
 
