@@ -112,3 +112,17 @@ def test_serve_refuses_a_server_budget_below_the_request_size(tmp_path: Path) ->
     with pytest.raises(errors.InvalidArgument, match="max_server_bytes"):
         serve(new, "tcp://127.0.0.1:*", max_request_size=64 << 20, max_server_bytes=32 << 20)
     assert not new.exists()
+
+
+def test_cluster_node_takes_the_server_budget_too(tmp_path: Path) -> None:
+    """``serve --cluster`` passes ``--max-server-bytes`` and ``--rcvhwm`` on (they were
+    accepted and ignored): a budget below the request size is refused at once, before
+    ZooKeeper is contacted or the data directory created."""
+    new = tmp_path / "NEW"
+    result = subprocess.run([sys.executable, "-m", "tstreams_embedded.cli", "serve", "--data", str(new),
+                             "--bind", "tcp://127.0.0.1:*", "--cluster", "zk://127.0.0.1:1/nowhere", "--node-id", "n1",
+                             "--max-server-bytes", "1024", "--rcvhwm", "1"],
+                            capture_output=True, text=True, timeout=60, env=child_environment())
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "InvalidArgument: max_server_bytes" in result.stderr.strip().splitlines()[-1], result.stderr
+    assert not new.exists()
