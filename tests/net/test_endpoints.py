@@ -126,3 +126,18 @@ def test_cluster_node_takes_the_server_budget_too(tmp_path: Path) -> None:
     assert result.returncode != 0, result.stdout + result.stderr
     assert "InvalidArgument: max_server_bytes" in result.stderr.strip().splitlines()[-1], result.stderr
     assert not new.exists()
+
+
+def test_serve_on_a_taken_port_creates_no_data_directory(tmp_path: Path) -> None:
+    """The socket is bound before the engine is opened: a taken port is ``BindFailed``
+    and ``NEW/`` is not created (it was, with its files, before; issue 19 item 17)."""
+    import socket
+
+    new = tmp_path / "NEW"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(errors.BindFailed, match=str(port)):
+            serve(new, f"tcp://127.0.0.1:{port}")
+    assert not new.exists()

@@ -23,6 +23,7 @@ from ..errors import BindFailed, InvalidArgument
 from .auth import PeerKeys, load_server_curve, start_authenticator
 from .endpoints import check_endpoints
 from .handlers import DEFAULT_PAGE_BYTES, backend_registry
+from .registry import Registry
 from .server import Server, ServerOptions
 
 log = logging.getLogger(__name__)
@@ -209,15 +210,18 @@ def serve(
     _return_large_blocks()
     ctx = zmq.Context()
     auth = start_security(ctx, curve_dir, binds, opts)
+    server = Server(Registry(), binds, opts, context=ctx)  # its registry once the engine is open
     try:
+        server.bind()  # a taken or unknown address fails before the data directory is made
         core = Core(os.fspath(data), durability, **core_options)
     except BaseException:
+        server.stop(0)
         if auth is not None:
             auth.stop()
         ctx.term()
         raise
-    registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))}, max_reply_bytes)
-    server = Server(registry, binds, opts, commit_watch=core.wait_for_commit, context=ctx)
+    server.use_registry(backend_registry(core, {"data": os.path.abspath(os.fspath(data))}, max_reply_bytes),
+                        core.wait_for_commit)
 
     def on_start() -> None:
         if http_addr is not None:

@@ -215,6 +215,14 @@ class Server:
             STREAM: self._start_stream,
             NOTIFY: self._notify,
         }
+        self.use_registry(registry, commit_watch)
+
+    def use_registry(self, registry: Registry, commit_watch: CommitWatch | None = None) -> None:
+        """Serve ``registry`` (before :meth:`start`; e.g. once the engine it exposes is open,
+        after :meth:`bind`), adding the built-in ``cancel``, ``server_stats`` and ``ping``."""
+        self.registry = registry
+        if commit_watch is not None:
+            self._commit_watch = commit_watch
         if "cancel" not in registry:
             registry.add("cancel", self.cancel, kind=NOTIFY)
         if "server_stats" not in registry:
@@ -223,9 +231,12 @@ class Server:
             registry.add("ping", lambda session: "pong")
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, loop: IOLoop | None = None) -> None:
-        """Bind and start serving on ``loop`` (default: the current thread's IOLoop)."""
-        self._loop = loop or IOLoop.current()
+    def bind(self) -> None:
+        """Make the socket and bind every endpoint, or :class:`BindFailed` (then nothing
+        stays bound). :meth:`start` does it if it was not done; calling it first fails
+        before anything else is made (``tstreams serve`` binds before it opens the engine)."""
+        if self._sock is not None:
+            return
         s = self._ctx.socket(zmq.ROUTER)
         s.setsockopt(zmq.ROUTER_MANDATORY, 1)
         s.setsockopt(zmq.MAXMSGSIZE, self.opts.max_msg_size)
@@ -244,12 +255,22 @@ class Server:
                 raise BindFailed(f"cannot listen on {b}: {zmq.strerror(exc.errno or 0)}") from None
             self.endpoints.append(s.getsockopt_string(zmq.LAST_ENDPOINT))
         self._sock = self._outbox.sock = s
+
+    def start(self, loop: IOLoop | None = None) -> None:
+        """Bind (unless :meth:`bind` did) and start serving on ``loop`` (default: the
+        current thread's IOLoop)."""
+        self._loop = loop or IOLoop.current()
+        self.bind()
+        s = self._sock
+        assert s is not None
         self._executors = Executors(self._loop, self._on_done, self.opts.pool_threads,
                                     self.opts.inline_writes)
         self._generators = GeneratorScheduler(self._loop, self._outbox, self.stats, self._commit_watch)
         self._started = True
-        self._fd = s.getsockopt(zmq.FD)
-        self._loop.add_handler(self._fd, self._on_readable, IOLoop.READ)
+        fd = s.getsockopt(zmq.FD)
+        assert isinstance(fd, int)
+        self._fd = fd
+        self._loop.add_handler(fd, self._on_readable, IOLoop.READ)
         self._reaper = PeriodicCallback(self._reap, max(100.0, self.opts.session_timeout * 1000 / 4))
         self._reaper.start()
         self._trackers = PeriodicCallback(self._poll_trackers, 10)
@@ -267,6 +288,9 @@ class Server:
             return
         self._stopping = True
         if not self._started:
+            if self._sock is not None:  # bound, never started
+                self._sock.close(0)
+                self._sock = self._outbox.sock = None
             self._stopped.set()
             if on_stopped is not None:
                 on_stopped()
