@@ -38,23 +38,26 @@ def check_endpoint(endpoint: object, *, bind: bool) -> str:
     """``endpoint`` if it is a usable address to bind (``bind=True``) or to connect to,
     else :class:`InvalidArgument` naming what is wrong."""
     role = "bind" if bind else "connect to"
+
+    def invalid(why: str) -> InvalidArgument:
+        return InvalidArgument(f"endpoint {endpoint!r} is not a valid ZeroMQ address to {role}: {why}")
+
     if not isinstance(endpoint, str) or "://" not in endpoint:
-        raise InvalidArgument(f"cannot {role} {endpoint!r}: expected a ZeroMQ address like 'tcp://host:port'")
+        raise invalid("expected an address like 'tcp://host:port'")
     transport, _, address = endpoint.partition("://")
     if transport not in TRANSPORTS:
-        raise InvalidArgument(f"cannot {role} {endpoint!r}: the transport must be one of "
-                              f"{', '.join(t + '://' for t in TRANSPORTS)}")
+        raise invalid(f"the transport must be one of {', '.join(t + '://' for t in TRANSPORTS)}")
     if not address:
-        raise InvalidArgument(f"cannot {role} {endpoint!r}: the address is empty")
+        raise invalid("the address is empty")
     if transport == "tcp":
         target = address.rpartition(";")[2] if not bind else address
         host, colon, port = target.rpartition(":")
         if not colon or not host:
-            raise InvalidArgument(f"cannot {role} {endpoint!r}: expected tcp://host:port")
+            raise invalid("expected tcp://host:port")
         try:
             tcp_port(port, bind=bind)
         except InvalidArgument as exc:
-            raise InvalidArgument(f"cannot {role} {endpoint!r}: {exc}") from None
+            raise invalid(str(exc)) from None
     return endpoint
 
 
