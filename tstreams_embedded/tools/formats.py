@@ -1,23 +1,54 @@
 """How ``tstreams consume`` shows items and ``tstreams produce`` reads them.
 
 Output formats (``--format``): ``raw`` (the stored bytes), ``json`` (items are JSON
-documents), ``msgpack`` (items are msgpack documents, shown as JSON), ``hex``. Plain output is
+documents), ``msgpack`` (items are msgpack documents, shown as JSON), ``hex``, and
+``record``: the records of a streams app's stream (envelopes, see
+:func:`tstreams_embedded.streams.decode`), shown as JSON objects ``{"key", "value",
+"timestamp", "headers"}`` with key and value decoded by ``--key-serde`` and ``--value-serde``
+(a windowed key, ``windowed(<serde>)``, as ``{"key", "start", "end"}``). Plain output is
 one line per item; with ``--json`` each transaction is one JSON line whose ``items`` are the
 decoded values (``raw`` as UTF-8 text with undecodable bytes escaped as ``\\xNN``, ``hex`` as
-hex strings). Bytes inside msgpack documents are shown as hex strings.
+hex strings). Bytes inside msgpack documents, keys and values are shown as hex strings.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from .. import errors
 
-OUTPUT_FORMATS = ("raw", "json", "msgpack", "hex")
+if TYPE_CHECKING:  # the streams library is imported only for --format record
+    from ..streams.serdes import Serde
+
+OUTPUT_FORMATS = ("raw", "json", "msgpack", "hex", "record")
 INPUT_FORMATS = ("lines", "json", "msgpack")
+#: the serdes of ``--format record`` (``--key-serde``, ``--value-serde``)
+RECORD_SERDES = ("msgpack", "json", "str", "bytes", "windowed(msgpack)", "windowed(json)", "windowed(str)",
+                 "windowed(bytes)")
+
+
+#: the key and value serdes of ``--format record``
+RecordSerdes = tuple["Serde", "Serde"]
+
+
+def record_serdes(key_serde: str, value_serde: str) -> RecordSerdes:
+    """The serdes of ``--format record`` (imports the streams library only then)."""
+    from ..streams.serdes import serde
+
+    return serde(key_serde, "--key-serde"), serde(value_serde, "--value-serde")
+
+
+def _not_a(what: str, item: bytes, exc: Exception, other: str) -> errors.InvalidArgument:
+    """The error of an item that is not ``what``: a streams record envelope is named as such."""
+    from ..streams.records import ENVELOPE_MARK
+
+    if item[:1] == bytes([ENVELOPE_MARK]):
+        return errors.InvalidArgument(f"an item is not {what}: this is a streams record envelope (it starts with "
+                                      f"0xC1); try --format record --key-serde SERDE --value-serde SERDE")
+    return errors.InvalidArgument(f"an item is not {what} ({str(exc) or type(exc).__name__}); try {other}")
 
 
 def _bytes_as_hex(value: Any) -> Any:
@@ -26,8 +57,10 @@ def _bytes_as_hex(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def decode_item(item: bytes, fmt: str) -> Any:
-    """The value of ``item`` read as ``fmt``, fit for JSON; InvalidArgument if it is not one."""
+def decode_item(item: bytes, fmt: str, serdes: RecordSerdes | None = None, timestamp: int = 0) -> Any:
+    """The value of ``item`` read as ``fmt``, fit for JSON; InvalidArgument if it is not one.
+    ``record`` needs ``serdes`` (:func:`record_serdes`); ``timestamp`` is that of a plain
+    item (not an envelope): its transaction's time."""
     if fmt == "raw":
         return item.decode("utf-8", "backslashreplace")
     if fmt == "hex":
@@ -36,13 +69,30 @@ def decode_item(item: bytes, fmt: str) -> Any:
         try:
             return json.loads(item)
         except ValueError as exc:
-            raise errors.InvalidArgument(f"an item is not JSON ({exc}); try --format raw or hex") from None
+            raise _not_a("JSON", item, exc, "--format raw or hex") from None
     if fmt == "msgpack":
         try:
             return msgpack.unpackb(item, raw=False, strict_map_key=False)
         except (ValueError, msgpack.UnpackException) as exc:
-            raise errors.InvalidArgument(f"an item is not msgpack ({exc}); try --format hex") from None
+            raise _not_a("msgpack", item, exc, "--format hex") from None
+    if fmt == "record":
+        if serdes is None:
+            raise errors.InvalidArgument("--format record needs the key and value serdes")
+        return _record_json(item, serdes, timestamp)
     raise errors.InvalidArgument(f"unknown format {fmt!r}; expected one of {OUTPUT_FORMATS}")
+
+
+def _record_json(item: bytes, serdes: RecordSerdes, timestamp: int) -> Any:
+    from ..streams.decoding import decode
+    from ..streams.windows import Windowed
+
+    try:
+        r = decode(item, key_serde=serdes[0], value_serde=serdes[1], timestamp=timestamp)
+    except errors.SerdeError as exc:
+        raise errors.InvalidArgument(f"an item is not a record of these serdes: {exc}; try other --key-serde / "
+                                     f"--value-serde, or --format hex") from None
+    key = {"key": r.key.key, "start": r.key.start, "end": r.key.end} if isinstance(r.key, Windowed) else r.key
+    return {"key": key, "value": r.value, "timestamp": r.timestamp, "headers": r.headers}
 
 
 def to_json(value: Any) -> str:
@@ -50,10 +100,10 @@ def to_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_bytes_as_hex)
 
 
-def item_line(item: bytes, fmt: str) -> bytes:
+def item_line(item: bytes, fmt: str, serdes: RecordSerdes | None = None, timestamp: int = 0) -> bytes:
     """The plain output of one item, without the line end."""
     if fmt == "raw":
         return item
     if fmt == "hex":
         return item.hex().encode()
-    return to_json(decode_item(item, fmt)).encode("utf-8")
+    return to_json(decode_item(item, fmt, serdes, timestamp)).encode("utf-8")
