@@ -5,6 +5,7 @@ years 1 to 9999, in every zone), in a running app too."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -12,9 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tstreams_embedded import errors
-from tstreams_embedded.streams import CalendarWindows, StreamsBuilder, TestDriver, TimeWindows
+from tstreams_embedded.streams import (
+    CalendarWindows,
+    JoinWindows,
+    SessionWindows,
+    SlidingWindows,
+    StreamsBuilder,
+    TestDriver,
+    TimeWindows,
+    Windows,
+)
 from tstreams_embedded.streams.records import MAX_TIMESTAMP, MIN_TIMESTAMP
-from tstreams_embedded.streams.windows import MAX_WINDOWS_PER_RECORD
+from tstreams_embedded.streams.windows import MAX_DURATION_MS, MAX_WINDOWS_PER_RECORD
 
 #: UTC, zones far east and west (+14, -11), historical local mean time, half hours, DST both ways
 ZONES = ["UTC", "Asia/Tokyo", "America/New_York", "Pacific/Kiritimati", "Pacific/Pago_Pago",
@@ -90,3 +100,32 @@ def test_an_app_counts_records_on_the_first_and_last_valid_days(tz: str) -> None
             for unit in UNITS:
                 ((window, count),) = driver.store(unit).all().items()  # the first days' windows expired
                 assert count == 2 and window.start <= pair[0] and pair[1] < window.end
+
+
+@pytest.mark.parametrize("make", [
+    lambda ms: TimeWindows(size_ms=ms), lambda ms: TimeWindows(size_ms=10, grace_ms=ms),
+    lambda ms: TimeWindows(size_ms=10, retention_ms=ms), lambda ms: SessionWindows(gap_ms=ms),
+    lambda ms: SlidingWindows(size_ms=ms), lambda ms: CalendarWindows(grace_ms=ms), lambda ms: JoinWindows.of(ms),
+    lambda ms: JoinWindows(0, 0, grace_ms=ms),
+])
+def test_durations_beyond_the_span_of_valid_timestamps_are_refused(make: Any) -> None:
+    """A window of 2**70 ms was accepted, and the app then failed with a raw struct.error."""
+    with pytest.raises(errors.InvalidArgument, match="span of the valid timestamps"):
+        make(MAX_DURATION_MS + 1)
+    with pytest.raises(errors.InvalidArgument, match="span of the valid timestamps"):
+        make(2**70)
+    make(MAX_DURATION_MS)
+
+
+@pytest.mark.parametrize("windows", [TimeWindows(size_ms=MAX_DURATION_MS), SessionWindows(gap_ms=MAX_DURATION_MS),
+                                     SlidingWindows(size_ms=MAX_DURATION_MS),
+                                     TimeWindows(size_ms=10, grace_ms=MAX_DURATION_MS)],
+                         ids=repr)
+def test_the_longest_windows_place_records_at_both_ends(windows: Windows) -> None:
+    b = StreamsBuilder()
+    (b.stream("in", key_serde="str", value_serde="json").group_by_key(key_serde="str").windowed_by(windows)
+        .count(store="n"))
+    with TestDriver(b.build()) as driver:
+        for t in (MIN_TIMESTAMP, MAX_TIMESTAMP):
+            driver.pipe("in", "k", {}, timestamp=t)
+        assert sum(driver.store("n").all().values()) >= 2

@@ -15,8 +15,12 @@ from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .. import errors
+from .records import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 DAY_MS = 86_400_000
+#: the longest window size, gap, grace or retention: the span of the valid record timestamps
+#: (the years 1 to 9999; a longer one would change nothing), so window bounds fit in 64 bits
+MAX_DURATION_MS = MAX_TIMESTAMP - MIN_TIMESTAMP
 #: the most windows one record may fall in: hopping ``TimeWindows`` with ``size_ms /
 #: advance_ms`` above it are refused (``TopologyError``), as every window of a record is a
 #: store update of its own
@@ -32,8 +36,9 @@ class Windowed(NamedTuple):
 
 
 def _ms(value: Any, what: str, lo: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise errors.InvalidArgument(f"{what} must be an integer number of milliseconds >= {lo}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= MAX_DURATION_MS:
+        raise errors.InvalidArgument(f"{what} must be an integer number of milliseconds in [{lo}, "
+                                     f"{MAX_DURATION_MS}] (the span of the valid timestamps), got {value!r:.40}")
     return value
 
 
