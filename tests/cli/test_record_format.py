@@ -4,8 +4,10 @@ formats naming an envelope when they meet one. Embedded and served."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
+import msgpack
 import pytest
 
 from tstreams_embedded.streams import App, Record, StreamsBuilder, TimeWindows, send_records
@@ -65,3 +67,13 @@ def test_bad_record_options_exit_non_zero_with_one_line(counted: Site, args: lis
     result = counted.run("consume", "counts", *args)
     assert result.exit_code == status, (result.stdout, result.stderr)
     assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_msgpack_documents_json_has_no_form_for_are_shown(site: Site) -> None:
+    """Bytes map keys, extension types and timestamps ended in a raw TypeError traceback."""
+    site.engine.create_stream("m")
+    when = msgpack.Timestamp.from_datetime(dt.datetime(2026, 3, 29, tzinfo=dt.timezone.utc))
+    site.engine.producer("m").instant([msgpack.packb({b"\x00k": 1, 2: [b"\xff"]}),
+                                       msgpack.packb(msgpack.ExtType(5, b"x")), msgpack.packb({"at": when})])
+    assert site.ok("consume", "m", "--format", "msgpack").stdout.splitlines() == [
+        '{"006b":1,"2":["ff"]}', '{"ext":5,"data":"78"}', f'{{"at":{{"timestamp_ns":{when.to_unix_nano()}}}}}']

@@ -8,7 +8,9 @@ documents), ``msgpack`` (items are msgpack documents, shown as JSON), ``hex``, a
 (a windowed key, ``windowed(<serde>)``, as ``{"key", "start", "end"}``). Plain output is
 one line per item; with ``--json`` each transaction is one JSON line whose ``items`` are the
 decoded values (``raw`` as UTF-8 text with undecodable bytes escaped as ``\\xNN``, ``hex`` as
-hex strings). Bytes inside msgpack documents, keys and values are shown as hex strings.
+hex strings). Bytes inside msgpack documents, keys and values are shown as hex strings (also
+as map keys), msgpack extension types as ``{"ext": code, "data": hex}`` and msgpack
+timestamps as ``{"timestamp_ns": n}``.
 """
 
 from __future__ import annotations
@@ -54,7 +56,22 @@ def _not_a(what: str, item: bytes, exc: Exception, other: str) -> errors.Invalid
 def _bytes_as_hex(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
+    if isinstance(value, msgpack.Timestamp):
+        return {"timestamp_ns": value.to_unix_nano()}
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with map keys JSON can have: bytes keys as hex, array keys as JSON text."""
+    if isinstance(value, dict):
+        return {k if k is None or isinstance(k, (str, int, float)) else
+                bytes(k).hex() if isinstance(k, (bytes, bytearray, memoryview)) else to_json(k): _jsonable(v)
+                for k, v in value.items()}
+    if isinstance(value, msgpack.ExtType):
+        return {"ext": value.code, "data": value.data.hex()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
 
 
 def decode_item(item: bytes, fmt: str, serdes: RecordSerdes | None = None, timestamp: int = 0) -> Any:
@@ -96,8 +113,12 @@ def _record_json(item: bytes, serdes: RecordSerdes, timestamp: int) -> Any:
 
 
 def to_json(value: Any) -> str:
-    """Compact JSON text (bytes as hex)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_bytes_as_hex)
+    """Compact JSON text (bytes as hex, msgpack extension types as ``{"ext", "data"}``);
+    InvalidArgument if ``value`` cannot be shown as JSON (nested too deep)."""
+    try:
+        return json.dumps(_jsonable(value), separators=(",", ":"), ensure_ascii=False, default=_bytes_as_hex)
+    except (RecursionError, TypeError, ValueError) as exc:
+        raise errors.InvalidArgument(f"an item cannot be shown as JSON ({exc}); try --format hex") from None
 
 
 def item_line(item: bytes, fmt: str, serdes: RecordSerdes | None = None, timestamp: int = 0) -> bytes:
