@@ -129,3 +129,21 @@ def test_the_longest_windows_place_records_at_both_ends(windows: Windows) -> Non
         for t in (MIN_TIMESTAMP, MAX_TIMESTAMP):
             driver.pipe("in", "k", {}, timestamp=t)
         assert sum(driver.store("n").all().values()) >= 2
+
+
+@settings(max_examples=25, deadline=None)
+@given(tz=st.sampled_from(ZONES), times=st.lists(st.one_of(timestamps, edges), min_size=1, max_size=20))
+def test_an_app_places_every_valid_timestamp_in_calendar_windows(tz: str, times: list[int]) -> None:
+    """Through a running app: every record is counted in its day, week and month (a grace
+    as long as time: none is late)."""
+    b = StreamsBuilder()
+    grouped = b.stream("sales", key_serde="str", value_serde="json").group_by_key(key_serde="str")
+    for unit in UNITS:
+        grouped.windowed_by(CalendarWindows(unit=unit, tz=tz, grace_ms=MAX_DURATION_MS)).count(store=unit)
+    with TestDriver(b.build()) as driver:
+        for n, t in enumerate(times):
+            driver.pipe("sales", f"k{n}", {}, timestamp=t)
+        for unit in UNITS:
+            counts = driver.store(unit).all()
+            assert sum(counts.values()) == len(times)
+            assert all(w.start <= times[int(w.key[1:])] < w.end for w in counts)
