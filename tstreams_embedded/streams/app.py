@@ -23,6 +23,8 @@ from .task import Task
 from .topology import StoreSpec, Topology, internal_name
 
 PROCESSING = ("exactly_once", "at_least_once")
+#: the most records a task processes in one turn (see :class:`App`)
+DEFAULT_TURN_RECORDS = 1000
 
 
 def _wall_ms() -> int:
@@ -45,6 +47,19 @@ class App:
       (the app's wall clock, which a test may inject). Memory per task is bounded by that and
       by its stores' caches: ``store_cache_bytes`` (default 32 MiB) of keys and values as
       stored, per store of each task (a task whose changes fill a cache commits).
+    * **Order across tasks, and backlogs.** A worker thread runs its tasks in *turns*, merging
+      them by event time: the task whose next record has the smallest timestamp goes next,
+      and keeps its turn while its next transaction's first record is no later than the
+      next record of every other task of the thread, up to ``turn_records`` records (whole
+      transactions: a transaction is never split). A task that wrote to a stream the
+      application reads back (a repartition or ``through`` stream) commits at the end of its
+      turn, so the tasks downstream read the records in the order of their timestamps
+      however far behind the app is: catching up on a backlog (a restart after a crash, an
+      app started on old input) gives the results of running live. What remains out of
+      order in a repartition stream: records within one input transaction, a turn cut at
+      ``turn_records``, and records of different threads (``num_threads``) or instances,
+      which are not synchronized with each other. The cost: while catching up, a commit per
+      turn of each such task.
     * A running app (``start()``) without input waits for the next commit: at once when it is
       made in this process, by a served engine's server, or by another process writing the
       same directory (inotify, :mod:`tstreams_embedded.engine.commit_waker`; without it,
@@ -82,7 +97,7 @@ class App:
                  static_id: str | None = None, on_record_error: str = "fail",
                  http_host: str = "127.0.0.1", http_port: int | None = None,
                  advertised_host: str | None = None, max_task_idle_ms: int = 0,
-                 store_cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+                 store_cache_bytes: int = DEFAULT_CACHE_BYTES, turn_records: int = DEFAULT_TURN_RECORDS) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
         check_name(application_id, "application_id")
@@ -96,7 +111,7 @@ class App:
         for value, what in ((num_threads, "num_threads"), (commit_interval_ms, "commit_interval_ms"),
                             (commit_records, "commit_records"), (commit_bytes, "commit_bytes"),
                             (poll_interval_ms, "poll_interval_ms"), (lease_ms, "lease_ms"),
-                            (store_cache_bytes, "store_cache_bytes")):
+                            (store_cache_bytes, "store_cache_bytes"), (turn_records, "turn_records")):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise errors.InvalidArgument(f"{what} must be a positive integer, got {value!r}")
         if isinstance(max_task_idle_ms, bool) or not isinstance(max_task_idle_ms, int) or max_task_idle_ms < 0:
@@ -122,6 +137,7 @@ class App:
         self.clock = clock if clock is not None else _wall_ms
         self.max_task_idle_ms = max_task_idle_ms
         self.store_cache_bytes = store_cache_bytes
+        self.turn_records = turn_records
         self.metrics: dict[str, int] = {}
         self._metrics_lock = threading.Lock()
         self.stream_info: dict[str, StreamInfo] = {}
@@ -358,16 +374,21 @@ class App:
                 generation = self.membership.generation
                 self._reconcile(slot)
             processed = 0
+            ready: list[tuple[int, int, Task]] = []
             for task in list(tasks.values()):
-                n = task.step()
                 task.punctuate_wall_clock()
-                if n is not None:  # a transaction (maybe empty) was processed
-                    processed += max(n, 1)
-                    if n:
-                        self.count("records", n)
-                        task.metrics.records.inc(n)
-                    self._maybe_commit(task)
+                head = task.next_time()
+                if head is not None:
+                    ready.append((head, task.partition, task))
                 elif task.dirty():
+                    self._commit(task)
+            ready.sort(key=lambda e: (e[0], e[1]))
+            for i, (_, _, task) in enumerate(ready):  # the task furthest behind in event time goes next
+                others = [head for j, (head, _, _) in enumerate(ready) if j != i]
+                processed = self._turn(tasks, task, min(others) if others else None)
+                if processed:
+                    break
+                if task.dirty():  # waiting for an empty source (max_task_idle_ms)
                     self._commit(task)
             total += processed
             if not processed:
@@ -386,10 +407,38 @@ class App:
                 self._commit(task)
         return total
 
-    def _maybe_commit(self, task: Task) -> None:
+    def _turn(self, tasks: dict[int, Task], task: Task, until: int | None) -> int:
+        """Let ``task`` process its transactions while their first records' timestamps are
+        at most ``until`` (the next record of the slot's other tasks; None: no other has
+        input), up to ``turn_records`` records; the records processed (an empty transaction
+        counting 1). At the end of its turn a task that wrote to streams the application
+        reads back (repartition and ``through`` streams) commits, so that their readers get
+        the records in the order of their timestamps (see the class docstring)."""
+        done = 0
+        while done < self.turn_records and not self._stop.is_set():
+            if done:
+                head = task.next_time()
+                if head is None or (until is not None and head > until):
+                    break
+            n = task.step()
+            if n is None:
+                break
+            done += max(n, 1)
+            if n:
+                self.count("records", n)
+                task.metrics.records.inc(n)
+            if not self._maybe_commit(task) or tasks.get(task.partition) is not task:
+                return done  # its lease was taken over: the task is gone
+        if done and task.feeds_back():
+            self._commit(task)
+        return done
+
+    def _maybe_commit(self, task: Task) -> bool:
+        """Commit ``task`` if a commit bound is reached; False if its lease was taken over."""
         if task.records_since_commit >= self.commit_records or task.output_bytes >= self.commit_bytes or \
                 self.clock() - task.last_commit >= self.commit_interval_ms or task.caches_full():
-            self._commit(task)
+            return self._commit(task)
+        return True
 
     def start(self) -> App:
         """Run in ``num_threads`` background threads until :meth:`stop`: join the group, take

@@ -194,6 +194,9 @@ class Task:
         for node in self.nodes.values():  # parents of a fused sink call the internal source's children
             if any(c in fused for c in node.children):
                 node.children = [g for c in node.children for g in fused.get(c, [c])]
+        #: the streams this task writes that the application reads back (repartition and
+        #: ``through`` streams, not fused ones): see :meth:`feeds_back`
+        self._read_back = {app.resolve(s) for s in app.topology.sources if s in app.topology.sinks} - set(app.fused)
         self.records_since_commit = 0
         #: when the task last committed, on the app's clock (epoch ms; the commit interval's start)
         self.last_commit = app.clock()
@@ -259,6 +262,17 @@ class Task:
                 r.passed_to = r.fetched_to
                 if not f.txns and r.passed_to > r.offset:
                     r.offset = r.passed_to
+
+    def next_time(self) -> int | None:
+        """The timestamp of the next record the task would process (None: no input now)."""
+        self._fill()
+        heads = [self._head_time(r) for r in self.readers if r.buffer]
+        return min(heads) if heads else None
+
+    def feeds_back(self) -> bool:
+        """Whether output buffered since the last commit goes to a stream the application
+        reads back (tasks downstream see it only once committed)."""
+        return any(stream in self._read_back for stream, _ in self.outputs)
 
     def step(self) -> int | None:
         """Process one transaction (the next in timestamp order of the task's sources, see

@@ -1,0 +1,115 @@
+"""Results do not depend on how far behind an app is (#19 item 24): the same topology, with
+two repartitions, run live (processing as the input arrives) and on the whole input as a
+backlog, gives exactly the same output, and both equal a model."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tstreams_embedded as ts
+from tstreams_embedded.engine import ops as O
+from tstreams_embedded.streams import App, StreamsBuilder, TimeWindows, Topology
+from tstreams_embedded.streams.records import pack_envelope
+from tstreams_embedded.streams.serdes import serde
+
+from .harness import read_envelopes
+
+PARTITIONS = 4
+ORDERS = 2400
+STEP_MS = 2  # between consecutive orders (all partitions together)
+WINDOW_MS = 1_000
+GRACE_MS = 2_000
+TTL_MS = 3_000
+CUSTOMERS = 12
+CLOSE_MS = ORDERS * STEP_MS + 1_000 + WINDOW_MS + GRACE_MS
+
+
+def topology() -> Topology:
+    """orders (round-robin, no keys) -> repartition by order id -> dedup -> group by
+    customer (a second repartition) -> windowed count with grace, final results only; and
+    a table of the orders per customer."""
+    b = StreamsBuilder()
+    unique = (b.stream("orders", value_serde="json")
+              .select_key(lambda k, v: v["id"]).repartition(name="by-order")
+              .dedup(key=lambda k, v: v["id"], ttl_ms=TTL_MS, store="seen"))
+    per_customer = unique.group_by(lambda k, v: v["customer"], key_serde="str", name="by-customer")
+    (per_customer.windowed_by(TimeWindows(size_ms=WINDOW_MS, grace_ms=GRACE_MS)).count(store="per-second")
+        .suppress_until_window_closes().to_stream()
+        .map(lambda w, n: (w.key, [w.start, n])).to("final-counts", key_serde="str", value_serde="json"))
+    per_customer.count(store="orders-per-customer")
+    return b.build()
+
+
+def orders() -> list[tuple[dict[str, Any], int]]:
+    """Orders in event-time order, with re-sent duplicates (within the TTL), then one order
+    per customer that closes the windows before it."""
+    rng = random.Random(24)
+    events: list[tuple[dict[str, Any], int]] = []
+    for n in range(ORDERS):
+        order = {"id": n, "customer": f"c{rng.randrange(CUSTOMERS)}"}
+        events.append((order, n * STEP_MS))
+        if rng.random() < 0.1:
+            events.append((order, n * STEP_MS + rng.randint(1, 1_000)))
+    for c in range(CUSTOMERS):
+        events.append(({"id": ORDERS + c, "customer": f"c{c}"}, CLOSE_MS))
+    events.sort(key=lambda e: e[1])
+    return events
+
+
+def writes(events: list[tuple[dict[str, Any], int]]) -> list[O.Operation]:
+    """One transaction per order, round-robin over the partitions (no keys)."""
+    vs = serde("json")
+    return [O.Instant("orders", i % PARTITIONS, O.pack_items([pack_envelope(None, vs.serialize(order), t, None)]))
+            for i, (order, t) in enumerate(events)]
+
+
+def expected(events: list[tuple[dict[str, Any], int]]) -> tuple[Counter[tuple[str, int, int]], dict[str, int]]:
+    first: dict[int, tuple[str, int]] = {}
+    for order, t in events:
+        first.setdefault(order["id"], (order["customer"], t))
+    final: Counter[tuple[str, int]] = Counter((c, t - t % WINDOW_MS) for c, t in first.values())
+    windows = Counter({(c, start, n): 1 for (c, start), n in final.items()
+                       if start + WINDOW_MS + GRACE_MS <= CLOSE_MS})
+    return windows, dict(Counter(c for c, _ in first.values()))
+
+
+def run(tmp: Path, events: list[tuple[dict[str, Any], int]], *, live: bool) -> tuple[Any, ...]:
+    """Run the app on ``events``: ``live`` writes a few orders at a time and processes them
+    before writing more; else all are written first (a backlog) and processed at once. The
+    final counts, the table and the metrics."""
+    ops = writes(events)
+    with ts.open(str(tmp), compaction_interval=None, durability="async") as engine:
+        engine.create_stream("orders", partitions=PARTITIONS)
+        app = App(engine, application_id="orders-app", topology=topology(), clock=lambda: 0)
+        step = 12 if live else len(ops)
+        for i in range(0, len(ops), step):
+            engine.backend.submit(ops[i:i + step], durable=False)
+            app.run(until_idle=True)
+        ks, vs = serde("str"), serde("json")
+        finals = Counter((ks.deserialize(k), *vs.deserialize(v)) for k, v, _, _ in read_envelopes(
+            engine, "final-counts") if k is not None and v is not None)
+        table = app.store("orders-per-customer").all()
+        metrics = app.metrics
+        app.close()
+    return finals, table, metrics
+
+
+@pytest.mark.timeout(120)
+def test_a_backlog_gives_the_results_of_running_live(tmp_path: Path) -> None:
+    events = orders()
+    windows, table = expected(events)
+    duplicates = len(events) - ORDERS - CUSTOMERS
+    live = run(tmp_path / "live", events, live=True)
+    backlog = run(tmp_path / "backlog", events, live=False)
+    for finals, got_table, metrics in (live, backlog):
+        assert metrics.get("late_dropped", 0) == 0
+        assert metrics.get("dedup_unchecked", 0) == 0
+        assert metrics.get("dedup_dropped", 0) == duplicates
+        assert got_table == table
+        assert finals == windows
+    assert live[0] == backlog[0]
