@@ -13,7 +13,7 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded.engine import ops as O
-from tstreams_embedded.streams import App, StreamsBuilder, TimeWindows, Topology
+from tstreams_embedded.streams import App, StreamsBuilder, TestDriver, TimeWindows, Topology
 from tstreams_embedded.streams.records import pack_envelope
 from tstreams_embedded.streams.serdes import serde
 
@@ -24,9 +24,9 @@ ORDERS = 2400
 STEP_MS = 2  # between consecutive orders (all partitions together)
 WINDOW_MS = 1_000
 GRACE_MS = 2_000
-TTL_MS = 3_000
+TTL_MS = 5_000
 CUSTOMERS = 12
-CLOSE_MS = ORDERS * STEP_MS + 1_000 + WINDOW_MS + GRACE_MS
+CLOSE_MS = ORDERS * STEP_MS + 2_500 + WINDOW_MS + GRACE_MS
 
 
 def topology() -> Topology:
@@ -46,15 +46,16 @@ def topology() -> Topology:
 
 
 def orders() -> list[tuple[dict[str, Any], int]]:
-    """Orders in event-time order, with re-sent duplicates (within the TTL), then one order
-    per customer that closes the windows before it."""
+    """Orders in event-time order, with re-sent duplicates (within the TTL, and later than
+    the app's default slack: half the smallest grace), then one order per customer that
+    closes the windows before it."""
     rng = random.Random(24)
     events: list[tuple[dict[str, Any], int]] = []
     for n in range(ORDERS):
         order = {"id": n, "customer": f"c{rng.randrange(CUSTOMERS)}"}
         events.append((order, n * STEP_MS))
         if rng.random() < 0.1:
-            events.append((order, n * STEP_MS + rng.randint(1, 1_000)))
+            events.append((order, n * STEP_MS + rng.randint(1_500, 2_500)))
     for c in range(CUSTOMERS):
         events.append(({"id": ORDERS + c, "customer": f"c{c}"}, CLOSE_MS))
     events.sort(key=lambda e: e[1])
@@ -108,8 +109,23 @@ def test_a_backlog_gives_the_results_of_running_live(tmp_path: Path) -> None:
     backlog = run(tmp_path / "backlog", events, live=False)
     for finals, got_table, metrics in (live, backlog):
         assert metrics.get("late_dropped", 0) == 0
-        assert metrics.get("dedup_unchecked", 0) == 0
+        assert metrics.get("dedup_expired", 0) == 0
         assert metrics.get("dedup_dropped", 0) == duplicates
         assert got_table == table
         assert finals == windows
     assert live[0] == backlog[0]
+
+
+def test_dedup_counts_the_duplicates_it_lets_through_after_the_ttl() -> None:
+    """Order 1 at 0 is forgotten once order 2 at 1000 moves the stream time to 0 + TTL;
+    order 1 again at 500 (out of order, within the TTL of the first by its own time) passes
+    and is counted as ``dedup_expired``; order 1 at 2600 (past the TTL) is a new one."""
+    b = StreamsBuilder()
+    b.stream("orders", value_serde="json").dedup(key=lambda k, v: v["id"], ttl_ms=1_000).to("unique")
+    with TestDriver(b.build()) as d:
+        for ident, t in [(1, 0), (2, 1_000), (1, 500), (1, 2_600)]:
+            d.pipe("orders", "k", {"id": ident}, timestamp=t)
+        assert [r.timestamp for r in d.read_output("unique")] == [0, 1_000, 500, 2_600]
+        assert d.metrics.get("dedup_expired") == 1
+        exposition = d.app.prometheus.exposition().decode()
+        assert 'tstreams_streams_dedup_expired_total{app="test-app",partition="0"} 1.0' in exposition

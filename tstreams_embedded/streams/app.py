@@ -21,6 +21,7 @@ from .record_errors import RecordErrors, check_policy
 from .stores import DEFAULT_CACHE_BYTES, ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
 from .topology import StoreSpec, Topology, internal_name
+from .turns import default_slack_ms
 
 PROCESSING = ("exactly_once", "at_least_once")
 #: the most records a task processes in one turn (see :class:`App`)
@@ -47,19 +48,21 @@ class App:
       (the app's wall clock, which a test may inject). Memory per task is bounded by that and
       by its stores' caches: ``store_cache_bytes`` (default 32 MiB) of keys and values as
       stored, per store of each task (a task whose changes fill a cache commits).
-    * **Order across tasks, and backlogs.** A worker thread runs its tasks in *turns*, merging
-      them by event time: the task whose next record has the smallest timestamp goes next,
-      and keeps its turn while its next transaction's first record is no later than the
-      next record of every other task of the thread, up to ``turn_records`` records (whole
-      transactions: a transaction is never split). A task that wrote to a stream the
-      application reads back (a repartition or ``through`` stream) commits at the end of its
-      turn, so the tasks downstream read the records in the order of their timestamps
-      however far behind the app is: catching up on a backlog (a restart after a crash, an
-      app started on old input) gives the results of running live. What remains out of
-      order in a repartition stream: records within one input transaction, a turn cut at
-      ``turn_records``, and records of different threads (``num_threads``) or instances,
-      which are not synchronized with each other. The cost: while catching up, a commit per
-      turn of each such task.
+    * **Order across tasks, and backlogs** (:mod:`.turns`). A worker thread runs its tasks in
+      *turns*, merging them by event time: the task whose next record has the smallest
+      timestamp goes next, and keeps its turn while its next transaction's first record is
+      at most ``turn_slack_ms`` later than the next record of every other task of the
+      thread, up to ``turn_records`` records (whole transactions: a transaction is never
+      split). A task that wrote to a stream the application reads back (a repartition or
+      ``through`` stream) commits at the end of its turn, so the tasks downstream read the
+      records in the order of their timestamps, give or take ``turn_slack_ms``, however far
+      behind the app is: catching up on a backlog (a restart after a crash, an app started
+      on old input) gives the results of running live. ``turn_slack_ms`` defaults to half
+      the smallest grace (windows, stream–stream joins) or TTL (dedup) of the topology
+      (none: no time bound); 0 merges exactly, at the cost of a commit each time the tasks'
+      timelines cross. Not kept in order: records within one input transaction, a turn cut
+      at ``turn_records``, and records of different threads (``num_threads``) or
+      instances, which are not synchronized with each other.
     * A running app (``start()``) without input waits for the next commit: at once when it is
       made in this process, by a served engine's server, or by another process writing the
       same directory (inotify, :mod:`tstreams_embedded.engine.commit_waker`; without it,
@@ -97,7 +100,8 @@ class App:
                  static_id: str | None = None, on_record_error: str = "fail",
                  http_host: str = "127.0.0.1", http_port: int | None = None,
                  advertised_host: str | None = None, max_task_idle_ms: int = 0,
-                 store_cache_bytes: int = DEFAULT_CACHE_BYTES, turn_records: int = DEFAULT_TURN_RECORDS) -> None:
+                 store_cache_bytes: int = DEFAULT_CACHE_BYTES, turn_records: int = DEFAULT_TURN_RECORDS,
+                 turn_slack_ms: int | None = None) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
         check_name(application_id, "application_id")
@@ -116,6 +120,9 @@ class App:
                 raise errors.InvalidArgument(f"{what} must be a positive integer, got {value!r}")
         if isinstance(max_task_idle_ms, bool) or not isinstance(max_task_idle_ms, int) or max_task_idle_ms < 0:
             raise errors.InvalidArgument(f"max_task_idle_ms must be a non-negative integer, got {max_task_idle_ms!r}")
+        if turn_slack_ms is not None and (isinstance(turn_slack_ms, bool) or not isinstance(turn_slack_ms, int)
+                                          or turn_slack_ms < 0):
+            raise errors.InvalidArgument(f"turn_slack_ms must be None or a non-negative integer, got {turn_slack_ms!r}")
         check_name(instance_name, "instance_name")
         if static_id is not None:
             check_name(static_id, "static_id")
@@ -138,6 +145,8 @@ class App:
         self.max_task_idle_ms = max_task_idle_ms
         self.store_cache_bytes = store_cache_bytes
         self.turn_records = turn_records
+        self.turn_slack_ms = turn_slack_ms if turn_slack_ms is not None else default_slack_ms(
+            topology.instantiate(application_id).values())
         self.metrics: dict[str, int] = {}
         self._metrics_lock = threading.Lock()
         self.stream_info: dict[str, StreamInfo] = {}
@@ -375,9 +384,10 @@ class App:
                 self._reconcile(slot)
             processed = 0
             ready: list[tuple[int, int, Task]] = []
+            seq = backend.wait_for_commit(-1, 0)  # the commit sequence now: no fetch of what did not change
             for task in list(tasks.values()):
                 task.punctuate_wall_clock()
-                head = task.next_time()
+                head = task.next_time(seq)
                 if head is not None:
                     ready.append((head, task.partition, task))
                 elif task.dirty():
@@ -385,7 +395,8 @@ class App:
             ready.sort(key=lambda e: (e[0], e[1]))
             for i, (_, _, task) in enumerate(ready):  # the task furthest behind in event time goes next
                 others = [head for j, (head, _, _) in enumerate(ready) if j != i]
-                processed = self._turn(tasks, task, min(others) if others else None)
+                slack = self.turn_slack_ms
+                processed = self._turn(tasks, task, min(others) + slack if others and slack is not None else None)
                 if processed:
                     break
                 if task.dirty():  # waiting for an empty source (max_task_idle_ms)

@@ -12,6 +12,14 @@ input offsets: dedup is exact across crashes.
 
 Records with the same dedup key must reach the same task: key the stream by it (or by
 something it depends on), and ``repartition()`` after an operation that changes keys.
+
+**Duplicates let through after the TTL** (``dedup_expired``): a record arriving out of order
+may be a duplicate of a key already forgotten because the stream time passed ``t0 +
+ttl_ms``, though ``t < t0 + ttl_ms``. It passes, as the rule says, and is counted: the node
+keeps the keys it forgot for one more TTL, in memory only (up to
+:data:`FORGOTTEN_BYTES` of keys, the oldest dropped first; not committed, so a restart
+starts that count afresh). Out-of-order input comes from repartition streams fed by several
+tasks (see :class:`~.app.App`, *order across tasks*).
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ from .records import Record
 from .serdes import SerdeSpec
 from .stores import time_key, time_of
 from .topology import TopologyGraph
+
+#: bytes of forgotten keys a dedup node keeps in memory to count ``dedup_expired``
+FORGOTTEN_BYTES = 4 << 20
 
 
 class DedupNode(N.Node):
@@ -45,6 +56,10 @@ class DedupNode(N.Node):
         # remembered (t0, key) by time: one range read of the index at start, then in memory
         self.pending: list[tuple[int, bytes]] = [(time_of(ik), ik[8:]) for ik, _ in self.index.scan_raw(None, None)]
         heapq.heapify(self.pending)
+        # keys forgotten within the last TTL: key -> t0, and (t0, key) by time
+        self.forgotten: dict[bytes, int] = {}
+        self.forgotten_by_time: list[tuple[int, bytes]] = []
+        self.forgotten_bytes = 0
 
     def flush(self) -> None:
         if self.time is not None:
@@ -60,7 +75,11 @@ class DedupNode(N.Node):
             self.ctx.count("dedup_dropped")
             self._expire(now)
             return
-        if t0 is not None:
+        if t0 is None:
+            f0 = self.forgotten.get(kb)
+            if f0 is not None and f0 <= t < f0 + self.ttl:
+                self.ctx.count("dedup_expired")
+        else:
             self.index.put_raw(time_key(t0) + kb, None)
             self.seen.put_raw(kb, None)
         if t + self.ttl > now:  # else it is forgotten at once: nothing to remember
@@ -78,6 +97,19 @@ class DedupNode(N.Node):
             self.index.put_raw(time_key(t0) + kb, None)
             if self.seen.get_raw(kb) == t0:
                 self.seen.put_raw(kb, None)
+                self._remember_forgotten(kb, t0)
+        forgotten = self.forgotten_by_time
+        while forgotten and (forgotten[0][0] <= bound - self.ttl or self.forgotten_bytes > FORGOTTEN_BYTES):
+            t0, kb = heapq.heappop(forgotten)
+            if self.forgotten.get(kb) == t0:
+                del self.forgotten[kb]
+                self.forgotten_bytes -= len(kb)
+
+    def _remember_forgotten(self, kb: bytes, t0: int) -> None:
+        if kb not in self.forgotten:
+            self.forgotten_bytes += len(kb)
+        self.forgotten[kb] = t0
+        heapq.heappush(self.forgotten_by_time, (t0, kb))
 
 
 def add_dedup(b: TopologyGraph, parent: str, key_changed: bool, key: Callable[[Any, Any], Any], ttl_ms: int,

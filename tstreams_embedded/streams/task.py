@@ -121,6 +121,8 @@ class SourceReader:
     passed_to: int = 0  # position after the buffered transactions (passes cancelled ones)
     table: bool = False  # read as a table: first on equal timestamps
     head: tuple[int, int] | None = None  # (transaction ID, timestamp of its first record) of the next one
+    #: the engine's commit sequence when a fetch last found nothing (not fetched again before it moves)
+    empty_at: int | None = None
 
 
 @dataclass
@@ -197,6 +199,8 @@ class Task:
         #: the streams this task writes that the application reads back (repartition and
         #: ``through`` streams, not fused ones): see :meth:`feeds_back`
         self._read_back = {app.resolve(s) for s in app.topology.sources if s in app.topology.sinks} - set(app.fused)
+        #: the engine's commit sequence as the app last read it (see :meth:`next_time`)
+        self.commit_seq: int | None = None
         self.records_since_commit = 0
         #: when the task last committed, on the app's clock (epoch ms; the commit interval's start)
         self.last_commit = app.clock()
@@ -251,9 +255,11 @@ class Task:
 
     # -- processing ----------------------------------------------------------------------
     def _fill(self) -> None:
+        seq = self.commit_seq
         for r in self.readers:
-            if not r.buffer:
+            if not r.buffer and (seq is None or r.empty_at != seq):
                 f = self.backend.fetch(r.stream, r.partition, r.fetched_to, FETCH_TXNS)
+                r.empty_at = seq if not f.txns else None
                 if f.stream_id is not None and f.stream_id != r.stream_id:
                     raise errors.StreamNotFound(f"stream {r.stream!r} was deleted while application "
                                                 f"{self.application_id!r} was reading it")
@@ -263,8 +269,12 @@ class Task:
                 if not f.txns and r.passed_to > r.offset:
                     r.offset = r.passed_to
 
-    def next_time(self) -> int | None:
-        """The timestamp of the next record the task would process (None: no input now)."""
+    def next_time(self, commit_seq: int | None = None) -> int | None:
+        """The timestamp of the next record the task would process (None: no input now).
+        ``commit_seq`` (the engine's commit sequence, ``backend.wait_for_commit(-1, 0)``):
+        sources found empty at that sequence are not fetched again until it moves."""
+        if commit_seq is not None:
+            self.commit_seq = commit_seq
         self._fill()
         heads = [self._head_time(r) for r in self.readers if r.buffer]
         return min(heads) if heads else None
