@@ -11,7 +11,12 @@ stream time are committed with the task, in the same atomic write as the output 
 input offsets: dedup is exact across crashes.
 
 Records with the same dedup key must reach the same task: key the stream by it (or by
-something it depends on), and ``repartition()`` after an operation that changes keys.
+something it depends on), and ``repartition()`` after an operation that changes keys. A
+dedup that reads an input stream of more than one partition directly (no repartition or
+``through`` in between) refuses a record without a key with
+:class:`~tstreams_embedded.errors.TopologyError`: such records are spread over the
+partitions (round-robin) whatever their dedup key, so duplicates would pass unnoticed.
+Repartition by the dedup key first: ``.select_key(lambda k, v: v["id"]).repartition()``.
 
 **Duplicates let through after the TTL** (``dedup_expired``): a record arriving out of order
 may be a duplicate of a key already forgotten because the stream time passed ``t0 +
@@ -40,8 +45,10 @@ FORGOTTEN_BYTES = 4 << 20
 
 
 class DedupNode(N.Node):
-    def __init__(self, name: str, key: Callable[[Any, Any], Any], ttl_ms: int, store: str, index: str) -> None:
+    def __init__(self, name: str, key: Callable[[Any, Any], Any], ttl_ms: int, store: str, index: str,
+                 inputs: frozenset[str]) -> None:
         super().__init__(name)
+        self.inputs = inputs  # the input streams it reads directly (their partitioning is the producers')
         self.key = key
         self.ttl = ttl_ms
         self.store_name = store
@@ -49,6 +56,8 @@ class DedupNode(N.Node):
 
     def init(self, ctx: N.TaskContext) -> None:
         super().init(ctx)
+        #: records without a key are refused (see the module docstring)
+        self.unkeyed_refused = [s for s in sorted(self.inputs) if ctx.source_partitions(s) > 1]
         self.seen = ctx.store(self.store_name)
         self.index = ctx.store(self.index_name)
         self.meta_key = ("dedup-time/" + self.name).encode()
@@ -66,6 +75,12 @@ class DedupNode(N.Node):
             self.ctx.meta().put_raw(self.meta_key, self.time)
 
     def process(self, rec: Record) -> None:
+        if rec.key is None and self.unkeyed_refused:
+            raise errors.TopologyError(
+                f"dedup {self.name!r} reads {', '.join(map(repr, self.unkeyed_refused))} (several partitions) and got "
+                "a record without a key: such records are spread over the partitions whatever their dedup key, so "
+                "duplicates would reach different tasks and pass. Repartition by the dedup key first, e.g. "
+                "stream.select_key(lambda k, v: v['id']).repartition().dedup(...)")
         t = rec.timestamp
         now = t if self.time is None or t > self.time else self.time
         self.time = now
@@ -125,4 +140,5 @@ def add_dedup(b: TopologyGraph, parent: str, key_changed: bool, key: Callable[[A
             "dedup key may be on different tasks; call .repartition() before dedup")
     seen = b.add_store(store, key_serde, "msgpack", kind="dedup-store")
     index = b.add_store(seen + ".index", "bytes", "msgpack")
-    return b.add_node("dedup", lambda n: DedupNode(n, key, ttl_ms, seen, index), [parent], name)
+    inputs = frozenset(s for s in b.source_streams(parent) if not b.writes(s))
+    return b.add_node("dedup", lambda n: DedupNode(n, key, ttl_ms, seen, index, inputs), [parent], name)

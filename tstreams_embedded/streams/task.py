@@ -244,6 +244,9 @@ class Task:
     def stream_time(self) -> int | None:
         return self._stream_time
 
+    def source_partitions(self, stream: str) -> int:
+        return self.app.partitions_of(self.app.resolve(stream))
+
     def wall_clock_ms(self) -> int:
         return self.app.clock()
 
