@@ -69,8 +69,9 @@ class App:
       within ``poll_interval_ms``, which is also the wall-clock punctuators' granularity).
     * The application's offsets are stored under the consumer name ``application_id``;
       its stores under ``application_id/partition/store``; internal streams are named
-      ``application_id-…``. Output streams that do not exist are created with the task
-      count of partitions.
+      ``application_id-…``. Output and internal streams that do not exist are created with
+      the task count of partitions (an internal stream: its ``repartition(partitions=)``)
+      and the engine's default TTL, one day; create them beforehand to choose otherwise.
     * Scale-out (:mod:`.membership`): instances of one ``application_id`` split the tasks
       through leases in the engine (``lease_ms``); every commit is fenced by the task's
       lease. ``static_id`` (like ``group.instance.id``): a restart with the same static id
@@ -393,10 +394,11 @@ class App:
                 elif task.dirty():
                     self._commit(task)
             ready.sort(key=lambda e: (e[0], e[1]))
+            slack = self.turn_slack_ms
             for i, (_, _, task) in enumerate(ready):  # the task furthest behind in event time goes next
-                others = [head for j, (head, _, _) in enumerate(ready) if j != i]
-                slack = self.turn_slack_ms
-                processed = self._turn(tasks, task, min(others) + slack if others and slack is not None else None)
+                others = None if len(ready) == 1 else ready[1][0] if i == 0 else ready[0][0]
+                processed = self._turn(tasks, task, others + slack if others is not None and slack is not None
+                                       else None)
                 if processed:
                     break
                 if task.dirty():  # waiting for an empty source (max_task_idle_ms)
@@ -420,8 +422,8 @@ class App:
 
     def _turn(self, tasks: dict[int, Task], task: Task, until: int | None) -> int:
         """Let ``task`` process its transactions while their first records' timestamps are
-        at most ``until`` (the next record of the slot's other tasks; None: no other has
-        input), up to ``turn_records`` records; the records processed (an empty transaction
+        at most ``until`` (the oldest next record of the slot's other tasks plus
+        ``turn_slack_ms``; None: no bound), up to ``turn_records`` records; the records processed (an empty transaction
         counting 1). At the end of its turn a task that wrote to streams the application
         reads back (repartition and ``through`` streams) commits, so that their readers get
         the records in the order of their timestamps (see the class docstring)."""
