@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tstreams_embedded as ts
 from tstreams_embedded.engine import ops as O
@@ -129,3 +131,90 @@ def test_dedup_counts_the_duplicates_it_lets_through_after_the_ttl() -> None:
         assert d.metrics.get("dedup_expired") == 1
         exposition = d.app.prometheus.exposition().decode()
         assert 'tstreams_streams_dedup_expired_total{app="test-app",partition="0"} 1.0' in exposition
+
+
+SMALL_WINDOW_MS = 100
+SMALL_GRACE_MS = 200  # the default slack is half of it: 100 ms
+SMALL_TTL_MS = 2_000
+
+
+def small_topology() -> Topology:
+    b = StreamsBuilder()
+    unique = (b.stream("orders", value_serde="json")
+              .select_key(lambda k, v: v["id"]).repartition(name="by-order")
+              .dedup(key=lambda k, v: v["id"], ttl_ms=SMALL_TTL_MS))
+    (unique.group_by(lambda k, v: v["customer"], key_serde="str", name="by-customer")
+        .windowed_by(TimeWindows(size_ms=SMALL_WINDOW_MS, grace_ms=SMALL_GRACE_MS)).count(store="windows")
+        .suppress_until_window_closes().to_stream()
+        .map(lambda w, n: (w.key, [w.start, n])).to("final-counts", key_serde="str", value_serde="json"))
+    return b.build()
+
+
+@st.composite
+def timelines(draw: st.DrawFn) -> tuple[int, list[tuple[dict[str, Any], int]], list[int]]:
+    """(partitions, orders in event-time order with duplicates later than the slack and
+    within the TTL, then closers; how many transactions each live step writes)."""
+    partitions = draw(st.integers(2, 4))
+    gaps = draw(st.lists(st.integers(0, 40), min_size=1, max_size=120))
+    customers = draw(st.lists(st.integers(0, 4), min_size=len(gaps), max_size=len(gaps)))
+    delays = draw(st.lists(st.one_of(st.none(), st.integers(150, 1_000)), min_size=len(gaps), max_size=len(gaps)))
+    events: list[tuple[dict[str, Any], int]] = []
+    t = 0
+    for n, (gap, customer, delay) in enumerate(zip(gaps, customers, delays, strict=True)):
+        t += gap
+        order = {"id": n, "customer": f"c{customer}"}
+        events.append((order, t))
+        if delay is not None:
+            events.append((order, t + delay))
+    close = max(e[1] for e in events) + SMALL_WINDOW_MS + SMALL_GRACE_MS
+    events.extend(({"id": len(gaps) + c, "customer": f"c{c}"}, close) for c in range(5))
+    events.sort(key=lambda e: e[1])
+    steps = draw(st.lists(st.integers(1, 8), min_size=1, max_size=20))
+    return partitions, events, steps
+
+
+def run_small(tmp: Path, partitions: int, events: list[tuple[dict[str, Any], int]], steps: list[int] | None
+              ) -> tuple[Counter[tuple[str, int, int]], dict[str, int]]:
+    vs = serde("json")
+    ops = [O.Instant("orders", i % partitions, O.pack_items([pack_envelope(None, vs.serialize(o), t, None)]))
+           for i, (o, t) in enumerate(events)]
+    with ts.open(str(tmp), compaction_interval=None, durability="async") as engine:
+        engine.create_stream("orders", partitions=partitions)
+        app = App(engine, application_id="small", topology=small_topology(), clock=lambda: 0)
+        i = 0
+        k = 0
+        while i < len(ops):
+            n = len(ops) if steps is None else steps[k % len(steps)]
+            engine.backend.submit(ops[i:i + n], durable=False)
+            app.run(until_idle=True)
+            i += n
+            k += 1
+        ks = serde("str")
+        finals = Counter((ks.deserialize(kb), *vs.deserialize(vb)) for kb, vb, _, _ in read_envelopes(
+            engine, "final-counts") if kb is not None and vb is not None)
+        metrics = app.metrics
+        app.close()
+    return finals, metrics
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(timeline=timelines())
+def test_live_and_backlog_runs_equal_the_model(tmp_path_factory: pytest.TempPathFactory,
+                                                timeline: tuple[int, list[tuple[dict[str, Any], int]], list[int]]
+                                                ) -> None:
+    """Any partition count, timeline and live pace: the live run (a few transactions at a
+    time) and the backlog run give the model's final window counts, with nothing late and
+    every duplicate dropped."""
+    partitions, events, steps = timeline
+    first: dict[int, tuple[str, int]] = {}
+    for order, t in events:
+        first.setdefault(order["id"], (order["customer"], t))
+    close = max(t for _, t in events)
+    per_window = Counter((c, t - t % SMALL_WINDOW_MS) for c, t in first.values())
+    model = Counter({(c, start, n): 1 for (c, start), n in per_window.items()
+                     if start + SMALL_WINDOW_MS + SMALL_GRACE_MS <= close})
+    for steps_or_none in (steps, None):
+        finals, metrics = run_small(tmp_path_factory.mktemp("run"), partitions, events, steps_or_none)
+        assert metrics.get("late_dropped", 0) == 0
+        assert metrics.get("dedup_dropped", 0) == len(events) - len(first)
+        assert finals == model
