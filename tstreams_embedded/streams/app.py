@@ -44,7 +44,8 @@ class App:
       whose input is then processed again).
     * A task commits every ``commit_interval_ms``, every ``commit_records`` records or when
       ``commit_bytes`` of output are buffered, whichever comes first (at transaction
-      boundaries), and whenever it runs out of input. The interval is measured on ``clock``
+      boundaries), whenever it runs out of input, and at the end of its turn if it wrote to a
+      stream the application reads back (below). The interval is measured on ``clock``
       (the app's wall clock, which a test may inject). Memory per task is bounded by that and
       by its stores' caches: ``store_cache_bytes`` (default 32 MiB) of keys and values as
       stored, per store of each task (a task whose changes fill a cache commits).
