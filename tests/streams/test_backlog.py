@@ -218,3 +218,20 @@ def test_live_and_backlog_runs_equal_the_model(tmp_path_factory: pytest.TempPath
         assert metrics.get("late_dropped", 0) == 0
         assert metrics.get("dedup_dropped", 0) == len(events) - len(first)
         assert finals == model
+
+
+def test_dedup_keeps_forgotten_keys_within_a_memory_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With room for two forgotten keys, dedup counts the late duplicates of the two most
+    recently forgotten keys only: the older ones were dropped from memory first."""
+    from tstreams_embedded.streams import dedup
+
+    monkeypatch.setattr(dedup, "FORGOTTEN_BYTES", 2 * (1 + dedup.FORGOTTEN_OVERHEAD))  # keys 1..5: 1 msgpack byte
+    b = StreamsBuilder()
+    b.stream("orders", value_serde="json").dedup(key=lambda k, v: v["id"], ttl_ms=1_000).to("unique")
+    with TestDriver(b.build()) as d:
+        for ident in range(1, 6):
+            d.pipe("orders", "k", {"id": ident}, timestamp=ident)
+        d.pipe("orders", "k", {"id": 100}, timestamp=1_005)  # forgets 1..5
+        for ident in range(1, 6):
+            d.pipe("orders", "k", {"id": ident}, timestamp=500)
+        assert d.metrics.get("dedup_expired") == 2

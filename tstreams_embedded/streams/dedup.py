@@ -21,9 +21,9 @@ Repartition by the dedup key first: ``.select_key(lambda k, v: v["id"]).repartit
 **Duplicates let through after the TTL** (``dedup_expired``): a record arriving out of order
 may be a duplicate of a key already forgotten because the stream time passed ``t0 +
 ttl_ms``, though ``t < t0 + ttl_ms``. It passes, as the rule says, and is counted: the node
-keeps the keys it forgot for one more TTL, in memory only (up to
-:data:`FORGOTTEN_BYTES` of keys, the oldest dropped first; not committed, so a restart
-starts that count afresh). Out-of-order input comes from repartition streams fed by several
+keeps the keys it forgot for one more TTL, in memory only (about :data:`FORGOTTEN_BYTES`
+of memory at most, the oldest dropped first; not committed, so a restart starts that count
+afresh). Out-of-order input comes from repartition streams fed by several
 tasks (see :class:`~.app.App`, *order across tasks*).
 """
 
@@ -40,8 +40,10 @@ from .serdes import SerdeSpec
 from .stores import time_key, time_of
 from .topology import TopologyGraph
 
-#: bytes of forgotten keys a dedup node keeps in memory to count ``dedup_expired``
+#: memory a dedup node spends on the keys it forgot, to count ``dedup_expired`` (bytes,
+#: each key counted with :data:`FORGOTTEN_OVERHEAD`: its dict entry, heap entry and objects)
 FORGOTTEN_BYTES = 4 << 20
+FORGOTTEN_OVERHEAD = 160
 
 
 class DedupNode(N.Node):
@@ -116,15 +118,16 @@ class DedupNode(N.Node):
         forgotten = self.forgotten_by_time
         while forgotten and (forgotten[0][0] <= bound - self.ttl or self.forgotten_bytes > FORGOTTEN_BYTES):
             t0, kb = heapq.heappop(forgotten)
+            self.forgotten_bytes -= len(kb) + FORGOTTEN_OVERHEAD
             if self.forgotten.get(kb) == t0:
                 del self.forgotten[kb]
-                self.forgotten_bytes -= len(kb)
 
     def _remember_forgotten(self, kb: bytes, t0: int) -> None:
-        if kb not in self.forgotten:
-            self.forgotten_bytes += len(kb)
+        """Keep forgotten key ``kb`` (remembered since ``t0``) for one more TTL, oldest first
+        out beyond :data:`FORGOTTEN_BYTES`."""
         self.forgotten[kb] = t0
         heapq.heappush(self.forgotten_by_time, (t0, kb))
+        self.forgotten_bytes += len(kb) + FORGOTTEN_OVERHEAD
 
 
 def add_dedup(b: TopologyGraph, parent: str, key_changed: bool, key: Callable[[Any, Any], Any], ttl_ms: int,
