@@ -283,10 +283,11 @@ class App:
         self._slots[slot].pop(task.partition, None)
         task.close()
 
-    def _commit(self, task: Task) -> bool:
-        """Commit ``task``; False (and the task dropped) if its lease was taken over."""
+    def _commit(self, task: Task, durable: bool | None = None) -> bool:
+        """Commit ``task`` (``durable``: wait for the disk; by default as ``processing``
+        says); False (and the task dropped) if its lease was taken over."""
         try:
-            task.commit(self.durable)
+            task.commit(self.durable if durable is None else durable)
             return True
         except errors.LeaseConflict:
             task.metrics.fenced()
@@ -444,7 +445,9 @@ class App:
             if not self._maybe_commit(task) or tasks.get(task.partition) is not task:
                 return done  # its lease was taken over: the task is gone
         if done and task.feeds_back():
-            self._commit(task)
+            # nothing of it leaves the application: it need not wait for the disk (a crash may
+            # lose it only with every commit after it, so the app redoes the same work)
+            self._commit(task, durable=self.durable and not task.feeds_back_only())
         return done
 
     def _maybe_commit(self, task: Task) -> bool:

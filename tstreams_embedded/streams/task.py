@@ -287,6 +287,11 @@ class Task:
         reads back (tasks downstream see it only once committed)."""
         return any(stream in self._read_back for stream, _ in self.outputs)
 
+    def feeds_back_only(self) -> bool:
+        """Whether every output buffered since the last commit goes to streams the
+        application reads back (none leaves it)."""
+        return all(stream in self._read_back for stream, _ in self.outputs)
+
     def step(self) -> int | None:
         """Process one transaction (the next in timestamp order of the task's sources, see
         the module docstring); the records it held (0 for an empty transaction; None: no
