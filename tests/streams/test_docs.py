@@ -80,3 +80,4 @@ def test_the_one_page_path_runs_as_written(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert printed.group(1) in done.stdout.splitlines()
     assert "shop-by-customer-repartition" in done.stdout
+    assert done.stdout.count('"key":"ann","value":8,') == 1  # the last update of "ann", read by the CLI
