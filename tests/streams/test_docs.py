@@ -81,3 +81,12 @@ def test_the_one_page_path_runs_as_written(tmp_path: Path) -> None:
     assert printed.group(1) in done.stdout.splitlines()
     assert "shop-by-customer-repartition" in done.stdout
     assert done.stdout.count('"key":"ann","value":8,') == 1  # the last update of "ann", read by the CLI
+
+
+def test_the_page_links_only_to_its_own_headings() -> None:
+    """Every ``](#anchor)`` of STREAMS.md names one of its headings (GitHub's anchors)."""
+    text = DOC.read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#{1,4} (.+)$", text, re.M)}
+    links = set(re.findall(r"\]\(#([a-z0-9-]+)\)", text))
+    assert links and links <= anchors, sorted(links - anchors)
