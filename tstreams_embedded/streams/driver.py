@@ -25,21 +25,19 @@ import tstreams_embedded as ts
 from .. import errors
 from ..engine import ops as O
 from .app import App
-from .records import MAX_TIMESTAMP, MIN_TIMESTAMP, Record, check_timestamp, pack_envelope, partition_of, unpack_envelope
+from .records import (
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    Record,
+    check_headers,
+    check_timestamp,
+    pack_envelope,
+    partition_of,
+    unpack_envelope,
+)
 from .serdes import Serde, SerdeSpec, serde
 from .stores import DEFAULT_CACHE_BYTES, ReadOnlyKeyValueStore, ReadOnlyWindowStore
 from .topology import Topology, is_internal
-
-
-def check_headers(headers: Any) -> dict[str, bytes] | None:
-    """``headers`` of a record: None or a dict of str names to bytes values (the envelope's
-    shape); InvalidArgument otherwise."""
-    if headers is None:
-        return None
-    if not isinstance(headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, bytes) for k, v in headers.items()):
-        raise errors.InvalidArgument(f"headers must be a dict of str names to bytes values, got {headers!r:.80}")
-    return headers
 
 
 class TestDriver:
