@@ -16,6 +16,7 @@ import click
 
 from ..net.cli import configure_logging
 from ..net.cli import serve as node_serve
+from ..tools.params import MAX_PERIOD, MAX_TIMEOUT, seconds
 from .retention import DEFAULT_COMPACTION_INTERVAL, DEFAULT_RETAIN_BYTES, DEFAULT_RETAIN_ENTRIES
 from .zk import ACKS, cluster_status, init_cluster
 
@@ -27,7 +28,8 @@ CLUSTER_OPTIONS = [
                  help="Replication endpoint to bind (default: the --bind host, a free port)."),
     click.Option(["--acks"], type=click.Choice(ACKS), default=None,
                  help="Override the cluster's acks setting: quorum (default), all, leader."),
-    click.Option(["--session-timeout"], type=float, default=4.0, show_default=True,
+    click.Option(["--session-timeout"], type=seconds(0, MAX_TIMEOUT, min_open=True), default=4.0, show_default=True,
+                 metavar="SECONDS",
                  help="ZooKeeper session timeout in seconds (bounds failover time)."),
 ]
 
@@ -72,7 +74,8 @@ def cluster() -> None:
               help="Replicated log entries each node keeps (more while a live follower still needs them).")
 @click.option("--log-retain-bytes", type=int, default=DEFAULT_RETAIN_BYTES, show_default=True,
               help="Hard bound on each node's replicated log; a follower behind it catches up by snapshot.")
-@click.option("--compaction-interval", type=float, default=DEFAULT_COMPACTION_INTERVAL, show_default=True,
+@click.option("--compaction-interval", type=seconds(0, MAX_PERIOD), default=DEFAULT_COMPACTION_INTERVAL,
+              show_default=True, metavar="SECONDS",
               help="Seconds between replicated compactions of transactions past their stream's TTL (0: never).")
 @click.option("--force", is_flag=True, default=False,
               help="Allow a size change of more than one node at a time (only on a stopped cluster).")
