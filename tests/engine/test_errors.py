@@ -544,6 +544,13 @@ def test_invalid_arguments(engine: ts.Engine) -> None:
     assert _visible(engine, "s") == []
 
 
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 1e308, -1, 0, "10", True])
+def test_a_connect_timeout_that_is_not_a_finite_number_of_seconds_is_refused(timeout: object) -> None:
+    """nan, inf and 1e308 were accepted, and every request then waited forever."""
+    with pytest.raises(errors.InvalidArgument, match="timeout must be a finite number of seconds"):
+        ts.connect("tcp://127.0.0.1:1", timeout=timeout).close()  # type: ignore[arg-type]
+
+
 def test_invalid_open_arguments(tmp_path) -> None:
     bad = [
         lambda: ts.open(tmp_path / "a", durability="eventually"),

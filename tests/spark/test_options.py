@@ -23,6 +23,10 @@ from tstreams_embedded.spark.options import parse_read, parse_write
     ({"path": "/x", "stream": "s", "partitions": "0,x"}, "option 'partitions'"),
     ({"path": "/x", "stream": "s", "rowsPerSplit": "0"}, "option 'rowsPerSplit'"),
     ({"path": "/x", "stream": "s", "maxRowsPerTrigger": "10"}, "option 'maxRowsPerTrigger' applies only"),
+    ({"endpoint": "tcp://h:1", "stream": "s", "timeout": "nan"}, "option 'timeout' must be a number of seconds"),
+    ({"endpoint": "tcp://h:1", "stream": "s", "timeout": "inf"}, "option 'timeout' must be a number of seconds"),
+    ({"endpoint": "tcp://h:1", "stream": "s", "timeout": "1e308"}, "option 'timeout' must be a number of seconds"),
+    ({"endpoint": "tcp://h:1", "stream": "s", "timeout": "0"}, "option 'timeout' must be a number of seconds"),
 ])
 def test_bad_batch_read_options(options, match):
     with pytest.raises(InvalidArgument, match=match):

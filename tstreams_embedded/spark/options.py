@@ -21,6 +21,8 @@ from typing import Any
 from ..errors import InvalidArgument
 
 VALUE_FORMATS = ("binary", "string", "json", "msgpack")
+#: the longest option 'timeout' (a day)
+MAX_TIMEOUT = 86_400.0
 
 #: Options understood by the source, lower case (Spark passes option keys case-insensitively).
 KNOWN = {
@@ -114,8 +116,9 @@ def parse_target(options: Mapping[str, str]) -> Target:
             timeout = float(timeout_raw)
         except ValueError:
             raise InvalidArgument(f"option 'timeout' must be a number of seconds, got {timeout_raw!r}") from None
-        if not timeout > 0:
-            raise InvalidArgument(f"option 'timeout' must be positive, got {timeout_raw!r}")
+        if not 0 < timeout <= MAX_TIMEOUT:  # also refuses nan; inf or 1e308 would wait forever
+            raise InvalidArgument(f"option 'timeout' must be a number of seconds in (0, {MAX_TIMEOUT:.0f}], "
+                                  f"got {timeout_raw!r}")
     return Target(path=path, endpoint=endpoint, stream=stream, timeout=timeout)
 
 
