@@ -214,3 +214,22 @@ def test_malformed_json_items_are_kept_aside_with_the_recipe_of_spark_md(spark, 
     assert sorted(tuple(r) for r in good.collect()) == [(1, txn_id, 0, 1, 2.5), (1, txn_id, 3, 2, 4.0)]
     assert sorted((r.seq, bytes(r.value)) for r in corrupt.collect()) == [(1, b"not json"), (2, b"\xff\xfe"),
                                                                            (4, b'{"id": 3')]
+
+
+def test_mode_permissive_and_drop_malformed(spark, engine, data_dir):
+    engine.create_stream("orders", partitions=2)
+    items = [b'{"id": 1}', b"not json", b"\xff\xfe", b'{"id": 2}']
+    txn_id = engine.producer("orders").instant(items, partition=1)
+
+    kept = _read(spark, data_dir, "orders", valueFormat="json", mode="PERMISSIVE")
+    assert kept.columns == ["stream", "partition", "txn_id", "txn_time", "seq", "value", "_corrupt_record"]
+    assert sorted((r.seq, r.value, r._corrupt_record) for r in kept.collect()) == [
+        (0, '{"id": 1}', None), (1, None, bytearray(b"not json")), (2, None, bytearray(b"\xff\xfe")),
+        (3, '{"id": 2}', None)]
+    named = _read(spark, data_dir, "orders", valueFormat="string", mode="permissive",
+                  columnNameOfCorruptRecord="raw")
+    assert [(r.seq, r.raw) for r in named.where("raw IS NOT NULL").collect()] == [(2, bytearray(b"\xff\xfe"))]
+
+    dropped = _read(spark, data_dir, "orders", valueFormat="json", mode="dropMalformed")
+    assert sorted((r.txn_id, r.seq, r.value) for r in dropped.collect()) == [(txn_id, 0, '{"id": 1}'),
+                                                                             (txn_id, 3, '{"id": 2}')]

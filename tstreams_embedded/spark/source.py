@@ -13,7 +13,7 @@ from pyspark.sql.datasource import (
 )
 
 from ..errors import InvalidArgument
-from .options import check_unknown, parse_read, parse_value_format, parse_write
+from .options import check_unknown, parse_decoding, parse_read, parse_write
 from .reader import TStreamsBatchReader
 from .rows import schema_ddl
 from .staging import input_columns
@@ -33,7 +33,7 @@ class TStreamsDataSource(DataSource):
 
     def schema(self) -> str:
         check_unknown(self.options)
-        return schema_ddl(parse_value_format(self.options))
+        return schema_ddl(parse_decoding(self.options))
 
     def reader(self, schema: Any) -> DataSourceReader:
         check_unknown(self.options)
