@@ -234,3 +234,18 @@ def test_a_stream_write_to_a_missing_stream_fails_before_any_upstream_work(spark
         q.awaitTermination(300)
         raise AssertionError(f"the query ended without the error: {q.exception()}")
     assert list(marks.iterdir()) == []  # the upstream never ran
+
+
+def test_a_stream_read_in_mode_permissive_keeps_malformed_items_aside(spark, engine, data_dir, tmp_path):
+    engine.create_stream("s", partitions=1)
+    engine.producer("s").instant([b'{"a": 1}', b"{oops", b"[2]"])
+    rows: list[tuple] = []
+
+    def collect(df, batch_id: int) -> None:
+        rows.extend((r.seq, r.value, r._corrupt_record) for r in df.collect())
+
+    q = (_stream(spark, data_dir, valueFormat="json", mode="permissive").writeStream.foreachBatch(collect)
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None
+    assert sorted(rows) == [(0, '{"a": 1}', None), (1, None, bytearray(b"{oops")), (2, "[2]", None)]
