@@ -106,7 +106,9 @@ def test_consume_from_newest_time_and_id_and_by_partition(site: Site) -> None:
     _next_millisecond(site)
     cut = ts.txn_time(site.engine.backend.now_ms() * 100_000)
     _next_millisecond(site)
-    late = [producer.instant([b"late-%d" % p], partition=p) for p in (0, 1)]
+    late = [producer.instant([b"late-0"], partition=0)]
+    _next_millisecond(site)  # IDs are per partition: in one millisecond both partitions could get the same ID
+    late.append(producer.instant([b"late-1"], partition=1))
 
     def read(*args: str) -> list[int]:
         return sorted(line["id"] for line in site.json("consume", "s", *args))

@@ -67,7 +67,9 @@ class App:
       the app stops: ``run()`` raises, ``stop()`` re-raises.
     * ``on_record_error`` (:mod:`.record_errors`): ``"fail"`` (default) raises
       :class:`~tstreams_embedded.errors.StoreKeyTooLong` for a record whose key cannot be
-      stored (over 255 bytes); ``"skip"`` drops it and counts it.
+      stored (over 255 bytes), and the ``SerdeError`` or ``InvalidArgument`` of bad input
+      data (a damaged envelope, an undecodable key or value, an invalid timestamp);
+      ``"skip"`` drops such a record and counts it.
     * ``http_port`` (0: any free port) serves interactive queries and ``/metrics``
       (:mod:`.queries`, :mod:`.metrics`) while the app runs (``start()``), bound to
       ``http_host``. Key discovery tells other instances ``advertised_host`` (like Kafka

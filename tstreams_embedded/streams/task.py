@@ -297,6 +297,13 @@ class Task:
         return r.head[1]
 
     def _first_timestamp(self, node: N.SourceNode, txn: TxnData) -> int:
+        """(The transaction's time when its first record is bad data: processing refuses it.)"""
+        try:
+            return self._first_record_timestamp(node, txn)
+        except (errors.SerdeError, errors.InvalidArgument):
+            return txn.id // ID_MULTIPLIER
+
+    def _first_record_timestamp(self, node: N.SourceNode, txn: TxnData) -> int:
         txn_ts = txn.id // ID_MULTIPLIER
         if not txn.items:
             return txn_ts
@@ -315,19 +322,24 @@ class Task:
         ks, vs, extract = node.key_serde, node.value_serde, node.extract
         punctuate = bool(self._punctuators)
         for item in txn.items:
-            if item and item[0] == ENVELOPE_MARK:
-                env = unpack_envelope(item)
-                assert env is not None
-                kb, vb, ts, headers = env
-                key = None if kb is None else ks.deserialize(kb)
-                value = None if vb is None else vs.deserialize(vb)
-            else:
-                key, value, ts, headers = None, vs.deserialize(item), txn_ts, None
-            if extract is not None:
-                ts = _extracted(node, key, value, txn)
-            elif type(ts) is not int or not MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP:
-                check_timestamp(ts, f"the timestamp of the record with key {key!r:.40} in transaction {txn.id} "
-                                    f"of {node.stream!r}")
+            try:  # bad data (see record_errors): a damaged envelope, undecodable key or value, bad timestamp
+                if item and item[0] == ENVELOPE_MARK:
+                    env = unpack_envelope(item)
+                    assert env is not None
+                    kb, vb, ts, headers = env
+                    key = None if kb is None else ks.deserialize(kb)
+                    value = None if vb is None else vs.deserialize(vb)
+                else:
+                    key, value, ts, headers = None, vs.deserialize(item), txn_ts, None
+                if extract is not None:
+                    ts = _extracted(node, key, value, txn)
+                elif type(ts) is not int or not MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP:
+                    check_timestamp(ts, f"the timestamp of the record with key {key!r:.40} in transaction "
+                                        f"{txn.id} of {node.stream!r}")
+            except (errors.SerdeError, errors.InvalidArgument):
+                if not self.app.record_errors.skip("task"):
+                    raise
+                continue
             if self._stream_time is None or ts > self._stream_time:
                 self._stream_time = ts
             try:
