@@ -139,7 +139,7 @@ def _marking_upstream(spark, marks):
 
     where = str(marks)
 
-    @F.udf("string")
+    @F.udf("string", useArrow=False)
     def mark(value):
         import os
         import uuid

@@ -219,7 +219,7 @@ def test_a_stream_write_to_a_missing_stream_fails_before_any_upstream_work(spark
     marks.mkdir()
     where = str(marks)
 
-    @F.udf("string")
+    @F.udf("string", useArrow=False)
     def mark(value):
         import os
         import uuid
