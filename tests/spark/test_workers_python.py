@@ -75,3 +75,38 @@ def test_register_makes_a_local_session_work_when_python3_on_path_lacks_the_pack
     assert "register() switched this session's Python workers to the driver's" in lines["default"]
     assert lines["default workers"] == sys.executable
     assert lines["count"] == "3"
+
+
+class _Context:
+    def __init__(self, python: str, master: str) -> None:
+        self.pythonExec, self.master = python, master
+
+
+class _Session:
+    def __init__(self, python: str, master: str) -> None:
+        self.sparkContext = _Context(python, master)
+
+
+def test_the_check_without_a_jvm(tmp_path, monkeypatch):
+    from tstreams_embedded.spark.workers import WorkersPythonWarning, check_workers_python
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    bare = tmp_path / "python3"
+    bare.write_text("#!/bin/sh\nexit 1\n")
+    bare.chmod(0o755)
+    remote = _Session(str(bare), "spark://cluster:7077")  # executors elsewhere: only a warning
+    with pytest.warns(WorkersPythonWarning, match="PYSPARK_PYTHON"):
+        check_workers_python(remote)
+    assert remote.sparkContext.pythonExec == str(bare)
+    local = _Session(str(bare), "local[2]")
+    with pytest.warns(WorkersPythonWarning, match="switched"):
+        check_workers_python(local)
+    assert local.sparkContext.pythonExec == sys.executable
+
+    class Connect:  # Spark Connect: no SparkContext on the client, nothing to check
+        @property
+        def sparkContext(self):
+            raise RuntimeError("not supported in Spark Connect")
+
+    check_workers_python(Connect())
+    check_workers_python(_Session(sys.executable, "yarn"))  # the driver's own Python: no probe, no warning

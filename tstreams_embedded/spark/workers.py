@@ -16,6 +16,8 @@ few hundred milliseconds, only then). If it cannot:
 * with a ``local`` master and ``PYSPARK_PYTHON`` not set, it switches the session's workers
   to the driver's Python (``sys.executable``) and warns that it did;
 * otherwise it warns (:class:`WorkersPythonWarning`), naming the fix: ``PYSPARK_PYTHON``.
+
+A Spark Connect session has no ``SparkContext`` on the client: nothing is checked there.
 """
 
 from __future__ import annotations
@@ -54,8 +56,11 @@ def can_import_connector(executable: str) -> bool:
 def check_workers_python(spark: Any) -> None:
     """Make sure, or warn, that the workers of ``spark`` can run the connector (see the
     module docstring)."""
-    sc = spark.sparkContext
-    executable = sc.pythonExec or "python3"
+    try:
+        sc = spark.sparkContext
+        executable = sc.pythonExec or "python3"
+    except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext here, the server starts the workers
+        return
     if is_drivers_python(executable) or can_import_connector(executable):
         return
     fix = (f"set PYSPARK_PYTHON to a Python that has tstreams-embedded[spark] (the driver's is {sys.executable}) "
