@@ -16,6 +16,7 @@ import click
 
 from ..net.cli import configure_logging
 from ..net.cli import serve as node_serve
+from ..tools.params import MAX_PERIOD, MAX_TIMEOUT, seconds
 from .retention import DEFAULT_COMPACTION_INTERVAL, DEFAULT_RETAIN_BYTES, DEFAULT_RETAIN_ENTRIES
 from .zk import ACKS, cluster_status, init_cluster
 
@@ -27,7 +28,8 @@ CLUSTER_OPTIONS = [
                  help="Replication endpoint to bind (default: the --bind host, a free port)."),
     click.Option(["--acks"], type=click.Choice(ACKS), default=None,
                  help="Override the cluster's acks setting: quorum (default), all, leader."),
-    click.Option(["--session-timeout"], type=float, default=4.0, show_default=True,
+    click.Option(["--session-timeout"], type=seconds(0, MAX_TIMEOUT, min_open=True), default=4.0, show_default=True,
+                 metavar="SECONDS",
                  help="ZooKeeper session timeout in seconds (bounds failover time)."),
 ]
 
@@ -76,12 +78,13 @@ def cluster() -> None:
 @click.option("--log-retain-bytes", type=int, default=None,
               help=f"Hard bound on each node's replicated log; a follower behind it catches up by snapshot "
                    f"[new cluster: {DEFAULT_RETAIN_BYTES}].")
-@click.option("--compaction-interval", type=float, default=None,
+@click.option("--compaction-interval", type=seconds(0, MAX_PERIOD), default=None, metavar="SECONDS",
               help=f"Seconds between replicated compactions of transactions past their stream's TTL (0: never) "
                    f"[new cluster: {DEFAULT_COMPACTION_INTERVAL:g}].")
 @click.option("--force", is_flag=True, default=False,
               help="Allow a size change of more than one node at a time (only on a stopped cluster).")
-@click.option("--timeout", type=float, default=10.0, show_default=True,
+@click.option("--timeout", type=seconds(0, MAX_TIMEOUT, min_open=True), default=10.0, show_default=True,
+              metavar="SECONDS",
               help="Seconds to wait for ZooKeeper (to connect, and for each call).")
 def init(url: str, nodes: int | None, acks: str | None, log_retain_entries: int | None,
          log_retain_bytes: int | None, compaction_interval: float | None, force: bool, timeout: float) -> None:
@@ -97,7 +100,8 @@ def init(url: str, nodes: int | None, acks: str | None, log_retain_entries: int 
 
 @cluster.command("status")
 @click.argument("url")
-@click.option("--timeout", type=float, default=10.0, show_default=True,
+@click.option("--timeout", type=seconds(0, MAX_TIMEOUT, min_open=True), default=10.0, show_default=True,
+              metavar="SECONDS",
               help="Seconds to wait for ZooKeeper (to connect, and for each call).")
 def status(url: str, timeout: float) -> None:
     """Print the cluster's leader, epoch and each node's role, log position and lag (JSON)."""
