@@ -50,6 +50,7 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
+from ..engine.validate import check_interval
 from ..errors import EngineClosed, InvalidArgument, ProtocolError, RemoteError, error_from_wire
 from . import framing, zmqfast
 from .endpoints import check_endpoints
@@ -103,10 +104,8 @@ class Connection:
         context: zmq.Context[Any] | None = None,
     ) -> None:
         eps = check_endpoints(endpoints, bind=False)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise InvalidArgument(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if isinstance(heartbeat, bool) or not isinstance(heartbeat, (int, float)) or heartbeat <= 0:
-            raise InvalidArgument(f"heartbeat must be a positive number of seconds, got {heartbeat!r}")
+        check_interval(timeout, "timeout")  # finite: nan, inf or 1e308 would wait forever
+        check_interval(heartbeat, "heartbeat")
         self.endpoints = eps
         self.timeout = float(timeout)
         self.heartbeat = float(heartbeat)
