@@ -431,3 +431,4 @@ def test_writes_held_back_for_the_write_queue_keep_their_order(served: Callable[
         assert e.backend.submit([O.Checkpoint("o", 0, txn_id)], durable=True) == [n]
         got = e.backend.get_transaction("o", 0, txn_id)
         assert got is not None and [item[0] for item in got.items] == list(range(n))
+

@@ -108,6 +108,9 @@ DEFAULT_MAX_SERVER_BYTES = 256 * MiB
 DEFAULT_MAX_REPLY_BYTES = 16 * MiB
 #: Per frame, counted on top of its bytes in the budgets (Python and ZeroMQ overhead).
 FRAME_OVERHEAD = 128
+#: Methods answered even over ``max_server_bytes``: they hold nothing (with notifications),
+#: and an operator needs the counters most when the server is overloaded.
+UNBUDGETED = frozenset({"ping", "server_stats"})
 #: Over ``max_server_bytes``, requests up to this size are still received and dispatched
 #: (pings and notifications are served; the rest are refused after decoding); larger ones
 #: are refused ``ServerBusy`` without being copied.
@@ -540,9 +543,9 @@ class Server:
             self._error(identity, req_id, flags, InvalidArgument(
                 f"{method}() takes {h.arity_text()} arguments, got {len(args)}"))
             return
-        if (not parked and not self._stopping and h.route != NOTIFY and method != "ping"
+        if (not parked and not self._stopping and h.route != NOTIFY and method not in UNBUDGETED
                 and self.held_bytes + size > self.opts.max_server_bytes):
-            self._busy(session, frames, size)  # (pings and notifications hold nothing)
+            self._busy(session, frames, size)
             return
         if h.route == "write" and self._executors.write_bytes > self.opts.max_write_queue_bytes:
             # the writer is behind: this client's requests wait, in order, in the server
