@@ -90,6 +90,11 @@ class App:
       stored (over 255 bytes), and the ``SerdeError`` or ``InvalidArgument`` of bad input
       data (a damaged envelope, an undecodable key or value, an invalid timestamp);
       ``"skip"`` drops such a record and counts it.
+    * ``max_future_ms`` (default None: off): a record stamped more than that ahead of the
+      app's ``clock`` (read once per input transaction) is bad data too
+      (:class:`~tstreams_embedded.errors.TimestampTooFarAhead`, to ``on_record_error``)
+      instead of moving stream time there. Without it, ONE record stamped in the year 9999
+      makes every later normal record late and, through retention, deletes every window.
     * ``http_port`` (0: any free port) serves interactive queries and ``/metrics``
       (:mod:`.queries`, :mod:`.metrics`) while the app runs (``start()``), bound to
       ``http_host``. Key discovery tells other instances ``advertised_host`` (like Kafka
@@ -105,7 +110,7 @@ class App:
                  http_host: str = "127.0.0.1", http_port: int | None = None,
                  advertised_host: str | None = None, max_task_idle_ms: int = 0,
                  store_cache_bytes: int = DEFAULT_CACHE_BYTES, turn_records: int = DEFAULT_TURN_RECORDS,
-                 turn_slack_ms: int | None = None) -> None:
+                 turn_slack_ms: int | None = None, max_future_ms: int | None = None) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
         check_name(application_id, "application_id")
@@ -127,6 +132,9 @@ class App:
         if turn_slack_ms is not None and (isinstance(turn_slack_ms, bool) or not isinstance(turn_slack_ms, int)
                                           or turn_slack_ms < 0):
             raise errors.InvalidArgument(f"turn_slack_ms must be None or a non-negative integer, got {turn_slack_ms!r}")
+        if max_future_ms is not None and (isinstance(max_future_ms, bool) or not isinstance(max_future_ms, int)
+                                          or max_future_ms < 0):
+            raise errors.InvalidArgument(f"max_future_ms must be None or a non-negative integer, got {max_future_ms!r}")
         check_name(instance_name, "instance_name")
         if static_id is not None:
             check_name(static_id, "static_id")
@@ -147,6 +155,7 @@ class App:
         self.poll_interval = poll_interval_ms / 1000.0
         self.clock = clock if clock is not None else _wall_ms
         self.max_task_idle_ms = max_task_idle_ms
+        self.max_future_ms = max_future_ms
         self.store_cache_bytes = store_cache_bytes
         self.turn_records = turn_records
         self.turn_slack_ms = turn_slack_ms if turn_slack_ms is not None else default_slack_ms(

@@ -5,7 +5,11 @@
   type: :func:`~.records.unpack_envelope`), whose key or value its source's serde cannot
   decode (:class:`~tstreams_embedded.errors.SerdeError`), or whose timestamp (from the
   envelope or the source's extractor) is not a valid one
-  (:class:`~tstreams_embedded.errors.InvalidArgument`, :func:`~.records.check_timestamp`).
+  (:class:`~tstreams_embedded.errors.InvalidArgument`, :func:`~.records.check_timestamp`),
+  or more than ``App(max_future_ms=…)`` ahead of the app's clock
+  (:class:`~tstreams_embedded.errors.TimestampTooFarAhead`: one record of the year 9999
+  would otherwise move stream time there, make every later record late and let retention
+  delete every window).
   A global table's damaged envelopes are bad data too.
 * **A key that cannot be stored:** state-store keys are at most 255 bytes
   (``engine.state.MAX_STORE_KEY``; 16 fewer in a windowed store, whose keys carry the

@@ -95,6 +95,10 @@ class TaskHost(AppView, Protocol):
     def max_task_idle_ms(self) -> int:
         """How long a task waits for an empty source while others have data (ms)."""
 
+    @property
+    def max_future_ms(self) -> int | None:
+        """How far ahead of the wall clock a record may be stamped (None: any distance)."""
+
     def resolve(self, stream: str) -> str: ...
 
     def partitions_of(self, stream: str) -> int: ...
@@ -353,6 +357,9 @@ class Task:
         txn_ts = txn.id // ID_MULTIPLIER
         ks, vs, extract = node.key_serde, node.value_serde, node.extract
         punctuate = bool(self._punctuators)
+        ahead = self.app.max_future_ms
+        now = self.app.clock() if ahead is not None else 0  # the bound holds for the whole transaction
+        latest = MAX_TIMESTAMP if ahead is None else now + ahead
         for item in txn.items:
             try:  # bad data (see record_errors): a damaged envelope, undecodable key or value, bad timestamp
                 if item and item[0] == ENVELOPE_MARK:
@@ -368,6 +375,10 @@ class Task:
                 elif type(ts) is not int or not MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP:
                     check_timestamp(ts, f"the timestamp of the record with key {key!r:.40} in transaction "
                                         f"{txn.id} of {node.stream!r}")
+                if ts > latest:
+                    raise errors.TimestampTooFarAhead(
+                        f"the record with key {key!r:.40} in transaction {txn.id} of {node.stream!r} is stamped "
+                        f"{ts}, more than max_future_ms={ahead} ahead of the wall clock ({now})")
             except (errors.SerdeError, errors.InvalidArgument):
                 if not self.app.record_errors.skip("task"):
                     raise
