@@ -4,15 +4,29 @@ aggregate and a store cache too small to hold them (reads from the committed sto
 
 from __future__ import annotations
 
+import random
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tstreams_embedded as ts
 from tstreams_embedded.streams import App, SlidingWindows, StreamsBuilder, TestDriver, Windowed
 from tstreams_embedded.streams.records import pack_envelope
+
+from .harness import (
+    chunks,
+    committed_transactions,
+    envelope_transactions,
+    kill_at_random_points,
+    run_to_completion,
+    worker_command,
+)
+
+WORKER = Path(__file__).resolve().parent / "sliding_kill_worker.py"
 
 
 def collect(size: int, grace: int) -> StreamsBuilder:
@@ -94,3 +108,32 @@ def test_a_window_counts_the_records_kept_before_a_restart(tmp_path: Path) -> No
         assert store.get("k", 80, 181) == [1, 2, 3]
     finally:
         engine.close()
+
+
+@pytest.mark.timeout(240)
+def test_sliding_windows_survive_sigkills_exactly(tmp_path: Path) -> None:
+    """A real app (sliding windows over 40 keys, an order-sensitive aggregate, commits every
+    9 records, a 4 KiB store cache) SIGKILLed 6 times at random points ends with exactly the
+    model's windows: the slices are committed with the windows and the offsets."""
+    sys.path.insert(0, str(WORKER.parent))
+    from sliding_kill_worker import GRACE_MS, SIZE_MS
+
+    rng = random.Random(7)
+    events = [(f"k{rng.randint(0, 39)}", n * 2 + rng.randint(0, 30) - rng.randint(0, 30), n) for n in range(900)]
+    updates, _ = model(events, SIZE_MS, GRACE_MS)
+    expected = dict(updates)  # the last value of every window
+    ops = envelope_transactions("in", ((k.encode(), str(v).encode(), t) for k, t, v in events), 1, 3)
+    parts = chunks(ops, 7)
+    data = str(tmp_path / "data")
+    with ts.open(data, compaction_interval=None) as engine:
+        engine.create_stream("in")
+
+        def processed() -> int:
+            return committed_transactions(engine, "in", "slide")
+
+        kill_at_random_points(engine, worker_command(WORKER, data, "run"), parts[:6], processed, rng, reach=0.5)
+        engine.backend.submit(parts[6])
+        run_to_completion(worker_command(WORKER, data, "finish"))
+        assert processed() == len(ops)
+        store = App(engine, application_id="slide", topology=collect(SIZE_MS, GRACE_MS).build()).store("seen")
+        assert store.all() == expected
