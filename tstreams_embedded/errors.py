@@ -140,6 +140,13 @@ class StoreKeyTooLong(InvalidArgument):
     and the limit."""
 
 
+class TimestampTooFarAhead(InvalidArgument):
+    """A stream-processing record is stamped more than ``App(max_future_ms=…)`` ahead of the
+    app's wall clock (one record of the year 9999 would make every later record late). The
+    message names the stream, the transaction, the timestamp and the bound; the record goes
+    to ``on_record_error``."""
+
+
 class EngineBusy(TStreamsError):
     """The data directory is already open in a way that forbids this operation."""
 

@@ -17,7 +17,7 @@ from .membership import Membership
 from .metrics import GLOBAL, AppMetrics, DropCounter
 from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
 from .queries import advertised_host as advertised_host_of
-from .record_errors import RecordErrors, check_policy
+from .record_errors import RecordErrors, check_policy, dead_letter_stream_of
 from .stores import DEFAULT_CACHE_BYTES, ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
 from .topology import StoreSpec, Topology, internal_name
@@ -89,7 +89,15 @@ class App:
       :class:`~tstreams_embedded.errors.StoreKeyTooLong` for a record whose key cannot be
       stored (over 255 bytes), and the ``SerdeError`` or ``InvalidArgument`` of bad input
       data (a damaged envelope, an undecodable key or value, an invalid timestamp);
-      ``"skip"`` drops such a record and counts it.
+      ``"skip"`` drops such a record and counts it; ``"dead_letter"`` also writes it, with
+      its source and the error, to ``dead_letter_stream`` (default
+      ``<application_id>-dead-letters``, created with the app's other outputs) in the same
+      commit.
+    * ``max_future_ms`` (default None: off): a record stamped more than that ahead of the
+      app's ``clock`` (read once per input transaction) is bad data too
+      (:class:`~tstreams_embedded.errors.TimestampTooFarAhead`, to ``on_record_error``)
+      instead of moving stream time there. Without it, ONE record stamped in the year 9999
+      makes every later normal record late and, through retention, deletes every window.
     * ``http_port`` (0: any free port) serves interactive queries and ``/metrics``
       (:mod:`.queries`, :mod:`.metrics`) while the app runs (``start()``), bound to
       ``http_host``. Key discovery tells other instances ``advertised_host`` (like Kafka
@@ -105,7 +113,8 @@ class App:
                  http_host: str = "127.0.0.1", http_port: int | None = None,
                  advertised_host: str | None = None, max_task_idle_ms: int = 0,
                  store_cache_bytes: int = DEFAULT_CACHE_BYTES, turn_records: int = DEFAULT_TURN_RECORDS,
-                 turn_slack_ms: int | None = None) -> None:
+                 turn_slack_ms: int | None = None, max_future_ms: int | None = None,
+                 dead_letter_stream: str | None = None) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
         check_name(application_id, "application_id")
@@ -127,6 +136,11 @@ class App:
         if turn_slack_ms is not None and (isinstance(turn_slack_ms, bool) or not isinstance(turn_slack_ms, int)
                                           or turn_slack_ms < 0):
             raise errors.InvalidArgument(f"turn_slack_ms must be None or a non-negative integer, got {turn_slack_ms!r}")
+        if max_future_ms is not None and (isinstance(max_future_ms, bool) or not isinstance(max_future_ms, int)
+                                          or max_future_ms < 0):
+            raise errors.InvalidArgument(f"max_future_ms must be None or a non-negative integer, got {max_future_ms!r}")
+        if dead_letter_stream is not None:
+            check_name(dead_letter_stream, "dead_letter_stream")
         check_name(instance_name, "instance_name")
         if static_id is not None:
             check_name(static_id, "static_id")
@@ -147,6 +161,9 @@ class App:
         self.poll_interval = poll_interval_ms / 1000.0
         self.clock = clock if clock is not None else _wall_ms
         self.max_task_idle_ms = max_task_idle_ms
+        self.max_future_ms = max_future_ms
+        self.dead_letter_stream = None if on_record_error != "dead_letter" else (
+            dead_letter_stream or dead_letter_stream_of(application_id))
         self.store_cache_bytes = store_cache_bytes
         self.turn_records = turn_records
         self.turn_slack_ms = turn_slack_ms if turn_slack_ms is not None else default_slack_ms(
@@ -199,6 +216,8 @@ class App:
         engine = self.engine
         topo = self.topology
         sinks = {self.resolve(s) for s in topo.sinks}
+        if self.dead_letter_stream is not None:
+            sinks.add(self.dead_letter_stream)
         internal = {self.resolve(s): n for s, n in topo.internal.items()}
         external = [self.resolve(s) for s in topo.sources if self.resolve(s) not in internal]
         counts = []

@@ -45,7 +45,8 @@ class TestDriver:
     ``advance_wall_clock``, ``metrics``, ``process``.
 
     ``partitions`` is the partition count of the input streams it creates;
-    ``commit_records`` and ``store_cache_bytes`` are the :class:`~.app.App`'s. Every record
+    ``commit_records``, ``store_cache_bytes``, ``on_record_error`` and ``max_future_ms`` are the
+    :class:`~.app.App`'s (``max_future_ms`` against the driver's wall clock). Every record
     piped is processed before ``pipe`` returns (see the module docstring).
     """
 
@@ -53,7 +54,8 @@ class TestDriver:
 
     def __init__(self, topology: Topology, *, application_id: str = "test-app", partitions: int = 1,
                  wall_clock_ms: int = 0, commit_records: int = 10_000, directory: str | None = None,
-                 store_cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+                 store_cache_bytes: int = DEFAULT_CACHE_BYTES, on_record_error: str = "fail",
+                 max_future_ms: int | None = None) -> None:
         if not isinstance(topology, Topology):
             raise errors.InvalidArgument(f"TestDriver takes a topology (StreamsBuilder().build()), "
                                          f"got {type(topology).__name__}")
@@ -72,7 +74,8 @@ class TestDriver:
                     self.engine.create_stream(stream, partitions=partitions)
             self.app = App(self.engine, application_id=application_id, topology=topology,
                            commit_records=commit_records, clock=lambda: self._wall,
-                           store_cache_bytes=store_cache_bytes)
+                           store_cache_bytes=store_cache_bytes, on_record_error=on_record_error,
+                           max_future_ms=max_future_ms)
             # the tasks start now (as Kafka's TopologyTestDriver's): their processors' init runs and
             # wall-clock punctuators are due from the driver's start time, before any clock move
             self.app.run(until_idle=True)

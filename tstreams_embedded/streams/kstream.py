@@ -364,7 +364,7 @@ class WindowedKStream(_CountAndReduce):
         store_name = b.add_store(store, g.key_serde, value_serde, windowed=True, kind="window-store")
         raw = None
         if isinstance(self._windows, SlidingWindows):
-            raw = b.add_store(store_name + ".records", g.key_serde, "msgpack", windowed=True)
+            raw = b.add_store(store_name + ".record-slices", g.key_serde, "msgpack", windowed=True)
         windows, late_to = self._windows, self._late_to
         late_serde = serde(self._late_value_serde, "late_value_serde")
         if late_to is not None:

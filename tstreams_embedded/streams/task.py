@@ -50,7 +50,7 @@ from . import nodes as N
 from .appview import AppView
 from .metrics import AppMetrics, TaskMetrics
 from .processor import STREAM_TIME, WALL_CLOCK
-from .record_errors import RecordErrors
+from .record_errors import DEAD_LETTERED_METRIC, RecordErrors, dead_letter
 from .records import (
     ENVELOPE_MARK,
     MAX_TIMESTAMP,
@@ -94,6 +94,14 @@ class TaskHost(AppView, Protocol):
     @property
     def max_task_idle_ms(self) -> int:
         """How long a task waits for an empty source while others have data (ms)."""
+
+    @property
+    def dead_letter_stream(self) -> str | None:
+        """Where bad records go under ``on_record_error="dead_letter"`` (None: other policies)."""
+
+    @property
+    def max_future_ms(self) -> int | None:
+        """How far ahead of the wall clock a record may be stamped (None: any distance)."""
 
     def resolve(self, stream: str) -> str: ...
 
@@ -312,7 +320,7 @@ class Task:
             ready, key=lambda r: (self._head_time(r), not r.table, r.buffer[0].id))
         txn = best.buffer.popleft()
         started = time.time()
-        self._process_txn(best.node, txn)
+        self._process_txn(best.node, best.partition, txn)
         done = time.time()
         self.metrics.process(done - started)
         self.metrics.end_to_end(max(0.0, started - txn.id / (ID_MULTIPLIER * 1000)))
@@ -349,11 +357,14 @@ class Task:
         return _extracted(node, None if kb is None else node.key_serde.deserialize(kb),
                           None if vb is None else node.value_serde.deserialize(vb), txn)
 
-    def _process_txn(self, node: N.SourceNode, txn: TxnData) -> None:
+    def _process_txn(self, node: N.SourceNode, partition: int, txn: TxnData) -> None:
         txn_ts = txn.id // ID_MULTIPLIER
         ks, vs, extract = node.key_serde, node.value_serde, node.extract
         punctuate = bool(self._punctuators)
-        for item in txn.items:
+        ahead = self.app.max_future_ms
+        now = self.app.clock() if ahead is not None else 0  # the bound holds for the whole transaction
+        latest = MAX_TIMESTAMP if ahead is None else now + ahead
+        for index, item in enumerate(txn.items):
             try:  # bad data (see record_errors): a damaged envelope, undecodable key or value, bad timestamp
                 if item and item[0] == ENVELOPE_MARK:
                     env = unpack_envelope(item)
@@ -368,19 +379,35 @@ class Task:
                 elif type(ts) is not int or not MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP:
                     check_timestamp(ts, f"the timestamp of the record with key {key!r:.40} in transaction "
                                         f"{txn.id} of {node.stream!r}")
-            except (errors.SerdeError, errors.InvalidArgument):
+                if ts > latest:
+                    raise errors.TimestampTooFarAhead(
+                        f"the record with key {key!r:.40} in transaction {txn.id} of {node.stream!r} is stamped "
+                        f"{ts}, more than max_future_ms={ahead} ahead of the wall clock ({now})")
+            except (errors.SerdeError, errors.InvalidArgument) as exc:
                 if not self.app.record_errors.skip("task"):
                     raise
+                self._dead_letter(item, node.stream, partition, txn, index, exc)
                 continue
             if self._stream_time is None or ts > self._stream_time:
                 self._stream_time = ts
             try:
                 node.forward(Record(key, value, ts, headers))
-            except errors.StoreKeyTooLong:
+            except errors.StoreKeyTooLong as exc:
                 if not self.app.record_errors.skip("task"):
                     raise
+                self._dead_letter(item, node.stream, partition, txn, index, exc)
             if punctuate:
                 self._punctuate_stream_time()
+
+    def _dead_letter(self, item: bytes, stream: str, partition: int, txn: TxnData, index: int,
+                     error: BaseException) -> None:
+        """Under ``on_record_error="dead_letter"``: the record to the dead-letter stream, with
+        this commit (see :mod:`.record_errors`)."""
+        target = self.app.dead_letter_stream
+        if target is not None:
+            self.send(target, None, dead_letter(item, stream, partition, txn.id, index, error),
+                      txn.id // ID_MULTIPLIER, None)
+            self.count(DEAD_LETTERED_METRIC)
 
     def _punctuate_stream_time(self) -> None:
         now = self._stream_time
