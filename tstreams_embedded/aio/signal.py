@@ -1,0 +1,97 @@
+"""Waking coroutines when a commit lands: one watcher per async engine handle.
+
+The watcher waits in ``Backend.wait_for_commit`` (embedded: woken by this process's commits
+at once and by other processes' through :mod:`~tstreams_embedded.engine.commit_waker`;
+remote: a long poll that the server answers when a commit lands), on one thread of its own,
+and wakes every coroutine waiting in :meth:`CommitSignal.wait_past`. However many consumers
+wait, they cost one thread and no polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+
+from .. import errors
+from ..engine.backend import Backend
+
+#: how long one wait_for_commit call lasts before the watcher checks whether it should stop
+WATCH_SLICE = 1.0
+
+
+class CommitSignal:
+    """The newest commit sequence this handle knows of, and a way to wait for the next."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tstreams-aio-watch")
+        self.sequence = -1
+        self._changed: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def current(self) -> int:
+        """The newest commit sequence now (read from the engine, not waited for)."""
+        if self.sequence < 0:
+            loop = asyncio.get_running_loop()
+            self.sequence = await loop.run_in_executor(self._pool, self._backend.wait_for_commit, -1, 0)
+        return self.sequence
+
+    async def wait_past(self, seen: int, timeout: float | None = None) -> int:
+        """Wait until a commit newer than ``seen`` is known (or ``timeout`` seconds); the
+        newest sequence. ``EngineClosed`` once the handle is closed."""
+        if self._closed:
+            raise errors.EngineClosed("this engine handle is closed")
+        self._start()
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        while self.sequence <= seen:
+            assert self._changed is not None
+            event = self._changed
+            if deadline is None:
+                await event.wait()
+            else:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(event.wait(), left)
+            if self._closed:
+                raise errors.EngineClosed("this engine handle is closed")
+        return self.sequence
+
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._changed = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._watch(), name="tstreams-aio-commit-watch")
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._closed:
+                seq = await loop.run_in_executor(self._pool, self._backend.wait_for_commit, self.sequence,
+                                                 WATCH_SLICE)
+                if seq != self.sequence:
+                    self.sequence = seq
+                    self._pulse()
+        except errors.EngineClosed:
+            self._closed = True
+        finally:
+            self._pulse()
+
+    def _pulse(self) -> None:
+        """Wake every waiter (each re-checks its own condition) and arm a fresh event."""
+        if self._changed is not None:
+            changed, self._changed = self._changed, asyncio.Event()
+            changed.set()
+
+    async def close(self) -> None:
+        """Stop the watcher and wake its waiters with ``EngineClosed`` (idempotent)."""
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, errors.TStreamsError):
+                await task
+        self._pulse()
+        self._pool.shutdown(wait=False)
