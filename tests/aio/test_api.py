@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
-from tstreams_embedded import aio, errors
+from tstreams_embedded import Transaction, aio, errors
+from tstreams_embedded.testing import ServeProcess
 
 from .conftest import OpenAsync
 
@@ -145,30 +148,50 @@ def test_bad_input_raises_specific_errors(open_async: OpenAsync) -> None:
 
 
 def test_cancelled_instant_write_is_committed_when_cancelled_error_is_raised(open_async: OpenAsync) -> None:
-    """A write handed to the engine completes; CancelledError then means it was committed."""
+    """A write handed over (to the pool, or sent on the connection) completes; CancelledError
+    then means it was committed."""
     async def main() -> None:
         async with await open_async() as engine:
             await engine.create_stream("s")
             producer = await engine.producer("s")
-            entered, release = threading.Event(), threading.Event()
-            sync_instant = producer.sync.instant
-
-            def slow_instant(items: list[bytes], partition: int | None = None) -> int:
-                entered.set()  # the write is in its thread; hold it there until cancelled
-                release.wait(10)
-                return sync_instant(items, partition)
-
-            producer.sync.instant = slow_instant  # type: ignore[method-assign]
             task = asyncio.create_task(producer.instant([b"kept"]))
-            await asyncio.to_thread(entered.wait, 10)
+            await asyncio.sleep(0)  # the task runs until its write is handed over, and waits there
             task.cancel()
-            await asyncio.sleep(0)
-            release.set()
             with pytest.raises(asyncio.CancelledError):
                 await task
             consumer = await engine.consumer("s", "c")
             got = await consumer.next(timeout=0)  # already there: the cancel waited for it
             assert got is not None and got.items == [b"kept"]
+
+    asyncio.run(main())
+
+
+def test_cancelled_failing_write_raises_its_error_not_cancelled_error(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s")
+            await engine.delete_stream("s")
+            task = asyncio.create_task(producer.instant([b"lost"]))
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(errors.StreamNotFound):  # not applied, and the caller is told so
+                await task
+
+    asyncio.run(main())
+
+
+def test_commit_of_another_handle_wakes_a_waiting_consumer(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as reader, await open_async() as writer:
+            await writer.create_stream("s")
+            consumer = await reader.consumer("s", "c")
+            waiting = asyncio.ensure_future(consumer.next(timeout=20))
+            await asyncio.sleep(0)
+            producer = await writer.producer("s")
+            await producer.instant([b"from the other handle"])
+            got = await waiting
+            assert got is not None and got.items == [b"from the other handle"]
 
     asyncio.run(main())
 
@@ -209,3 +232,39 @@ def test_open_rejects_bad_options() -> None:
             await aio.connect(7)  # type: ignore[arg-type]
 
     asyncio.run(main())
+
+
+def test_remote_instant_and_commit_waits_take_no_pool_thread(tmp_path: Path) -> None:
+    """Over tcp://, 64 concurrent durable instants and a waiting consumer complete while the
+    handle's only pool thread is held: no thread per call."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with ServeProcess(data, tmp_path, durability="sync") as server:
+        async def main() -> None:
+            async with await aio.connect(server.endpoint, timeout=20.0, max_threads=1) as engine:
+                assert engine.native is not None
+                await engine.create_stream("s", partitions=4)
+                producer = await engine.producer("s")
+                consumer = await engine.consumer("s", "c", partitions=[0])
+                first = await consumer.get_transaction()  # warms the consumer: None
+                assert first is None
+                release = threading.Event()
+                held = asyncio.ensure_future(engine.offload.read(release.wait, 30))
+                try:
+                    waiting = asyncio.ensure_future(engine.signal.wait_past(await engine.signal.current(), 20))
+                    ids = await asyncio.wait_for(
+                        asyncio.gather(*(producer.instant([b"%d" % i]) for i in range(64))), 20)
+                    assert len(ids) == 64
+                    assert await asyncio.wait_for(waiting, 20) > 0  # woken with the pool still held
+                    assert not held.done()
+                finally:
+                    release.set()
+                    await held
+                assert len([t async for t in _drain(consumer)]) == 16  # partition 0's share
+
+        asyncio.run(main())
+
+
+async def _drain(consumer: aio.AsyncConsumer) -> AsyncIterator[Transaction]:
+    while (txn := await consumer.next(timeout=0)) is not None:
+        yield txn

@@ -12,9 +12,10 @@
 
 Embedded and remote alike, the blocking calls of the sync API run in a bounded thread pool
 (``max_threads``, default 32), never on the event loop; concurrent writes from many
-coroutines share group commits. Over the network this is **not** a native ``zmq.asyncio``
-client yet: requests go through the sync client's connection from the pool's threads.
-Consumers wait for commits through one watcher per handle, never by polling.
+coroutines share group commits. Over a ``tcp://`` connection, ``instant`` writes and commit
+waits are awaited directly on the connection's futures, with no thread per call
+(:mod:`.remote`); the other remote calls use the pool. It is **not** a ``zmq.asyncio``
+client. Consumers wait for commits through one watcher per handle, never by polling.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .engine import AsyncEngine
 from .group import AsyncCheckpointGroup
 from .offload import DEFAULT_MAX_THREADS, Offload
 from .producer import AsyncProducer, AsyncTransaction
+from .remote import NativeRemote
 from .subscription import AsyncSubscription
 
 
@@ -60,7 +62,13 @@ async def connect(endpoint: str | Sequence[str], *, max_threads: int = DEFAULT_M
     except BaseException:
         offload.close()
         raise
-    return AsyncEngine(sync, offload)
+    try:
+        native = await offload.read(NativeRemote.usable, sync.backend)
+    except BaseException:
+        await offload.write(sync.close)
+        offload.close()
+        raise
+    return AsyncEngine(sync, offload, NativeRemote(sync.backend) if native else None)
 
 
 __all__ = [

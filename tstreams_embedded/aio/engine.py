@@ -18,6 +18,7 @@ from .consumer import AsyncConsumer
 from .group import AsyncCheckpointGroup, Member
 from .offload import Offload
 from .producer import AsyncProducer
+from .remote import NativeRemote
 from .signal import CommitSignal
 from .subscription import AsyncSubscription
 
@@ -25,10 +26,12 @@ from .subscription import AsyncSubscription
 class AsyncEngine:
     """An async handle on a set of streams. Use ``async with`` or ``await engine.close()``."""
 
-    def __init__(self, sync: Engine, offload: Offload) -> None:
+    def __init__(self, sync: Engine, offload: Offload, native: NativeRemote | None = None) -> None:
         self.sync = sync
         self.offload = offload
-        self.signal = CommitSignal(sync.backend)
+        #: the requests awaited without a pool thread, over a ``tcp://`` connection (see :mod:`.remote`)
+        self.native = native
+        self.signal = CommitSignal(sync.backend, native)
 
     def __repr__(self) -> str:
         return f"AsyncEngine({self.sync.backend!r})"
@@ -73,7 +76,7 @@ class AsyncEngine:
                        txn_ttl: float | None = None, batch_size: int = 100) -> AsyncProducer:
         """An async producer on ``stream`` (see :meth:`tstreams_embedded.Engine.producer`)."""
         sync = await self.offload.read(self.sync.producer, stream, partition, serializer, txn_ttl, batch_size)
-        return AsyncProducer(sync, self.offload)
+        return AsyncProducer(sync, self.offload, self.native)
 
     async def consumer(self, stream: str, name: str, start: Start = "oldest",
                        partitions: Iterable[int] | None = None, use_last_offset: bool = True,

@@ -10,14 +10,19 @@ write call that raises ``CancelledError`` was committed.
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
+from .. import errors
+from ..engine import ops as O
 from ..engine.producer import FLUSH_BYTES, Producer, ProducerTransaction
+from ..engine.validate import check_partition
 from ..policies import Policy
 from .offload import Offload
+from .remote import NativeRemote
 
 
 class AsyncTransaction:
@@ -137,9 +142,11 @@ def _send_and_checkpoint(txn: ProducerTransaction, items: list[Any]) -> None:
 class AsyncProducer:
     """Writes transactions to one stream from coroutines; any number of tasks may share it."""
 
-    def __init__(self, sync: Producer, offload: Offload) -> None:
+    def __init__(self, sync: Producer, offload: Offload, native: NativeRemote | None = None) -> None:
         self.sync = sync
         self.offload = offload
+        self.native = native
+        self._round_robin = itertools.cycle(range(sync.partitions))
         #: this producer's async transactions (their buffered items join a group checkpoint)
         self.transactions: weakref.WeakSet[AsyncTransaction] = weakref.WeakSet()
 
@@ -158,7 +165,21 @@ class AsyncProducer:
     async def instant(self, items: Iterable[Any], partition: int | None = None) -> int:
         """Open, fill and checkpoint a transaction in one atomic, durable write; its ID."""
         data = list(items)
-        return await self.offload.write(self.sync.instant, data, partition)
+        if self.native is None:
+            return await self.offload.write(self.sync.instant, data, partition)
+        sync = self.sync
+        sync.engine.check_open()
+        if sync.closed:
+            raise errors.EngineClosed(f"this producer on {sync.stream!r} is closed")
+        chunk = sync.serialize(data)
+        if not chunk:
+            raise errors.InvalidArgument("an instant transaction needs at least one item")
+        if partition is None:
+            partition = sync.default_partition
+        p = next(self._round_robin) if partition is None else check_partition(sync.info, partition)
+        op = O.Instant(sync.stream, p, O.pack_items(chunk), stream_id=sync.stream_id)
+        txn_id: int = (await self.native.submit([op], durable=True))[0]
+        return txn_id
 
     def transaction(self, partition: int | None = None, policy: Policy = Policy.EnqueueIfOpened
                     ) -> AsyncTransaction:

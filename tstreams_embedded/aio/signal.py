@@ -4,7 +4,9 @@ The watcher waits in ``Backend.wait_for_commit`` (embedded: woken by this proces
 at once and by other processes' through :mod:`~tstreams_embedded.engine.commit_waker`;
 remote: a long poll that the server answers when a commit lands), on one thread of its own,
 and wakes every coroutine waiting in :meth:`CommitSignal.wait_past`. However many consumers
-wait, they cost one thread and no polling.
+wait, they cost one thread and no polling. Over a ``tcp://`` connection not even that: the
+server's ``watch`` subscription reports every commit, delivered into the event loop by the
+connection's I/O thread (:mod:`.remote`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import contextlib
 
 from .. import errors
 from ..engine.backend import Backend
+from .remote import NativeRemote
 
 #: how long one wait_for_commit call lasts before the watcher checks whether it should stop
 WATCH_SLICE = 1.0
@@ -23,8 +26,9 @@ WATCH_SLICE = 1.0
 class CommitSignal:
     """The newest commit sequence this handle knows of, and a way to wait for the next."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, native: NativeRemote | None = None) -> None:
         self._backend = backend
+        self._native = native
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tstreams-aio-watch")
         self.sequence = -1
         self._changed: asyncio.Event | None = None
@@ -65,8 +69,16 @@ class CommitSignal:
             self._changed = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._watch(), name="tstreams-aio-commit-watch")
 
+    def _on_commit(self, sequence: int) -> None:
+        if sequence > self.sequence:
+            self.sequence = sequence
+            self._pulse()
+
     async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
+        if self._native is not None:
+            await self._subscribe(self._native)
+            return
         try:
             while not self._closed:
                 seq = await loop.run_in_executor(self._pool, self._backend.wait_for_commit, self.sequence,
@@ -78,6 +90,19 @@ class CommitSignal:
             self._closed = True
         finally:
             self._pulse()
+
+    async def _subscribe(self, native: NativeRemote) -> None:
+        """Follow the server's commit notifications until cancelled (by :meth:`close`)."""
+        try:
+            subscription = native.watch(await self.current(), self._on_commit)
+        except errors.EngineClosed:
+            self._closed = True
+            self._pulse()
+            return
+        try:
+            await asyncio.Event().wait()  # the subscription's callbacks do the work
+        finally:
+            subscription.cancel()
 
     def _pulse(self) -> None:
         """Wake every waiter (each re-checks its own condition) and arm a fresh event."""
