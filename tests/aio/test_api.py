@@ -268,3 +268,20 @@ def test_remote_instant_and_commit_waits_take_no_pool_thread(tmp_path: Path) -> 
 async def _drain(consumer: aio.AsyncConsumer) -> AsyncIterator[Transaction]:
     while (txn := await consumer.next(timeout=0)) is not None:
         yield txn
+
+
+def test_waiting_iteration_ends_when_the_sync_handle_underneath_closes(open_async: OpenAsync) -> None:
+    """The watcher sees the backend close (a failed long poll or subscription) and ends the
+    waits with EngineClosed instead of leaving them hanging."""
+    async def main() -> None:
+        engine = await open_async()
+        await engine.create_stream("s")
+        consumer = await engine.consumer("s", "c")
+        waiting = asyncio.ensure_future(consumer.next(timeout=60))
+        await asyncio.sleep(0)
+        await engine.offload.write(engine.sync.close)
+        with pytest.raises(errors.EngineClosed):
+            await asyncio.wait_for(waiting, 20)
+        await engine.close()
+
+    asyncio.run(main())

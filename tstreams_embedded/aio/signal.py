@@ -17,7 +17,7 @@ import contextlib
 
 from .. import errors
 from ..engine.backend import Backend
-from .remote import NativeRemote
+from .remote import NativeRemote, bridge
 
 #: how long one wait_for_commit call lasts before the watcher checks whether it should stop
 WATCH_SLICE = 1.0
@@ -44,12 +44,13 @@ class CommitSignal:
 
     async def wait_past(self, seen: int, timeout: float | None = None) -> int:
         """Wait until a commit newer than ``seen`` is known (or ``timeout`` seconds); the
-        newest sequence. ``EngineClosed`` once the handle is closed."""
-        if self._closed:
-            raise errors.EngineClosed("this engine handle is closed")
-        self._start()
+        newest sequence. ``EngineClosed`` once the handle is closed; the error that stopped
+        the watcher (e.g. ``RemoteError``) if it failed (the next wait starts it again)."""
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         while self.sequence <= seen:
+            if self._closed:
+                raise errors.EngineClosed("this engine handle is closed")
+            self._start()
             assert self._changed is not None
             event = self._changed
             if deadline is None:
@@ -60,13 +61,22 @@ class CommitSignal:
                     break
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(event.wait(), left)
-            if self._closed:
-                raise errors.EngineClosed("this engine handle is closed")
+            self._raise_failure()
         return self.sequence
+
+    def _raise_failure(self) -> None:
+        """Raise the error that ended the watcher, if one did (once; it is restarted next)."""
+        task = self._task
+        if task is not None and task.done() and not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                self._task = None
+                raise error
 
     def _start(self) -> None:
         if self._task is None or self._task.done():
-            self._changed = asyncio.Event()
+            if self._changed is None:
+                self._changed = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._watch(), name="tstreams-aio-commit-watch")
 
     def _on_commit(self, sequence: int) -> None:
@@ -75,32 +85,28 @@ class CommitSignal:
             self._pulse()
 
     async def _watch(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self._native is not None:
-            await self._subscribe(self._native)
-            return
         try:
-            while not self._closed:
-                seq = await loop.run_in_executor(self._pool, self._backend.wait_for_commit, self.sequence,
-                                                 WATCH_SLICE)
-                if seq != self.sequence:
-                    self.sequence = seq
-                    self._pulse()
+            if self._native is not None:
+                await self._subscribe(self._native)
+            else:
+                await self._long_poll()
         except errors.EngineClosed:
             self._closed = True
         finally:
             self._pulse()
 
+    async def _long_poll(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            seq = await loop.run_in_executor(self._pool, self._backend.wait_for_commit, self.sequence, WATCH_SLICE)
+            self._on_commit(seq)
+
     async def _subscribe(self, native: NativeRemote) -> None:
-        """Follow the server's commit notifications until cancelled (by :meth:`close`)."""
+        """Follow the server's commit notifications until the subscription ends (the
+        connection closed or failed: its error ends the watcher) or :meth:`close` cancels it."""
+        subscription = native.watch(await self.current(), self._on_commit)
         try:
-            subscription = native.watch(await self.current(), self._on_commit)
-        except errors.EngineClosed:
-            self._closed = True
-            self._pulse()
-            return
-        try:
-            await asyncio.Event().wait()  # the subscription's callbacks do the work
+            await bridge(subscription.future)
         finally:
             subscription.cancel()
 
