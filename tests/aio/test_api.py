@@ -285,3 +285,25 @@ def test_waiting_iteration_ends_when_the_sync_handle_underneath_closes(open_asyn
         await engine.close()
 
     asyncio.run(main())
+
+
+def test_group_checkpoint_after_a_group_cancel_ignores_the_cancelled_transactions_items(
+        open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("out")
+            producer = await engine.producer("out")
+            group = engine.checkpoint_group(producer)
+            cancelled = await producer.new_transaction()
+            await cancelled.send(b"dropped")  # buffered in the async transaction
+            await group.cancel()
+            kept = await producer.new_transaction()
+            await kept.send(b"kept")
+            await group.checkpoint()
+            assert (cancelled.state, kept.state) == ("cancelled", "checkpointed")
+            consumer = await engine.consumer("out", "c")
+            got = await consumer.next(timeout=5)
+            assert got is not None and got.items == [b"kept"]
+            assert await consumer.next(timeout=0) is None
+
+    asyncio.run(main())

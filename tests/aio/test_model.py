@@ -1,6 +1,8 @@
 """Hypothesis: a random sequence of async producer and consumer operations behaves like a
 small pure-Python model (per partition: a list of committed transactions, a read position
-and a stored offset), embedded and remote alike."""
+and a stored offset; an output stream), embedded and remote alike. ``process`` reads the
+next transaction, writes it to the output stream and checkpoints both in one
+AsyncCheckpointGroup write (or cancels the group: nothing of it happens)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ operation = st.one_of(
     st.tuples(st.just("wait_read"), partition, items),
     st.tuples(st.just("checkpoint"), partition),
     st.tuples(st.just("reopen"), partition),
+    st.tuples(st.just("process"), partition, st.booleans()),
 )
 
 
@@ -35,6 +38,8 @@ class Model:
     committed: list[list[list[bytes]]] = field(default_factory=lambda: [[] for _ in range(PARTITIONS)])
     position: list[int] = field(default_factory=lambda: [0] * PARTITIONS)
     stored: list[int] = field(default_factory=lambda: [0] * PARTITIONS)
+    #: what "process" wrote to the output stream, in order
+    output: list[list[bytes]] = field(default_factory=list)
 
     def read(self, p: int) -> list[bytes] | None:
         if self.position[p] == len(self.committed[p]):
@@ -56,6 +61,8 @@ async def run(engine: aio.AsyncEngine, ops: list[tuple]) -> None:  # type: ignor
         return await engine.consumer(stream, f"c{p}", partitions=[p])
 
     consumers = [await consumer(p) for p in range(PARTITIONS)]
+    await engine.create_stream(f"{stream}-out")
+    output = await engine.producer(f"{stream}-out")
     model = Model()
     for op in ops:
         kind, p = op[0], op[1]
@@ -89,11 +96,35 @@ async def run(engine: aio.AsyncEngine, ops: list[tuple]) -> None:  # type: ignor
         elif kind == "reopen":
             consumers[p] = await consumer(p)
             model.position[p] = model.stored[p]
+        elif kind == "process":
+            got = await consumers[p].next(timeout=0)
+            expected = model.read(p)
+            assert (got.items if got else None) == expected
+            group = engine.checkpoint_group(consumers[p], output)
+            txn = await output.new_transaction()
+            for item in got.items if got else [b"-"]:
+                await txn.send(item)
+            if op[2]:
+                await group.checkpoint()
+                model.output.append(expected or [b"-"])
+                model.stored[p] = model.position[p]
+            else:
+                await group.cancel()
     for p in range(PARTITIONS):  # what is left to read is what the model has left
         rest = []
         while (got := await consumers[p].next(timeout=0)) is not None:
             rest.append(got.items)
         assert rest == model.committed[p][model.position[p]:]
+        resumed = await consumer(p)  # a restarted reader begins at the stored offsets
+        again = []
+        while (got := await resumed.next(timeout=0)) is not None:
+            again.append(got.items)
+        assert again == model.committed[p][model.stored[p]:]
+    written = await engine.consumer(f"{stream}-out", "check")
+    out = []
+    while (got := await written.next(timeout=0)) is not None:
+        out.append(got.items)
+    assert out == model.output
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -89,7 +89,7 @@ class AsyncTransaction:
         """Give the buffered items to the sync transaction (blocking: call it in the pool).
         A CheckpointGroup does this before it checkpoints."""
         pending = self._take_pending()
-        if pending and self.sync is not None:
+        if pending and self.sync is not None and self.sync.state == "open":  # (a finished one drops them)
             self.sync.send_many(pending)
 
     def _take_pending(self) -> list[Any]:
