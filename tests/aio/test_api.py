@@ -235,8 +235,8 @@ def test_open_rejects_bad_options() -> None:
 
 
 def test_remote_instant_and_commit_waits_take_no_pool_thread(tmp_path: Path) -> None:
-    """Over tcp://, 64 concurrent durable instants and a waiting consumer complete while the
-    handle's only pool thread is held: no thread per call."""
+    """Over tcp://, 64 concurrent durable instants, a commit wake-up and a consumer checkpoint
+    complete while the handle's only pool thread is held: no thread per call."""
     data = tmp_path / "data"
     data.mkdir()
     with ServeProcess(data, tmp_path, durability="sync") as server:
@@ -256,6 +256,7 @@ def test_remote_instant_and_commit_waits_take_no_pool_thread(tmp_path: Path) -> 
                         asyncio.gather(*(producer.instant([b"%d" % i]) for i in range(64))), 20)
                     assert len(ids) == 64
                     assert await asyncio.wait_for(waiting, 20) > 0  # woken with the pool still held
+                    await asyncio.wait_for(consumer.checkpoint(), 20)  # offsets stored, pool still held
                     assert not held.done()
                 finally:
                     release.set()

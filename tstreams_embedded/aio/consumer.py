@@ -16,16 +16,19 @@ from typing import Any
 from .. import errors
 from ..engine.consumer import Consumer, Transaction
 from .offload import Offload
+from .remote import NativeRemote
 from .signal import CommitSignal
 
 
 class AsyncConsumer:
     """Reads one stream under a name from coroutines. Calls on one consumer are serialised."""
 
-    def __init__(self, sync: Consumer, offload: Offload, signal: CommitSignal) -> None:
+    def __init__(self, sync: Consumer, offload: Offload, signal: CommitSignal,
+                 native: NativeRemote | None = None) -> None:
         self.sync = sync
         self.offload = offload
         self.signal = signal
+        self.native = native
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -86,6 +89,12 @@ class AsyncConsumer:
 
     async def checkpoint(self) -> None:
         """Store every partition's position, atomically and durably (cancellation: see
-        :mod:`.offload`; CancelledError means it was stored)."""
+        :mod:`.offload`; CancelledError means it was stored). Over ``tcp://`` the request is
+        awaited on the connection, without a pool thread (:mod:`.remote`)."""
         async with self._lock:
-            await self.offload.write(self.sync.checkpoint)
+            if self.native is None:
+                await self.offload.write(self.sync.checkpoint)
+                return
+            self.sync.engine.check_open()
+            ops, done = self.sync.prepare_group_checkpoint()  # one SetOffsets record
+            done(await self.native.submit(ops, durable=True))

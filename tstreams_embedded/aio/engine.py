@@ -84,7 +84,7 @@ class AsyncEngine:
         """An async named consumer (see :meth:`tstreams_embedded.Engine.consumer`)."""
         sync = await self.offload.read(self.sync.consumer, stream, name, start, partitions, use_last_offset,
                                        serializer, prefetch)
-        return AsyncConsumer(sync, self.offload, self.signal)
+        return AsyncConsumer(sync, self.offload, self.signal, self.native)
 
     async def subscribe(self, stream: str, name: str, start: Start = "newest",
                         partitions: Iterable[int] | None = None, serializer: Any = None) -> AsyncSubscription:

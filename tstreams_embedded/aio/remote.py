@@ -1,4 +1,5 @@
-"""Over the network, without a thread per call: durable ``instant`` writes and commit waits.
+"""Over the network, without a thread per call: ``instant`` writes, consumer checkpoints
+and commit waits.
 
 The sync client (:mod:`tstreams_embedded.net.client`) already pipelines requests on one
 ZeroMQ connection whose I/O thread resolves each request's future. For these paths the
