@@ -308,3 +308,26 @@ def test_group_checkpoint_after_a_group_cancel_ignores_the_cancelled_transaction
             assert await consumer.next(timeout=0) is None
 
     asyncio.run(main())
+
+
+def test_remote_write_to_a_killed_server_raises_remote_error_and_resumes_after_restart(tmp_path: Path) -> None:
+    """A native remote write cannot be sent while the server is down: RemoteError after the
+    timeout (never a hang, never a silent loss); after the restart the same handle works."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with ServeProcess(data, tmp_path, durability="sync") as server:
+        async def main() -> None:
+            async with await aio.connect(server.endpoint, timeout=2.0) as engine:
+                await engine.create_stream("s")
+                producer = await engine.producer("s")
+                await producer.instant([b"before"])
+                server.kill()
+                with pytest.raises(errors.RemoteError):
+                    await producer.instant([b"while down"])
+                server.restart()
+                await producer.instant([b"after"])  # reconnected by ZeroMQ
+                consumer = await engine.consumer("s", "c")
+                got = [await consumer.next(timeout=10) for _ in range(2)]
+                assert [t.items for t in got if t] == [[b"before"], [b"after"]]
+
+        asyncio.run(main())
