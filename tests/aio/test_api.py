@@ -331,3 +331,19 @@ def test_remote_write_to_a_killed_server_raises_remote_error_and_resumes_after_r
                 assert [t.items for t in got if t] == [[b"before"], [b"after"]]
 
         asyncio.run(main())
+
+
+def test_unopened_transaction_and_finished_transaction_give_specific_errors(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s")
+            txn = producer.transaction()
+            with pytest.raises(errors.InvalidArgument, match="not open"):
+                await txn.send(b"x")
+            async with txn:
+                await txn.send(b"x")
+            with pytest.raises(errors.TransactionFinished):
+                await txn.send(b"late")
+
+    asyncio.run(main())

@@ -49,8 +49,6 @@ class AsyncTransaction:
 
     def _opened(self) -> ProducerTransaction:
         if self.sync is None:
-            from .. import errors
-
             raise errors.InvalidArgument("the transaction is not open: use 'async with producer.transaction()' "
                                          "or 'await txn.open()'")
         return self.sync
