@@ -598,6 +598,7 @@ SUITES: dict[str, tuple[tuple[Scenario, ...], tuple[Goal, ...]]] = {
     "streams": (STREAMS_SCENARIOS, STREAMS_GOALS),
     "cluster-catchup": (CATCHUP_SCENARIOS, CATCHUP_GOALS),
     "cluster": (CLUSTER_SCENARIOS, CLUSTER_GOALS),
+    "aio": _assemble(("benchmarks.aio",)),
 }
 SCENARIOS = PEER_SCENARIOS
 BY_ID = {s.id: s for s in PEER_SCENARIOS}

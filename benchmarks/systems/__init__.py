@@ -42,6 +42,11 @@ REGISTRY: dict[str, str] = {
     "python-floor-orjson": "benchmarks.systems.stream_jobs:PythonFloorOrjson",
     "bytewax": "benchmarks.systems.stream_jobs:Bytewax",
     "pathway": "benchmarks.systems.stream_jobs:Pathway",
+    # aio (issue 22)
+    "ours-aio": "benchmarks.systems.aio:OursAio",
+    "ours-aio-zmq": "benchmarks.systems.aio:OursAioZmq",
+    "ours-sync-embedded": "benchmarks.systems.aio:OursSyncEmbedded",
+    "ours-sync-zmq": "benchmarks.systems.aio:OursSyncZmq",
     # cluster catch-up
     "cluster-catchup": "benchmarks.systems.cluster_catchup:ClusterCatchup",
     "ours-streams-join": "benchmarks.systems.stream_join_jobs:OursStreamsJoin",

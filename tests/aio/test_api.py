@@ -1,0 +1,349 @@
+"""The asyncio API, embedded and remote alike: produce, consume (woken by commits),
+checkpoint, checkpoint groups, subscriptions, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tstreams_embedded import Transaction, aio, errors
+from tstreams_embedded.testing import ServeProcess
+
+from .conftest import OpenAsync
+
+
+def test_instant_transaction_and_consume(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s", partitions=2)
+            producer = await engine.producer("s", batch_size=3)
+            await producer.instant([b"a", b"b"], partition=0)
+            async with producer.transaction(partition=1) as txn:
+                for i in range(10):  # crosses batch_size: flushed 3 at a time, visible at exit
+                    await txn.send(b"%d" % i)
+            consumer = await engine.consumer("s", "c")
+            got = [await consumer.next(timeout=5), await consumer.next(timeout=5)]
+            assert sorted(len(t) for t in got if t) == [2, 10]
+            assert await consumer.next(timeout=0.05) is None
+            await consumer.checkpoint()
+            again = await engine.consumer("s", "c")
+            assert await again.get_transaction() is None  # resumes after the stored positions
+
+    asyncio.run(main())
+
+
+def test_async_for_is_woken_by_a_commit(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s")
+            consumer = await engine.consumer("s", "c")
+            waiting = asyncio.Event()
+            received: list[list[bytes]] = []
+
+            async def read() -> None:
+                waiting.set()
+                async for txn in consumer:
+                    received.append(txn.items)
+                    if len(received) == 3:
+                        return
+
+            reader = asyncio.create_task(read())
+            await waiting.wait()
+            for i in range(3):
+                await producer.instant([b"x%d" % i])
+            # no poll interval exists: only a commit wake-up can end the reader
+            await asyncio.wait_for(reader, 10)
+            assert received == [[b"x0"], [b"x1"], [b"x2"]]
+
+    asyncio.run(main())
+
+
+def test_iteration_ends_when_the_handle_closes(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        engine = await open_async()
+        await engine.create_stream("s")
+        consumer = await engine.consumer("s", "c")
+
+        async def drain() -> int:
+            return len([t async for t in consumer])
+
+        task = asyncio.create_task(drain())
+        await asyncio.sleep(0)  # let it start waiting (any order is correct; this one tests the wait)
+        await engine.close()
+        assert await asyncio.wait_for(task, 10) == 0
+
+    asyncio.run(main())
+
+
+def test_group_checkpoint_is_atomic_read_process_write(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("in")
+            await engine.create_stream("out")
+            source = await engine.producer("in")
+            for i in range(3):
+                await source.instant([b"%d" % i])
+            consumer = await engine.consumer("in", "worker")
+            producer = await engine.producer("out")
+            group = engine.checkpoint_group(consumer, producer)
+            txn = await producer.new_transaction()
+            for _ in range(3):
+                t = await consumer.next(timeout=5)
+                assert t is not None
+                await txn.send(t.items[0] + b"!")
+            await group.checkpoint()  # the buffered items, the output and the offsets: one write
+            assert txn.state == "checkpointed"
+            out = await engine.consumer("out", "check")
+            got = await out.next(timeout=5)
+            assert got is not None and got.items == [b"0!", b"1!", b"2!"]
+            resumed = await engine.consumer("in", "worker")
+            assert await resumed.get_transaction() is None
+
+    asyncio.run(main())
+
+
+def test_subscription_delivers_and_stores_positions(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s")
+            await producer.instant([b"a"])
+            await producer.instant([b"b"])
+            seen: list[bytes] = []
+            async with await engine.subscribe("s", "sub", start="oldest") as sub:
+                async for txn in sub:
+                    seen.extend(txn.items)
+                    if len(seen) == 2:
+                        break
+            assert seen == [b"a", b"b"]
+            again = await engine.consumer("s", "sub")
+            assert await again.get_transaction() is None
+
+    asyncio.run(main())
+
+
+def test_bad_input_raises_specific_errors(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            with pytest.raises(errors.StreamNotFound):
+                await engine.producer("missing")
+            await engine.create_stream("s")
+            producer = await engine.producer("s")
+            with pytest.raises(errors.InvalidArgument):
+                await producer.instant([])
+            async with producer.transaction() as txn:
+                with pytest.raises(errors.InvalidArgument):
+                    await txn.send("not bytes without a serializer")
+                await txn.send(b"ok")
+            consumer = await engine.consumer("s", "c")
+            got = await consumer.next(timeout=5)
+            assert got is not None and got.items == [b"ok"]
+
+    asyncio.run(main())
+
+
+def test_cancelled_instant_write_is_committed_when_cancelled_error_is_raised(open_async: OpenAsync) -> None:
+    """A write handed over (to the pool, or sent on the connection) completes; CancelledError
+    then means it was committed."""
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s")
+            task = asyncio.create_task(producer.instant([b"kept"]))
+            await asyncio.sleep(0)  # the task runs until its write is handed over, and waits there
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            consumer = await engine.consumer("s", "c")
+            got = await consumer.next(timeout=0)  # already there: the cancel waited for it
+            assert got is not None and got.items == [b"kept"]
+
+    asyncio.run(main())
+
+
+def test_cancelled_failing_write_raises_its_error_not_cancelled_error(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s")
+            await engine.delete_stream("s")
+            task = asyncio.create_task(producer.instant([b"lost"]))
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(errors.StreamNotFound):  # not applied, and the caller is told so
+                await task
+
+    asyncio.run(main())
+
+
+def test_commit_of_another_handle_wakes_a_waiting_consumer(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as reader, await open_async() as writer:
+            await writer.create_stream("s")
+            consumer = await reader.consumer("s", "c")
+            waiting = asyncio.ensure_future(consumer.next(timeout=20))
+            await asyncio.sleep(0)
+            producer = await writer.producer("s")
+            await producer.instant([b"from the other handle"])
+            got = await waiting
+            assert got is not None and got.items == [b"from the other handle"]
+
+    asyncio.run(main())
+
+
+def test_cancelled_transaction_block_is_cancelled_not_half_written(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s", batch_size=2)
+            inside = asyncio.Event()
+
+            async def write() -> None:
+                async with producer.transaction() as txn:
+                    for i in range(5):  # two chunks are flushed to the engine before the cancel
+                        await txn.send(b"%d" % i)
+                    inside.set()
+                    await asyncio.Event().wait()  # cancelled here
+
+            task = asyncio.create_task(write())
+            await inside.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert producer.sync.open_transactions() == []  # cancelled in the engine, not left open
+            await producer.instant([b"after"])
+            consumer = await engine.consumer("s", "c")
+            got = await consumer.next(timeout=5)
+            assert got is not None and got.items == [b"after"]  # nothing of the cancelled block
+
+    asyncio.run(main())
+
+
+def test_open_rejects_bad_options() -> None:
+    async def main() -> None:
+        with pytest.raises(errors.InvalidArgument):
+            await aio.open("x", max_threads=0)
+        with pytest.raises(errors.InvalidArgument):
+            await aio.connect(7)  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
+def test_remote_instant_and_commit_waits_take_no_pool_thread(tmp_path: Path) -> None:
+    """Over tcp://, 64 concurrent durable instants, a commit wake-up and a consumer checkpoint
+    complete while the handle's only pool thread is held: no thread per call."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with ServeProcess(data, tmp_path, durability="sync") as server:
+        async def main() -> None:
+            async with await aio.connect(server.endpoint, timeout=20.0, max_threads=1) as engine:
+                assert engine.native is not None
+                await engine.create_stream("s", partitions=4)
+                producer = await engine.producer("s")
+                consumer = await engine.consumer("s", "c", partitions=[0])
+                first = await consumer.get_transaction()  # warms the consumer: None
+                assert first is None
+                release = threading.Event()
+                held = asyncio.ensure_future(engine.offload.read(release.wait, 30))
+                try:
+                    waiting = asyncio.ensure_future(engine.signal.wait_past(await engine.signal.current(), 20))
+                    ids = await asyncio.wait_for(
+                        asyncio.gather(*(producer.instant([b"%d" % i]) for i in range(64))), 20)
+                    assert len(ids) == 64
+                    assert await asyncio.wait_for(waiting, 20) > 0  # woken with the pool still held
+                    await asyncio.wait_for(consumer.checkpoint(), 20)  # offsets stored, pool still held
+                    assert not held.done()
+                finally:
+                    release.set()
+                    await held
+                assert len([t async for t in _drain(consumer)]) == 16  # partition 0's share
+
+        asyncio.run(main())
+
+
+async def _drain(consumer: aio.AsyncConsumer) -> AsyncIterator[Transaction]:
+    while (txn := await consumer.next(timeout=0)) is not None:
+        yield txn
+
+
+def test_waiting_iteration_ends_when_the_sync_handle_underneath_closes(open_async: OpenAsync) -> None:
+    """The watcher sees the backend close (a failed long poll or subscription) and ends the
+    waits with EngineClosed instead of leaving them hanging."""
+    async def main() -> None:
+        engine = await open_async()
+        await engine.create_stream("s")
+        consumer = await engine.consumer("s", "c")
+        waiting = asyncio.ensure_future(consumer.next(timeout=60))
+        await asyncio.sleep(0)
+        await engine.offload.write(engine.sync.close)
+        with pytest.raises(errors.EngineClosed):
+            await asyncio.wait_for(waiting, 20)
+        await engine.close()
+
+    asyncio.run(main())
+
+
+def test_group_checkpoint_after_a_group_cancel_ignores_the_cancelled_transactions_items(
+        open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("out")
+            producer = await engine.producer("out")
+            group = engine.checkpoint_group(producer)
+            cancelled = await producer.new_transaction()
+            await cancelled.send(b"dropped")  # buffered in the async transaction
+            await group.cancel()
+            kept = await producer.new_transaction()
+            await kept.send(b"kept")
+            await group.checkpoint()
+            assert (cancelled.state, kept.state) == ("cancelled", "checkpointed")
+            consumer = await engine.consumer("out", "c")
+            got = await consumer.next(timeout=5)
+            assert got is not None and got.items == [b"kept"]
+            assert await consumer.next(timeout=0) is None
+
+    asyncio.run(main())
+
+
+def test_remote_write_to_a_killed_server_raises_remote_error_and_resumes_after_restart(tmp_path: Path) -> None:
+    """A native remote write cannot be sent while the server is down: RemoteError after the
+    timeout (never a hang, never a silent loss); after the restart the same handle works."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with ServeProcess(data, tmp_path, durability="sync") as server:
+        async def main() -> None:
+            async with await aio.connect(server.endpoint, timeout=2.0) as engine:
+                await engine.create_stream("s")
+                producer = await engine.producer("s")
+                await producer.instant([b"before"])
+                server.kill()
+                with pytest.raises(errors.RemoteError):
+                    await producer.instant([b"while down"])
+                server.restart()
+                await producer.instant([b"after"])  # reconnected by ZeroMQ
+                consumer = await engine.consumer("s", "c")
+                got = [await consumer.next(timeout=10) for _ in range(2)]
+                assert [t.items for t in got if t] == [[b"before"], [b"after"]]
+
+        asyncio.run(main())
+
+
+def test_unopened_transaction_and_finished_transaction_give_specific_errors(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s")
+            txn = producer.transaction()
+            with pytest.raises(errors.InvalidArgument, match="not open"):
+                await txn.send(b"x")
+            async with txn:
+                await txn.send(b"x")
+            with pytest.raises(errors.TransactionFinished):
+                await txn.send(b"late")
+
+    asyncio.run(main())

@@ -1,0 +1,100 @@
+"""``AsyncEngine``: the async handle returned by ``await aio.open(path)`` and ``await aio.connect(url)``.
+
+It wraps a sync :class:`~tstreams_embedded.Engine` (embedded, remote or cluster: the same
+API) and runs its blocking calls in a bounded pool (:class:`~.offload.Offload`), so the event
+loop never waits for LMDB or the network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+from ..engine.backend import StreamInfo
+from ..engine.consumer import Start
+from ..engine.engine import DEFAULT_STREAM_TTL, Engine
+from .consumer import AsyncConsumer
+from .group import AsyncCheckpointGroup, Member
+from .offload import Offload
+from .producer import AsyncProducer
+from .remote import NativeRemote
+from .signal import CommitSignal
+from .subscription import AsyncSubscription
+
+
+class AsyncEngine:
+    """An async handle on a set of streams. Use ``async with`` or ``await engine.close()``."""
+
+    def __init__(self, sync: Engine, offload: Offload, native: NativeRemote | None = None) -> None:
+        self.sync = sync
+        self.offload = offload
+        #: the requests awaited without a pool thread, over a ``tcp://`` connection (see :mod:`.remote`)
+        self.native = native
+        self.signal = CommitSignal(sync.backend, native)
+
+    def __repr__(self) -> str:
+        return f"AsyncEngine({self.sync.backend!r})"
+
+    async def __aenter__(self) -> AsyncEngine:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.sync.closed
+
+    async def close(self) -> None:
+        """Stop waiting consumers (their iteration ends), cancel open transactions of this
+        handle's producers, release the engine or connection. Idempotent."""
+        await self.signal.close()
+        await self.offload.write(self.sync.close)
+        self.offload.close()
+
+    # ------------------------------------------------------------------ streams
+    async def create_stream(self, name: str, partitions: int = 1, ttl: int = DEFAULT_STREAM_TTL,
+                            description: str = "") -> StreamInfo:
+        return await self.offload.write(self.sync.create_stream, name, partitions, ttl, description)
+
+    async def get_stream(self, name: str) -> StreamInfo:
+        return await self.offload.read(self.sync.get_stream, name)
+
+    async def has_stream(self, name: str) -> bool:
+        return await self.offload.read(self.sync.has_stream, name)
+
+    async def list_streams(self, prefix: str = "", limit: int | None = None) -> list[StreamInfo]:
+        return await self.offload.read(self.sync.list_streams, prefix, limit)
+
+    async def delete_stream(self, name: str) -> None:
+        await self.offload.write(self.sync.delete_stream, name)
+
+    # ------------------------------------------------------------------ agents
+    async def producer(self, stream: str, partition: int | None = None, serializer: Any = None,
+                       txn_ttl: float | None = None, batch_size: int = 100) -> AsyncProducer:
+        """An async producer on ``stream`` (see :meth:`tstreams_embedded.Engine.producer`)."""
+        sync = await self.offload.read(self.sync.producer, stream, partition, serializer, txn_ttl, batch_size)
+        return AsyncProducer(sync, self.offload, self.native)
+
+    async def consumer(self, stream: str, name: str, start: Start = "oldest",
+                       partitions: Iterable[int] | None = None, use_last_offset: bool = True,
+                       serializer: Any = None, prefetch: int = 256) -> AsyncConsumer:
+        """An async named consumer (see :meth:`tstreams_embedded.Engine.consumer`)."""
+        sync = await self.offload.read(self.sync.consumer, stream, name, start, partitions, use_last_offset,
+                                       serializer, prefetch)
+        return AsyncConsumer(sync, self.offload, self.signal, self.native)
+
+    async def subscribe(self, stream: str, name: str, start: Start = "newest",
+                        partitions: Iterable[int] | None = None, serializer: Any = None) -> AsyncSubscription:
+        """A subscription: an async iterator over every transaction, storing its positions."""
+        consumer = await self.consumer(stream, name, start, partitions, True, serializer)
+        return AsyncSubscription(consumer)
+
+    def checkpoint_group(self, *agents: Member) -> AsyncCheckpointGroup:
+        """Shorthand for ``aio.AsyncCheckpointGroup(*agents)``."""
+        return AsyncCheckpointGroup(*agents)
+
+    async def stats(self) -> dict[str, Any]:
+        return await self.offload.read(self.sync.stats)
