@@ -36,7 +36,7 @@ import lmdb
 
 from .. import errors
 from ..ids import ID_MULTIPLIER, MAX_ID
-from . import inspection, keys, paging, reads, state
+from . import commitlog, inspection, keys, paging, reads, state
 from . import ops as O
 from .apply import Applier
 from .backend import (
@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 
 DURABILITY_MODES = ("sync", "strict", "async")
 DEFAULT_MAX_ITEM_SIZE = 10 * 1024 * 1024
+#: default bound of the commit log's size in the data file (see ``log_retention_bytes``)
+DEFAULT_LOG_RETENTION_BYTES = 64 * 1024 * 1024
 
 
 def wall_clock_ms() -> int:
@@ -127,6 +129,7 @@ class Core:
         clock: Callable[[], int] | None = None,
         compaction_interval: float | None = 60.0,
         log_retention: int | None = 100_000,
+        log_retention_bytes: int | None = DEFAULT_LOG_RETENTION_BYTES,
         flush_interval: float = 1.0,
     ) -> None:
         if durability not in DURABILITY_MODES:
@@ -136,6 +139,8 @@ class Core:
         check_int(max_map_size, "max_map_size", map_size, 1 << 50)
         if log_retention is not None:
             check_int(log_retention, "log_retention", 0, 1 << 62)
+        if log_retention_bytes is not None:
+            check_int(log_retention_bytes, "log_retention_bytes", 0, 1 << 62)
         check_interval(compaction_interval, "compaction_interval", allow_none=True)
         check_interval(flush_interval, "flush_interval")
         if clock is not None and not callable(clock):
@@ -148,6 +153,7 @@ class Core:
         self.durability = durability
         self.max_item_size = max_item_size
         self.log_retention = log_retention
+        self.log_retention_bytes = log_retention_bytes
         self.clock = clock or wall_clock_ms
         self._store_sizes = (map_size, max_map_size)
         try:
@@ -161,6 +167,7 @@ class Core:
             raise translate(exc, "opening the LMDB environment", self.path) from exc
         self.applier = Applier(self.store, max_item_size)
         self.committer = GroupCommitter(self.store, self.applier, self.clock, sync_durable=durability == "sync")
+        self.committer.log_bound = self.log_bound()
         self._commit_cv = threading.Condition()
         self.committer.on_commit = self._notify_commit
         self.external_commits = 0  # wake-ups by other processes' commits (commit_waker.py)
@@ -260,6 +267,7 @@ class Core:
             self.applier = Applier(self.store, self.max_item_size)
             self.committer = GroupCommitter(self.store, self.applier, self.clock,
                                             sync_durable=self.durability == "sync")
+            self.committer.log_bound = self.log_bound()
             self.committer.on_commit = self._notify_commit
             self._notify_commit()
 
@@ -584,28 +592,19 @@ class Core:
         return len(entries)
 
     def trim_log(self, upto_seq: int) -> int:
-        """Delete log entries with ``seq <= upto_seq`` (in slices of 10,000 per write); return
-        how many were removed."""
+        """Delete log entries with ``seq <= upto_seq`` (in slices of
+        :data:`~.commitlog.TRIM_SLICE` per write); return how many were removed."""
         self._check()
         check_int(upto_seq, "upto_seq", 0, 2**63 - 1)
 
         def trim_slice(txn: lmdb.Transaction) -> int:
-            # the sequence lives in the log's last key: keep it in meta before that key may go
-            txn.put(reads.LOG_SEQ, keys.U64.pack(reads.log_seq(txn, self.store)), db=self.store.meta)
-            cur = txn.cursor(db=self.store.log)
-            removed = 0
-            if cur.first():
-                while removed < 10_000 and cur.key() and keys.U64.unpack(cur.key())[0] <= upto_seq:
-                    if not cur.delete():
-                        break
-                    removed += 1
-            return removed
+            return commitlog.trim_slice(txn, self.store, upto_seq)
 
         total = 0
         while True:
-            n: int = self.committer.run_maintenance(trim_slice)
+            n: int = self.committer.run_maintenance(trim_slice, frees=True)
             total += n
-            if n < 10_000:
+            if n < commitlog.TRIM_SLICE:
                 return total
 
     @contextmanager
@@ -647,13 +646,41 @@ class Core:
                 time.sleep(0)  # let foreground threads run between slices
 
     def trim_log_to_retention(self) -> int:
-        """Trim the commit log to its newest ``log_retention`` entries (nothing when
-        ``log_retention`` is None); return how many entries were removed."""
+        """Trim the commit log to its newest ``log_retention`` entries, and further while
+        its pages take more than ``log_retention_bytes`` (each bound off when None); return
+        how many entries were removed."""
         self._check()
-        if self.log_retention is None:
-            return 0
-        seq = self.log_seq()
-        return self.trim_log(seq - self.log_retention) if seq > self.log_retention else 0
+        removed = 0
+        if self.log_retention is not None:
+            seq = self.log_seq()
+            removed += self.trim_log(seq - self.log_retention) if seq > self.log_retention else 0
+        bound = self.log_bound()
+        if bound is not None:
+            removed += self._trim_log_to_bytes(bound)
+        return removed
+
+    def log_bound(self) -> int | None:
+        """The commit log's bound in bytes: ``log_retention_bytes``, and at most 1/16 of
+        ``max_map_size`` (None when ``log_retention_bytes`` is None)."""
+        if self.log_retention_bytes is None:
+            return None
+        return min(self.log_retention_bytes, self.store.max_map_size // 16)
+
+    def log_footprint(self) -> commitlog.Footprint:
+        """The commit log's first sequence number, entries, and bytes in the data file."""
+        self._check()
+        with self.store.read() as txn:
+            return commitlog.footprint(txn, self.store)
+
+    def _trim_log_to_bytes(self, bound: int) -> int:
+        """Trim the oldest log entries while the log takes more than ``bound`` bytes."""
+        removed = 0
+        while True:
+            size = self.log_footprint()
+            n = commitlog.entries_over(size, bound)
+            if not n:
+                return removed
+            removed += self.trim_log(size.first + n - 1)
 
     def _expired_slice(self, after: bytes, now: int) -> tuple[list[O.Compact], bytes | None]:
         """COMPACT operations for the next slice of streams after name ``after``; the name to
