@@ -545,7 +545,7 @@ class Core:
         with self.store.read() as txn:
             streams = txn.stat(self.store.streams)["entries"]
             txns = txn.stat(self.store.txns)["entries"]
-            log_entries = txn.stat(self.store.log)["entries"]
+            log_entries = commitlog.footprint(txn, self.store).entries
         return {
             "path": self.path,
             "durability": self.durability,
@@ -574,9 +574,9 @@ class Core:
         with self.store.read() as txn:
             cur = txn.cursor(db=self.store.log)
             if cur.set_range(keys.U64.pack(from_seq)):
-                for k, v in cur.iternext():
+                for seq, v in commitlog.iter_entries(cur.iternext()):
                     now_ms, ops = O.unpack_batch(v)
-                    out.append((keys.U64.unpack(k)[0], now_ms, reads.resolve_chunks(txn, self.store, ops)))
+                    out.append((seq, now_ms, reads.resolve_chunks(txn, self.store, ops)))
                     if len(out) >= limit:
                         break
         return out

@@ -1,0 +1,152 @@
+"""Disk stays flat under a steady workload (issue 19, items 5 and 22): the commit log is
+bounded by bytes (``log_retention_bytes``) as well as entries, so rewriting the same
+state-store keys, or producing into streams with a TTL, does not grow the data file once
+compaction runs. The long versions run under the ``soak`` marker."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import pytest
+
+import tstreams_embedded as ts
+from tstreams_embedded.engine import ops as O
+from tstreams_embedded.testing import FakeClock
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+def _rewrite_keys(engine: ts.Engine, round_no: int, keys: int = 2000, per_write: int = 200) -> None:
+    """One round: every key of the store written again (as a streams task commits state)."""
+    for start in range(0, keys, per_write):
+        puts = [[b"key-%06d" % k, b"%08d" % round_no + b"v" * 100] for k in range(start, start + per_write)]
+        engine.backend.submit([O.StoreWrite("counts", puts)])
+
+
+def _data_file_pages(engine: ts.Engine) -> int:
+    return int(engine.stats()["last_pgno"])
+
+
+def test_log_retention_bytes_bounds_the_commit_log(make_engine) -> None:
+    engine = make_engine(log_retention_bytes=512 * KIB, durability="async")
+    for r in range(30):
+        _rewrite_keys(engine, r)
+    before = engine.backend.log_footprint()
+    assert before.bytes > 3 * MIB  # 300 entries of 20 KiB each; 100,000 entries were kept before
+    assert engine.compact()["log_entries_trimmed"] > 0
+    after = engine.backend.log_footprint()
+    assert after.bytes <= 512 * KIB and after.entries > 0
+    assert after.first + after.entries - 1 == engine.backend.log_seq()  # the newest entries are kept
+
+
+def test_rewriting_the_same_keys_keeps_the_data_file_flat(make_engine) -> None:
+    engine = make_engine(log_retention_bytes=512 * KIB, durability="async")
+    pages = []
+    for r in range(80):
+        _rewrite_keys(engine, r)
+        engine.compact()
+        pages.append(_data_file_pages(engine))
+    warm = pages[19]
+    assert pages[-1] <= warm * 1.1 + 16, pages  # before the byte bound: about 4x from round 20 to 80
+    assert engine.backend.store_get("counts", b"key-000007") == b"%08d" % 79 + b"v" * 100
+
+
+def _steady_round(engine: ts.Engine, clock: FakeClock, r: int) -> None:
+    """One second of a streams app's steady load: input with a TTL, and a state write of
+    1,500 keys (a commit-log entry of about 40 KiB), with the dedup keys of 30 s ago deleted."""
+    producer = engine.producer("input")
+    for t in range(20):
+        producer.instant([b'{"id": %d, "pad": "%s"}' % (r * 100 + t * 10 + i, b"x" * (20 + (i * 7) % 60))
+                          for i in range(10)], partition=t % 4)
+    puts = [[b"dedup-%09d" % (r * 1500 + i), b"%d" % clock()] for i in range(1500)]
+    deletes = [b"dedup-%09d" % (k - 45_000) for k in range(r * 1500, r * 1500 + 1500)] if r >= 30 else None
+    engine.backend.submit([O.StoreWrite("dedup", puts, deletes)])
+    clock.advance(seconds=1.0)
+
+
+def test_disk_plateaus_under_a_steady_load_with_ttls(make_engine, clock) -> None:
+    """Issue 19, item 22: with the log at its bound and TTL compaction reclaiming the input,
+    the data file stops growing. It grew before: large log entries took runs of overflow
+    pages, which LMDB could not find again in a free list fragmented by single pages."""
+    engine = make_engine(clock=clock, durability="async", log_retention=50)
+    engine.create_stream("input", partitions=4, ttl=20)
+    pages = []
+    for r in range(160):
+        _steady_round(engine, clock, r)
+        if r % 5 == 4:
+            engine.compact()
+            pages.append(_data_file_pages(engine))
+    warm = pages[11]  # after 60 s: TTL compaction and dedup deletes have been running for 30 s
+    assert pages[-1] <= warm + 16, pages  # before: +40% from 60 s to 160 s, and still growing
+
+
+def test_log_retention_bytes_is_validated(tmp_path) -> None:
+    from tstreams_embedded import errors
+
+    with pytest.raises(errors.InvalidArgument, match="log_retention_bytes"):
+        ts.open(tmp_path / "x", log_retention_bytes=-1)
+
+
+def _soak(workload: Callable[[ts.Engine, int], None], engine: ts.Engine, path: str, minutes: float,
+          label: str) -> list[tuple[float, int]]:
+    """Run ``workload(engine, round)`` for ``minutes``; sample the data file's size (bytes
+    in use: LMDB's last page) every 10 s. Returns the samples."""
+    samples: list[tuple[float, int]] = []
+    start = time.monotonic()
+    next_sample = start
+    r = 0
+    while time.monotonic() - start < minutes * 60:
+        workload(engine, r)
+        r += 1
+        if time.monotonic() >= next_sample:
+            size = os.path.getsize(os.path.join(path, "data.mdb"))
+            samples.append((time.monotonic() - start, size))
+            next_sample += 10
+    print(f"\n{label}: data.mdb bytes over time (s, bytes):", samples)
+    return samples
+
+
+def _slope_mb_per_min(samples: list[tuple[float, int]]) -> float:
+    (t0, s0), (t1, s1) = samples[0], samples[-1]
+    return (s1 - s0) / MIB / max((t1 - t0) / 60, 1e-9)
+
+
+@pytest.mark.soak
+def test_soak_rewriting_the_same_keys_keeps_disk_flat(tmp_path) -> None:
+    path = str(tmp_path / "soak-state")
+    with ts.open(path, durability="async", compaction_interval=1.0, log_retention_bytes=8 * MIB) as engine:
+        samples = _soak(lambda e, r: _rewrite_keys(e, r, keys=20_000, per_write=500), engine, path, 10,
+                        "state rewrite")
+    last_half = [s for s in samples if s[0] >= samples[-1][0] / 2]
+    assert _slope_mb_per_min(last_half) <= 0.5, samples
+
+
+def test_large_log_entries_read_back_whole_and_trim_whole(make_engine, tmp_path) -> None:
+    """Entries larger than a page are stored in pieces (see .commitlog): read_log, stats,
+    trimming and ``tstreams check`` all see whole entries."""
+    from tstreams_embedded.engine.check import check_directory
+
+    path = tmp_path / "pieces"
+    engine = make_engine(path, durability="async", log_retention=None, log_retention_bytes=None)
+    big = [[b"k%05d" % i, b"v" * (i % 40)] for i in range(3000)]  # about 80 KiB logged
+    engine.backend.submit([O.StoreWrite("s", big)])
+    engine.backend.submit([O.StoreWrite("s", [[b"small", b"1"]])])
+    engine.backend.submit([O.StoreWrite("s", big[:1000])])
+    log = engine.backend.read_log(0)
+    assert [seq for seq, _, _ in log] == [1, 2, 3]
+    assert log[0][2] == [O.StoreWrite("s", big)] and log[2][2] == [O.StoreWrite("s", big[:1000])]
+    assert engine.backend.read_log(2)[0][2] == [O.StoreWrite("s", [[b"small", b"1"]])]
+    assert engine.stats()["log_entries"] == 3
+    footprint = engine.backend.log_footprint()
+    assert (footprint.first, footprint.entries) == (1, 3)
+    with engine.backend.store.read() as txn:  # no overflow pages: each piece fits in a page
+        assert txn.stat(engine.backend.store.log)["overflow_pages"] == 0
+    assert engine.backend.trim_log(1) == 1
+    assert [seq for seq, _, _ in engine.backend.read_log(0)] == [2, 3]
+    engine.close()
+    report = check_directory(str(path))
+    assert report.ok, report.problems
+    assert report.counts["log_entries"] == 2
