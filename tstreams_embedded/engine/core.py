@@ -618,8 +618,10 @@ class Core:
 
     # ------------------------------------------------------------------ maintenance
     def compact(self) -> dict[str, int]:
-        """Delete every transaction past its stream's TTL (and its data) and trim the commit
-        log to ``log_retention`` entries. Freed pages are reused by later writes.
+        """Delete every transaction past its stream's TTL (and its data), counting what
+        registered consumers had not read (:mod:`.expiry`), and trim the commit log to
+        ``log_retention`` entries and ``log_retention_bytes`` bytes (:mod:`.commitlog`).
+        Freed pages are reused by later writes.
 
         Works in slices (``COMPACTION_SLICE`` streams per snapshot, bounded deletions per
         write) so that millions of streams never hold the write lock for long."""
