@@ -127,8 +127,9 @@ def _slope_mb_per_min(samples: list[tuple[float, int]]) -> float:
 
 
 def _soak_round(engine: ts.Engine, r: int) -> None:
-    """A streams app's load at 1,000 items/s (5 rounds a second): input with a 60 s TTL and
-    its dedup state (1,500 keys written per round, those of 30 s ago deleted)."""
+    """A streams app's load at 1,000 items/s (5 rounds a second): input with a 60 s TTL,
+    its dedup state (1,500 keys written per round, those of 30 s ago deleted), and counts
+    (the same 2,000 keys rewritten every round)."""
     producer = engine.producer("input")
     for t in range(20):
         producer.instant([b'{"id": %d, "pad": "%s"}' % (r * 200 + t * 10 + i, b"x" * (20 + (i * 7) % 60))
@@ -136,6 +137,7 @@ def _soak_round(engine: ts.Engine, r: int) -> None:
     puts = [[b"dedup-%09d" % (r * 1500 + i), b"%d" % r] for i in range(1500)]
     deletes = [b"dedup-%09d" % (k - 150 * 1500) for k in range(r * 1500, r * 1500 + 1500)] if r >= 150 else None
     engine.backend.submit([O.StoreWrite("dedup", puts, deletes)])
+    _rewrite_keys(engine, r, keys=2000, per_write=500)
 
 
 @pytest.mark.soak
