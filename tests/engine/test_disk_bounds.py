@@ -93,7 +93,7 @@ def test_log_retention_bytes_is_validated(tmp_path) -> None:
         ts.open(tmp_path / "x", log_retention_bytes=-1)
 
 
-SOAK_MINUTES = float(os.environ.get("TSTREAMS_SOAK_MINUTES", "12"))
+SOAK_MINUTES = float(os.environ.get("TSTREAMS_SOAK_MINUTES", "10"))
 
 
 def _soak(workload: Callable[[ts.Engine, int], None], engine: ts.Engine, path: str, minutes: float,
@@ -110,6 +110,7 @@ def _soak(workload: Callable[[ts.Engine, int], None], engine: ts.Engine, path: s
         r += 1
         if time.monotonic() >= next_sample:
             samples.append((round(time.monotonic() - start, 1), os.path.getsize(os.path.join(path, "data.mdb"))))
+            print(f"{label}: round {r}, {samples[-1][0]} s, data.mdb {samples[-1][1]} bytes", flush=True)
             next_sample += 15
         pace.wait(max(0.0, start + r / rounds_per_second - time.monotonic()))
     print(f"\n{label}: {r} rounds; data.mdb (s, bytes):", samples)
@@ -141,6 +142,7 @@ def _soak_round(engine: ts.Engine, r: int) -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(SOAK_MINUTES * 60 + 300)
 def test_soak_disk_plateaus_under_a_steady_load_with_ttls(tmp_path) -> None:
     """Items 5 and 22 over minutes, in real time, with background compaction every 5 s:
     the data file grows while the TTL and the log fill up, then stays flat (slope over the
