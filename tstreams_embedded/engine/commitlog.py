@@ -29,6 +29,11 @@ from .store import Store
 
 #: most entries one trimming write transaction deletes
 TRIM_SLICE = 10_000
+#: about the most bytes of entries one trimming write transaction deletes. Pages freed in
+#: one commit are listed in one free-list record; a large one takes a run of overflow pages
+#: that a fragmented free list may not have, and LMDB then grows the file (see above):
+#: trims and compactions free space in small steps.
+TRIM_BYTES = 256 * 1024
 #: largest log value stored as one key: less than LMDB's largest inline value (2,018 bytes
 #: with a 12-byte key on 4 KiB pages), so that no entry takes overflow pages
 PIECE = 1984
@@ -99,24 +104,32 @@ def footprint(txn: lmdb.Transaction, store: Store) -> Footprint:
     return Footprint(first, seq_of(cur.key()) - first + 1, pages * st["psize"])
 
 
-def trim_slice(txn: lmdb.Transaction, store: Store, upto_seq: int, limit: int = TRIM_SLICE) -> int:
-    """Delete up to ``limit`` of the oldest entries with ``seq <= upto_seq``; how many."""
+def trim_slice(txn: lmdb.Transaction, store: Store, upto_seq: int, limit: int = TRIM_SLICE,
+               max_bytes: int = TRIM_BYTES) -> tuple[int, bool]:
+    """Delete the oldest entries with ``seq <= upto_seq``, whole entries only, up to
+    ``limit`` entries and about ``max_bytes`` of values; return ``(entries deleted,
+    whether some with seq <= upto_seq are left)``."""
     # the sequence lives in the log's last key: keep it in meta before that key may go
     txn.put(reads.LOG_SEQ, keys.U64.pack(reads.log_seq(txn, store)), db=store.meta)
     cur = txn.cursor(db=store.log)
     removed = 0
+    freed = 0
     last = -1
-    if cur.first():
-        while cur.key():
-            seq = seq_of(cur.key())
-            if seq > upto_seq or (seq != last and removed >= limit):
-                break
-            if seq != last:
-                removed += 1
-                last = seq
-            if not cur.delete():
-                break
-    return removed
+    if not cur.first():
+        return 0, False
+    while cur.key():
+        seq = seq_of(cur.key())
+        if seq > upto_seq:
+            return removed, False
+        if seq != last and (removed >= limit or freed >= max_bytes):
+            return removed, True
+        if seq != last:
+            removed += 1
+            last = seq
+        freed += len(cur.value()) + 16
+        if not cur.delete():
+            break
+    return removed, False
 
 
 def entries_over(size: Footprint, bound: int) -> int:

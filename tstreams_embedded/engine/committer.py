@@ -524,12 +524,12 @@ class GroupCommitter:
             while True:
                 txn = self.store.begin_write()
                 try:
-                    n = commitlog.trim_slice(txn, self.store, upto)
+                    _, more = commitlog.trim_slice(txn, self.store, upto)
                     txn.commit()
                 except BaseException:
                     txn.abort()
                     raise
-                if n < commitlog.TRIM_SLICE:
+                if not more:
                     return
 
         self._in_reserve(trim)

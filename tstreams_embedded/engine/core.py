@@ -55,7 +55,7 @@ from .commit_waker import CommitWaker
 from .committer import GroupCommitter
 from .iteration import iter_transactions
 from .ops import Operation
-from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store, as_bytes, entries, translate
+from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store, entries, translate
 from .validate import MAX_FETCH, check_int, check_interval, check_name, utf8
 
 log = logging.getLogger(__name__)
@@ -592,19 +592,22 @@ class Core:
         return len(entries)
 
     def trim_log(self, upto_seq: int) -> int:
-        """Delete log entries with ``seq <= upto_seq`` (in slices of
-        :data:`~.commitlog.TRIM_SLICE` per write); return how many were removed."""
+        """Delete log entries with ``seq <= upto_seq`` (in slices of at most
+        :data:`~.commitlog.TRIM_SLICE` entries and about :data:`~.commitlog.TRIM_BYTES`
+        bytes per write); return how many were removed."""
         self._check()
         check_int(upto_seq, "upto_seq", 0, 2**63 - 1)
 
-        def trim_slice(txn: lmdb.Transaction) -> int:
+        def trim_slice(txn: lmdb.Transaction) -> tuple[int, bool]:
             return commitlog.trim_slice(txn, self.store, upto_seq)
 
         total = 0
         while True:
-            n: int = self.committer.run_maintenance(trim_slice, frees=True)
+            n: int
+            more: bool
+            n, more = self.committer.run_maintenance(trim_slice, frees=True)
             total += n
-            if n < commitlog.TRIM_SLICE:
+            if not more:
                 return total
 
     @contextmanager
@@ -630,20 +633,35 @@ class Core:
 
     COMPACTION_SLICE = 5000
     COMPACTION_BATCH = 256
+    #: about the most transactions plus chunks one compaction write deletes. The pages one
+    #: commit frees are listed in one LMDB free-list record; a large record takes a run of
+    #: overflow pages that a fragmented free list may not have, and LMDB then grows the
+    #: file although it holds free pages (see :mod:`.commitlog`): compaction frees space
+    #: in small steps instead.
+    COMPACTION_STEP = 64
 
     def expired_compactions(self, now: int | None = None) -> Iterator[list[O.Compact]]:
         """The :class:`~.ops.Compact` records that delete every transaction past its
         stream's TTL as of ``now`` (epoch ms; default: the engine's clock), in batches of at
-        most :attr:`COMPACTION_BATCH`, computed on consistent slices of
-        :attr:`COMPACTION_SLICE` streams. :meth:`compact` applies them here; a cluster
-        leader replicates them so that every node deletes the same transactions."""
+        most :attr:`COMPACTION_BATCH` records and about :attr:`COMPACTION_STEP`
+        transactions and chunks, computed on consistent slices of :attr:`COMPACTION_SLICE`
+        streams. :meth:`compact` applies them here; a cluster leader replicates them so
+        that every node deletes the same transactions."""
         self._check()
         now = self.clock() if now is None else now
         after: bytes | None = b""
         while after is not None:
             work, after = self._expired_slice(after, now)
-            for i in range(0, len(work), self.COMPACTION_BATCH):
-                yield work[i : i + self.COMPACTION_BATCH]
+            batch: list[O.Compact] = []
+            cost = 0
+            for op, n in work:
+                if batch and (cost + n > self.COMPACTION_STEP or len(batch) >= self.COMPACTION_BATCH):
+                    yield batch
+                    batch, cost = [], 0
+                batch.append(op)
+                cost += n
+            if batch:
+                yield batch
             if after is not None:
                 time.sleep(0)  # let foreground threads run between slices
 
@@ -684,10 +702,11 @@ class Core:
                 return removed
             removed += self.trim_log(size.first + n - 1)
 
-    def _expired_slice(self, after: bytes, now: int) -> tuple[list[O.Compact], bytes | None]:
-        """COMPACT operations for the next slice of streams after name ``after``; the name to
-        continue from (None when done)."""
-        work: list[O.Compact] = []
+    def _expired_slice(self, after: bytes, now: int) -> tuple[list[tuple[O.Compact, int]], bytes | None]:
+        """COMPACT operations for the next slice of streams after name ``after``, each with
+        the transactions plus chunks it deletes (a partition's expired range is cut into
+        records of about :attr:`COMPACTION_STEP`); the name to continue from (None when done)."""
+        work: list[tuple[O.Compact, int]] = []
         seen = 0
         with self.store.read() as txn:
             cur = txn.cursor(db=self.store.streams)
@@ -700,13 +719,30 @@ class Core:
                 floor = reads.ttl_floor(info, now)
                 if floor > 0:
                     for p in range(info.partitions):
-                        first = keys.part_key(info.id, p)
-                        head = as_bytes(tcur.key()) if tcur.set_range(first) else b""
-                        if head[: keys.PART_LEN] == first and keys.txn_id_of(head) < floor:
-                            work.append(O.Compact(info.name, p, floor, info.id))
+                        work.extend(self._expired_steps(tcur, info, p, floor))
                 if seen >= self.COMPACTION_SLICE:
                     return work, k
         return work, None
+
+    def _expired_steps(self, tcur: lmdb.Cursor, info: StreamInfo, partition: int,
+                       floor: int) -> list[tuple[O.Compact, int]]:
+        """The Compact records that delete a partition's transactions below ``floor``, each
+        deleting about :attr:`COMPACTION_STEP` transactions plus chunks, with that cost."""
+        first = keys.part_key(info.id, partition)
+        steps: list[tuple[O.Compact, int]] = []
+        cost = 0
+        if not tcur.set_range(first):
+            return steps
+        for k, v in entries(tcur.iternext()):
+            if k[: keys.PART_LEN] != first or keys.txn_id_of(k) >= floor:
+                break
+            if cost >= self.COMPACTION_STEP:  # delete what is below this one, then go on
+                steps.append((O.Compact(info.name, partition, keys.txn_id_of(k), info.id), cost))
+                cost = 0
+            cost += 1 + keys.STATE.unpack(v)[2]
+        if cost:
+            steps.append((O.Compact(info.name, partition, floor, info.id), cost))
+        return steps
 
     def _submit_compaction(self, work: list[O.Compact]) -> int:
         try:
