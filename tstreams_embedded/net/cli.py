@@ -20,6 +20,7 @@ from .server import (
 )
 
 _BYTES = click.IntRange(min=1)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @click.command("serve")
@@ -46,7 +47,7 @@ _BYTES = click.IntRange(min=1)
                    "/status and the status page at / (see docs/CLUSTER.md).")
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Write the bound endpoints to this file once serving.")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", default="INFO", show_default=True, type=click.Choice(LOG_LEVELS, case_sensitive=False))
 def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | None, max_msg_size: int,
           max_request_size: int, max_client_bytes: int, max_write_queue_bytes: int, max_reply_bytes: int,
           http: str | None, ready_file: str | None, log_level: str) -> None:
@@ -78,7 +79,11 @@ def generate(directory: str, clients: tuple[str, ...]) -> None:
     """Create a server keypair and authorized client keypairs in DIRECTORY."""
     from .auth import generate_keys
 
-    for name, path in generate_keys(directory, tuple(clients)).items():
+    try:
+        written = generate_keys(directory, tuple(clients))
+    except OSError as exc:
+        raise click.ClickException(f"cannot write keys in {directory!r}: {exc.strerror or exc}") from None
+    for name, path in written.items():
         click.echo(f"{name}: {path}")
 
 

@@ -46,6 +46,7 @@ import zmq
 from .. import errors
 from ..engine import ops as O
 from ..engine.backend import Backend, ConsumerInfo, Fetched, IndexScan, PartitionInfo, StoreScan, StreamInfo, TxnData
+from ..engine.validate import check_wait
 from . import framing
 from .connection import Connection
 from .future import Future
@@ -397,8 +398,8 @@ class RemoteBackend:
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         """Long poll on the server (it never blocks its loop for it)."""
-        t = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else 0.0
-        generation: int = self._call("wait_for_commit", seen, timeout, timeout=self.timeout + max(t, 0.0))
+        t = check_wait(seen, timeout)  # as the embedded engine does: nan or inf would never end
+        generation: int = self._call("wait_for_commit", seen, timeout, timeout=self.timeout + t)
         return generation
 
     def watch(self, seen: int, callback: Callable[[int], Any]) -> Subscription:

@@ -50,6 +50,7 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
+from ..engine.validate import check_interval
 from ..errors import EngineClosed, InvalidArgument, ProtocolError, RemoteError, error_from_wire
 from . import framing, zmqfast
 from .future import Future
@@ -104,10 +105,8 @@ class Connection:
         eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         if not eps or not all(isinstance(e, str) and "://" in e for e in eps):
             raise InvalidArgument(f"endpoint must be a ZeroMQ address like 'tcp://host:port', got {endpoints!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise InvalidArgument(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if isinstance(heartbeat, bool) or not isinstance(heartbeat, (int, float)) or heartbeat <= 0:
-            raise InvalidArgument(f"heartbeat must be a positive number of seconds, got {heartbeat!r}")
+        check_interval(timeout, "timeout")  # finite: nan, inf or 1e308 would wait forever
+        check_interval(heartbeat, "heartbeat")
         self.endpoints = eps
         self.timeout = float(timeout)
         self.heartbeat = float(heartbeat)
