@@ -289,7 +289,8 @@ def test_closing_while_writes_are_in_flight_raises_engine_closed(tmp_path) -> No
 def test_deleting_data_frees_its_space_in_the_commit_log_too(make_engine) -> None:
     """The log refers to stored chunks instead of copying them: after delete_stream and
     compaction, as much fits again as fitted the first time."""
-    engine = make_engine(map_size=256 * KIB, max_map_size=1 * MIB, durability="async", log_retention=None)
+    engine = make_engine(map_size=256 * KIB, max_map_size=1 * MIB, durability="async", log_retention=None,
+                         log_retention_bytes=None)
 
     def fill(stream: str) -> int:
         engine.create_stream(stream)

@@ -27,7 +27,7 @@ import lmdb
 
 from .. import errors
 from ..ids import ID_MULTIPLIER
-from . import keys, state
+from . import expiry, keys, state
 from . import ops as O
 from .backend import StreamInfo
 from .catalog import encode_stream, lookup_stream
@@ -264,6 +264,7 @@ def _delete_stream(a: Applier, scope: BatchScope, op: O.DeleteStream) -> tuple[N
                     break
     if high > floor:  # IDs never repeat in a partition, even if the name is created again
         txn.put(ID_FLOOR, keys.U64.pack(high), db=a.store.meta)
+    expiry.forget(txn, a.store, info.id)
     scope.streams.pop(op.name, None)
     scope.last_ids.clear()  # its partitions' entries are gone from `parts`
     return None, op
@@ -420,6 +421,8 @@ def _delete_consumer(a: Applier, scope: BatchScope, op: O.DeleteConsumer) -> tup
     stored = _stored_offsets(a, scope, info, op.consumer)
     for k in stored:
         scope.txn.delete(k, db=a.store.offsets)
+    if stored:
+        expiry.forget(scope.txn, a.store, info.id, op.consumer)
     return len(stored), op
 
 
@@ -453,17 +456,25 @@ def _compact(a: Applier, scope: BatchScope, op: O.Compact) -> tuple[int, O.Compa
     prefix = keys.part_key(info.id, op.partition)
     end = keys.txn_key(info.id, op.partition, op.before_id)
     removed = 0
+    readers = expiry.readers(scope.txn, a.store, info, op.partition)
+    unread = dict.fromkeys(readers, 0)
     cur = scope.txn.cursor(db=a.store.txns)
     if cur.set_range(prefix):
         while True:
             k = as_bytes(cur.key())
             if k[: keys.PART_LEN] != prefix or k >= end:
                 break
-            _, _, chunks, _ = keys.STATE.unpack(cur.value())
-            a.delete_chunks(scope.txn, info, op.partition, keys.txn_id_of(k), chunks)
+            txn_state, _, chunks, items = keys.STATE.unpack(cur.value())
+            txn_id = keys.txn_id_of(k)
+            if txn_state == TxnState.CHECKPOINTED and items:
+                for consumer, offset in readers.items():
+                    if txn_id > offset:
+                        unread[consumer] += items
+            a.delete_chunks(scope.txn, info, op.partition, txn_id, chunks)
             removed += 1
             if not cur.delete():
                 break
+    expiry.count(scope.txn, a.store, info, op.partition, unread)
     return removed, op
 
 

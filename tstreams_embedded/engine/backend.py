@@ -161,18 +161,23 @@ MAX_DESCRIBED_PARTITIONS = 1024
 
 @dataclass(frozen=True)
 class ConsumerInfo:
-    """A named consumer of a stream and its stored offsets (partition -> last processed txn ID)."""
+    """A named consumer of a stream and its stored offsets (partition -> last processed txn
+    ID); ``expired_unread``: partition -> items that the stream's TTL deleted before this
+    consumer read them (see :mod:`.expiry`; partitions without any are left out)."""
 
     stream: str
     name: str
     offsets: dict[int, int]
+    expired_unread: dict[int, int] = field(default_factory=dict)
 
     def to_wire(self) -> list[Any]:
-        return [self.stream, self.name, self.offsets]
+        return [self.stream, self.name, self.offsets, self.expired_unread]
 
     @classmethod
     def from_wire(cls, v: Sequence[Any]) -> ConsumerInfo:
-        return cls(v[0], v[1], {int(p): int(o) for p, o in v[2].items()})
+        unread = v[3] if len(v) > 3 else {}
+        return cls(v[0], v[1], {int(p): int(o) for p, o in v[2].items()},
+                   {int(p): int(n) for p, n in unread.items()})
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 import lmdb
 
 from .. import errors
-from . import chunks, keys, reads
+from . import chunks, commitlog, keys, reads
 from . import ops as O
 from .catalog import decode_stream
 from .ops import TxnState
@@ -232,11 +232,12 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
 
     raw = txn.get(reads.LOG_SEQ, db=store.meta)
     log_seq = max(keys.U64.unpack(raw)[0] if raw else 0, reads.log_seq(txn, store))
-    for k, v in entries(txn.cursor(db=store.log).iternext()):
-        counts["log_entries"] += 1
-        seq = keys.U64.unpack(k)[0] if len(k) == 8 else -1
+    for k, _ in entries(txn.cursor(db=store.log).iternext()):
+        seq = commitlog.seq_of(k) if len(k) in (8, 12) else -1  # an entry, or a piece of one
         if seq < 0 or seq > log_seq:
             report.problem(f"commit-log key {k.hex()} is past log_seq {log_seq}")
+    for seq, v in commitlog.iter_entries(txn.cursor(db=store.log).iternext()):
+        counts["log_entries"] += 1
         try:
             O.unpack_batch(v)
         except Exception as exc:  # noqa: BLE001

@@ -31,6 +31,10 @@ Guarantees:
   commit while one is in progress share the next one);
 * when the map is full the whole group is retried after growing the map: nothing is lost
   and nothing is applied twice;
+* deleting data is always possible, even at ``max_map_size`` (see :meth:`GroupCommitter._write_with_room`):
+  requests that only free space (:data:`FREEING`, log trims) may use a reserve of the map
+  beyond that limit, and pages freed by the last commit are made reusable before a write
+  is refused, so that a deletion frees room for new writes at once;
 * a full disk fails the group with :class:`~tstreams_embedded.errors.StorageFull`, damaged
   pages with :class:`~tstreams_embedded.errors.DataCorrupted` (:meth:`.Store.translate`);
 * :meth:`close` lets the group being written finish, syncs, and fails every request that
@@ -39,6 +43,8 @@ Guarantees:
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,19 +53,31 @@ from typing import Any
 import lmdb
 
 from .. import errors
-from . import keys, reads
+from . import commitlog, keys, reads
 from . import ops as O
 from .apply import Applier
 from .ops import Operation
 from .store import Store
 
+log = logging.getLogger(__name__)
+
+
+#: records that only delete: a batch made of them may use the map's deletion reserve
+FREEING = (O.DeleteStream, O.DeleteConsumer, O.Compact)
+
+
+#: ``meta`` key bumped by :meth:`GroupCommitter._reclaim`
+RECLAIM_KEY = b"reclaim"
+
 
 class _Request:
     __slots__ = ("batch", "durable", "done", "results", "error", "seq", "at", "replay", "fn", "commit_no",
-                 "taken", "finished", "waiter")
+                 "taken", "finished", "waiter", "frees")
 
     def __init__(self, batch: Any, durable: bool, at: int | None = None, replay: bool = False,
-                 fn: Callable[[lmdb.Transaction], Any] | None = None) -> None:
+                 fn: Callable[[lmdb.Transaction], Any] | None = None, frees: bool = False) -> None:
+        #: whether it only deletes (it may then use the map's deletion reserve)
+        self.frees = frees or (fn is None and bool(batch) and all(type(op) in FREEING for op in batch))
         self.batch = batch
         self.durable = durable
         self.at = at  # apply at this time instead of the clock's
@@ -106,6 +124,8 @@ class GroupCommitter:
         self._fsyncing = False  # an fsync call is running (durable requests wait to commit after it)
         self._urgent = 0  # queued requests that must not wait for an fsync (not durable, or async mode)
         self._closed = False
+        #: the commit log's bound in bytes (None: unbounded); a full map trims it to that
+        self.log_bound: int | None = None
 
     # ------------------------------------------------------------------ public
     def submit(self, batch: Sequence[Operation], durable: bool = True) -> list[Any]:
@@ -119,9 +139,10 @@ class GroupCommitter:
         results: list[Any] = self._run(_Request(batch, durable, at=now_ms, replay=True))
         return results
 
-    def run_maintenance(self, fn: Callable[[lmdb.Transaction], Any]) -> Any:
-        """Run ``fn(write_txn)`` in the write path; not written to the commit log."""
-        req = _Request(None, False, fn=fn)
+    def run_maintenance(self, fn: Callable[[lmdb.Transaction], Any], frees: bool = False) -> Any:
+        """Run ``fn(write_txn)`` in the write path; not written to the commit log. With
+        ``frees``, ``fn`` only deletes, and may use the map's deletion reserve."""
+        req = _Request(None, False, fn=fn, frees=frees)
         return self._run(req)
 
     def submit_many(self, calls: Sequence[tuple[Sequence[Operation], bool]]) -> list[tuple[bool, Any]]:
@@ -417,12 +438,7 @@ class GroupCommitter:
 
     def _commit_group(self, group: list[_Request]) -> None:
         try:
-            while True:
-                try:
-                    self._write_group(group)
-                    break
-                except lmdb.MapFullError:
-                    self.store.grow()  # raises StorageFull at the limit
+            self._write_with_room(group)
             with self._sync_cv:
                 self._committed_no += 1
                 for r in group:
@@ -441,6 +457,95 @@ class GroupCommitter:
         self.generation += 1
         if self.on_commit is not None:
             self.on_commit()
+
+    def _write_with_room(self, group: list[_Request]) -> None:
+        """Write ``group``, growing the map while it is full. At ``max_map_size``: first make
+        the pages that the last commits freed reusable (LMDB reuses a page freed by commit
+        ``T`` only from commit ``T + 2`` on) and try again; then commit the group's freeing
+        requests alone, in the deletion reserve, and try the rest again (they may now fit);
+        only then fail with StorageFull."""
+        reclaimed = False
+        while True:
+            try:
+                self._write_group(group)
+                return
+            except lmdb.MapFullError:
+                if self.store.can_grow():
+                    self.store.grow()
+                    continue
+                if not reclaimed:
+                    reclaimed = True
+                    self._in_reserve(self._reclaim)
+                    continue
+                freeing = [r for r in group if r.frees]
+                if not freeing:
+                    if self._trim_log_for_room():
+                        reclaimed = False
+                        continue
+                    self.store.grow()  # raises StorageFull
+                    return
+                self._in_reserve(functools.partial(self._write_group, freeing))
+                group = [r for r in group if not r.frees]
+                if not group:
+                    return
+                reclaimed = False  # that deletion freed pages: try the rest again
+
+    def _in_reserve(self, write: Callable[[], None]) -> None:
+        """Run ``write`` (commits that only delete) with the map allowed to grow into the
+        deletion reserve, then make the pages it freed reusable and give the reserve back."""
+        try:
+            while True:
+                try:
+                    write()
+                    self._reclaim()
+                    return
+                except lmdb.MapFullError:
+                    self.store.grow(freeing=True)  # raises StorageFull past the reserve
+        finally:
+            self.store.shrink_to_limit()
+
+    def _trim_log_for_room(self) -> bool:
+        """A full map's last resort before refusing a write: trim the commit log (a bounded
+        history; its entries are not data) to :attr:`log_bound` bytes, which it may exceed
+        between compactions. Whether anything went."""
+        if self.log_bound is None:
+            return False
+        with self.store.read() as txn:
+            size = commitlog.footprint(txn, self.store)
+        n = commitlog.entries_over(size, self.log_bound)
+        if not n:
+            return False
+        upto = size.first + n - 1
+        log.warning("the LMDB map of %r is full at max_map_size=%d: trimming the commit log's oldest %d entries "
+                    "(of %d, %d bytes) to make room", self.store.path, self.store.max_map_size, n,
+                    size.entries, size.bytes)
+
+        def trim() -> None:
+            while True:
+                txn = self.store.begin_write()
+                try:
+                    _, more = commitlog.trim_slice(txn, self.store, upto)
+                    txn.commit()
+                except BaseException:
+                    txn.abort()
+                    raise
+                if not more:
+                    return
+
+        self._in_reserve(trim)
+        return True
+
+    def _reclaim(self) -> None:
+        """One small commit, so that the pages freed by the commit before it become reusable
+        by the next one (see :meth:`_write_with_room`)."""
+        txn = self.store.begin_write()
+        try:
+            raw = txn.get(RECLAIM_KEY, db=self.store.meta)
+            txn.put(RECLAIM_KEY, keys.U64.pack(keys.U64.unpack(raw)[0] + 1 if raw else 1), db=self.store.meta)
+            txn.commit()
+        except BaseException:
+            txn.abort()
+            raise
 
     #: failed requests after which a group is applied with one nested transaction per
     #: request instead of being restarted without the failed one (see :meth:`_write_group`)
@@ -483,7 +588,7 @@ class GroupCommitter:
                         at = now if r.at is None else r.at
                         results, resolved = self.applier.apply_batch(child, at, r.batch, replay=r.replay)
                         seq += 1
-                        child.put(keys.U64.pack(seq), O.pack_batch(at, resolved), db=self.store.log)
+                        commitlog.put_entry(child, self.store, seq, O.pack_batch(at, resolved))
                         r.results, r.seq = results, seq
                 except lmdb.MapFullError:
                     raise

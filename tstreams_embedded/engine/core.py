@@ -36,7 +36,7 @@ import lmdb
 
 from .. import errors
 from ..ids import ID_MULTIPLIER, MAX_ID
-from . import inspection, keys, paging, reads, state
+from . import commitlog, inspection, keys, paging, reads, state
 from . import ops as O
 from .apply import Applier
 from .backend import (
@@ -55,7 +55,7 @@ from .commit_waker import CommitWaker
 from .committer import GroupCommitter
 from .iteration import iter_transactions
 from .ops import Operation
-from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store, as_bytes, entries, translate
+from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store, entries, translate
 from .unusable import check_files, unusable_directory
 from .validate import MAX_FETCH, check_int, check_interval, check_name, check_wait, utf8
 
@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 
 DURABILITY_MODES = ("sync", "strict", "async")
 DEFAULT_MAX_ITEM_SIZE = 10 * 1024 * 1024
+#: default bound of the commit log's size in the data file (see ``log_retention_bytes``)
+DEFAULT_LOG_RETENTION_BYTES = 64 * 1024 * 1024
 
 
 def wall_clock_ms() -> int:
@@ -128,6 +130,7 @@ class Core:
         clock: Callable[[], int] | None = None,
         compaction_interval: float | None = 60.0,
         log_retention: int | None = 100_000,
+        log_retention_bytes: int | None = DEFAULT_LOG_RETENTION_BYTES,
         flush_interval: float = 1.0,
     ) -> None:
         if durability not in DURABILITY_MODES:
@@ -137,6 +140,8 @@ class Core:
         check_int(max_map_size, "max_map_size", map_size, 1 << 50)
         if log_retention is not None:
             check_int(log_retention, "log_retention", 0, 1 << 62)
+        if log_retention_bytes is not None:
+            check_int(log_retention_bytes, "log_retention_bytes", 0, 1 << 62)
         check_interval(compaction_interval, "compaction_interval", allow_none=True)
         check_interval(flush_interval, "flush_interval")
         if clock is not None and not callable(clock):
@@ -149,6 +154,7 @@ class Core:
         self.durability = durability
         self.max_item_size = max_item_size
         self.log_retention = log_retention
+        self.log_retention_bytes = log_retention_bytes
         self.clock = clock or wall_clock_ms
         self._store_sizes = (map_size, max_map_size)
         check_files(self.path)
@@ -164,6 +170,7 @@ class Core:
                                                                   self.path) from exc
         self.applier = Applier(self.store, max_item_size)
         self.committer = GroupCommitter(self.store, self.applier, self.clock, sync_durable=durability == "sync")
+        self.committer.log_bound = self.log_bound()
         self._commit_cv = threading.Condition()
         self.committer.on_commit = self._notify_commit
         self.external_commits = 0  # wake-ups by other processes' commits (commit_waker.py)
@@ -263,6 +270,7 @@ class Core:
             self.applier = Applier(self.store, self.max_item_size)
             self.committer = GroupCommitter(self.store, self.applier, self.clock,
                                             sync_durable=self.durability == "sync")
+            self.committer.log_bound = self.log_bound()
             self.committer.on_commit = self._notify_commit
             self._notify_commit()
 
@@ -541,7 +549,7 @@ class Core:
         with self.store.read() as txn:
             streams = txn.stat(self.store.streams)["entries"]
             txns = txn.stat(self.store.txns)["entries"]
-            log_entries = txn.stat(self.store.log)["entries"]
+            log_entries = commitlog.footprint(txn, self.store).entries
         return {
             "path": self.path,
             "durability": self.durability,
@@ -570,9 +578,9 @@ class Core:
         with self.store.read() as txn:
             cur = txn.cursor(db=self.store.log)
             if cur.set_range(keys.U64.pack(from_seq)):
-                for k, v in cur.iternext():
+                for seq, v in commitlog.iter_entries(cur.iternext()):
                     now_ms, ops = O.unpack_batch(v)
-                    out.append((keys.U64.unpack(k)[0], now_ms, reads.resolve_chunks(txn, self.store, ops)))
+                    out.append((seq, now_ms, reads.resolve_chunks(txn, self.store, ops)))
                     if len(out) >= limit:
                         break
         return out
@@ -588,28 +596,22 @@ class Core:
         return len(entries)
 
     def trim_log(self, upto_seq: int) -> int:
-        """Delete log entries with ``seq <= upto_seq`` (in slices of 10,000 per write); return
-        how many were removed."""
+        """Delete log entries with ``seq <= upto_seq`` (in slices of at most
+        :data:`~.commitlog.TRIM_SLICE` entries and about :data:`~.commitlog.TRIM_BYTES`
+        bytes per write); return how many were removed."""
         self._check()
         check_int(upto_seq, "upto_seq", 0, 2**63 - 1)
 
-        def trim_slice(txn: lmdb.Transaction) -> int:
-            # the sequence lives in the log's last key: keep it in meta before that key may go
-            txn.put(reads.LOG_SEQ, keys.U64.pack(reads.log_seq(txn, self.store)), db=self.store.meta)
-            cur = txn.cursor(db=self.store.log)
-            removed = 0
-            if cur.first():
-                while removed < 10_000 and cur.key() and keys.U64.unpack(cur.key())[0] <= upto_seq:
-                    if not cur.delete():
-                        break
-                    removed += 1
-            return removed
+        def trim_slice(txn: lmdb.Transaction) -> tuple[int, bool]:
+            return commitlog.trim_slice(txn, self.store, upto_seq)
 
         total = 0
         while True:
-            n: int = self.committer.run_maintenance(trim_slice)
+            n: int
+            more: bool
+            n, more = self.committer.run_maintenance(trim_slice, frees=True)
             total += n
-            if n < 10_000:
+            if not more:
                 return total
 
     @contextmanager
@@ -623,8 +625,10 @@ class Core:
 
     # ------------------------------------------------------------------ maintenance
     def compact(self) -> dict[str, int]:
-        """Delete every transaction past its stream's TTL (and its data) and trim the commit
-        log to ``log_retention`` entries. Freed pages are reused by later writes.
+        """Delete every transaction past its stream's TTL (and its data), counting what
+        registered consumers had not read (:mod:`.expiry`), and trim the commit log to
+        ``log_retention`` entries and ``log_retention_bytes`` bytes (:mod:`.commitlog`).
+        Freed pages are reused by later writes.
 
         Works in slices (``COMPACTION_SLICE`` streams per snapshot, bounded deletions per
         write) so that millions of streams never hold the write lock for long."""
@@ -633,36 +637,80 @@ class Core:
 
     COMPACTION_SLICE = 5000
     COMPACTION_BATCH = 256
+    #: about the most transactions plus chunks one compaction write deletes. The pages one
+    #: commit frees are listed in one LMDB free-list record; a large record takes a run of
+    #: overflow pages that a fragmented free list may not have, and LMDB then grows the
+    #: file although it holds free pages (see :mod:`.commitlog`): compaction frees space
+    #: in small steps instead.
+    COMPACTION_STEP = 64
 
     def expired_compactions(self, now: int | None = None) -> Iterator[list[O.Compact]]:
         """The :class:`~.ops.Compact` records that delete every transaction past its
         stream's TTL as of ``now`` (epoch ms; default: the engine's clock), in batches of at
-        most :attr:`COMPACTION_BATCH`, computed on consistent slices of
-        :attr:`COMPACTION_SLICE` streams. :meth:`compact` applies them here; a cluster
-        leader replicates them so that every node deletes the same transactions."""
+        most :attr:`COMPACTION_BATCH` records and about :attr:`COMPACTION_STEP`
+        transactions and chunks, computed on consistent slices of :attr:`COMPACTION_SLICE`
+        streams. :meth:`compact` applies them here; a cluster leader replicates them so
+        that every node deletes the same transactions."""
         self._check()
         now = self.clock() if now is None else now
         after: bytes | None = b""
         while after is not None:
             work, after = self._expired_slice(after, now)
-            for i in range(0, len(work), self.COMPACTION_BATCH):
-                yield work[i : i + self.COMPACTION_BATCH]
+            batch: list[O.Compact] = []
+            cost = 0
+            for op, n in work:
+                if batch and (cost + n > self.COMPACTION_STEP or len(batch) >= self.COMPACTION_BATCH):
+                    yield batch
+                    batch, cost = [], 0
+                batch.append(op)
+                cost += n
+            if batch:
+                yield batch
             if after is not None:
                 time.sleep(0)  # let foreground threads run between slices
 
     def trim_log_to_retention(self) -> int:
-        """Trim the commit log to its newest ``log_retention`` entries (nothing when
-        ``log_retention`` is None); return how many entries were removed."""
+        """Trim the commit log to its newest ``log_retention`` entries, and further while
+        its pages take more than ``log_retention_bytes`` (each bound off when None); return
+        how many entries were removed."""
         self._check()
-        if self.log_retention is None:
-            return 0
-        seq = self.log_seq()
-        return self.trim_log(seq - self.log_retention) if seq > self.log_retention else 0
+        removed = 0
+        if self.log_retention is not None:
+            seq = self.log_seq()
+            removed += self.trim_log(seq - self.log_retention) if seq > self.log_retention else 0
+        bound = self.log_bound()
+        if bound is not None:
+            removed += self._trim_log_to_bytes(bound)
+        return removed
 
-    def _expired_slice(self, after: bytes, now: int) -> tuple[list[O.Compact], bytes | None]:
-        """COMPACT operations for the next slice of streams after name ``after``; the name to
-        continue from (None when done)."""
-        work: list[O.Compact] = []
+    def log_bound(self) -> int | None:
+        """The commit log's bound in bytes: ``log_retention_bytes``, and at most 1/16 of
+        ``max_map_size`` (None when ``log_retention_bytes`` is None)."""
+        if self.log_retention_bytes is None:
+            return None
+        return min(self.log_retention_bytes, self.store.max_map_size // 16)
+
+    def log_footprint(self) -> commitlog.Footprint:
+        """The commit log's first sequence number, entries, and bytes in the data file."""
+        self._check()
+        with self.store.read() as txn:
+            return commitlog.footprint(txn, self.store)
+
+    def _trim_log_to_bytes(self, bound: int) -> int:
+        """Trim the oldest log entries while the log takes more than ``bound`` bytes."""
+        removed = 0
+        while True:
+            size = self.log_footprint()
+            n = commitlog.entries_over(size, bound)
+            if not n:
+                return removed
+            removed += self.trim_log(size.first + n - 1)
+
+    def _expired_slice(self, after: bytes, now: int) -> tuple[list[tuple[O.Compact, int]], bytes | None]:
+        """COMPACT operations for the next slice of streams after name ``after``, each with
+        the transactions plus chunks it deletes (a partition's expired range is cut into
+        records of about :attr:`COMPACTION_STEP`); the name to continue from (None when done)."""
+        work: list[tuple[O.Compact, int]] = []
         seen = 0
         with self.store.read() as txn:
             cur = txn.cursor(db=self.store.streams)
@@ -675,13 +723,30 @@ class Core:
                 floor = reads.ttl_floor(info, now)
                 if floor > 0:
                     for p in range(info.partitions):
-                        first = keys.part_key(info.id, p)
-                        head = as_bytes(tcur.key()) if tcur.set_range(first) else b""
-                        if head[: keys.PART_LEN] == first and keys.txn_id_of(head) < floor:
-                            work.append(O.Compact(info.name, p, floor, info.id))
+                        work.extend(self._expired_steps(tcur, info, p, floor))
                 if seen >= self.COMPACTION_SLICE:
                     return work, k
         return work, None
+
+    def _expired_steps(self, tcur: lmdb.Cursor, info: StreamInfo, partition: int,
+                       floor: int) -> list[tuple[O.Compact, int]]:
+        """The Compact records that delete a partition's transactions below ``floor``, each
+        deleting about :attr:`COMPACTION_STEP` transactions plus chunks, with that cost."""
+        first = keys.part_key(info.id, partition)
+        steps: list[tuple[O.Compact, int]] = []
+        cost = 0
+        if not tcur.set_range(first):
+            return steps
+        for k, v in entries(tcur.iternext()):
+            if k[: keys.PART_LEN] != first or keys.txn_id_of(k) >= floor:
+                break
+            if cost >= self.COMPACTION_STEP:  # delete what is below this one, then go on
+                steps.append((O.Compact(info.name, partition, keys.txn_id_of(k), info.id), cost))
+                cost = 0
+            cost += 1 + keys.STATE.unpack(v)[2]
+        if cost:
+            steps.append((O.Compact(info.name, partition, floor, info.id), cost))
+        return steps
 
     def _submit_compaction(self, work: list[O.Compact]) -> int:
         try:

@@ -11,6 +11,15 @@ Two checks run every time a :class:`~.store.Store` opens a directory:
   is refused the same way. Directories of older versions (no marker, data present) open
   normally and get their marker then. Checks and initialisation run under an exclusive
   ``flock`` of the directory, so concurrent first opens by several processes are safe.
+* **A creation that never finished is started over.** Before the engine creates anything in
+  a new directory it writes ``tstreams.creating``, and removes it once the marker is
+  written. A directory that has that file, no marker and no data (creation interrupted, e.g.
+  by a full disk) is cleared of LMDB's files (the engine never used them) and created again, instead of being refused as
+  lost data.
+* **The lock file has real blocks.** LMDB maps ``lock.mdb`` and writes its reader table
+  through the map; a sparse file on a full filesystem would kill the process with SIGBUS at
+  that write. Its blocks are reserved first (``posix_fallocate``), so a full disk is a
+  :class:`StorageFull` error instead.
 * **The data file is as long as its header says.** After LMDB reads the meta pages, and
   before any page is touched, ``data.mdb`` must hold ``(last_pgno + 1) * page size`` bytes;
   a shorter (truncated) file would kill the process with SIGBUS on the first read.
@@ -22,6 +31,7 @@ with them.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -32,7 +42,7 @@ from typing import Any
 
 import lmdb
 
-from ..errors import DataCorrupted
+from ..errors import DataCorrupted, StorageFull
 from .keys import U64
 
 MARKER = "tstreams.dir"
@@ -46,6 +56,11 @@ READABLE_MARKER_FORMATS = (1, 2)
 DATA_FORMAT = 1  # meta "format": chunks are sealed with a checksum
 DATA_FILE = "data.mdb"
 LOCK_FILE = "lock.mdb"
+CREATING = "tstreams.creating"
+#: bytes of ``lock.mdb`` reserved before LMDB maps it: its header and the reader table of
+#: ``max_readers`` readers (64 bytes each)
+LOCK_HEADER = 192
+READER_SIZE = 64
 ID_KEY = b"directory_id"
 FORMAT_KEY = b"format"
 
@@ -123,9 +138,64 @@ def is_data_directory(path: str) -> bool:
     return os.path.isdir(path) and bool(data_size(path))
 
 
+def lock_file_size(max_readers: int) -> int:
+    """The size LMDB gives ``lock.mdb`` for ``max_readers`` readers."""
+    return LOCK_HEADER + (max_readers - 1) * READER_SIZE
+
+
+def reserve(file: str, size: int) -> None:
+    """Give ``file`` (created if missing) real blocks for its first ``size`` bytes; never
+    changes its content. Raises :class:`StorageFull` when the filesystem has no room."""
+    fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StorageFull(f"cannot create {file!r}: the disk holding it is full; nothing was written") from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # filesystems without fallocate
+            raise
+    finally:
+        os.close(fd)
+
+
+def begin_creation(path: str) -> None:
+    """Mark ``path`` as being created (see module docstring), durably."""
+    fd = os.open(os.path.join(path, CREATING), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _sync_dir(path)
+
+
+def end_creation(path: str) -> None:
+    """Creation finished (the marker is written): remove the creation mark."""
+    try:
+        os.unlink(os.path.join(path, CREATING))
+    except FileNotFoundError:
+        return
+    _sync_dir(path)
+
+
+def _sync_dir(path: str) -> None:
+    dfd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 def check_before_open(path: str, marker_id: str | None) -> bool:
-    """Refuse a directory that was initialised but lost its data file. Returns whether the
-    directory is new (nothing in it yet)."""
+    """Refuse a directory that was initialised but lost its data file; clear one whose
+    creation never finished. Returns whether the directory is new (nothing in it yet)."""
+    if marker_id is None and os.path.exists(os.path.join(path, CREATING)):
+        # creation never finished: the engine never opened it for use, so it holds no data
+        for name in (DATA_FILE, LOCK_FILE):
+            try:
+                os.unlink(os.path.join(path, name))
+            except FileNotFoundError:
+                pass
+        return True
     size = data_size(path)
     if size:
         return False

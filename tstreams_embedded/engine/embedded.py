@@ -116,7 +116,8 @@ def open_engine(path: str | os.PathLike[str], durability: str = "sync", *, txn_t
 
     ``durability`` is ``"sync"``, ``"strict"`` or ``"async"`` (see :class:`~.core.Core`);
     ``core_options`` are :class:`~.core.Core`'s keyword options (``map_size``,
-    ``max_item_size``, ``clock``, ``compaction_interval``, ``log_retention``, …). Opening the
+    ``max_item_size``, ``clock``, ``compaction_interval``, ``log_retention``,
+    ``log_retention_bytes``, …). Opening the
     same directory again in one process shares the underlying environment; its storage
     options must then be the same (:class:`EngineBusy` names the one that differs). Every
     option is validated first: a failed open leaves nothing open and no thread running.

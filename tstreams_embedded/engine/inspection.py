@@ -11,7 +11,7 @@ from __future__ import annotations
 import lmdb
 
 from ..ids import ID_MULTIPLIER
-from . import keys
+from . import expiry, keys
 from .backend import MAX_OPEN_LISTED, ConsumerInfo, OpenTxn, PartitionInfo, StreamInfo
 from .catalog import decode_stream, lookup_stream
 from .ops import TxnState
@@ -119,5 +119,5 @@ def list_consumers(txn: lmdb.Transaction, store: Store, stream: str | None, limi
         for name in sorted(found):
             if limit is not None and len(out) >= limit:
                 return out
-            out.append(ConsumerInfo(info.name, name, found[name]))
+            out.append(ConsumerInfo(info.name, name, found[name], expiry.of_consumer(txn, store, info, name)))
     return out

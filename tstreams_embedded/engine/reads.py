@@ -218,7 +218,7 @@ def log_seq(txn: lmdb.Transaction, store: Store) -> int:
     floor: int = keys.U64.unpack(raw)[0] if raw else 0
     cur = txn.cursor(db=store.log)
     if cur.last():
-        last: int = keys.U64.unpack(cur.key())[0]
+        last: int = keys.U64.unpack_from(cur.key())[0]  # a u64, or a u64 and a piece (.commitlog)
         return max(last, floor)
     return floor
 

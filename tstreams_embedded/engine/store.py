@@ -77,6 +77,7 @@ DB_NAMES = ("meta", "streams", "parts", "txns", "data", "offsets", "markers", "l
 #: databases a read-only open does without when a directory predates them
 OPTIONAL_DBS = ("state",)
 
+MAX_READERS = 1024
 DEFAULT_MAP_SIZE = 1 << 30  # 1 GiB to start; the file is sparse and grows with use
 DEFAULT_MAX_MAP_SIZE = 1 << 40  # 1 TiB of address space
 
@@ -160,11 +161,14 @@ class Store:
             marker = directory.read_marker_doc(path)
             marker_id = marker[0] if marker is not None else None
             new = directory.check_before_open(path, marker_id)
+            if new and not readonly:
+                directory.begin_creation(path)
+            self._reserve_lock_file(readonly)
             self.env = lmdb.open(
                 path,
                 map_size=map_size,
                 max_dbs=len(DB_NAMES) + 2,
-                max_readers=1024,
+                max_readers=MAX_READERS,
                 sync=strict,
                 metasync=strict,
                 lock=True,
@@ -196,6 +200,8 @@ class Store:
                     directory.write_marker(path, write_id)
                 elif marker is not None and marker[1] < directory.MARKER_FORMAT and not readonly:
                     directory.write_marker(path, marker[0])  # upgrade in place (see directory.py)
+                if not readonly:
+                    directory.end_creation(path)
             except BaseException:
                 self.env.close()
                 raise
@@ -210,6 +216,14 @@ class Store:
         #: state stores of stream applications (:mod:`.state`); None only in a read-only open
         #: of a directory older than them
         self.state = self.dbs.get("state")
+
+    def _reserve_lock_file(self, readonly: bool) -> None:
+        """Real blocks for ``lock.mdb`` before LMDB maps it (see :mod:`.directory`)."""
+        try:
+            directory.reserve(os.path.join(self.path, directory.LOCK_FILE), directory.lock_file_size(MAX_READERS))
+        except OSError as exc:  # a read-only open may lack the right to write it
+            if not readonly or exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
 
     def _begin_read(self, buffers: bool) -> lmdb.Transaction:
         return self.env.begin(buffers=True) if buffers else self.env.begin(buffers=False)
@@ -259,20 +273,41 @@ class Store:
         with self._gate.exclusive():
             self.env.set_mapsize(0)
 
-    def grow(self) -> None:
-        """Double the map size. Raises :class:`StorageFull` at ``max_map_size``."""
+    def can_grow(self) -> bool:
+        """Whether the map is below ``max_map_size``."""
+        return bool(self.env.info()["map_size"] < self.max_map_size)
+
+    def grow(self, freeing: bool = False) -> None:
+        """Double the map size. Raises :class:`StorageFull` at ``max_map_size``; with
+        ``freeing`` (a commit that only deletes), at ``max_map_size`` plus the deletion
+        reserve (:attr:`deletion_reserve`)."""
         current = self.env.info()["map_size"]
-        if current >= self.max_map_size:
+        limit = self.max_map_size + (self.deletion_reserve if freeing else 0)
+        if current >= limit:
             raise StorageFull(
                 f"LMDB map is full at {current} bytes and max_map_size={self.max_map_size} forbids growing; "
-                "nothing was written"
+                "nothing was written" + (" (deleting data needed more than the map's deletion reserve)"
+                                         if freeing else "; delete data (streams, consumers) to make room")
             )
-        new = min(current * 2, self.max_map_size)
+        new = min(max(current * 2, self.max_map_size), limit) if freeing else min(current * 2, limit)
         with self._gate.exclusive():
             try:
                 self.env.set_mapsize(new)
             except lmdb.Error as exc:
                 raise StorageFull(f"could not grow the LMDB map to {new} bytes: {exc}") from exc
+
+    @property
+    def deletion_reserve(self) -> int:
+        """Bytes beyond ``max_map_size`` that commits which only delete may use (so that a
+        full map can always be freed): 1/16 of the limit, at least 1 MiB, at most 256 MiB."""
+        return min(max(self.max_map_size // 16, 1 << 20), 256 << 20)
+
+    def shrink_to_limit(self) -> None:
+        """Give back what a deletion used of the reserve: the map goes back to
+        ``max_map_size`` (LMDB keeps it at least as large as the pages in use)."""
+        if self.env.info()["map_size"] > self.max_map_size:
+            with self._gate.exclusive():
+                self.env.set_mapsize(self.max_map_size)
 
     def sync(self) -> None:
         """Flush every committed page to disk (fdatasync)."""

@@ -30,6 +30,9 @@ metric                                              meaning
 ``lag_ms{app,stream,partition}``                    newest input transaction − oldest unprocessed
 ``lag_records{app,stream,partition}``               input records not yet committed
 ``stream_time_lag_ms{app,partition}``               wall clock − the task's stream time
+``input_expired_unread_total{app,stream,partition}`` input items the stream's TTL deleted
+                                                    before the app read them (TTL deletes by
+                                                    age, whoever has or has not read)
 ==================================================  =========================================
 
 **Bounded scrape.** ``store_entries`` counts at most :data:`STORE_SCAN` entries per store and
@@ -46,9 +49,10 @@ from itertools import islice
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .. import errors
 from ..ids import ID_MULTIPLIER
 from .appview import AppView
 from .global_table import global_namespace
@@ -199,6 +203,25 @@ class DropCounter:
             child.inc(n)
 
 
+def _expired_unread(app: ObservedApp) -> CounterMetricFamily:
+    """Per input stream and partition, the items that TTL compaction deleted before the app
+    (the consumer named after its application id) read them (see ``engine/expiry.py``)."""
+    a = app.application_id
+    family = CounterMetricFamily(f"{PREFIX}_input_expired_unread", "Input items the stream's TTL deleted before "
+                                 "the app read them", labels=["app", "stream", "partition"])
+    backend = app.engine.backend
+    for stream in sorted(set(app.topology.stream_names(a)[0])):
+        try:
+            consumers = backend.list_consumers(stream)
+        except errors.StreamNotFound:
+            continue
+        for c in consumers:
+            if c.name == a:
+                for partition, n in sorted(c.expired_unread.items()):
+                    family.add_metric([a, stream, str(partition)], n)
+    return family
+
+
 class _StateCollector(Collector):
     """Gauges read at scrape time: store sizes, input lag, stream-time lag."""
 
@@ -248,4 +271,4 @@ class _StateCollector(Collector):
             t = task.stream_time()
             if t is not None:
                 stream_lag.add_metric([a, p], max(0, now - t))
-        return [sizes, capped, lag, lag_records, stream_lag]
+        return [sizes, capped, lag, lag_records, stream_lag, _expired_unread(app)]

@@ -228,22 +228,25 @@ def consumers_list(target: Target, stream: str | None, as_json: bool) -> None:
 @click.argument("name")
 @json_option
 def consumers_describe(target: Target, stream: str, name: str, as_json: bool) -> None:
-    """Per partition of STREAM: consumer NAME's offset, the head, and the lag in
-    transactions, items and time (how long the oldest unread transaction has waited). A
-    partition without a stored offset counts from the oldest transaction."""
+    """Per partition of STREAM: consumer NAME's offset, the head, the lag in transactions,
+    items and time (how long the oldest unread transaction has waited), and the items that
+    the stream's TTL deleted before NAME read them (TTL deletes by age, whoever has or has
+    not read). A partition without a stored offset counts from the oldest transaction."""
     out = Output(as_json)
     with target.open() as engine:
         info = report.stream_info(engine.backend, stream)
         offsets = report.stored_offsets(engine.backend, info, name)
         rows = report.consumer_rows(engine.backend, info, name, offsets, engine.backend.now_ms())
+        unread = report.expired_unread(engine.backend, info, name)
     out.text(f"consumer {name} on stream {info.name}")
     for row in rows:
         row["lag_time"] = duration(row["lag_ms"])
+        row["expired_unread"] = unread.get(row["partition"], 0)
     out.table([{k: v for k, v in r.items() if k != "lag_time"} for r in rows] if as_json else rows, [
         ("partition", "partition"), ("offset", "offset"), ("offset_time", "offset time"), ("head", "head"),
         ("head_time", "head time"), ("lag_transactions", "lag txns"), ("lag_items", "lag items"),
         ("lag_time", "lag time"), ("blocked_by_open", "waits on open txn"),
-        ("ahead_of_head", "offset ahead of head"),
+        ("ahead_of_head", "offset ahead of head"), ("expired_unread", "expired unread"),
     ])
     ahead = [str(r["partition"]) for r in rows if r["ahead_of_head"]]
     if ahead:
@@ -251,6 +254,10 @@ def consumers_describe(target: Target, stream: str, name: str, as_json: bool) ->
                  "written (or checkpointed) up to its offset; reset it with --to newest or a time")
     out.text(f"total lag: {sum(r['lag_transactions'] for r in rows)} transactions, "
              f"{sum(r['lag_items'] for r in rows)} items")
+    lost = sum(unread.values())
+    if lost:
+        out.text(f"{lost} items expired unread: the stream's TTL ({info.ttl} s) deleted them before {name} read "
+                 "them (TTL deletes by age, whoever has or has not read)")
 
 
 @consumers.command("reset")

@@ -79,6 +79,14 @@ def stored_offsets(backend: Backend, info: StreamInfo, consumer: str) -> dict[in
     return offsets
 
 
+def expired_unread(backend: Backend, info: StreamInfo, consumer: str) -> dict[int, int]:
+    """Partition -> items the stream's TTL deleted before ``consumer`` read them."""
+    for c in backend.list_consumers(info.name):
+        if c.name == consumer:
+            return c.expired_unread
+    return {}
+
+
 @dataclass(frozen=True)
 class Lag:
     """What is checkpointed after an offset: transactions, items, the first of them, and
