@@ -39,6 +39,11 @@ def test_single_node_metrics_follow_traffic(tmp_path: Path) -> None:
         assert after[("tstreams_engine_commits_total", frozenset())] >= 6
         assert after[("tstreams_engine_requests_total", frozenset())] >= 6
         assert after[("tstreams_engine_fsyncs_total", frozenset())] >= 1  # durable writes, sync mode
+        assert after[("tstreams_engine_fsync_seconds_total", frozenset())] > 0
+        used, size, limit = (after[(f"tstreams_engine_map_{m}_bytes", frozenset())] for m in ("used", "size", "limit"))
+        assert 0 < used <= size <= limit
+        assert after[("tstreams_engine_disk_bytes", frozenset())] >= used > before[("tstreams_engine_map_used_bytes",
+                                                                                       frozenset())]
         assert after[("tstreams_server_received_total", frozenset())] > before[("tstreams_server_received_total",
                                                                                  frozenset())]
         # IDs are shown as the times they stand for: a float holds those exactly to the

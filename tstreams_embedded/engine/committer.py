@@ -111,6 +111,8 @@ class GroupCommitter:
         self._leading = False
         self.commits = 0
         self.fsyncs = 0
+        #: seconds spent in fsyncs (with :attr:`fsyncs`, their mean latency over any interval)
+        self.fsync_seconds = 0.0
         self.batches = 0
         #: committed groups by size bucket (1, 2, 4 = 3-4, 8 = 5-8, ...): how many requests share a commit
         self.group_sizes: dict[int, int] = {}
@@ -415,8 +417,10 @@ class GroupCommitter:
                     with self._sync_cv:
                         target = self._committed_no
                     self._fsyncing = True
+                    started = time.monotonic()
                     try:
                         self.store.sync()
+                        self.fsync_seconds += time.monotonic() - started
                     finally:
                         with self._cv:
                             self._fsyncing = False

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, cast
 
 import lmdb
@@ -23,6 +24,18 @@ import lmdb
 from .. import errors
 from ..errors import StorageFull
 from . import directory
+
+
+@dataclass(frozen=True)
+class StoreUsage:
+    """The map and disk use of an environment (:meth:`Store.usage`): ``used_bytes`` are the
+    pages up to the highest one in use (free pages inside count: LMDB reuses them), and
+    ``disk_bytes`` the blocks ``data.mdb`` occupies on disk."""
+
+    map_bytes: int
+    max_map_bytes: int
+    used_bytes: int
+    disk_bytes: int
 
 
 def entries(cursor_iter: Iterable[tuple[Any, Any]]) -> Iterator[tuple[bytes, bytes]]:
@@ -312,6 +325,20 @@ class Store:
     def sync(self) -> None:
         """Flush every committed page to disk (fdatasync)."""
         self.env.sync(True)
+
+    def usage(self) -> StoreUsage:
+        """How much of the map and of the disk the environment uses now."""
+        try:
+            info = self.env.info()
+            page = int(self.env.stat()["psize"])
+        except lmdb.Error as exc:
+            raise self.translate(exc, "read the map's use") from exc
+        try:
+            on_disk = os.stat(os.path.join(self.path, "data.mdb")).st_blocks * 512
+        except OSError:
+            on_disk = 0
+        return StoreUsage(map_bytes=int(info["map_size"]), max_map_bytes=self.max_map_size,
+                          used_bytes=(int(info["last_pgno"]) + 1) * page, disk_bytes=on_disk)
 
     def hold_snapshots(self, deadline: float) -> bool:
         """Before fork(): wait (until the monotonic ``deadline``) for the read snapshots in

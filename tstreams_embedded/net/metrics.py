@@ -54,6 +54,20 @@ class EngineCollector(Collector):
         yield CounterMetricFamily("tstreams_engine_requests", "write requests committed (sum of commit group sizes)",
                                   value=c.batches)
         yield CounterMetricFamily("tstreams_engine_fsyncs", "fsyncs of the state environment", value=c.fsyncs)
+        yield CounterMetricFamily("tstreams_engine_fsync_seconds",
+                                  "seconds spent in fsyncs of the state environment (rate over fsyncs: latency)",
+                                  value=c.fsync_seconds)
+        try:
+            usage = core.store.usage()
+        except errors.TStreamsError:
+            return
+        yield GaugeMetricFamily("tstreams_engine_map_used_bytes", "pages of the LMDB map in use (up to the highest)",
+                                value=usage.used_bytes)
+        yield GaugeMetricFamily("tstreams_engine_map_size_bytes", "the LMDB map's current size", value=usage.map_bytes)
+        yield GaugeMetricFamily("tstreams_engine_map_limit_bytes", "max_map_size: the map never grows past it",
+                                value=usage.max_map_bytes)
+        yield GaugeMetricFamily("tstreams_engine_disk_bytes", "blocks data.mdb occupies on disk",
+                                value=usage.disk_bytes)
         try:
             ov = stream_overview(core.store, self.limits)
         except errors.EngineClosed:
