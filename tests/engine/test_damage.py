@@ -23,7 +23,7 @@ from click.testing import CliRunner
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.cli import main as cli
-from tstreams_embedded.engine import chunks, directory, keys
+from tstreams_embedded.engine import chunks, directory, keys, seals
 from tstreams_embedded.engine.check import check_directory
 from tstreams_embedded.testing.serve import child_environment
 
@@ -137,11 +137,23 @@ def test_marker_is_written_readable_and_checked(tmp_path) -> None:
         ts.open(path)
 
 
+def _unseal_values(env: lmdb.Environment) -> None:
+    """Strip the seal of every value (what versions before sealed values wrote)."""
+    with env.begin(write=True) as txn:
+        for name in directory.SEALED_DBS:
+            db = env.open_db(name.encode(), txn=txn)
+            for k, v in list(txn.cursor(db=db)):
+                if name != "meta" or k not in directory.UNSEALED_META:
+                    assert seals.is_sealed(k, v)
+                    txn.put(k, v[:-seals.SEAL_LEN], db=db)
+
+
 def _make_legacy(path: Path) -> None:
     """Turn a directory into what older versions wrote: no marker, no directory id, no
-    format key, unsealed chunks."""
+    format key, unsealed chunks, unsealed values."""
     (path / directory.MARKER).unlink()
     env = lmdb.open(str(path), max_dbs=16)
+    _unseal_values(env)
     meta, data = env.open_db(b"meta"), env.open_db(b"data")
     with env.begin(write=True) as txn:
         txn.delete(directory.ID_KEY, db=meta)
@@ -277,8 +289,9 @@ def _damage_keys(path: Path) -> None:
         t_keys = [k for k, _ in txn.cursor(db=txns)]
         txn.delete(keys.chunk_key(sid, 0, keys.txn_id_of(t_keys[3]), 0), db=data)  # a missing chunk
         txn.put(keys.chunk_key(sid, 0, 12345, 0), chunks.seal(b"\x91\xc4\x01x"), db=data)  # an orphan
-        txn.put(keys.part_key(sid, 0), keys.U64.pack(keys.txn_id_of(t_keys[-1]) - 1), db=parts)
-        txn.put(keys.offset_key(999, "ghost", 0), keys.U64.pack(1), db=offsets)
+        pkey, okey = keys.part_key(sid, 0), keys.offset_key(999, "ghost", 0)  # forged, correctly sealed
+        txn.put(pkey, seals.seal(pkey, keys.U64.pack(keys.txn_id_of(t_keys[-1]) - 1)), db=parts)
+        txn.put(okey, seals.seal(okey, keys.U64.pack(1)), db=offsets)
     env.close()
 
 
@@ -318,3 +331,114 @@ def test_check_command_on_a_truncated_or_garbage_file(tmp_path) -> None:
     (path / "data.mdb").write_bytes(os.urandom(64 * 1024))
     report = check_directory(str(path))
     assert not report.ok and report.problems
+
+
+# --------------------------------------------------------------------------- sealed values (issue 19, item 1)
+FLIP_WORKER = Path(__file__).parent / "flip_worker.py"
+
+
+def _flip_value(path: Path, db: str, key: bytes) -> None:
+    """Flip one bit in the middle of the stored value of ``key`` in ``db``, in the file (an
+    LMDB leaf node holds the key, then the value; the same bit of stale copies too)."""
+    env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
+    with env.begin() as txn:
+        value = txn.get(key, db=env.open_db(db.encode(), txn=txn, create=False))
+    env.close()
+    assert value is not None
+    raw = bytearray((path / "data.mdb").read_bytes())
+    at = raw.find(key + value)
+    assert at > 0
+    while at >= 0:  # the live page and any stale copy of it in free pages
+        raw[at + len(key) + len(value) // 2] ^= 0x04
+        at = raw.find(key + value, at + 1)
+    (path / "data.mdb").write_bytes(bytes(raw))
+
+
+SEALED_KINDS = {  # what to damage -> (db, key of the victim, the read that must fail, words of the message)
+    "transaction record": ("txns", lambda sid, tid: keys.txn_key(sid, 1, tid),
+                           lambda e, tid: e.backend.get_transaction("s", 1, tid), "transaction record"),
+    "offset": ("offsets", lambda sid, tid: keys.offset_key(sid, "c", 0),
+               lambda e, tid: e.backend.get_offsets("s", "c"), "offset of consumer 'c'"),
+    "marker": ("markers", lambda sid, tid: b"m", lambda e, tid: e.backend.get_marker("m"), "marker 'm'"),
+    "state value": ("state", lambda sid, tid: b"app/counts\x00key-00150",
+                    lambda e, tid: e.backend.store_get("app/counts", b"key-00150"), "'key-00150'"),
+    "state scan": ("state", lambda sid, tid: b"app/counts\x00key-00150",
+                   lambda e, tid: e.backend.store_range("app/counts"), "state store 'app/counts'"),
+    "lease": ("state", lambda sid, tid: b"app/group\x00task-2",
+              lambda e, tid: e.backend.store_get("app/group", b"task-2"), "'task-2'"),
+    "commit log": ("log", lambda sid, tid: keys.U64.pack(3), lambda e, tid: e.backend.read_log(0),
+                   "commit-log entry 3"),
+    "catalog": ("streams", lambda sid, tid: b"s", lambda e, tid: e.get_stream("s"), "catalog record of stream 's'"),
+    "partition head": ("parts", lambda sid, tid: keys.part_key(sid, 1), lambda e, tid: e.backend.last_txn_id("s", 1),
+                       "last allocated transaction ID"),
+}
+
+
+@pytest.mark.parametrize("kind", list(SEALED_KINDS))
+def test_a_flipped_bit_in_any_stored_value_raises_data_corrupted_naming_it(tmp_path, kind) -> None:
+    path = tmp_path / "d"
+    subprocess.run([sys.executable, str(FLIP_WORKER), "fill", str(path)], check=True, env=child_environment())
+    with ts.open(path, compaction_interval=None) as e:
+        sid = e.get_stream("s").id
+        tid = e.backend.transactions_range("s", 1, 0, 2**63 - 1)[5].id
+    db, key, read, words = SEALED_KINDS[kind]
+    _flip_value(path, db, key(sid, tid))
+    with ts.open(path, compaction_interval=None, keepalive_interval=None) as e, \
+            pytest.raises(errors.DataCorrupted, match="checksum mismatch") as err:
+        read(e, tid)
+    assert words in str(err.value) and "tstreams check" in str(err.value)
+    report = check_directory(str(path))
+    assert not report.ok and any("checksum mismatch" in p and f"{db!r}" in p for p in report.problems), \
+        report.problems
+
+
+def _run_flips(src: Path, work: Path, seed: int, count: int) -> list[dict[str, object]]:
+    """Run the flips in worker subprocesses; one that crashes (a damaged page can make LMDB
+    itself fault) is recorded as ``crash`` and the next one starts after it."""
+    done: list[dict[str, object]] = []
+    first = 0
+    while first < count:
+        r = subprocess.run([sys.executable, str(FLIP_WORKER), "flip", str(src), str(work), str(seed),
+                            str(count - first), str(first)], capture_output=True, text=True, timeout=600,
+                           env=child_environment())
+        rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        finished = [row for row in rows if row["outcome"] not in ("started", "pristine")]
+        done += finished
+        started = [row for row in rows if row["outcome"] == "started"]
+        if r.returncode == 0:
+            break
+        assert r.returncode < 0 and started, (r.returncode, r.stderr[-3000:])  # only a signal may end it
+        crashed = started[-1]
+        done.append({**crashed, "outcome": f"crash (signal {-r.returncode})", "check_ok": False})
+        first = int(crashed["flip"]) + 1  # type: ignore[call-overload]
+    return done
+
+
+@pytest.mark.parametrize("seed", [1, 19])
+def test_no_single_bit_flip_silently_changes_what_the_engine_returns_or_what_check_reports(tmp_path, seed) -> None:
+    """Flip one bit of ``data.mdb`` at a time (seeded), read everything the engine returns
+    (streams, transactions, offsets, consumers, a marker, a state store, leases, the commit
+    log) and run ``tstreams check``: each flip leaves the answer as it was, or the read raises
+    DataCorrupted and check reports damage. Before values were sealed, 9 of 150 flips changed
+    the answer silently."""
+    src = tmp_path / "src"
+    subprocess.run([sys.executable, str(FLIP_WORKER), "fill", str(src)], check=True, env=child_environment())
+    results = _run_flips(src, tmp_path / "work", seed, 75)
+    assert len(results) == 75
+    silent = [r for r in results if r["outcome"] not in ("same", "corrupted") and not
+              str(r["outcome"]).startswith("crash")]
+    assert not silent, silent
+    unreported = [r for r in results if r["outcome"] != "same" and r["check_ok"]]
+    assert not unreported, unreported
+    assert any(r["outcome"] == "corrupted" for r in results)  # the flips did reach stored values
+
+
+@pytest.mark.soak
+def test_many_single_bit_flips(tmp_path) -> None:
+    src = tmp_path / "src"
+    subprocess.run([sys.executable, str(FLIP_WORKER), "fill", str(src)], check=True, env=child_environment())
+    for seed in range(100, 110):
+        results = _run_flips(src, tmp_path / f"work{seed}", seed, 200)
+        assert not [r for r in results if r["outcome"] not in ("same", "corrupted")
+                    and not str(r["outcome"]).startswith("crash")]
+        assert not [r for r in results if r["outcome"] != "same" and r["check_ok"]]

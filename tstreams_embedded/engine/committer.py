@@ -492,7 +492,7 @@ class GroupCommitter:
                         at = now if r.at is None else r.at
                         results, resolved = self.applier.apply_batch(child, at, r.batch, replay=r.replay)
                         seq += 1
-                        child.put(keys.U64.pack(seq), O.pack_batch(at, resolved), db=self.store.log)
+                        self.store.put(child, "log", keys.U64.pack(seq), O.pack_batch(at, resolved))
                         r.results, r.seq = results, seq
                 except lmdb.MapFullError:
                     raise

@@ -22,7 +22,7 @@ import lmdb
 
 from .. import errors
 from ..errors import StorageFull
-from . import directory
+from . import directory, seals
 
 
 def entries(cursor_iter: Iterable[tuple[Any, Any]]) -> Iterator[tuple[bytes, bytes]]:
@@ -66,6 +66,9 @@ def translate(exc: BaseException, action: str, path: str, closed: bool = False) 
                                "nothing was written")
     if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError,
                         lmdb.VersionMismatchError)):
+        return errors.DataCorrupted(f"{action} failed: the LMDB data file in {path!r} is damaged ({exc}); "
+                                    f"run `tstreams check --data {path}` and restore it from a backup")
+    if isinstance(exc, lmdb.BadTxnError) and not closed:  # LMDB broke the transaction at a damaged page
         return errors.DataCorrupted(f"{action} failed: the LMDB data file in {path!r} is damaged ({exc}); "
                                     f"run `tstreams check --data {path}` and restore it from a backup")
     if closed:
@@ -158,8 +161,7 @@ class Store:
         strict = durability == "strict"
         with directory.init_lock(path):  # see .directory: refuse damaged directories
             marker = directory.read_marker_doc(path)
-            marker_id = marker[0] if marker is not None else None
-            new = directory.check_before_open(path, marker_id)
+            new = directory.check_before_open(path, marker[0] if marker is not None else None)
             self.env = lmdb.open(
                 path,
                 map_size=map_size,
@@ -180,16 +182,8 @@ class Store:
                         except lmdb.NotFoundError:
                             if name not in OPTIONAL_DBS:
                                 raise
-                txn = self.env.begin(write=not readonly)
-                try:
-                    if not readonly:
-                        self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
-                    write_id, self.legacy_chunks = directory.bind(txn, self.dbs["meta"], path, marker_id, new,
-                                                                  readonly)
-                except BaseException:
-                    txn.abort()
-                    raise
-                txn.commit()
+                binding = self._bind(marker, new, readonly)
+                write_id = binding.write_id
                 if write_id is not None:
                     if not strict:
                         self.env.sync(True)  # the id is on disk before the marker names it
@@ -199,6 +193,13 @@ class Store:
             except BaseException:
                 self.env.close()
                 raise
+        #: chunks written before chunk checksums may be unsealed (see :mod:`.chunks`)
+        self.legacy_chunks = binding.legacy_chunks
+        #: whether values are sealed (:mod:`.seals`): always, but in a read-only open of a
+        #: directory written before sealed values
+        self.sealed = binding.sealed
+        #: ``unseal(db name, key, stored value)``: the verified payload (see :mod:`.seals`)
+        self.unseal: seals.Unseal = seals.unseal if binding.sealed else seals.unsealed
         self.meta = self.dbs["meta"]
         self.streams = self.dbs["streams"]
         self.parts = self.dbs["parts"]
@@ -210,6 +211,52 @@ class Store:
         #: state stores of stream applications (:mod:`.state`); None only in a read-only open
         #: of a directory older than them
         self.state = self.dbs.get("state")
+
+    def get(self, txn: lmdb.Transaction, db: str, key: bytes) -> bytes | None:
+        """The verified payload of the sealed value of ``key`` in the database named ``db``
+        (None if there is none); :class:`~tstreams_embedded.errors.DataCorrupted` if damaged."""
+        raw = txn.get(key, db=self.dbs[db])
+        return None if raw is None else self.unseal(db, key, as_bytes(raw))
+
+    def put(self, txn: lmdb.Transaction, db: str, key: bytes, payload: bytes) -> None:
+        """Store ``payload`` under ``key`` in the database named ``db``, sealed."""
+        txn.put(key, seals.seal(key, payload), db=self.dbs[db])
+
+    def seek(self, cur: lmdb.Cursor, db: str, key: bytes) -> bool:
+        """``cur.set_range(key)`` on the database named ``db``, with the seals of the entry
+        found and of the one before it verified: a key moved out of order by damage makes
+        LMDB's binary search land just after it or on it, so a damaged entry cannot make a
+        range read silently skip entries (:mod:`.seals`). The cursor ends on the entry found."""
+        if not cur.set_range(key):
+            if cur.last():  # nothing at or after key: the last entry is the one before
+                self.unseal(db, as_bytes(cur.key()), as_bytes(cur.value()))
+            return False
+        self.unseal(db, as_bytes(cur.key()), as_bytes(cur.value()))
+        if cur.prev():
+            self.unseal(db, as_bytes(cur.key()), as_bytes(cur.value()))
+            cur.next()
+        else:
+            cur.set_range(key)
+        return True
+
+    def _bind(self, marker: tuple[str, int] | None, new: bool, readonly: bool) -> directory.Binding:
+        """Open the databases and check (or record, or upgrade) the directory's identity and
+        format in one transaction; an upgrade that fills the map grows it and starts over."""
+        while True:
+            txn = self.env.begin(write=not readonly)
+            try:
+                if not readonly:
+                    self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
+                binding = directory.bind(txn, self.dbs, self.path, marker, new, readonly)
+            except lmdb.MapFullError:
+                txn.abort()
+                self.grow()
+                continue
+            except BaseException:
+                txn.abort()
+                raise
+            txn.commit()
+            return binding
 
     def _begin_read(self, buffers: bool) -> lmdb.Transaction:
         return self.env.begin(buffers=True) if buffers else self.env.begin(buffers=False)
