@@ -48,11 +48,9 @@ def seal(key: bytes, payload: bytes) -> bytes:
 def unseal(db: str, key: bytes, raw: bytes) -> bytes:
     """The verified payload of the value ``raw`` stored under ``key`` in database ``db``;
     :class:`DataCorrupted` naming the entry if its checksum does not match."""
-    n = len(raw) - SEAL_LEN
-    if n >= 0:
-        body = raw[:n]
-        if crc32c(body, crc32c(key)) == _CRC.unpack_from(raw, n)[0]:
-            return body
+    body = raw[:-SEAL_LEN]
+    if crc32c(body, crc32c(key)) == int.from_bytes(raw[-SEAL_LEN:], "big") and len(raw) >= SEAL_LEN:
+        return body
     raise damaged(db, key, raw)
 
 

@@ -215,8 +215,8 @@ class Store:
     def get(self, txn: lmdb.Transaction, db: str, key: bytes) -> bytes | None:
         """The verified payload of the sealed value of ``key`` in the database named ``db``
         (None if there is none); :class:`~tstreams_embedded.errors.DataCorrupted` if damaged."""
-        raw = txn.get(key, db=self.dbs[db])
-        return None if raw is None else self.unseal(db, key, as_bytes(raw))
+        raw: bytes | None = txn.get(key, db=self.dbs[db])  # type: ignore[assignment]  # memoryview in buffers snapshots
+        return None if raw is None else self.unseal(db, key, raw)
 
     def put(self, txn: lmdb.Transaction, db: str, key: bytes, payload: bytes) -> None:
         """Store ``payload`` under ``key`` in the database named ``db``, sealed."""
