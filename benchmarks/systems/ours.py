@@ -296,6 +296,26 @@ class OursEmbeddedUnsealed(OursEmbedded):
         assert self.engine.backend.store.legacy_chunks
 
 
+def switch_off_value_seals() -> None:
+    """In this process only, store and read every value but the chunks without its seal
+    (the baseline of the value-seal cost; directories written so are not for keeping)."""
+    from tstreams_embedded.engine import seals, store
+
+    if getattr(store.Store, "values_unsealed", False):
+        return
+    seals.seal = lambda key, payload: payload
+    seals.unseal = seals.unsealed
+    opening = store.Store.__init__
+
+    def unsealed_store(self: store.Store, *args: Any, **kwargs: Any) -> None:
+        opening(self, *args, **kwargs)
+        self.sealed = False  # the reads that inline the verification test this
+        self.unseal = seals.unsealed
+
+    store.Store.__init__ = unsealed_store  # type: ignore[method-assign]
+    store.Store.values_unsealed = True  # type: ignore[attr-defined]
+
+
 class OursEmbeddedValuesUnsealed(OursEmbedded):
     """Embedded, storing and reading every value but the chunks without its seal (the
     checksum over key and value of :mod:`tstreams_embedded.engine.seals`): measures what
@@ -307,12 +327,9 @@ class OursEmbeddedValuesUnsealed(OursEmbedded):
     description = "ts.open(dir, durability='sync') with value seals switched off in the worker process"
 
     def open(self) -> None:
-        from tstreams_embedded.engine import seals
-
-        seals.seal = lambda key, payload: payload  # this worker process only
-        seals.unseal = seals.unsealed
+        switch_off_value_seals()
         super().open()
-        assert self.engine.backend.store.unseal is seals.unsealed
+        assert not self.engine.backend.store.sealed
 
 
 class OursZmq(OursEmbedded):

@@ -24,10 +24,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import lmdb
+from crc32c import crc32c
 
 from .. import errors
 from ..ids import ID_MULTIPLIER
-from . import keys, state
+from . import keys, seals, state
 from . import ops as O
 from .backend import StreamInfo
 from .catalog import encode_stream, lookup_stream
@@ -513,8 +514,11 @@ def _store_write(a: Applier, scope: BatchScope, op: O.StoreWrite) -> tuple[None,
                     break
     for k in deletes:
         txn.delete(pfx + k, db=db)
+    sealed = a.store.sealed
     for k, v in puts:
-        a.store.put(txn, "state", pfx + k, v)
+        key = pfx + k
+        # seals.seal, inlined (a state-store write is a hot path)
+        txn.put(key, v + crc32c(v, crc32c(key)).to_bytes(seals.SEAL_LEN, "little") if sealed else v, db=db)
     return None, O.StoreWrite(op.store, [list(p) for p in puts], list(deletes) or None,
                               [list(r) for r in ranges] or None)
 

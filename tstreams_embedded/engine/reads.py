@@ -11,14 +11,16 @@ through the write path and scan again; readers never decide expiry on their own,
 from __future__ import annotations
 
 import lmdb
+from crc32c import crc32c
 
 from ..errors import DataCorrupted
 from ..ids import ID_MULTIPLIER
-from . import keys
+from . import keys, seals
 from .backend import StreamInfo, TxnData
 from .catalog import lookup_stream
 from .chunks import items_of, payload_of
 from .ops import Checkpoint, ChunkRef, Data, GoneChunk, Instant, Open, Operation, TxnState
+from .seals import RESIDUE
 from .store import Store, as_bytes, entries
 from .validate import check_partition
 
@@ -122,17 +124,17 @@ def scan(txn: lmdb.Transaction, store: Store, stream: str, partition: int, after
     cur = txn.cursor(db=store.txns)
     if after >= 2**63 - 1 or not store.seek(cur, "txns", keys.txn_key(info.id, partition, after + 1)):
         return out
-    unpack_state = keys.STATE.unpack
-    unseal = store.unseal
+    unpack_state = keys.STATE.unpack_from  # the seal follows the record
+    sealed = store.sealed
     found = 0
     for k, v in entries(cur.iternext()):
-        try:  # every entry visited, also the one that ends the scan: not one moved there by damage
-            state, deadline, chunks, items = unpack_state(unseal("txns", k, v))
-        except DataCorrupted:
+        # every entry visited is verified, also the one that ends the scan: not one moved there by damage
+        if sealed and crc32c(v, crc32c(k)) != RESIDUE:  # seals.unseal, inlined
             if out.txns or out.index:  # return what precedes it; the next scan raises
                 out.full = True
                 break
-            raise
+            raise seals.damaged("txns", k, v)
+        state, deadline, chunks, items = unpack_state(v)
         if k[: keys.PART_LEN] != prefix:
             break
         tid = keys.txn_id_of(k)

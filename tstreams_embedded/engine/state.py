@@ -20,9 +20,11 @@ from typing import Any
 
 import lmdb
 import msgpack
+from crc32c import crc32c
 
 from .. import errors
 from .backend import StoreScan
+from .seals import RESIDUE, SEAL_LEN, damaged
 from .store import Store, as_bytes, entries
 from .validate import check_int, check_name, utf8
 
@@ -127,17 +129,21 @@ def scan(txn: lmdb.Transaction, store: Store, name: str, start: bytes | None, en
     hi = pfx + check_key(end, "end") if end is not None else None
     out: list[tuple[bytes, bytes]] = []
     cur = txn.cursor(db=store.state)
-    unseal = store.unseal
     if not store.seek(cur, "state", lo):
         return out
     n = len(pfx)
     size = 0
+    sealed = store.sealed
     for k, v in entries(cur.iternext()):
-        value = unseal("state", k, v)  # also the entry that ends the scan: not one moved there by damage
+        # verified, also the entry that ends the scan (not one moved there by damage): seals.unseal, inlined
+        if sealed:
+            if crc32c(v, crc32c(k)) != RESIDUE:
+                raise damaged("state", k, v)
+            v = v[:-SEAL_LEN]
         if k[:n] != pfx or (hi is not None and k >= hi) or len(out) >= limit or size >= MAX_READ_BYTES:
             break
-        out.append((k[n:], value))
-        size += len(k) + len(value)
+        out.append((k[n:], v))
+        size += len(k) + len(v)
     return out
 
 

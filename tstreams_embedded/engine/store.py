@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 import lmdb
+from crc32c import crc32c
 
 from .. import errors
 from ..errors import StorageFull
@@ -216,7 +217,11 @@ class Store:
         """The verified payload of the sealed value of ``key`` in the database named ``db``
         (None if there is none); :class:`~tstreams_embedded.errors.DataCorrupted` if damaged."""
         raw: bytes | None = txn.get(key, db=self.dbs[db])  # type: ignore[assignment]  # memoryview in buffers snapshots
-        return None if raw is None else self.unseal(db, key, raw)
+        if raw is None or not self.sealed:
+            return raw
+        if crc32c(raw, crc32c(key)) == seals.RESIDUE and len(raw) >= seals.SEAL_LEN:  # seals.unseal, inlined
+            return raw[:-seals.SEAL_LEN]
+        raise seals.damaged(db, key, raw)
 
     def put(self, txn: lmdb.Transaction, db: str, key: bytes, payload: bytes) -> None:
         """Store ``payload`` under ``key`` in the database named ``db``, sealed."""
