@@ -251,7 +251,8 @@ ENGINE_SCENARIOS = (
         "N keys written 100 per (non-durable) StoreWrite, each read back by store_get, then scanned by "
         "store_range 1000 keys at a time; items = writes + gets + entries scanned. Every value is sealed "
         "with a checksum over key and value and verified on read; the same with value seals off is shown.",
-        (Variant("ours-embedded", "ours state store"),
+        (Variant("lmdb-raw-nosync", "raw named DB, put/get/cursor"),
+         Variant("ours-embedded", "ours state store"),
          Variant("ours-embedded-values-unsealed", "ours state store, values without checksum")),
         {m: {"n_keys": p["n_keys"], "batch": 100} for m, p in _engine_sizes(n_keys="state_keys").items()},
     ),
