@@ -25,6 +25,7 @@ from tstreams_embedded import errors
 from tstreams_embedded.cli import main as cli
 from tstreams_embedded.engine import chunks, directory, keys, seals
 from tstreams_embedded.engine.check import check_directory
+from tstreams_embedded.engine.ops import StoreWrite
 from tstreams_embedded.testing.serve import child_environment
 
 ITEM = b"payload-%06d-" + b"z" * 40
@@ -442,3 +443,52 @@ def test_many_single_bit_flips(tmp_path) -> None:
         assert not [r for r in results if r["outcome"] not in ("same", "corrupted")
                     and not str(r["outcome"]).startswith("crash")]
         assert not [r for r in results if r["outcome"] != "same" and r["check_ok"]]
+
+
+def _branch_pages(raw: bytes, psize: int = 4096) -> list[int]:
+    """Offsets of the LMDB branch pages in a data file (page header: pgno u64, pad u16,
+    flags u16 with P_BRANCH = 0x01, lower u16, upper u16)."""
+    out = []
+    for at in range(2 * psize, len(raw), psize):
+        flags = int.from_bytes(raw[at + 10:at + 12], "little")
+        if flags & 0x01 and not flags & 0x02:
+            out.append(at)
+    return out
+
+
+@pytest.mark.parametrize("bit", [0x01, 0x02])
+def test_a_damaged_branch_key_never_silently_hides_or_adds_state_entries(tmp_path, bit) -> None:
+    """A flipped bit in a branch page's separator key sends lookups and seeks to the wrong
+    leaf: gets would miss an entry, range reads would start beside their range. Reads
+    verify where a seek landed and what a miss missed, so each either answers as before or
+    raises DataCorrupted; ``tstreams check`` finds every entry a lookup misses."""
+    path = tmp_path / "d"
+    key = b"key-%05d".__mod__
+    with ts.open(path, compaction_interval=None) as e:
+        for lo in range(0, 3000, 100):
+            e.backend.submit([StoreWrite("app/counts", [[key(i), b"v" * 100] for i in range(lo, lo + 100)])])
+    raw = bytearray((path / "data.mdb").read_bytes())
+    pages = _branch_pages(bytes(raw))
+    assert pages
+    for at in pages:  # the live root and its stale copies alike: the separator key of the middle node
+        lower = int.from_bytes(raw[at + 12:at + 14], "little")
+        nodes = (lower - 16) // 2
+        node = at + int.from_bytes(raw[at + 16 + 2 * (nodes // 2):at + 18 + 2 * (nodes // 2)], "little")
+        ksize = int.from_bytes(raw[node + 6:node + 8], "little")
+        raw[node + 8 + ksize - 1] ^= bit  # the last digit of the separator key
+    (path / "data.mdb").write_bytes(bytes(raw))
+    damaged = 0
+    with ts.open(path, compaction_interval=None, keepalive_interval=None) as e:
+        for i in range(3000):
+            try:
+                assert e.backend.store_get("app/counts", key(i)) == b"v" * 100, i
+            except errors.DataCorrupted:
+                damaged += 1
+        for lo in range(0, 3000, 100):
+            try:
+                got = e.backend.store_range("app/counts", key(lo), key(lo + 100))
+                assert [k for k, _ in got] == [key(i) for i in range(lo, lo + 100)], lo
+            except errors.DataCorrupted:
+                damaged += 1
+    assert damaged  # the flip did send some lookup astray, and it was reported
+    assert not check_directory(str(path)).ok

@@ -217,7 +217,13 @@ class Store:
         """The verified payload of the sealed value of ``key`` in the database named ``db``
         (None if there is none); :class:`~tstreams_embedded.errors.DataCorrupted` if damaged."""
         raw: bytes | None = txn.get(key, db=self.dbs[db])  # type: ignore[assignment]  # memoryview in buffers snapshots
-        if raw is None or not self.sealed:
+        if raw is None:
+            if self.sealed:  # a miss is checked too: a damaged branch page can hide an entry from lookups
+                cur = txn.cursor(db=self.dbs[db])
+                if self.seek(cur, db, key) and as_bytes(cur.key()) == key:
+                    raise self._misrouted(db, key, key)
+            return None
+        if not self.sealed:
             return raw
         if crc32c(raw, crc32c(key)) == seals.RESIDUE and len(raw) >= seals.SEAL_LEN:  # seals.unseal, inlined
             return raw[:-seals.SEAL_LEN]
@@ -229,20 +235,42 @@ class Store:
 
     def seek(self, cur: lmdb.Cursor, db: str, key: bytes) -> bool:
         """``cur.set_range(key)`` on the database named ``db``, with the seals of the entry
-        found and of the one before it verified: a key moved out of order by damage makes
-        LMDB's binary search land just after it or on it, so a damaged entry cannot make a
-        range read silently skip entries (:mod:`.seals`). The cursor ends on the entry found."""
+        found and of the one before it verified, and that one below ``key``: a key moved out
+        of order by damage makes LMDB's binary search land just after it or on it, and a
+        damaged branch page sends it too far, so damage cannot make a range read silently
+        skip entries (:mod:`.seals`). The cursor ends on the entry found."""
         if not cur.set_range(key):
             if cur.last():  # nothing at or after key: the last entry is the one before
-                self.unseal(db, as_bytes(cur.key()), as_bytes(cur.value()))
+                self._before(db, key, as_bytes(cur.key()), as_bytes(cur.value()))
             return False
-        self.unseal(db, as_bytes(cur.key()), as_bytes(cur.value()))
+        found = as_bytes(cur.key())
+        self._verify(db, found, as_bytes(cur.value()))
+        if found < key:
+            raise self._misrouted(db, key, found)
         if cur.prev():
-            self.unseal(db, as_bytes(cur.key()), as_bytes(cur.value()))
+            self._before(db, key, as_bytes(cur.key()), as_bytes(cur.value()))
             cur.next()
         else:
             cur.set_range(key)
         return True
+
+    def _before(self, db: str, target: bytes, key: bytes, raw: bytes) -> None:
+        """Verify the entry just before where a seek for ``target`` landed."""
+        self._verify(db, key, raw)
+        if key >= target:
+            raise self._misrouted(db, target, key)
+
+    def _verify(self, db: str, key: bytes, raw: bytes) -> None:
+        """Verify the seal of an entry a seek passed by (``meta``'s unsealed keys have none)."""
+        if db != "meta" or key not in directory.UNSEALED_META:
+            self.unseal(db, key, raw)
+
+    @staticmethod
+    def _misrouted(db: str, target: bytes, key: bytes) -> errors.DataCorrupted:
+        return errors.DataCorrupted(
+            f"the {db!r} database is damaged: a lookup of {bytes(target[:40]).hex()} landed beside the "
+            f"{seals.describe(db, key)}, out of order (a damaged branch page). Run `tstreams check --data DIR` "
+            "for a full report and restore the directory from a backup")
 
     def _bind(self, marker: tuple[str, int] | None, new: bool, readonly: bool) -> directory.Binding:
         """Open the databases and check (or record, or upgrade) the directory's identity and
