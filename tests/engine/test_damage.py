@@ -492,3 +492,20 @@ def test_a_damaged_branch_key_never_silently_hides_or_adds_state_entries(tmp_pat
                 damaged += 1
     assert damaged  # the flip did send some lookup astray, and it was reported
     assert not check_directory(str(path)).ok
+
+
+@pytest.mark.parametrize("name", ["parts", "txns", "offsets", "state", "log"])
+def test_a_lost_database_record_is_refused_not_started_empty(tmp_path, name) -> None:
+    """A damaged record in LMDB's main database makes a named database disappear; opening
+    it would create it empty (every partition head 0, every state entry gone) silently."""
+    path = tmp_path / "d"
+    _fill(path, txns=5)
+    with ts.open(path, compaction_interval=None) as e:
+        e.backend.submit([StoreWrite("app/s", [[b"k", b"v"]])])
+    env = lmdb.open(str(path), max_dbs=16)
+    with env.begin(write=True) as txn:
+        txn.drop(env.open_db(name.encode(), txn=txn), delete=True)
+    env.close()
+    with pytest.raises(errors.DataCorrupted, match=f"database\\(s\\) \\['{name}'\\] are missing"):
+        ts.open(path)
+    assert not check_directory(str(path)).ok

@@ -321,6 +321,8 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
             report.problem(f"commit-log entry {seq} does not decode: {exc}")
     _counted(txn, store, report, "log", counts["log_entries"])
 
+    if store.state is None and store.sealed:
+        report.problem("the 'state' database is missing (its record in LMDB's main database is damaged)")
     if store.state is not None:
         n_state = 0
         for k, raw in entries(txn.cursor(db=store.state).iternext()):

@@ -191,9 +191,12 @@ class Binding:
 
 
 def bind(txn: lmdb.Transaction, dbs: dict[str, Any], path: str, marker: tuple[str, int] | None, new: bool,
-         readonly: bool) -> Binding:
+         readonly: bool, created: frozenset[str] = frozenset()) -> Binding:
     """Check (and for a new or older directory, record) the directory id in ``meta``, and
-    the data format (upgrading an older one in place unless ``readonly``)."""
+    the data format (upgrading an older one in place unless ``readonly``). ``created``: the
+    named databases this open had to create; in a directory of the current format every one
+    exists already, so a missing one is damage (its record in LMDB's main database was
+    damaged: opening it would silently start it empty)."""
     meta = dbs["meta"]
     marker_id = marker[0] if marker is not None else None
     raw = txn.get(ID_KEY, db=meta)
@@ -206,6 +209,10 @@ def bind(txn: lmdb.Transaction, dbs: dict[str, Any], path: str, marker: tuple[st
             f"(from a backup); to use this data file here, delete {MARKER}"
         )
     fmt = _data_format(txn, meta, path, marker, new, readonly)
+    if fmt == DATA_FORMAT and not new and created:
+        raise DataCorrupted(f"{os.path.join(path, DATA_FILE)} is damaged: its database(s) {sorted(created)} are "
+                            "missing (their records in LMDB's main database are damaged). Run `tstreams check "
+                            "--data DIR` and restore the directory from a backup")
     legacy = fmt is None
     if fmt == DATA_FORMAT:
         legacy = txn.get(LEGACY_CHUNKS_KEY, db=meta) is not None

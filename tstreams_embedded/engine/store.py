@@ -278,9 +278,12 @@ class Store:
         while True:
             txn = self.env.begin(write=not readonly)
             try:
+                created: frozenset[str] = frozenset()
                 if not readonly:
+                    existing = {bytes(k) for k in txn.cursor().iternext(values=False)}
+                    created = frozenset(n for n in DB_NAMES if n.encode() not in existing)
                     self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
-                binding = directory.bind(txn, self.dbs, self.path, marker, new, readonly)
+                binding = directory.bind(txn, self.dbs, self.path, marker, new, readonly, created)
             except lmdb.MapFullError:
                 txn.abort()
                 self.grow()
