@@ -220,7 +220,7 @@ class Store:
         if raw is None:
             if self.sealed:  # a miss is checked too: a damaged branch page can hide an entry from lookups
                 cur = txn.cursor(db=self.dbs[db])
-                if self.seek(cur, db, key) and as_bytes(cur.key()) == key:
+                if self.seek(cur, db, key) and bytes(cur.key()) == key:
                     raise self._misrouted(db, key, key)
             return None
         if not self.sealed:
@@ -241,14 +241,14 @@ class Store:
         skip entries (:mod:`.seals`). The cursor ends on the entry found."""
         if not cur.set_range(key):
             if cur.last():  # nothing at or after key: the last entry is the one before
-                self._before(db, key, as_bytes(cur.key()), as_bytes(cur.value()))
+                self._before(db, key, bytes(cur.key()), as_bytes(cur.value()))
             return False
-        found = as_bytes(cur.key())
+        found = bytes(cur.key())  # bytes: a memoryview in buffers snapshots does not order
         self._verify(db, found, as_bytes(cur.value()))
         if found < key:
             raise self._misrouted(db, key, found)
         if cur.prev():
-            self._before(db, key, as_bytes(cur.key()), as_bytes(cur.value()))
+            self._before(db, key, bytes(cur.key()), as_bytes(cur.value()))
             cur.next()
         else:
             cur.set_range(key)
