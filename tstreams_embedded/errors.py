@@ -107,6 +107,12 @@ class DataDirectoryNotFound(TStreamsError, FileNotFoundError):
     ``path`` (it is missing, or holds no tstreams data). Nothing was created."""
 
 
+class DataDirectoryUnusable(TStreamsError, OSError):
+    """The data directory cannot be created or opened: a parent is missing or not a
+    directory, permission is denied, the file system is read-only or cannot hold one (such as
+    ``/proc``), or its ``data.mdb`` or ``lock.mdb`` is a directory. Nothing was created."""
+
+
 class TopologyError(TStreamsError, ValueError):
     """A stream-processing topology (:mod:`tstreams_embedded.streams`) is malformed: an
     unknown or duplicate name, a missing store, an operation that needs a key it lacks."""

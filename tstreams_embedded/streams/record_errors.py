@@ -1,17 +1,28 @@
-"""What an App does with a record it cannot process because a key cannot be stored.
+"""What an App does with a record it cannot process: bad input data, or a key that cannot be stored.
 
-State-store keys are at most 255 bytes (``engine.state.MAX_STORE_KEY``; 16 fewer in a
-windowed store, whose keys carry the window). A record whose (serialized) key is longer
-cannot be put in a store: the store raises :class:`~tstreams_embedded.errors.StoreKeyTooLong`,
-naming the store, the key's length and the limit. ``App(on_record_error=...)`` decides, like
-Kafka Streams' deserialization / processing exception handlers:
+* **Bad input data** (Kafka Streams' deserialization exception handler): an item of a source
+  stream that is a damaged envelope (not a msgpack array of four, or a field of the wrong
+  type: :func:`~.records.unpack_envelope`), whose key or value its source's serde cannot
+  decode (:class:`~tstreams_embedded.errors.SerdeError`), or whose timestamp (from the
+  envelope or the source's extractor) is not a valid one
+  (:class:`~tstreams_embedded.errors.InvalidArgument`, :func:`~.records.check_timestamp`).
+  A global table's damaged envelopes are bad data too.
+* **A key that cannot be stored:** state-store keys are at most 255 bytes
+  (``engine.state.MAX_STORE_KEY``; 16 fewer in a windowed store, whose keys carry the
+  window). A record whose (serialized) key is longer cannot be put in a store: the store
+  raises :class:`~tstreams_embedded.errors.StoreKeyTooLong`, naming the store, the key's
+  length and the limit.
+
+``App(on_record_error=...)`` decides, like Kafka Streams' deserialization / processing
+exception handlers:
 
 * ``"fail"`` (default): the exception ends ``run()`` (and a started app; ``stop()``
   re-raises it). Nothing of the failed transaction is committed, so the record stays
   where it is: the app fails again at the same record until it is run with ``"skip"``.
 * ``"skip"``: the record is dropped and counted (``app.metrics["records_skipped_on_error"]``,
   Prometheus ``tstreams_streams_error_records_skipped_total{app, source="task"|"global"}``); the
-  app continues. In a task, the record's processing stops at the store that refused it:
+  app continues. Bad input data is dropped before any processing. In a task, the
+  processing of a record with a key too long stops at the store that refused it:
   what it did before (records forwarded to other branches) stays, as with Kafka Streams'
   ``CONTINUE``; it is committed with the task, exactly once. In a global table nothing of
   the record is applied.
@@ -47,7 +58,7 @@ class RecordErrors:
         self._count = count
         self._app = application_id
         self._skipped = Counter("tstreams_streams_error_records_skipped",
-                                "Records skipped by on_record_error='skip' (a key too long to store)",
+                                "Records skipped by on_record_error='skip' (bad input data, a key too long to store)",
                                 ["app", "source"], registry=registry)
 
     def skip(self, source: str) -> bool:
