@@ -199,11 +199,11 @@ PEER_GOALS = (
 # --- engine: each figure beside raw py-lmdb doing the same work ---------------------------------
 _ENGINE_SIZES: dict[str, dict[str, int]] = {
     "tiny": {"durable": 1_000, "async": 5_000, "consume": 10_000, "single": 100, "per_thread": 20,
-             "streams": 2_000, "api_streams": 500},
+             "streams": 2_000, "api_streams": 500, "state_keys": 2_000},
     "quick": {"durable": 30_000, "async": 500_000, "consume": 1_000_000, "single": 1_000, "per_thread": 300,
-              "streams": 100_000, "api_streams": 20_000},
+              "streams": 100_000, "api_streams": 20_000, "state_keys": 100_000},
     "full": {"durable": 300_000, "async": 2_000_000, "consume": 3_000_000, "single": 3_000, "per_thread": 2_000,
-             "streams": 1_000_000, "api_streams": 100_000},
+             "streams": 1_000_000, "api_streams": 100_000, "state_keys": 500_000},
 }
 THREADS = 8
 #: the disk's durable limit, beside every durable engine figure (same items per commit)
@@ -241,9 +241,20 @@ ENGINE_SCENARIOS = (
         "A consumer reading every 100-item transaction, checkpoint() after every 100 transactions, against "
         "a raw cursor scan with a durable offset write every 10,000 items.",
         (Variant("lmdb-raw", "raw cursor scan + offset"), Variant("ours-embedded", "ours consumer + checkpoint"),
-         Variant("ours-embedded-unsealed", "ours, chunks without checksum")),
+         Variant("ours-embedded-unsealed", "ours, chunks without checksum"),
+         Variant("ours-embedded-values-unsealed", "ours, values without checksum")),
         {m: {"n_items": p["n_items"], "batch": 100, "commit_every": 100}
          for m, p in _engine_sizes(n_items="consume").items()},
+    ),
+    Scenario(
+        "engine", "state_store", "State store: write, get and scan 100-byte values", "state_store",
+        "N keys written 100 per (non-durable) StoreWrite, each read back by store_get, then scanned by "
+        "store_range 1000 keys at a time; items = writes + gets + entries scanned. Every value is sealed "
+        "with a checksum over key and value and verified on read; the same with value seals off is shown.",
+        (Variant("lmdb-raw-nosync", "raw named DB, put/get/cursor"),
+         Variant("ours-embedded", "ours state store"),
+         Variant("ours-embedded-values-unsealed", "ours state store, values without checksum")),
+        {m: {"n_keys": p["n_keys"], "batch": 100} for m, p in _engine_sizes(n_keys="state_keys").items()},
     ),
     Scenario(
         "engine", "group_commit", "Group commit: durable 1-item instant transactions", "group_commit",
@@ -285,6 +296,10 @@ ENGINE_GOALS = (
          at_least=0.5),
     Goal("consume", "chunk checksums cost <= 10% (>= 0.9x the same chunks without checksum)",
          "ours consumer + checkpoint", "ours, chunks without checksum", at_least=0.9),
+    Goal("consume", "value seals cost <= 10% (>= 0.9x the same values without checksum)",
+         "ours consumer + checkpoint", "ours, values without checksum", at_least=0.9),
+    Goal("state_store", "value seals cost <= 10% (>= 0.9x the same values without checksum)",
+         "ours state store", "ours state store, values without checksum", at_least=0.9),
     Goal("durable_produce", "instant() vs the fsync floor, 1 page per 100 items (fraction of the limit)",
          "ours instant()", "fsync floor, 1 page/commit"),
     Goal("durable_produce", "instant() vs the fsync floor, 3 pages per 100 items", "ours instant()",
@@ -423,6 +438,7 @@ _STREAMS_COUNT_VARIANTS = (
     Variant("pathway", "Pathway, exactly_once_behavior, 2 threads", params={"threads": 2}),
     Variant("python-floor", "plain Python, stdlib json"),
     Variant("python-floor-orjson", "plain Python, orjson"),
+    Variant("ours-streams-values-unsealed", "ours, values without checksum"),
 )
 _OURS_STREAMS = "ours (embedded, exactly-once, durable)"
 _OURS_LATENCY_LOCAL = "ours, producer in the app's process"
@@ -533,6 +549,8 @@ STREAMS_GOALS = (
          metric="job_peak_rss_mb", difference=True, at_most=50.0, unit="MB"),
     Goal("windowed_count", ">= 50,000 events/s (kstream's claim)", _OURS_STREAMS, at_least=50_000,
          unit="items/s"),
+    Goal("windowed_count", "value seals cost <= 10% (>= 0.9x the same values without checksum)", _OURS_STREAMS,
+         "ours, values without checksum", at_least=0.9),
     Goal("latency", "p99 <= 5 ms, producer in the app's process", _OURS_LATENCY_LOCAL, metric="p99_ms",
          at_most=5.0, unit="ms"),
     Goal("latency", "p99 <= 5 ms, producer in another process", _OURS_LATENCY_REMOTE, metric="p99_ms",

@@ -135,7 +135,8 @@ def stats(target: Target, as_json: bool) -> None:
 @click.option("--data", required=True, type=click.Path(file_okay=False, exists=True), help="data directory")
 @click.option("--json", "as_json", is_flag=True, help="print the report as one JSON line")
 def check(data: str, as_json: bool) -> None:
-    """Verify every data chunk's checksum and the key structure of a data directory (stop its
+    """Verify every stored value's checksum (data chunks, transaction records, offsets, markers,
+    state stores, leases, the commit log) and the key structure of a data directory (stop its
     writers first). Exit status: 0 if no problem was found, 1 otherwise."""
     from .engine.check import check_directory
     from .engine.directory import LOCK_FILE, MARKER, is_data_directory

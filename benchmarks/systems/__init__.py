@@ -17,6 +17,8 @@ REGISTRY: dict[str, str] = {
     # engine
     "ours-embedded-async": "benchmarks.systems.ours:OursEmbeddedAsync",
     "ours-embedded-unsealed": "benchmarks.systems.ours:OursEmbeddedUnsealed",
+    "ours-embedded-values-unsealed": "benchmarks.systems.ours:OursEmbeddedValuesUnsealed",
+    "ours-streams-values-unsealed": "benchmarks.systems.stream_jobs:OursStreamsValuesUnsealed",
     "lmdb-raw-nosync": "benchmarks.systems.raw_lmdb:RawLmdbNoSync",
     "fsync-floor": "benchmarks.systems.fsync_floor:FsyncFloor",
     "fsync-floor-2": "benchmarks.systems.fsync_floor:FsyncFloor2",

@@ -209,6 +209,26 @@ class OursEmbedded(System):
         ok = self.engine.backend.get_offsets("in", "c").get(0) == last
         return Outcome(n, seconds, stored=n if ok else -1, expected=n_items)
 
+    def run_state_store(self, n_keys: int, batch: int) -> Outcome:
+        """A state store through the backend: ``n_keys`` 100-byte values written ``batch``
+        per (non-durable) ``StoreWrite``, each read back by ``store_get``, then the whole
+        store read by ``store_range`` in ranges of 1000 keys. Items: writes + gets + entries scanned."""
+        from tstreams_embedded.engine import ops as O
+
+        backend = self.engine.backend
+        key = b"key-%010d".__mod__
+        t0 = time.perf_counter()
+        written = 0
+        for start in range(0, n_keys, batch):
+            puts = [[key(i), make_item(i)] for i in range(start, min(start + batch, n_keys))]
+            backend.submit([O.StoreWrite("app/bench", puts)], durable=False)
+            written += len(puts)
+        found = sum(backend.store_get("app/bench", key(i)) == make_item(i) for i in range(n_keys))
+        scanned = sum(len(backend.store_range("app/bench", key(lo), key(lo + 1000), limit=1000))
+                      for lo in range(0, n_keys, 1000))
+        seconds = time.perf_counter() - t0
+        return Outcome(3 * n_keys, seconds, stored=written + found + scanned, expected=3 * n_keys)
+
     def run_group_commit(self, n_items: int, per_thread: int, threads: int) -> Outcome:
         """``threads`` threads, each calling ``producer.instant([item])`` in a loop; commits and fsyncs counted."""
         before = self.engine.backend.stats()
@@ -260,7 +280,7 @@ class OursEmbeddedUnsealed(OursEmbedded):
         """The same pre-load, through the same write path, storing chunks unsealed."""
         import lmdb
 
-        from tstreams_embedded.engine import apply, directory
+        from tstreams_embedded.engine import apply, directory, seals
 
         sealing = apply.seal
         apply.seal = lambda payload: payload  # this worker process only
@@ -271,10 +291,47 @@ class OursEmbeddedUnsealed(OursEmbedded):
         self.engine.close()
         env = lmdb.open(str(self.workdir / "data"), max_dbs=16)
         with env.begin(write=True) as txn:  # unsealed chunks are legacy data in such a directory
-            txn.delete(directory.FORMAT_KEY, db=env.open_db(b"meta", txn=txn))
+            txn.put(directory.LEGACY_CHUNKS_KEY, seals.seal(directory.LEGACY_CHUNKS_KEY, b""),
+                    db=env.open_db(b"meta", txn=txn))
         env.close()
         self.engine = self.ts.open(str(self.workdir / "data"), durability=self.durability)
         assert self.engine.backend.store.legacy_chunks
+
+
+def switch_off_value_seals() -> None:
+    """In this process only, store and read every value but the chunks without its seal
+    (the baseline of the value-seal cost; directories written so are not for keeping)."""
+    from tstreams_embedded.engine import seals, store
+
+    if getattr(store.Store, "values_unsealed", False):
+        return
+    seals.seal = lambda key, payload: payload
+    seals.unseal = seals.unsealed
+    opening = store.Store.__init__
+
+    def unsealed_store(self: store.Store, *args: Any, **kwargs: Any) -> None:
+        opening(self, *args, **kwargs)
+        self.sealed = False  # the reads that inline the verification test this
+        self.unseal = seals.unsealed
+
+    store.Store.__init__ = unsealed_store  # type: ignore[method-assign]
+    store.Store.values_unsealed = True  # type: ignore[attr-defined]
+
+
+class OursEmbeddedValuesUnsealed(OursEmbedded):
+    """Embedded, storing and reading every value but the chunks without its seal (the
+    checksum over key and value of :mod:`tstreams_embedded.engine.seals`): measures what
+    sealing and verifying values costs on the consume and state-store paths. Chunks keep
+    their own checksum, as in ``ours-embedded``."""
+
+    name = "ours-embedded-values-unsealed"
+    label = "tstreams-embedded (in-process, values without checksum)"
+    description = "ts.open(dir, durability='sync') with value seals switched off in the worker process"
+
+    def open(self) -> None:
+        switch_off_value_seals()
+        super().open()
+        assert not self.engine.backend.store.sealed
 
 
 class OursZmq(OursEmbedded):

@@ -192,6 +192,33 @@ class RawLmdb(System):
         seconds = time.perf_counter() - t0
         return Outcome(n_items, seconds, stored=self._entries(self.items), expected=n_items)
 
+    def run_state_store(self, n_keys: int, batch: int) -> Outcome:
+        """The state-store scenario on a raw named DB: ``batch`` puts per (unsynced) write
+        transaction, a read transaction per get and per range of 1000 keys, as the engine does."""
+        key = b"app/bench\x00key-%010d".__mod__
+        db = self.streams
+        t0 = time.perf_counter()
+        for start in range(0, n_keys, batch):
+            with self.env.begin(write=True) as txn:
+                for i in range(start, min(start + batch, n_keys)):
+                    txn.put(key(i), make_item(i), db=db)
+        found = 0
+        for i in range(n_keys):
+            with self.env.begin() as txn:
+                found += txn.get(key(i), db=db) == make_item(i)
+        scanned = 0
+        for lo in range(0, n_keys, 1000):
+            with self.env.begin() as txn:
+                cur = txn.cursor(db=db)
+                hi = key(lo + 1000)
+                if cur.set_range(key(lo)):
+                    for k, _ in cur:
+                        if k >= hi:
+                            break
+                        scanned += 1
+        seconds = time.perf_counter() - t0
+        return Outcome(3 * n_keys, seconds, stored=n_keys + found + scanned, expected=3 * n_keys)
+
     def setup_scan(self, n_items: int, batch: int, commit_every: int) -> None:
         self._preload(n_items)
         self.env.sync(True)

@@ -506,6 +506,23 @@ class OursStreams(StreamJob):
         return disk_bytes(self.data)
 
 
+class OursStreamsValuesUnsealed(OursStreams):
+    """The same job with every stored value but the chunks written and read without its
+    seal: the baseline of what value seals cost on a streams app's state-store path."""
+
+    name = "ours-streams-values-unsealed"
+    label = "tstreams_embedded.streams, values without checksum"
+
+    def open_engine(self) -> Any:
+        from benchmarks.systems.ours import switch_off_value_seals
+
+        switch_off_value_seals()
+        return super().open_engine()
+
+    def job_spec(self) -> dict[str, Any]:
+        return {**super().job_spec(), "values_unsealed": True}
+
+
 class ServedApp:
     """Ours in ``serve`` mode in a child process: started, waited for (``READY``), stopped by PID."""
 

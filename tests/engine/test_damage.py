@@ -23,8 +23,9 @@ from click.testing import CliRunner
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.cli import main as cli
-from tstreams_embedded.engine import chunks, directory, keys
+from tstreams_embedded.engine import chunks, directory, keys, seals
 from tstreams_embedded.engine.check import check_directory
+from tstreams_embedded.engine.ops import StoreWrite
 from tstreams_embedded.testing.serve import child_environment
 
 ITEM = b"payload-%06d-" + b"z" * 40
@@ -137,11 +138,23 @@ def test_marker_is_written_readable_and_checked(tmp_path) -> None:
         ts.open(path)
 
 
+def _unseal_values(env: lmdb.Environment) -> None:
+    """Strip the seal of every value (what versions before sealed values wrote)."""
+    with env.begin(write=True) as txn:
+        for name in directory.SEALED_DBS:
+            db = env.open_db(name.encode(), txn=txn)
+            for k, v in list(txn.cursor(db=db)):
+                if name != "meta" or k not in directory.UNSEALED_META:
+                    assert seals.is_sealed(k, v)
+                    txn.put(k, v[:-seals.SEAL_LEN], db=db)
+
+
 def _make_legacy(path: Path) -> None:
     """Turn a directory into what older versions wrote: no marker, no directory id, no
-    format key, unsealed chunks."""
+    format key, unsealed chunks, unsealed values."""
     (path / directory.MARKER).unlink()
     env = lmdb.open(str(path), max_dbs=16)
+    _unseal_values(env)
     meta, data = env.open_db(b"meta"), env.open_db(b"data")
     with env.begin(write=True) as txn:
         txn.delete(directory.ID_KEY, db=meta)
@@ -277,8 +290,9 @@ def _damage_keys(path: Path) -> None:
         t_keys = [k for k, _ in txn.cursor(db=txns)]
         txn.delete(keys.chunk_key(sid, 0, keys.txn_id_of(t_keys[3]), 0), db=data)  # a missing chunk
         txn.put(keys.chunk_key(sid, 0, 12345, 0), chunks.seal(b"\x91\xc4\x01x"), db=data)  # an orphan
-        txn.put(keys.part_key(sid, 0), keys.U64.pack(keys.txn_id_of(t_keys[-1]) - 1), db=parts)
-        txn.put(keys.offset_key(999, "ghost", 0), keys.U64.pack(1), db=offsets)
+        pkey, okey = keys.part_key(sid, 0), keys.offset_key(999, "ghost", 0)  # forged, correctly sealed
+        txn.put(pkey, seals.seal(pkey, keys.U64.pack(keys.txn_id_of(t_keys[-1]) - 1)), db=parts)
+        txn.put(okey, seals.seal(okey, keys.U64.pack(1)), db=offsets)
     env.close()
 
 
@@ -318,3 +332,180 @@ def test_check_command_on_a_truncated_or_garbage_file(tmp_path) -> None:
     (path / "data.mdb").write_bytes(os.urandom(64 * 1024))
     report = check_directory(str(path))
     assert not report.ok and report.problems
+
+
+# --------------------------------------------------------------------------- sealed values (issue 19, item 1)
+FLIP_WORKER = Path(__file__).parent / "flip_worker.py"
+
+
+def _flip_value(path: Path, db: str, key: bytes) -> None:
+    """Flip one bit in the middle of the stored value of ``key`` in ``db``, in the file (an
+    LMDB leaf node holds the key, then the value; the same bit of stale copies too)."""
+    env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
+    with env.begin() as txn:
+        value = txn.get(key, db=env.open_db(db.encode(), txn=txn, create=False))
+    env.close()
+    assert value is not None
+    raw = bytearray((path / "data.mdb").read_bytes())
+    at = raw.find(key + value)
+    assert at > 0
+    while at >= 0:  # the live page and any stale copy of it in free pages
+        raw[at + len(key) + len(value) // 2] ^= 0x04
+        at = raw.find(key + value, at + 1)
+    (path / "data.mdb").write_bytes(bytes(raw))
+
+
+SEALED_KINDS = {  # what to damage -> (db, key of the victim, the read that must fail, words of the message)
+    "transaction record": ("txns", lambda sid, tid: keys.txn_key(sid, 1, tid),
+                           lambda e, tid: e.backend.get_transaction("s", 1, tid), "transaction record"),
+    "offset": ("offsets", lambda sid, tid: keys.offset_key(sid, "c", 0),
+               lambda e, tid: e.backend.get_offsets("s", "c"), "offset of consumer 'c'"),
+    "marker": ("markers", lambda sid, tid: b"m", lambda e, tid: e.backend.get_marker("m"), "marker 'm'"),
+    "state value": ("state", lambda sid, tid: b"app/counts\x00key-00150",
+                    lambda e, tid: e.backend.store_get("app/counts", b"key-00150"), "'key-00150'"),
+    "state scan": ("state", lambda sid, tid: b"app/counts\x00key-00150",
+                   lambda e, tid: e.backend.store_range("app/counts"), "state store 'app/counts'"),
+    "lease": ("state", lambda sid, tid: b"app/group\x00task-2",
+              lambda e, tid: e.backend.store_get("app/group", b"task-2"), "'task-2'"),
+    "commit log": ("log", lambda sid, tid: keys.U64.pack(3), lambda e, tid: e.backend.read_log(0),
+                   "commit-log entry 3"),
+    "catalog": ("streams", lambda sid, tid: b"s", lambda e, tid: e.get_stream("s"), "catalog record of stream 's'"),
+    "partition head": ("parts", lambda sid, tid: keys.part_key(sid, 1), lambda e, tid: e.backend.last_txn_id("s", 1),
+                       "last allocated transaction ID"),
+}
+
+
+@pytest.mark.parametrize("kind", list(SEALED_KINDS))
+def test_a_flipped_bit_in_any_stored_value_raises_data_corrupted_naming_it(tmp_path, kind) -> None:
+    path = tmp_path / "d"
+    subprocess.run([sys.executable, str(FLIP_WORKER), "fill", str(path)], check=True, env=child_environment())
+    with ts.open(path, compaction_interval=None) as e:
+        sid = e.get_stream("s").id
+        tid = e.backend.transactions_range("s", 1, 0, 2**63 - 1)[5].id
+    db, key, read, words = SEALED_KINDS[kind]
+    _flip_value(path, db, key(sid, tid))
+    with ts.open(path, compaction_interval=None, keepalive_interval=None) as e, \
+            pytest.raises(errors.DataCorrupted, match="checksum mismatch") as err:
+        read(e, tid)
+    assert words in str(err.value) and "tstreams check" in str(err.value)
+    report = check_directory(str(path))
+    assert not report.ok and any("checksum mismatch" in p and f"{db!r}" in p for p in report.problems), \
+        report.problems
+
+
+def _run_flips(src: Path, work: Path, seed: int, count: int) -> list[dict[str, object]]:
+    """Run the flips in worker subprocesses; one that crashes (a damaged page can make LMDB
+    itself fault) is recorded as ``crash`` and the next one starts after it."""
+    done: list[dict[str, object]] = []
+    first = 0
+    while first < count:
+        r = subprocess.run([sys.executable, str(FLIP_WORKER), "flip", str(src), str(work), str(seed),
+                            str(count - first), str(first)], capture_output=True, text=True, timeout=600,
+                           env=child_environment())
+        rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        finished = [row for row in rows if row["outcome"] not in ("started", "pristine")]
+        done += finished
+        started = [row for row in rows if row["outcome"] == "started"]
+        if r.returncode == 0:
+            break
+        assert r.returncode < 0 and started, (r.returncode, r.stderr[-3000:])  # only a signal may end it
+        crashed = started[-1]
+        done.append({**crashed, "outcome": f"crash (signal {-r.returncode})", "check_ok": False})
+        first = int(crashed["flip"]) + 1  # type: ignore[call-overload]
+    return done
+
+
+@pytest.mark.parametrize("seed", [1, 19])
+def test_no_single_bit_flip_silently_changes_what_the_engine_returns_or_what_check_reports(tmp_path, seed) -> None:
+    """Flip one bit of ``data.mdb`` at a time (seeded), read everything the engine returns
+    (streams, transactions, offsets, consumers, a marker, a state store, leases, the commit
+    log) and run ``tstreams check``: each flip leaves the answer as it was, or the read raises
+    DataCorrupted and check reports damage. Before values were sealed, 9 of 150 flips changed
+    the answer silently."""
+    src = tmp_path / "src"
+    subprocess.run([sys.executable, str(FLIP_WORKER), "fill", str(src)], check=True, env=child_environment())
+    results = _run_flips(src, tmp_path / "work", seed, 75)
+    assert len(results) == 75
+    silent = [r for r in results if r["outcome"] not in ("same", "corrupted") and not
+              str(r["outcome"]).startswith("crash")]
+    assert not silent, silent
+    unreported = [r for r in results if r["outcome"] != "same" and r["check_ok"]]
+    assert not unreported, unreported
+    assert any(r["outcome"] == "corrupted" for r in results)  # the flips did reach stored values
+
+
+@pytest.mark.soak
+def test_many_single_bit_flips(tmp_path) -> None:
+    src = tmp_path / "src"
+    subprocess.run([sys.executable, str(FLIP_WORKER), "fill", str(src)], check=True, env=child_environment())
+    for seed in range(100, 110):
+        results = _run_flips(src, tmp_path / f"work{seed}", seed, 200)
+        assert not [r for r in results if r["outcome"] not in ("same", "corrupted")
+                    and not str(r["outcome"]).startswith("crash")]
+        assert not [r for r in results if r["outcome"] != "same" and r["check_ok"]]
+
+
+def _branch_pages(raw: bytes, psize: int = 4096) -> list[int]:
+    """Offsets of the LMDB branch pages in a data file (page header: pgno u64, pad u16,
+    flags u16 with P_BRANCH = 0x01, lower u16, upper u16)."""
+    out = []
+    for at in range(2 * psize, len(raw), psize):
+        flags = int.from_bytes(raw[at + 10:at + 12], "little")
+        if flags & 0x01 and not flags & 0x02:
+            out.append(at)
+    return out
+
+
+@pytest.mark.parametrize("bit", [0x01, 0x02])
+def test_a_damaged_branch_key_never_silently_hides_or_adds_state_entries(tmp_path, bit) -> None:
+    """A flipped bit in a branch page's separator key sends lookups and seeks to the wrong
+    leaf: gets would miss an entry, range reads would start beside their range. Reads
+    verify where a seek landed and what a miss missed, so each either answers as before or
+    raises DataCorrupted; ``tstreams check`` finds every entry a lookup misses."""
+    path = tmp_path / "d"
+    key = b"key-%05d".__mod__
+    with ts.open(path, compaction_interval=None) as e:
+        for lo in range(0, 3000, 100):
+            e.backend.submit([StoreWrite("app/counts", [[key(i), b"v" * 100] for i in range(lo, lo + 100)])])
+    raw = bytearray((path / "data.mdb").read_bytes())
+    pages = _branch_pages(bytes(raw))
+    assert pages
+    for at in pages:  # the live root and its stale copies alike: the separator key of the middle node
+        lower = int.from_bytes(raw[at + 12:at + 14], "little")
+        nodes = (lower - 16) // 2
+        node = at + int.from_bytes(raw[at + 16 + 2 * (nodes // 2):at + 18 + 2 * (nodes // 2)], "little")
+        ksize = int.from_bytes(raw[node + 6:node + 8], "little")
+        raw[node + 8 + ksize - 1] ^= bit  # the last digit of the separator key
+    (path / "data.mdb").write_bytes(bytes(raw))
+    damaged = 0
+    with ts.open(path, compaction_interval=None, keepalive_interval=None) as e:
+        for i in range(3000):
+            try:
+                assert e.backend.store_get("app/counts", key(i)) == b"v" * 100, i
+            except errors.DataCorrupted:
+                damaged += 1
+        for lo in range(0, 3000, 100):
+            try:
+                got = e.backend.store_range("app/counts", key(lo), key(lo + 100))
+                assert [k for k, _ in got] == [key(i) for i in range(lo, lo + 100)], lo
+            except errors.DataCorrupted:
+                damaged += 1
+    assert damaged  # the flip did send some lookup astray, and it was reported
+    assert not check_directory(str(path)).ok
+
+
+@pytest.mark.parametrize("name", ["parts", "txns", "offsets", "state", "log"])
+def test_a_lost_database_record_is_refused_not_started_empty(tmp_path, name) -> None:
+    """A damaged record in LMDB's main database makes a named database disappear; opening
+    it would create it empty (every partition head 0, every state entry gone) silently."""
+    path = tmp_path / "d"
+    _fill(path, txns=5)
+    with ts.open(path, compaction_interval=None) as e:
+        e.backend.submit([StoreWrite("app/s", [[b"k", b"v"]])])
+    env = lmdb.open(str(path), max_dbs=16)
+    with env.begin(write=True) as txn:
+        txn.drop(env.open_db(name.encode(), txn=txn), delete=True)
+    env.close()
+    with pytest.raises(errors.DataCorrupted, match=f"database\\(s\\) \\['{name}'\\] are missing"):
+        ts.open(path)
+    assert not check_directory(str(path)).ok

@@ -18,7 +18,7 @@ import lmdb
 import pytest
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import check, directory, keys
+from tstreams_embedded.engine import check, directory, keys, seals
 
 FIXTURE = Path(__file__).parent / "fixtures" / "format1.tar.gz"
 OLD_LOG_SEQ = 8
@@ -119,3 +119,54 @@ def test_check_of_a_format_1_directory_still_verifies_parts(old_dir: Path) -> No
     assert not report.ok
     assert any("above the partition's last allocated id" in p for p in report.problems), report.problems
     assert _marker_format(old_dir) == 1  # checking never upgrades
+
+
+def _stored_values(path: Path) -> dict[tuple[str, bytes], bytes]:
+    env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
+    out = {}
+    with env.begin() as txn:
+        for name in directory.SEALED_DBS:
+            try:
+                db = env.open_db(name.encode(), txn=txn, create=False)
+            except lmdb.NotFoundError:
+                continue
+            out.update({(name, bytes(k)): bytes(v) for k, v in txn.cursor(db=db)})
+    env.close()
+    return out
+
+
+def test_a_format_1_directory_is_sealed_in_place_once(old_dir: Path) -> None:
+    """Opening an older directory for writing seals every value in place (data format 2,
+    marker format 3); opening it again does not seal anything twice; a flipped bit in an
+    upgraded value is then found like in a new directory."""
+    before = _stored_values(old_dir)
+    assert not any(seals.is_sealed(k, v) for (name, k), v in before.items() if k not in directory.UNSEALED_META)
+    with ts.open(str(old_dir), compaction_interval=None):
+        pass
+    after = _stored_values(old_dir)
+    for (name, k), v in before.items():
+        if name == "meta" and k in directory.UNSEALED_META:
+            continue
+        assert after[(name, k)] == seals.seal(k, v), (name, k)
+    assert keys.U64.unpack(after[("meta", directory.FORMAT_KEY)])[0] == directory.DATA_FORMAT
+    assert _marker_format(old_dir) == directory.MARKER_FORMAT == 3
+    with ts.open(str(old_dir), compaction_interval=None) as engine:  # a second open changes nothing
+        assert engine.consumer("s", name="c").get_transaction(0).items == [b"item-2-0", b"item-2-1", b"item-2-2"]
+    assert _stored_values(old_dir) == after
+    assert check.check_directory(str(old_dir)).ok
+
+
+def test_a_read_only_check_never_upgrades_and_reads_unsealed_values(old_dir: Path) -> None:
+    before = _stored_values(old_dir)
+    report = check.check_directory(str(old_dir))
+    assert report.ok, report.problems
+    assert report.counts["transactions"] == 6 and report.counts["items"] == 18
+    assert _stored_values(old_dir) == before
+
+
+def test_a_marker_of_sealed_values_over_an_unsealed_data_file_is_refused(old_dir: Path) -> None:
+    doc = json.loads((old_dir / directory.MARKER).read_text())
+    doc["format"] = directory.MARKER_FORMAT  # a marker that says "sealed" over format-1 data
+    (old_dir / directory.MARKER).write_text(json.dumps(doc))
+    with pytest.raises(ts.errors.DataCorrupted, match="every value is sealed"):
+        ts.open(str(old_dir))

@@ -37,7 +37,7 @@ import msgpack
 
 from ..ids import ID_MULTIPLIER
 from . import keys
-from .catalog import decode_stream
+from .catalog import stream_of
 from .overview import count_after
 from .state import unpack_lease
 from .store import Store, entries
@@ -140,7 +140,7 @@ def app_overview(store: Store, now_ms: int, limits: AppLimits = AppLimits()) -> 
             seeks -= 2
             group = app + b"/" + GROUP.encode() + b"\x00"
             if cur.set_range(group) and bytes(cur.key()).startswith(group):
-                a = _group(cur, group, app.decode("utf-8", "replace"), now_ms, limits)
+                a = _group(store, cur, group, app.decode("utf-8", "replace"), now_ms, limits)
                 seeks -= len(streams)
                 _lag(txn, store, a, streams, limits, budget)
                 truncated = truncated or a.truncated
@@ -155,12 +155,12 @@ def _streams(txn: lmdb.Transaction, store: Store, n: int) -> list[tuple[str, int
     for k, v in entries(txn.cursor(db=store.streams).iternext()):
         if len(out) >= n:
             break
-        info = decode_stream(k.decode("utf-8"), v)
+        info = stream_of(store, k, v)
         out.append((info.name, info.id, info.partitions))
     return out
 
 
-def _group(cur: lmdb.Cursor, group: bytes, app: str, now_ms: int, limits: AppLimits) -> AppOverview:
+def _group(store: Store, cur: lmdb.Cursor, group: bytes, app: str, now_ms: int, limits: AppLimits) -> AppOverview:
     """Read the group table the cursor is on (at most ``group_entries`` entries)."""
     a = AppOverview(app)
     leases: dict[str, tuple[str, int, int]] = {}
@@ -176,6 +176,7 @@ def _group(cur: lmdb.Cursor, group: bytes, app: str, now_ms: int, limits: AppLim
             break
         read += 1
         key = k[n:]
+        v = store.unseal("state", k, v)
         if key.startswith(TASK):
             lease = unpack_lease(v)
             if lease is not None:
@@ -216,9 +217,9 @@ def _lag(txn: lmdb.Transaction, store: Store, a: AppOverview, streams: list[tupl
             if partition >= min(partitions, limits.partitions):
                 a.truncated = a.truncated or partition < partitions
                 break
-            raw = txn.get(keys.part_key(stream_id, partition), db=store.parts)
+            raw = store.get(txn, "parts", keys.part_key(stream_id, partition))
             head = keys.U64.unpack(raw)[0] if raw else 0
-            offset = keys.U64.unpack(v)[0]
+            offset = keys.U64.unpack(store.unseal("offsets", k, v))[0]
             lag_s = max(0, head // ID_MULTIPLIER - offset // ID_MULTIPLIER) / 1000.0
             a.lag.append(AppInputLag(name, partition, offset, count_after(
                 txn, store, stream_id, partition, offset, limits.count_cap, budget), lag_s))

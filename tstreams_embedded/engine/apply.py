@@ -24,10 +24,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import lmdb
+from crc32c import crc32c
 
 from .. import errors
 from ..ids import ID_MULTIPLIER
-from . import expiry, keys, state
+from . import expiry, keys, seals, state
 from . import ops as O
 from .backend import StreamInfo
 from .catalog import encode_stream, lookup_stream
@@ -49,6 +50,8 @@ R = TypeVar("R")
 #: ``meta`` key: the highest transaction ID of any deleted stream; the first ID of a partition
 #: is allocated above it, so IDs never repeat in a partition of the same name.
 ID_FLOOR = b"id_floor"
+#: ``meta`` key: the id of the next stream created
+NEXT_STREAM_ID = b"next_stream_id"
 Handler = Callable[["Applier", "BatchScope", Any], tuple[Any, Any]]
 _HANDLERS: dict[type, Handler] = {}
 
@@ -136,7 +139,7 @@ class Applier:
         """Return (key, state tuple) of an open, unexpired transaction or raise."""
         check_txn_id(txn_id)
         key = keys.txn_key(info.id, partition, txn_id)
-        raw = scope.txn.get(key, db=self.store.txns)
+        raw = self.store.get(scope.txn, "txns", key)
         where = f"transaction {txn_id} in {info.name!r} partition {partition}"
         if raw is None:
             raise errors.TransactionNotFound(f"{where} does not exist")
@@ -162,18 +165,18 @@ class Applier:
         cached = (info.id, partition)
         last = scope.last_ids.get(cached)
         if last is None:
-            raw = scope.txn.get(pkey, db=self.store.parts)
+            raw = self.store.get(scope.txn, "parts", pkey)
             if raw:
                 last = keys.U64.unpack(raw)[0]
             else:  # first ID of the partition: above every ID of a deleted stream (same name or not)
-                floor = scope.txn.get(ID_FLOOR, db=self.store.meta)
+                floor = self.store.get(scope.txn, "meta", ID_FLOOR)
                 last = keys.U64.unpack(floor)[0] if floor else 0
         if scope.replay and given is not None:
             txn_id = check_int(given, "transaction id", 1, 2**63 - 1)
         else:
             txn_id = max(scope.now * ID_MULTIPLIER, last + 1)
         if txn_id > last:
-            scope.txn.put(pkey, keys.U64.pack(txn_id), db=self.store.parts)
+            self.store.put(scope.txn, "parts", pkey, keys.U64.pack(txn_id))
             last = txn_id
         scope.last_ids[cached] = last
         return txn_id
@@ -200,14 +203,14 @@ class Applier:
 
     def put_state(self, scope: BatchScope, key: bytes, state: TxnState, deadline: int, chunks: int,
                    items: int) -> None:
-        scope.txn.put(key, keys.STATE.pack(state, deadline, chunks, items), db=self.store.txns)
+        self.store.put(scope.txn, "txns", key, keys.STATE.pack(state, deadline, chunks, items))
 
     def cancel(self, scope: BatchScope, stream: Any, partition: Any, txn_id: Any, *, strict: bool,
                stream_id: Any = None) -> bool:
         info = self.partition_info(scope, stream, partition, stream_id)
         check_txn_id(txn_id)
         key = keys.txn_key(info.id, partition, txn_id)
-        raw = scope.txn.get(key, db=self.store.txns)
+        raw = self.store.get(scope.txn, "txns", key)
         if raw is None:
             if strict:
                 raise errors.TransactionNotFound(
@@ -237,11 +240,11 @@ def _create_stream(a: Applier, scope: BatchScope, op: O.CreateStream) -> tuple[A
     kname = op.name.encode("utf-8")
     if txn.get(kname, db=a.store.streams) is not None:
         raise errors.StreamExists(f"stream {op.name!r} already exists")
-    raw = txn.get(b"next_stream_id", db=a.store.meta)
+    raw = a.store.get(txn, "meta", NEXT_STREAM_ID)
     sid = keys.U64.unpack(raw)[0] if raw else 1
-    txn.put(b"next_stream_id", keys.U64.pack(sid + 1), db=a.store.meta)
+    a.store.put(txn, "meta", NEXT_STREAM_ID, keys.U64.pack(sid + 1))
     info = StreamInfo(op.name, sid, op.partitions, op.ttl, op.description, scope.now)
-    txn.put(kname, encode_stream(info), db=a.store.streams)
+    a.store.put(txn, "streams", kname, encode_stream(info))
     scope.streams[op.name] = info
     return info.to_wire(), op
 
@@ -252,18 +255,19 @@ def _delete_stream(a: Applier, scope: BatchScope, op: O.DeleteStream) -> tuple[N
     txn = scope.txn
     txn.delete(op.name.encode("utf-8"), db=a.store.streams)
     prefix = keys.stream_prefix(info.id)
-    raw = txn.get(ID_FLOOR, db=a.store.meta)
+    raw = a.store.get(txn, "meta", ID_FLOOR)
     floor = high = keys.U64.unpack(raw)[0] if raw else 0
     for db in (a.store.parts, a.store.txns, a.store.data, a.store.offsets):
         cur = txn.cursor(db=db)
         if cur.set_range(prefix):
             while cur.key()[: len(prefix)] == prefix:
                 if db is a.store.parts:
-                    high = max(high, keys.U64.unpack(cur.value())[0])
+                    high = max(high, keys.U64.unpack(a.store.unseal("parts", as_bytes(cur.key()),
+                                                                    as_bytes(cur.value())))[0])
                 if not cur.delete():
                     break
     if high > floor:  # IDs never repeat in a partition, even if the name is created again
-        txn.put(ID_FLOOR, keys.U64.pack(high), db=a.store.meta)
+        a.store.put(txn, "meta", ID_FLOOR, keys.U64.pack(high))
     expiry.forget(txn, a.store, info.id)
     scope.streams.pop(op.name, None)
     scope.last_ids.clear()  # its partitions' entries are gone from `parts`
@@ -356,7 +360,7 @@ def _keepalive(a: Applier, scope: BatchScope, op: O.KeepAlive) -> tuple[int, O.K
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < info.partitions:
             continue
         key = keys.txn_key(info.id, partition, txn_id)
-        raw = txn.get(key, db=a.store.txns)
+        raw = a.store.get(txn, "txns", key)
         if raw is None:
             continue
         state, old, chunks, items = keys.STATE.unpack(raw)
@@ -371,7 +375,7 @@ def _invalidate(a: Applier, scope: BatchScope, op: O.Invalidate) -> tuple[bool, 
     info = a.partition_info(scope, op.stream, op.partition, op.stream_id)
     check_txn_id(op.txn_id)
     key = keys.txn_key(info.id, op.partition, op.txn_id)
-    raw = scope.txn.get(key, db=a.store.txns)
+    raw = a.store.get(scope.txn, "txns", key)
     done = False
     if raw is not None:
         state, deadline, chunks, _ = keys.STATE.unpack(raw)
@@ -394,7 +398,7 @@ def _set_offsets(a: Applier, scope: BatchScope, op: O.SetOffsets) -> tuple[None,
         check_txn_id(txn_id, "offset")
         puts.append((keys.offset_key(info.id, op.consumer, partition), keys.U64.pack(txn_id)))
     for k, v in puts:
-        scope.txn.put(k, v, db=a.store.offsets)
+        a.store.put(scope.txn, "offsets", k, v)
     return None, op._replace(offsets=dict(op.offsets))
 
 
@@ -408,7 +412,7 @@ def _stored_offsets(a: Applier, scope: BatchScope, info: StreamInfo, consumer: s
             k = as_bytes(cur.key())
             if not k.startswith(prefix) or len(k) != len(prefix) + 4:
                 break
-            out[k] = keys.U64.unpack(cur.value())[0]
+            out[k] = keys.U64.unpack(a.store.unseal("offsets", k, as_bytes(cur.value())))[0]
             if not cur.next():
                 break
     return out
@@ -445,7 +449,7 @@ def _reset_offsets(a: Applier, scope: BatchScope, op: O.ResetOffsets) -> tuple[N
             f"(expected {wanted['expected']}, stored {stored}); stop the consumer and try again"
         )
     for partition, txn_id in wanted["offsets"].items():
-        scope.txn.put(keys.offset_key(info.id, op.consumer, partition), keys.U64.pack(txn_id), db=a.store.offsets)
+        a.store.put(scope.txn, "offsets", keys.offset_key(info.id, op.consumer, partition), keys.U64.pack(txn_id))
     return None, op._replace(expected=wanted["expected"], offsets=wanted["offsets"])
 
 
@@ -464,7 +468,7 @@ def _compact(a: Applier, scope: BatchScope, op: O.Compact) -> tuple[int, O.Compa
             k = as_bytes(cur.key())
             if k[: keys.PART_LEN] != prefix or k >= end:
                 break
-            txn_state, _, chunks, items = keys.STATE.unpack(cur.value())
+            txn_state, _, chunks, items = keys.STATE.unpack(a.store.unseal("txns", k, as_bytes(cur.value())))
             txn_id = keys.txn_id_of(k)
             if txn_state == TxnState.CHECKPOINTED and items:
                 for consumer, offset in readers.items():
@@ -483,10 +487,10 @@ def _set_marker(a: Applier, scope: BatchScope, op: O.SetMarker) -> tuple[None, O
     check_name(op.key, "marker name")
     check_int(op.value, "marker value", -(2**63), 2**63 - 1)
     kb = op.key.encode("utf-8")
-    raw = scope.txn.get(kb, db=a.store.markers)
+    raw = a.store.get(scope.txn, "markers", kb)
     if op.guard and raw is not None and keys.I64.unpack(raw)[0] >= op.value:
         raise errors.MarkerConflict(f"marker {op.key!r} is already at {keys.I64.unpack(raw)[0]} >= {op.value}")
-    scope.txn.put(kb, keys.I64.pack(op.value), db=a.store.markers)
+    a.store.put(scope.txn, "markers", kb, keys.I64.pack(op.value))
     return None, op._replace(guard=bool(op.guard))
 
 
@@ -522,8 +526,11 @@ def _store_write(a: Applier, scope: BatchScope, op: O.StoreWrite) -> tuple[None,
                     break
     for k in deletes:
         txn.delete(pfx + k, db=db)
+    sealed = a.store.sealed
     for k, v in puts:
-        txn.put(pfx + k, v, db=db)
+        key = pfx + k
+        # seals.seal, inlined (a state-store write is a hot path)
+        txn.put(key, v + crc32c(v, crc32c(key)).to_bytes(seals.SEAL_LEN, "little") if sealed else v, db=db)
     return None, O.StoreWrite(op.store, [list(p) for p in puts], list(deletes) or None,
                               [list(r) for r in ranges] or None)
 
@@ -545,11 +552,10 @@ def _lease(a: Applier, scope: BatchScope, op: O.Lease) -> tuple[int, O.Lease]:
         raise errors.InvalidArgument(f"lease force must be a bool, got {type(op.force).__name__}")
     if not op.owner:
         raise errors.InvalidArgument("lease owner must not be empty")
-    db = a.store.state
     if scope.replay and op.deadline is not None:
         deadline = check_int(op.deadline, "lease deadline", 0, 2**62)
     else:
-        current = state.unpack_lease(scope.txn.get(kb, db=db))
+        current = state.unpack_lease(a.store.get(scope.txn, "state", kb))
         owner, epoch, held_until = current if current is not None else ("", 0, 0)
         if (owner, epoch) == (op.owner, op.epoch) and op.epoch > 0:
             pass  # renew or release
@@ -563,7 +569,7 @@ def _lease(a: Applier, scope: BatchScope, op: O.Lease) -> tuple[int, O.Lease]:
             raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is held by {owner!r} for another "
                                        f"{held_until - scope.now} ms")
         deadline = scope.now + ttl if ttl else 0
-    scope.txn.put(kb, state.pack_lease(op.owner if ttl else "", op.epoch, deadline), db=db)
+    a.store.put(scope.txn, "state", kb, state.pack_lease(op.owner if ttl else "", op.epoch, deadline))
     return deadline, op._replace(force=bool(op.force), deadline=deadline)
 
 
@@ -571,7 +577,7 @@ def _lease(a: Applier, scope: BatchScope, op: O.Lease) -> tuple[int, O.Lease]:
 def _check_lease(a: Applier, scope: BatchScope, op: O.CheckLease) -> tuple[None, O.CheckLease]:
     kb, key = _lease_args(op)
     if not scope.replay:
-        current = state.unpack_lease(scope.txn.get(kb, db=a.store.state))
+        current = state.unpack_lease(a.store.get(scope.txn, "state", kb))
         if current is None or current[:2] != (op.owner, op.epoch):
             held = "nobody" if current is None else f"{current[0] or 'nobody (released)'!r} at epoch {current[1]}"
             raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is no longer {op.owner!r} at epoch "

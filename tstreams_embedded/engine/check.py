@@ -14,6 +14,14 @@ Checks, in order (each problem is one line of the report):
    no chunk without its transaction; ``parts`` and ``offsets`` keys refer to existing streams
    and partitions; stream ids are unique and below ``next_stream_id``; every commit-log
    entry decodes and none is past ``log_seq``.
+5. **Every entry is found by a lookup of its key** (not only by a scan of the leaves),
+   and **every sealed value** (:mod:`.seals`): catalog records, ``parts``, transaction records,
+   offsets, markers, commit-log entries, state-store entries and leases, and the ``meta``
+   counters carry a checksum over key and value; each is verified (in a directory written
+   before sealed values, which a read-only open never upgrades, there is none to verify).
+6. **Entry counts**: every database holds as many entries as its header says, so damage
+   that hides entries from a scan (a damaged page) is reported even if LMDB's verifier is
+   not available.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from typing import Any
 import lmdb
 
 from .. import errors
-from . import chunks, commitlog, keys, reads
+from . import chunks, commitlog, directory, keys, reads, seals
 from . import ops as O
 from .catalog import decode_stream
 from .ops import TxnState
@@ -121,9 +129,41 @@ def _structure(path: str, report: Report) -> bool:
     return True
 
 
+def _looked_up(txn: lmdb.Transaction, store: Store, report: Report, db: str, key: bytes, raw: bytes) -> None:
+    """Report an entry that a scan finds but a lookup of its key does not (a damaged branch
+    page sends lookups to the wrong leaf: readers would miss it)."""
+    if txn.get(key, db=store.dbs[db]) != raw:
+        report.problem(f"{seals.describe(db, key)}: a lookup of its key does not find it in the {db!r} database "
+                       "(a damaged branch page)")
+
+
+def _opened(txn: lmdb.Transaction, store: Store, report: Report, db: str, key: bytes, raw: bytes) -> bytes | None:
+    """The payload of a sealed value, or None (reported) if its seal does not match or a
+    lookup of its key does not find it."""
+    _looked_up(txn, store, report, db, key, raw)
+    if store.sealed and not seals.is_sealed(key, raw):
+        report.problem(f"{seals.describe(db, key)}: checksum mismatch (the {db!r} value of {len(raw)} bytes is "
+                       "damaged)")
+        return None
+    return store.unseal(db, key, raw)
+
+
+def _counted(txn: lmdb.Transaction, store: Store, report: Report, db: str, found: int) -> None:
+    """Report a database whose header counts other entries than a scan found."""
+    header = int(txn.stat(store.dbs[db])["entries"])
+    if header != found:
+        report.problem(f"the {db!r} database holds {header} entries by its header but a scan found {found} "
+                       "(damaged pages hide or invent entries)")
+
+
 def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
     streams: dict[int, tuple[str, int]] = {}  # id -> (name, partitions)
-    for k, v in entries(txn.cursor(db=store.streams).iternext()):
+    n_streams = 0
+    for k, raw in entries(txn.cursor(db=store.streams).iternext()):
+        n_streams += 1
+        v = _opened(txn, store, report, "streams", k, raw)
+        if v is None:
+            continue
         try:
             info = decode_stream(k.decode("utf-8"), v)
         except Exception as exc:  # noqa: BLE001
@@ -132,8 +172,13 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
         if info.id in streams:
             report.problem(f"streams {streams[info.id][0]!r} and {info.name!r} share id {info.id}")
         streams[info.id] = (info.name, info.partitions)
-    raw = txn.get(b"next_stream_id", db=store.meta)
-    next_id = keys.U64.unpack(raw)[0] if raw else 1
+    _counted(txn, store, report, "streams", n_streams)
+    meta: dict[bytes, bytes | None] = {}
+    for k, raw in entries(txn.cursor(db=store.meta).iternext()):
+        meta[k] = raw if k in directory.UNSEALED_META else _opened(txn, store, report, "meta", k, raw)
+    _counted(txn, store, report, "meta", len(meta))
+    counter = meta.get(b"next_stream_id")
+    next_id = keys.U64.unpack(counter)[0] if counter and len(counter) == 8 else 1
     for sid, (name, _) in streams.items():
         if sid >= next_id:
             report.problem(f"stream {name!r} has id {sid} >= next_stream_id {next_id}")
@@ -146,7 +191,14 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
         return sid in streams and part < streams[sid][1]
 
     parts: dict[tuple[int, int], int] = {}
-    for k, v in entries(txn.cursor(db=store.parts).iternext()):
+    n_parts = 0
+    for k, raw in entries(txn.cursor(db=store.parts).iternext()):
+        n_parts += 1
+        v = _opened(txn, store, report, "parts", k, raw)
+        if v is None:
+            if len(k) == keys.PART_LEN:  # reported: its records are not compared with it
+                parts[struct.unpack(">QI", k)] = 2**64
+            continue
         if len(k) != keys.PART_LEN or len(v) != 8:
             report.problem(f"malformed parts key {k.hex()}")
             continue
@@ -154,6 +206,7 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
         parts[(sid, part)] = keys.U64.unpack(v)[0]
         if not known(sid, part):
             report.problem(f"parts key of {where(sid, part)}, which does not exist")
+    _counted(txn, store, report, "parts", n_parts)
 
     data = txn.cursor(db=store.data)
     pending = data.first()
@@ -165,6 +218,7 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
         if not pending:
             return None, b""
         k, v = bytes(data.key()), bytes(data.value())
+        _looked_up(txn, store, report, "data", k, v)
         pending = data.next()
         if len(k) != _CHUNK.size:
             report.problem(f"malformed data key {k.hex()}")
@@ -180,7 +234,12 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
             return -1
 
     chunk, value = next_chunk()
-    for k, v in entries(txn.cursor(db=store.txns).iternext()):
+    n_txns = 0
+    for k, raw in entries(txn.cursor(db=store.txns).iternext()):
+        n_txns += 1
+        v = _opened(txn, store, report, "txns", k, raw)
+        if v is None:
+            continue
         if len(k) != keys.TXN_LEN or len(v) != keys.STATE.size:
             report.problem(f"malformed txns record {k.hex()}")
             continue
@@ -219,8 +278,15 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
         verify_chunk(chunk, value)
         report.problem(f"{where(*chunk[:3])} chunk {chunk[3]}: no such transaction (orphan chunk)")
         chunk, value = next_chunk()
+    _counted(txn, store, report, "txns", n_txns)
+    _counted(txn, store, report, "data", counts["chunks"])
 
-    for k, v in entries(txn.cursor(db=store.offsets).iternext()):
+    n_offsets = 0
+    for k, raw in entries(txn.cursor(db=store.offsets).iternext()):
+        n_offsets += 1
+        v = _opened(txn, store, report, "offsets", k, raw)
+        if v is None:
+            continue
         if len(k) < 13 or len(v) != 8:
             report.problem(f"malformed offsets key {k.hex()}")
             continue
@@ -229,17 +295,51 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
         if not known(sid, part):
             consumer = k[8:-5].decode("utf-8", "replace")
             report.problem(f"offset of consumer {consumer!r} for {where(sid, part)}, which does not exist")
+    _counted(txn, store, report, "offsets", n_offsets)
 
-    raw = txn.get(reads.LOG_SEQ, db=store.meta)
-    log_seq = max(keys.U64.unpack(raw)[0] if raw else 0, reads.log_seq(txn, store))
-    for k, _ in entries(txn.cursor(db=store.log).iternext()):
+    n_markers = 0
+    for k, raw in entries(txn.cursor(db=store.markers).iternext()):
+        n_markers += 1
+        v = _opened(txn, store, report, "markers", k, raw)
+        if v is not None and len(v) != 8:
+            report.problem(f"malformed marker {k!r:.60}")
+    _counted(txn, store, report, "markers", n_markers)
+
+    counter = meta.get(reads.LOG_SEQ)
+    log_seq = max(keys.U64.unpack(counter)[0] if counter and len(counter) == 8 else 0, _last_log_key(txn, store))
+    n_log_keys = 0
+    for k, raw in entries(txn.cursor(db=store.log).iternext()):
+        n_log_keys += 1
         seq = commitlog.seq_of(k) if len(k) in (8, 12) else -1  # an entry, or a piece of one
         if seq < 0 or seq > log_seq:
             report.problem(f"commit-log key {k.hex()} is past log_seq {log_seq}")
-    for seq, v in commitlog.iter_entries(txn.cursor(db=store.log).iternext()):
+        _looked_up(txn, store, report, "log", k, raw)
+    for seq, raw in commitlog.iter_sealed_entries(txn.cursor(db=store.log).iternext()):
         counts["log_entries"] += 1
+        entry_key = keys.U64.pack(seq)  # an entry is sealed whole, under its u64 key (.commitlog)
+        if store.sealed and not seals.is_sealed(entry_key, raw):
+            report.problem(f"{seals.describe('log', entry_key)}: checksum mismatch (the entry of {len(raw)} bytes "
+                           "is damaged)")
+            continue
+        v = store.unseal("log", entry_key, raw)
         try:
             O.unpack_batch(v)
         except Exception as exc:  # noqa: BLE001
             report.problem(f"commit-log entry {seq} does not decode: {exc}")
+    _counted(txn, store, report, "log", n_log_keys)
+
+    if store.state is None and store.sealed:
+        report.problem("the 'state' database is missing (its record in LMDB's main database is damaged)")
+    if store.state is not None:
+        n_state = 0
+        for k, raw in entries(txn.cursor(db=store.state).iternext()):
+            n_state += 1
+            _opened(txn, store, report, "state", k, raw)
+        counts["state_entries"] = n_state
+        _counted(txn, store, report, "state", n_state)
     report.counts = counts
+
+
+def _last_log_key(txn: lmdb.Transaction, store: Store) -> int:
+    cur = txn.cursor(db=store.log)
+    return commitlog.seq_of(cur.key()) if cur.last() and len(cur.key()) in (8, 12) else 0

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import lmdb
 
-from . import keys, reads
+from . import keys, reads, seals
 from .store import Store
 
 #: most entries one trimming write transaction deletes
@@ -46,9 +46,11 @@ def seq_of(key: bytes | memoryview) -> int:
     return seq
 
 
-def put_entry(txn: lmdb.Transaction, store: Store, seq: int, value: bytes) -> None:
-    """Store the log entry ``seq`` (in pieces when it is larger than :data:`PIECE`)."""
+def put_entry(txn: lmdb.Transaction, store: Store, seq: int, payload: bytes) -> None:
+    """Store the log entry ``seq``, sealed as a whole under its u64 key (:mod:`.seals`),
+    then cut in pieces when it is larger than :data:`PIECE`."""
     key = keys.U64.pack(seq)
+    value = seals.seal(key, payload)
     if len(value) <= PIECE:
         txn.put(key, value, db=store.log)
         return
@@ -57,9 +59,16 @@ def put_entry(txn: lmdb.Transaction, store: Store, seq: int, value: bytes) -> No
         txn.put(key + _PIECE_NO.pack(n), view[start : start + PIECE], db=store.log)
 
 
-def iter_entries(cursor_iter: Iterable[tuple[Any, Any]]) -> Iterator[tuple[int, bytes]]:
-    """``(seq, value)`` of the entries a log cursor iteration yields, pieces joined (an
-    iteration that starts in the middle of an entry's pieces skips that entry)."""
+def iter_entries(cursor_iter: Iterable[tuple[Any, Any]], store: Store) -> Iterator[tuple[int, bytes]]:
+    """``(seq, payload)`` of the entries a log cursor iteration yields, pieces joined and
+    seals verified (:class:`~tstreams_embedded.errors.DataCorrupted` if damaged)."""
+    for seq, raw in iter_sealed_entries(cursor_iter):
+        yield seq, store.unseal("log", keys.U64.pack(seq), raw)
+
+
+def iter_sealed_entries(cursor_iter: Iterable[tuple[Any, Any]]) -> Iterator[tuple[int, bytes]]:
+    """``(seq, sealed value)`` of the entries a log cursor iteration yields, pieces joined
+    (an iteration that starts in the middle of an entry's pieces skips that entry)."""
     seq = -1
     parts: list[bytes] = []
     for k, v in cursor_iter:
@@ -110,7 +119,7 @@ def trim_slice(txn: lmdb.Transaction, store: Store, upto_seq: int, limit: int = 
     ``limit`` entries and about ``max_bytes`` of values; return ``(entries deleted,
     whether some with seq <= upto_seq are left)``."""
     # the sequence lives in the log's last key: keep it in meta before that key may go
-    txn.put(reads.LOG_SEQ, keys.U64.pack(reads.log_seq(txn, store)), db=store.meta)
+    store.put(txn, "meta", reads.LOG_SEQ, keys.U64.pack(reads.log_seq(txn, store)))
     cur = txn.cursor(db=store.log)
     removed = 0
     freed = 0

@@ -38,7 +38,9 @@ Guarantees:
 * a full disk fails the group with :class:`~tstreams_embedded.errors.StorageFull`, damaged
   pages with :class:`~tstreams_embedded.errors.DataCorrupted` (:meth:`.Store.translate`);
 * :meth:`close` lets the group being written finish, syncs, and fails every request that
-  had not started with :class:`~tstreams_embedded.errors.EngineClosed`.
+  had not started with :class:`~tstreams_embedded.errors.EngineClosed`. A request that was
+  committed never raises ``EngineClosed`` (its caller would retry and duplicate it): a
+  durable one racing the close returns once the close's fsync covers it.
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ class GroupCommitter:
         self._closed = False
         #: the commit log's bound in bytes (None: unbounded); a full map trims it to that
         self.log_bound: int | None = None
+        self._close_flushed = False  # close() has run its final fsync (see _wait_durable)
 
     # ------------------------------------------------------------------ public
     def submit(self, batch: Sequence[Operation], durable: bool = True) -> list[Any]:
@@ -184,14 +187,18 @@ class GroupCommitter:
             while self._syncing:
                 self._sync_cv.wait()
             self._syncing = True
-            target = self._committed_no
+            target = self._committed_no  # no commit follows: _lead refuses to lead once closed
+        flushed = False
         try:
             if not self.store.closed:
                 self.store.sync()
+            flushed = True
         finally:
             with self._sync_cv:
                 self._syncing = False
-                self._synced_no = max(self._synced_no, target)
+                if flushed:
+                    self._synced_no = max(self._synced_no, target)
+                self._close_flushed = True  # durable writers waiting for this fsync may return
                 self._sync_cv.notify_all()
 
     def _fail_queued(self) -> None:
@@ -407,9 +414,14 @@ class GroupCommitter:
                 if self._syncing:
                     self._sync_cv.wait()
                     continue
-                if self._closed:  # close() synced everything committed before it
-                    raise errors.EngineClosed(f"engine at {self.store.path!r} was closed before this write "
-                                              "was flushed to disk; it may not survive a crash")
+                if self._closed:
+                    # committed, so never EngineClosed (a caller would retry and duplicate it):
+                    # close() flushes every commit made before it; wait for that fsync
+                    if not self._close_flushed:
+                        self._sync_cv.wait()
+                        continue
+                    raise errors.TStreamsError("the write was committed but the fsync at engine close failed, "
+                                               "so it may not survive a crash")
                 self._syncing = True
                 self._sync_cv.release()
                 try:
@@ -428,9 +440,6 @@ class GroupCommitter:
                             self._cv.notify_all()
                     self.fsyncs += 1
                 except Exception as exc:  # noqa: BLE001
-                    if self._closed:
-                        raise errors.EngineClosed(f"engine at {self.store.path!r} was closed before this write "
-                                                  "was flushed to disk; it may not survive a crash") from exc
                     raise errors.TStreamsError(
                         f"the write was committed but fsync failed, so it may not survive a crash: {exc}"
                     ) from exc
@@ -544,8 +553,8 @@ class GroupCommitter:
         by the next one (see :meth:`_write_with_room`)."""
         txn = self.store.begin_write()
         try:
-            raw = txn.get(RECLAIM_KEY, db=self.store.meta)
-            txn.put(RECLAIM_KEY, keys.U64.pack(keys.U64.unpack(raw)[0] + 1 if raw else 1), db=self.store.meta)
+            raw = self.store.get(txn, "meta", RECLAIM_KEY)
+            self.store.put(txn, "meta", RECLAIM_KEY, keys.U64.pack(keys.U64.unpack(raw)[0] + 1 if raw else 1))
             txn.commit()
         except BaseException:
             txn.abort()

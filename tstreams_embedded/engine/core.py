@@ -50,7 +50,7 @@ from .backend import (
     TxnData,
 )
 from .bulk import PayloadSnapshot
-from .catalog import decode_stream, lookup_stream
+from .catalog import lookup_stream, stream_of
 from .commit_waker import CommitWaker
 from .committer import GroupCommitter
 from .iteration import iter_transactions
@@ -358,7 +358,7 @@ class Core:
                 for k, v in entries(cur.iternext()):
                     if not k.startswith(pb) or (limit is not None and len(out) >= limit):
                         break
-                    out.append(decode_stream(k.decode("utf-8"), v))
+                    out.append(stream_of(self.store, k, v))
         return out
 
     # ------------------------------------------------------------------ reads
@@ -446,7 +446,7 @@ class Core:
         self._check()
         check_name(key, "marker name")
         with self.store.read() as txn:
-            raw = txn.get(key.encode("utf-8"), db=self.store.markers)
+            raw = self.store.get(txn, "markers", key.encode("utf-8"))
         return keys.I64.unpack(raw)[0] if raw is not None else None
 
     def list_consumers(self, stream: str | None = None, limit: int | None = None) -> list[ConsumerInfo]:
@@ -578,7 +578,7 @@ class Core:
         with self.store.read() as txn:
             cur = txn.cursor(db=self.store.log)
             if cur.set_range(keys.U64.pack(from_seq)):
-                for seq, v in commitlog.iter_entries(cur.iternext()):
+                for seq, v in commitlog.iter_entries(cur.iternext(), self.store):
                     now_ms, ops = O.unpack_batch(v)
                     out.append((seq, now_ms, reads.resolve_chunks(txn, self.store, ops)))
                     if len(out) >= limit:
@@ -719,7 +719,7 @@ class Core:
                 return work, None
             for k, v in entries(cur.iternext()):
                 seen += 1
-                info = decode_stream(k.decode("utf-8"), v)
+                info = stream_of(self.store, k, v)
                 floor = reads.ttl_floor(info, now)
                 if floor > 0:
                     for p in range(info.partitions):

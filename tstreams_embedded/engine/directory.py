@@ -24,9 +24,19 @@ Two checks run every time a :class:`~.store.Store` opens a directory:
   before any page is touched, ``data.mdb`` must hold ``(last_pgno + 1) * page size`` bytes;
   a shorter (truncated) file would kill the process with SIGBUS on the first read.
 
-``meta`` also records ``format``: absent in directories created before chunk checksums
-(whose unsealed chunks stay readable, see :mod:`.chunks`), ``1`` in directories created
-with them.
+``meta`` also records ``format``, the data format:
+
+* absent: created before chunk checksums (its unsealed chunks stay readable, see
+  :mod:`.chunks`) and before sealed values;
+* ``1``: chunks sealed, other values not;
+* ``2`` (:data:`DATA_FORMAT`): every value sealed (:mod:`.seals`). A directory upgraded from
+  an absent format also has ``unsealed_chunks`` in ``meta``: its old chunks stay readable.
+
+A directory of format absent or ``1`` is upgraded in place when opened for writing
+(:func:`upgrade_values`: every value sealed, in the same LMDB transaction as the new format,
+so the upgrade happens completely or not at all), and its marker then says format 3, which
+older code refuses. A read-only open (``tstreams check``) never upgrades: it reads the values
+unsealed. A marker of format 3 with a data format other than ``2`` is damage.
 """
 
 from __future__ import annotations
@@ -38,22 +48,27 @@ import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import lmdb
 
 from ..errors import DataCorrupted, StorageFull
+from . import seals
 from .keys import U64
 
 MARKER = "tstreams.dir"
-MARKER_FORMAT = 2
+MARKER_FORMAT = 3
 #: marker formats this code opens: 1 kept the commit-log sequence in ``meta`` (updated by
-#: every commit); 2 takes it from the log's last key (see ``reads.log_seq``). Code that knows
-#: only format 1 would reuse sequence numbers in a format-2 directory, so a format-1
-#: directory is upgraded in place (its marker rewritten) when opened for writing, and
+#: every commit); 2 takes it from the log's last key (see ``reads.log_seq``); 3 seals every
+#: value (data format 2). Code that knows only format 1 would reuse sequence numbers in a
+#: format-2 directory, and code that knows only format 2 would misread sealed values, so an
+#: older directory is upgraded in place (its marker rewritten) when opened for writing, and
 #: older code refuses it from then on.
-READABLE_MARKER_FORMATS = (1, 2)
-DATA_FORMAT = 1  # meta "format": chunks are sealed with a checksum
+READABLE_MARKER_FORMATS = (1, 2, 3)
+#: meta "format": 1 = chunks sealed with a checksum; 2 = every value sealed (:mod:`.seals`)
+DATA_FORMAT = 2
+CHUNKS_SEALED_FORMAT = 1
 DATA_FILE = "data.mdb"
 LOCK_FILE = "lock.mdb"
 CREATING = "tstreams.creating"
@@ -63,6 +78,12 @@ LOCK_HEADER = 192
 READER_SIZE = 64
 ID_KEY = b"directory_id"
 FORMAT_KEY = b"format"
+#: meta key (sealed, empty payload) of a directory upgraded from before chunk checksums
+LEGACY_CHUNKS_KEY = b"unsealed_chunks"
+#: meta keys stored without a seal (every other meta value is sealed)
+UNSEALED_META = (ID_KEY, FORMAT_KEY)
+#: the databases whose values are sealed (meta: all but :data:`UNSEALED_META`)
+SEALED_DBS = ("meta", "streams", "parts", "txns", "offsets", "markers", "log", "state")
 
 
 @contextmanager
@@ -228,29 +249,90 @@ def check_size(env: lmdb.Environment, path: str) -> None:
         )
 
 
-def bind(txn: lmdb.Transaction, meta: Any, path: str, marker_id: str | None, new: bool,
-         readonly: bool) -> tuple[str | None, bool]:
-    """Check (and for a new or older directory, record) the directory id in ``meta``;
-    return ``(id to write in a missing marker or None, whether unsealed chunks are legacy
-    data that must stay readable)``."""
+@dataclass(frozen=True)
+class Binding:
+    """What :func:`bind` found: the id to write in a missing marker (or None), whether
+    unsealed chunks are legacy data that must stay readable, and whether the values are
+    sealed (see :mod:`.seals`)."""
+
+    write_id: str | None
+    legacy_chunks: bool
+    sealed: bool
+
+
+def bind(txn: lmdb.Transaction, dbs: dict[str, Any], path: str, marker: tuple[str, int] | None, new: bool,
+         readonly: bool, created: frozenset[str] = frozenset()) -> Binding:
+    """Check (and for a new or older directory, record) the directory id in ``meta``, and
+    the data format (upgrading an older one in place unless ``readonly``). ``created``: the
+    named databases this open had to create; in a directory of the current format every one
+    exists already, so a missing one is damage (its record in LMDB's main database was
+    damaged: opening it would silently start it empty)."""
+    meta = dbs["meta"]
+    marker_id = marker[0] if marker is not None else None
     raw = txn.get(ID_KEY, db=meta)
     stored = bytes(raw).decode("ascii", "replace") if raw is not None else None
-    legacy = txn.get(FORMAT_KEY, db=meta) is None
-    if marker_id is not None:
-        if stored != marker_id:
-            found = f"directory id {stored!r}" if stored else "no directory id (a new, empty data file)"
-            raise DataCorrupted(
-                f"{os.path.join(path, DATA_FILE)} does not belong to this directory: {MARKER} says "
-                f"{marker_id!r} but the data file has {found}. Put the directory's own {DATA_FILE} back "
-                f"(from a backup); to use this data file here, delete {MARKER}"
-            )
-        return None, legacy
-    if readonly:
-        return None, legacy
-    if stored is None:
-        stored = secrets.token_hex(16)
-        txn.put(ID_KEY, stored.encode("ascii"), db=meta)
-        if new:
+    if marker_id is not None and stored != marker_id:
+        found = f"directory id {stored!r}" if stored else "no directory id (a new, empty data file)"
+        raise DataCorrupted(
+            f"{os.path.join(path, DATA_FILE)} does not belong to this directory: {MARKER} says "
+            f"{marker_id!r} but the data file has {found}. Put the directory's own {DATA_FILE} back "
+            f"(from a backup); to use this data file here, delete {MARKER}"
+        )
+    fmt = _data_format(txn, meta, path, marker, new, readonly)
+    if fmt == DATA_FORMAT and not new and created:
+        raise DataCorrupted(f"{os.path.join(path, DATA_FILE)} is damaged: its database(s) {sorted(created)} are "
+                            "missing (their records in LMDB's main database are damaged). Run `tstreams check "
+                            "--data DIR` and restore the directory from a backup")
+    legacy = fmt is None
+    if fmt == DATA_FORMAT:
+        legacy = txn.get(LEGACY_CHUNKS_KEY, db=meta) is not None
+    write_id = None
+    if marker_id is None and not readonly:
+        if stored is None:
+            stored = secrets.token_hex(16)
+            txn.put(ID_KEY, stored.encode("ascii"), db=meta)
+        write_id = stored
+    if fmt != DATA_FORMAT and not readonly:
+        upgrade_values(txn, dbs, legacy)
+        fmt = DATA_FORMAT
+    return Binding(write_id, legacy, fmt == DATA_FORMAT)
+
+
+def _data_format(txn: lmdb.Transaction, meta: Any, path: str, marker: tuple[str, int] | None,
+                 new: bool, readonly: bool) -> int | None:
+    """The data format in ``meta`` (None: before chunk checksums); a new directory starts
+    at :data:`DATA_FORMAT`. :class:`DataCorrupted` for a value no version wrote, or an older
+    format under a marker that says the directory was upgraded."""
+    if new:
+        if not readonly:
             txn.put(FORMAT_KEY, U64.pack(DATA_FORMAT), db=meta)
-            legacy = False
-    return stored, legacy
+        return DATA_FORMAT
+    raw = txn.get(FORMAT_KEY, db=meta)
+    fmt = U64.unpack(raw)[0] if raw is not None and len(raw) == U64.size else raw
+    if fmt not in (None, CHUNKS_SEALED_FORMAT, DATA_FORMAT):
+        raise DataCorrupted(f"{os.path.join(path, DATA_FILE)} is damaged: its data format is {fmt!r}, which no "
+                            "version wrote. Run `tstreams check --data DIR` and restore it from a backup")
+    if marker is not None and marker[1] >= MARKER_FORMAT and fmt != DATA_FORMAT:
+        raise DataCorrupted(f"{os.path.join(path, DATA_FILE)} is damaged: its {MARKER} says every value is "
+                            f"sealed (marker format {marker[1]}) but its data format is {fmt!r}. Run "
+                            "`tstreams check --data DIR` and restore it from a backup")
+    return fmt if fmt is None else int(fmt)
+
+
+def upgrade_values(txn: lmdb.Transaction, dbs: dict[str, Any], legacy_chunks: bool) -> None:
+    """Seal every value of a directory written before sealed values, in ``txn`` (see the
+    module docstring), and record :data:`DATA_FORMAT`."""
+    for name in SEALED_DBS:
+        db = dbs.get(name)
+        if db is None:
+            continue
+        cur = txn.cursor(db=db)
+        more = cur.first()
+        while more:
+            key = bytes(cur.key())
+            if name != "meta" or key not in UNSEALED_META:
+                cur.put(key, seals.seal(key, bytes(cur.value())))
+            more = cur.next()
+    if legacy_chunks:
+        txn.put(LEGACY_CHUNKS_KEY, seals.seal(LEGACY_CHUNKS_KEY, b""), db=dbs["meta"])
+    txn.put(FORMAT_KEY, U64.pack(DATA_FORMAT), db=dbs["meta"])

@@ -39,7 +39,8 @@ def readers(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: in
             if key[: len(prefix)] != prefix:
                 break
             name = key[len(prefix) : -5].decode("utf-8")
-            offset = keys.U64.unpack(as_bytes(v))[0] if keys.partition_of_offset_key(key) == partition else 0
+            offset = (keys.U64.unpack(store.unseal("offsets", key, as_bytes(v)))[0]
+                      if keys.partition_of_offset_key(key) == partition else 0)
             found[name] = max(found.get(name, 0), offset)
     return found
 
@@ -50,9 +51,9 @@ def count(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: int,
         if not items:
             continue
         key = PREFIX + keys.offset_key(info.id, consumer, partition)
-        raw = txn.get(key, db=store.meta)
+        raw = store.get(txn, "meta", key)
         total = (keys.U64.unpack(raw)[0] if raw else 0) + items
-        txn.put(key, keys.U64.pack(total), db=store.meta)
+        store.put(txn, "meta", key, keys.U64.pack(total))
         log.warning("TTL compaction of stream %r (ttl %d s) partition %d deleted %d items that consumer %r had "
                     "not read (%d in all): it is more than the TTL behind", info.name, info.ttl, partition, items,
                     consumer, total)
@@ -68,7 +69,7 @@ def of_consumer(txn: lmdb.Transaction, store: Store, info: StreamInfo, consumer:
             key = as_bytes(k)
             if key[: len(prefix)] != prefix or len(key) != len(prefix) + 4:
                 break
-            out[keys.partition_of_offset_key(key)] = keys.U64.unpack(as_bytes(v))[0]
+            out[keys.partition_of_offset_key(key)] = keys.U64.unpack(store.unseal("meta", key, as_bytes(v)))[0]
     return out
 
 

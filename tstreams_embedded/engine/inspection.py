@@ -13,10 +13,10 @@ import lmdb
 from ..ids import ID_MULTIPLIER
 from . import expiry, keys
 from .backend import MAX_OPEN_LISTED, ConsumerInfo, OpenTxn, PartitionInfo, StreamInfo
-from .catalog import decode_stream, lookup_stream
+from .catalog import lookup_stream, stream_of
 from .ops import TxnState
 from .reads import ttl_floor
-from .store import Store
+from .store import Store, as_bytes
 from .validate import check_partition
 
 CHECKPOINTED = int(TxnState.CHECKPOINTED)
@@ -29,7 +29,7 @@ def describe_partition(txn: lmdb.Transaction, store: Store, info: StreamInfo, pa
     and which open transactions have expired: those are counted in ``expired``, never as open)."""
     check_partition(info, partition)
     prefix = keys.part_key(info.id, partition)
-    raw = txn.get(prefix, db=store.parts)
+    raw = store.get(txn, "parts", prefix)
     last_id = keys.U64.unpack(bytes(raw))[0] if raw is not None else 0
     floor = ttl_floor(info, now)
     first = head = checkpointed = items = expired = open_count = size = 0
@@ -41,7 +41,7 @@ def describe_partition(txn: lmdb.Transaction, store: Store, info: StreamInfo, pa
             if key[: keys.PART_LEN] != prefix:
                 break
             size += len(k) + len(v)
-            state, deadline, _, n = keys.STATE.unpack(v)
+            state, deadline, _, n = keys.STATE.unpack(store.unseal("txns", key, as_bytes(v)))
             tid = keys.txn_id_of(key)
             if state == CHECKPOINTED:
                 if tid >= floor:
@@ -80,7 +80,7 @@ def first_open_at(txn: lmdb.Transaction, store: Store, info: StreamInfo, partiti
             tid = keys.txn_id_of(key)
             if tid >= below:
                 break
-            state, stamp, _, _ = keys.STATE.unpack(v)
+            state, stamp, _, _ = keys.STATE.unpack(store.unseal("txns", key, as_bytes(v)))
             if state == OPENED or (state == CHECKPOINTED and stamp >= ms):
                 return tid
     return 0
@@ -103,19 +103,21 @@ def list_consumers(txn: lmdb.Transaction, store: Store, stream: str | None, limi
     if stream is not None:
         streams = [lookup_stream(txn, store, stream)]
     else:
-        streams = [decode_stream(bytes(k).decode("utf-8"), bytes(v)) for k, v in txn.cursor(db=store.streams)]
+        streams = [stream_of(store, bytes(k), bytes(v)) for k, v in txn.cursor(db=store.streams)]
     out: list[ConsumerInfo] = []
     cur = txn.cursor(db=store.offsets)
     for info in streams:
         prefix = keys.stream_prefix(info.id)
         found: dict[str, dict[int, int]] = {}
-        if cur.set_range(prefix):
+        if store.seek(cur, "offsets", prefix):
             for k, v in cur.iternext():
                 key = bytes(k)
+                value = store.unseal("offsets", key, as_bytes(v))  # also the entry that ends the scan
                 if key[: len(prefix)] != prefix:
                     break
                 name = key[len(prefix) : -5].decode("utf-8")
-                found.setdefault(name, {})[keys.partition_of_offset_key(key)] = keys.U64.unpack(bytes(v))[0]
+                offset = keys.U64.unpack(bytes(value))[0]
+                found.setdefault(name, {})[keys.partition_of_offset_key(key)] = offset
         for name in sorted(found):
             if limit is not None and len(out) >= limit:
                 return out

@@ -13,6 +13,10 @@ All integers are big-endian so that LMDB's byte order equals numeric order:
 * ``markers``: marker name (UTF-8) -> i64
 * ``log``: sequence number u64 -> msgpack ``[now_ms, [resolved ops]]``
 
+Every value above but a chunk and ``meta``'s ``directory_id`` and ``format`` is stored
+*sealed*, followed by a CRC32C of key and value (:mod:`.seals`): read them through
+``Store.get`` / ``Store.unseal`` and write them through ``Store.put``.
+
 A stream costs one ``streams`` key plus a few keys per partition that holds data: no file
 and no database per stream, so millions of streams cost only keys.
 """

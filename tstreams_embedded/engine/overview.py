@@ -26,7 +26,7 @@ import lmdb
 
 from ..ids import ID_MULTIPLIER
 from . import keys
-from .catalog import decode_stream
+from .catalog import stream_of
 from .ops import TxnState
 from .store import Store, entries
 
@@ -86,11 +86,11 @@ def stream_overview(store: Store, limits: OverviewLimits = OverviewLimits()) -> 
             if len(out) >= limits.streams:
                 truncated = True
                 break
-            info = decode_stream(k.decode("utf-8"), v)
+            info = stream_of(store, k, v)
             shown = min(info.partitions, limits.partitions)
             heads = []
             for p in range(shown):
-                raw = txn.get(keys.part_key(info.id, p), db=store.parts)
+                raw = store.get(txn, "parts", keys.part_key(info.id, p))
                 heads.append(keys.U64.unpack(raw)[0] if raw else 0)
             s = StreamOverview(info.name, info.partitions, info.ttl, heads,
                                partitions_truncated=shown < info.partitions)
@@ -123,7 +123,7 @@ def _consumers(txn: lmdb.Transaction, store: Store, stream_id: int, s: StreamOve
         if rows >= limits.rows:
             return rows, True
         rows += 1
-        offset = keys.U64.unpack(v)[0]
+        offset = keys.U64.unpack(store.unseal("offsets", k, v))[0]
         head = s.heads[partition]
         lag_s = max(0, head // ID_MULTIPLIER - offset // ID_MULTIPLIER) / 1000.0
         s.consumers.append(ConsumerLag(name, partition, offset, count_after(txn, store, stream_id, partition,
@@ -148,6 +148,6 @@ def count_after(txn: lmdb.Transaction, store: Store, stream_id: int, partition: 
         if budget[0] <= 0:
             return None
         budget[0] -= 1
-        if v[0] == _CHECKPOINTED:
+        if store.unseal("txns", k, v)[0] == _CHECKPOINTED:
             count += 1
     return count

@@ -105,7 +105,7 @@ def _load(core: PagedSource, stream: str, partition: int, sid: int, tid: int, ch
         info = lookup_stream(txn, store, stream)
         if info.id != sid:
             raise errors.StreamNotFound(f"stream {stream!r} was deleted while it was being read")
-        raw = txn.get(keys.txn_key(sid, partition, tid), db=store.txns)
+        raw = store.get(txn, "txns", keys.txn_key(sid, partition, tid))
         if raw is None:
             return False
         state, _, chunks, _ = keys.STATE.unpack(raw)
@@ -168,18 +168,19 @@ def last(core: PagedSource, stream: str, partition: int, cursor: Any, cap: int) 
         floor = reads.ttl_floor(info, core.clock())
         c = txn.cursor(db=store.txns)
         found = None
-        if c.set_range(keys.part_key(info.id, partition + 1)):
+        if store.seek(c, "txns", keys.part_key(info.id, partition + 1)):
             ok = c.prev()
         else:
             ok = c.last()
         while ok:
             k = as_bytes(c.key())
+            state = keys.STATE.unpack(store.unseal("txns", k, as_bytes(c.value())))[0]  # also the last one
             if k[: keys.PART_LEN] != prefix:
                 break
             tid = keys.txn_id_of(k)
             if tid < floor:
                 break
-            if keys.STATE.unpack(c.value())[0] == _CHECKPOINTED:
+            if state == _CHECKPOINTED:
                 found = tid
                 break
             ok = c.prev()

@@ -11,14 +11,16 @@ through the write path and scan again; readers never decide expiry on their own,
 from __future__ import annotations
 
 import lmdb
+from crc32c import crc32c
 
 from ..errors import DataCorrupted
 from ..ids import ID_MULTIPLIER
-from . import keys
+from . import keys, seals
 from .backend import StreamInfo, TxnData
 from .catalog import lookup_stream
 from .chunks import items_of, payload_of
 from .ops import Checkpoint, ChunkRef, Data, GoneChunk, Instant, Open, Operation, TxnState
+from .seals import RESIDUE
 from .store import Store, as_bytes, entries
 from .validate import check_partition
 
@@ -63,8 +65,8 @@ def transaction_payloads(txn: lmdb.Transaction, store: Store, info: StreamInfo, 
     builds Arrow columns from them). Checksums are verified as in :func:`load_items`;
     :class:`DataCorrupted` names the transaction if a chunk is damaged or missing, or the
     transaction record is gone. The payloads are valid while ``txn`` is."""
-    raw = txn.get(keys.txn_key(info.id, partition, txn_id), db=store.txns)
     try:
+        raw = store.get(txn, "txns", keys.txn_key(info.id, partition, txn_id))
         if raw is None:
             raise DataCorrupted("its transaction record is missing")
         chunks = keys.STATE.unpack(raw)[2]
@@ -120,18 +122,25 @@ def scan(txn: lmdb.Transaction, store: Store, stream: str, partition: int, after
     floor = ttl_floor(info, now)
     prefix = keys.part_key(info.id, partition)
     cur = txn.cursor(db=store.txns)
-    if after >= 2**63 - 1 or not cur.set_range(keys.txn_key(info.id, partition, after + 1)):
+    if after >= 2**63 - 1 or not store.seek(cur, "txns", keys.txn_key(info.id, partition, after + 1)):
         return out
-    unpack_state = keys.STATE.unpack
+    unpack_state = keys.STATE.unpack_from  # the seal follows the record
+    sealed = store.sealed
     found = 0
     for k, v in entries(cur.iternext()):
+        # every entry visited is verified, also the one that ends the scan: not one moved there by damage
+        if sealed and crc32c(v, crc32c(k)) != RESIDUE:  # seals.unseal, inlined
+            if out.txns or out.index:  # return what precedes it; the next scan raises
+                out.full = True
+                break
+            raise seals.damaged("txns", k, v)
+        state, deadline, chunks, items = unpack_state(v)
         if k[: keys.PART_LEN] != prefix:
             break
         tid = keys.txn_id_of(k)
         if tid > upto:
             out.position = upto
             break
-        state, deadline, chunks, items = unpack_state(v)
         if state == CHECKPOINTED:
             if tid >= floor:
                 if load:
@@ -164,7 +173,7 @@ def get_one(txn: lmdb.Transaction, store: Store, stream: str, partition: int, tx
             now: int) -> TxnData | None:
     info = lookup_stream(txn, store, stream)
     check_partition(info, partition)
-    raw = txn.get(keys.txn_key(info.id, partition, txn_id), db=store.txns)
+    raw = store.get(txn, "txns", keys.txn_key(info.id, partition, txn_id))
     if raw is None:
         return None
     state, _, chunks, _ = keys.STATE.unpack(raw)
@@ -180,18 +189,18 @@ def last_checkpointed(txn: lmdb.Transaction, store: Store, stream: str, partitio
     prefix = keys.part_key(info.id, partition)
     floor = ttl_floor(info, now)
     cur = txn.cursor(db=store.txns)
-    if cur.set_range(keys.part_key(info.id, partition + 1)):
+    if store.seek(cur, "txns", keys.part_key(info.id, partition + 1)):
         if not cur.prev():
             return None
     elif not cur.last():
         return None
     for k, v in entries(cur.iterprev()):
+        state, _, chunks, _ = keys.STATE.unpack(store.unseal("txns", k, v))  # also the entry that ends the scan
         if k[: keys.PART_LEN] != prefix:
             return None
         tid = keys.txn_id_of(k)
         if tid < floor:
             return None
-        state, _, chunks, _ = keys.STATE.unpack(v)
         if state == TxnState.CHECKPOINTED:
             return TxnData(stream, partition, tid, load_items(txn, store, info, partition, tid, chunks), info.id)
     return None
@@ -200,7 +209,7 @@ def last_checkpointed(txn: lmdb.Transaction, store: Store, stream: str, partitio
 def last_allocated(txn: lmdb.Transaction, store: Store, stream: str, partition: int) -> int:
     info = lookup_stream(txn, store, stream)
     check_partition(info, partition)
-    raw = txn.get(keys.part_key(info.id, partition), db=store.parts)
+    raw = store.get(txn, "parts", keys.part_key(info.id, partition))
     return keys.U64.unpack(raw)[0] if raw else 0
 
 
@@ -214,7 +223,7 @@ def log_seq(txn: lmdb.Transaction, store: Store) -> int:
     or the floor kept in ``meta`` when the log was trimmed empty. Directories of format 1
     kept the sequence in ``meta`` on every commit, so the larger of the two is right for
     both formats."""
-    raw = txn.get(LOG_SEQ, db=store.meta)
+    raw = store.get(txn, "meta", LOG_SEQ)
     floor: int = keys.U64.unpack(raw)[0] if raw else 0
     cur = txn.cursor(db=store.log)
     if cur.last():
@@ -228,11 +237,12 @@ def offsets_of(txn: lmdb.Transaction, store: Store, stream: str, consumer: str) 
     prefix = keys.offsets_prefix(info.id, consumer)
     out: dict[int, int] = {}
     cur = txn.cursor(db=store.offsets)
-    if cur.set_range(prefix):
+    if store.seek(cur, "offsets", prefix):
         for k, v in entries(cur.iternext()):
+            offset = store.unseal("offsets", k, v)  # also the entry that ends the scan
             if not k.startswith(prefix) or len(k) != len(prefix) + 4:
                 break
-            out[keys.partition_of_offset_key(k)] = keys.U64.unpack(v)[0]
+            out[keys.partition_of_offset_key(k)] = keys.U64.unpack(offset)[0]
     return out
 
 

@@ -20,9 +20,11 @@ from typing import Any
 
 import lmdb
 import msgpack
+from crc32c import crc32c
 
 from .. import errors
 from .backend import StoreScan
+from .seals import RESIDUE, SEAL_LEN, damaged
 from .store import Store, as_bytes, entries
 from .validate import check_int, check_name, utf8
 
@@ -114,8 +116,7 @@ def check_time(value: Any, what: str) -> int:
 def get(txn: lmdb.Transaction, store: Store, name: str, key: bytes) -> bytes | None:
     if store.state is None:
         return None
-    raw = txn.get(prefix(name) + check_key(key), db=store.state)
-    return None if raw is None else as_bytes(raw)
+    return store.get(txn, "state", prefix(name) + check_key(key))
 
 
 def scan(txn: lmdb.Transaction, store: Store, name: str, start: bytes | None, end: bytes | None,
@@ -128,11 +129,17 @@ def scan(txn: lmdb.Transaction, store: Store, name: str, start: bytes | None, en
     hi = pfx + check_key(end, "end") if end is not None else None
     out: list[tuple[bytes, bytes]] = []
     cur = txn.cursor(db=store.state)
-    if not cur.set_range(lo):
+    if not store.seek(cur, "state", lo):
         return out
     n = len(pfx)
     size = 0
+    sealed = store.sealed
     for k, v in entries(cur.iternext()):
+        # verified, also the entry that ends the scan (not one moved there by damage): seals.unseal, inlined
+        if sealed:
+            if crc32c(v, crc32c(k)) != RESIDUE:
+                raise damaged("state", k, v)
+            v = v[:-SEAL_LEN]
         if k[:n] != pfx or (hi is not None and k >= hi) or len(out) >= limit or size >= MAX_READ_BYTES:
             break
         out.append((k[n:], v))
@@ -162,17 +169,19 @@ def windows(txn: lmdb.Transaction, store: Store, name: str, key: bytes | None, e
         return out
     hi = pfx + window_bound(end_to + 1) if end_to < MAX_TIME else None
     cur = txn.cursor(db=store.state)
-    if not cur.set_range(pfx + window_bound(end_from)):
+    unseal = store.unseal
+    if not store.seek(cur, "state", pfx + window_bound(end_from)):
         return out
     n = len(pfx)
     head = n + _WINDOW.size
     size = 0
     for k, v in entries(cur.iternext()):
+        value = unseal("state", k, v)  # also the entry that ends the scan
         if k[:n] != pfx or (hi is not None and k >= hi) or len(out) >= limit or size >= MAX_READ_BYTES:
             break
         if key is None or k[head:] == key:
-            out.append((k[n:], v))
-            size += len(k) + len(v)
+            out.append((k[n:], value))
+            size += len(k) + len(value)
     return out
 
 
@@ -210,11 +219,12 @@ def read_scans(txn: lmdb.Transaction, store: Store, scans: Sequence[StoreScan],
     out: list[list[tuple[bytes, bytes]]] = []
     size = 0
     cur = None if store.state is None else txn.cursor(db=store.state)
+    unseal = store.unseal
     for s in scans:
         got: list[tuple[bytes, bytes]] = []
         out.append(got)
         pfx = prefix(s.store)
-        if cur is None or not cur.set_range(pfx + (s.start or b"")):
+        if cur is None or not store.seek(cur, "state", pfx + (s.start or b"")):
             continue
         hi = None if s.end is None else pfx + s.end
         n = len(pfx)
@@ -223,6 +233,7 @@ def read_scans(txn: lmdb.Transaction, store: Store, scans: Sequence[StoreScan],
         found = _key_windows(cur, pfx, s) if s.window_key is not None else entries(cur.iternext())
         limit = s.limit
         for k, v in found:
+            v = unseal("state", k, v)  # also the entry that ends the scan
             if k[:n] != pfx or (hi is not None and k >= hi) or (limit is not None and len(got) >= limit):
                 break
             if windowed:

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import lmdb
+from crc32c import crc32c
 
 from .. import errors
 from ..errors import StorageFull
-from . import directory
+from . import directory, seals
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,9 @@ def translate(exc: BaseException, action: str, path: str, closed: bool = False) 
                                "nothing was written")
     if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError,
                         lmdb.VersionMismatchError)):
+        return errors.DataCorrupted(f"{action} failed: the LMDB data file in {path!r} is damaged ({exc}); "
+                                    f"run `tstreams check --data {path}` and restore it from a backup")
+    if isinstance(exc, lmdb.BadTxnError) and not closed:  # LMDB broke the transaction at a damaged page
         return errors.DataCorrupted(f"{action} failed: the LMDB data file in {path!r} is damaged ({exc}); "
                                     f"run `tstreams check --data {path}` and restore it from a backup")
     if closed:
@@ -197,16 +201,8 @@ class Store:
                         except lmdb.NotFoundError:
                             if name not in OPTIONAL_DBS:
                                 raise
-                txn = self.env.begin(write=not readonly)
-                try:
-                    if not readonly:
-                        self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
-                    write_id, self.legacy_chunks = directory.bind(txn, self.dbs["meta"], path, marker_id, new,
-                                                                  readonly)
-                except BaseException:
-                    txn.abort()
-                    raise
-                txn.commit()
+                binding = self._bind(marker, new, readonly)
+                write_id = binding.write_id
                 if write_id is not None:
                     if not strict:
                         self.env.sync(True)  # the id is on disk before the marker names it
@@ -218,6 +214,13 @@ class Store:
             except BaseException:
                 self.env.close()
                 raise
+        #: chunks written before chunk checksums may be unsealed (see :mod:`.chunks`)
+        self.legacy_chunks = binding.legacy_chunks
+        #: whether values are sealed (:mod:`.seals`): always, but in a read-only open of a
+        #: directory written before sealed values
+        self.sealed = binding.sealed
+        #: ``unseal(db name, key, stored value)``: the verified payload (see :mod:`.seals`)
+        self.unseal: seals.Unseal = seals.unseal if binding.sealed else seals.unsealed
         self.meta = self.dbs["meta"]
         self.streams = self.dbs["streams"]
         self.parts = self.dbs["parts"]
@@ -237,6 +240,86 @@ class Store:
         except OSError as exc:  # a read-only open may lack the right to write it
             if not readonly or exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
                 raise
+    def get(self, txn: lmdb.Transaction, db: str, key: bytes) -> bytes | None:
+        """The verified payload of the sealed value of ``key`` in the database named ``db``
+        (None if there is none); :class:`~tstreams_embedded.errors.DataCorrupted` if damaged."""
+        raw: bytes | None = txn.get(key, db=self.dbs[db])  # type: ignore[assignment]  # memoryview in buffers snapshots
+        if raw is None:
+            if self.sealed:  # a miss is checked too: a damaged branch page can hide an entry from lookups
+                cur = txn.cursor(db=self.dbs[db])
+                if self.seek(cur, db, key) and bytes(cur.key()) == key:
+                    raise self._misrouted(db, key, key)
+            return None
+        if not self.sealed:
+            return raw
+        if crc32c(raw, crc32c(key)) == seals.RESIDUE and len(raw) >= seals.SEAL_LEN:  # seals.unseal, inlined
+            return raw[:-seals.SEAL_LEN]
+        raise seals.damaged(db, key, raw)
+
+    def put(self, txn: lmdb.Transaction, db: str, key: bytes, payload: bytes) -> None:
+        """Store ``payload`` under ``key`` in the database named ``db``, sealed."""
+        txn.put(key, seals.seal(key, payload), db=self.dbs[db])
+
+    def seek(self, cur: lmdb.Cursor, db: str, key: bytes) -> bool:
+        """``cur.set_range(key)`` on the database named ``db``, with the seals of the entry
+        found and of the one before it verified, and that one below ``key``: a key moved out
+        of order by damage makes LMDB's binary search land just after it or on it, and a
+        damaged branch page sends it too far, so damage cannot make a range read silently
+        skip entries (:mod:`.seals`). The cursor ends on the entry found."""
+        if not cur.set_range(key):
+            if cur.last():  # nothing at or after key: the last entry is the one before
+                self._before(db, key, bytes(cur.key()), as_bytes(cur.value()))
+            return False
+        found = bytes(cur.key())  # bytes: a memoryview in buffers snapshots does not order
+        self._verify(db, found, as_bytes(cur.value()))
+        if found < key:
+            raise self._misrouted(db, key, found)
+        if cur.prev():
+            self._before(db, key, bytes(cur.key()), as_bytes(cur.value()))
+            cur.next()
+        else:
+            cur.set_range(key)
+        return True
+
+    def _before(self, db: str, target: bytes, key: bytes, raw: bytes) -> None:
+        """Verify the entry just before where a seek for ``target`` landed."""
+        self._verify(db, key, raw)
+        if key >= target:
+            raise self._misrouted(db, target, key)
+
+    def _verify(self, db: str, key: bytes, raw: bytes) -> None:
+        """Verify the seal of an entry a seek passed by (``meta``'s unsealed keys have none)."""
+        if db != "meta" or key not in directory.UNSEALED_META:
+            self.unseal(db, key, raw)
+
+    @staticmethod
+    def _misrouted(db: str, target: bytes, key: bytes) -> errors.DataCorrupted:
+        return errors.DataCorrupted(
+            f"the {db!r} database is damaged: a lookup of {bytes(target[:40]).hex()} landed beside the "
+            f"{seals.describe(db, key)}, out of order (a damaged branch page). Run `tstreams check --data DIR` "
+            "for a full report and restore the directory from a backup")
+
+    def _bind(self, marker: tuple[str, int] | None, new: bool, readonly: bool) -> directory.Binding:
+        """Open the databases and check (or record, or upgrade) the directory's identity and
+        format in one transaction; an upgrade that fills the map grows it and starts over."""
+        while True:
+            txn = self.env.begin(write=not readonly)
+            try:
+                created: frozenset[str] = frozenset()
+                if not readonly:
+                    existing = {bytes(k) for k in txn.cursor().iternext(values=False)}
+                    created = frozenset(n for n in DB_NAMES if n.encode() not in existing)
+                    self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
+                binding = directory.bind(txn, self.dbs, self.path, marker, new, readonly, created)
+            except lmdb.MapFullError:
+                txn.abort()
+                self.grow()
+                continue
+            except BaseException:
+                txn.abort()
+                raise
+            txn.commit()
+            return binding
 
     def _begin_read(self, buffers: bool) -> lmdb.Transaction:
         return self.env.begin(buffers=True) if buffers else self.env.begin(buffers=False)

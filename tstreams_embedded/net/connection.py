@@ -28,6 +28,9 @@ Failure handling — what the caller sees:
 * **Server stopping** (it answers ``NOT_EXECUTED``): the request is held and sent again on
   the next connection — e.g. through HAProxy to another server — without the caller noticing.
 * **Error replies** re-raise the server's exception class via ``error_from_wire``.
+* **Closing the client** with requests in flight: writes already sent get their reply first
+  (``close`` waits up to ``CLOSE_DRAIN``), so a write never raises ``EngineClosed`` after
+  the server executed it; requests never sent, and reads, fail with ``EngineClosed``.
 
 Reconnection is ZeroMQ's own (every ``reconnect_ivl``), so a restarted server is used again
 transparently. After ``heartbeat`` seconds of silence the client sends a ``ping``, which
@@ -120,6 +123,7 @@ class Connection:
         self._sends = 0  # messages sent (under _io)
         self._watching = False  # the I/O thread is blocked watching the socket's FD
         self._closed = False
+        self._draining = False  # close() is waiting for the replies to writes in flight
         self._pending: dict[int, _Req] = {}
         self._backlog: deque[_Req] = deque()  # registered, not sent (no connection)
         self._deadlines: list[tuple[float, int]] = []
@@ -187,7 +191,7 @@ class Connection:
         r = _Req(rid, method, [framing.pack_request_header(rid, method, 0), *body], fut,
                  self.timeout if timeout is None else timeout, retry_safe, on_item)
         with self._io:
-            if self._closed:
+            if self._closed or self._draining:
                 raise EngineClosed("the remote connection is closed")
             self._pending[rid] = r
             heapq.heappush(self._deadlines, (r.deadline, rid))
@@ -258,8 +262,30 @@ class Connection:
             raise RemoteError(f"no reply from {', '.join(self.endpoints)} within {timeout:g}s")
         return fut.result(0)
 
+    #: how long :meth:`close` waits for the replies to writes already sent (seconds)
+    CLOSE_DRAIN = 10.0
+
     def close(self) -> None:
-        """Fail requests in flight with :class:`EngineClosed`, stop the I/O thread, close the socket."""
+        """Refuse new requests; wait (at most :data:`CLOSE_DRAIN`) for the replies to writes
+        already sent, so that a write racing the close reports its real outcome (never
+        :class:`EngineClosed` for a write the server executed: a caller would retry it and
+        duplicate it); then stop the I/O thread and close the socket. Reads and requests never
+        sent fail with :class:`EngineClosed`; writes sent and still unanswered with
+        :class:`RemoteError` ("may or may not have been executed")."""
+        with self._io:
+            if self._closed or self._draining:
+                return
+            self._draining = True
+            writes = [r.future for r in self._pending.values() if r.epoch >= 0 and not r.retry_safe]
+        deadline = time.monotonic() + min(self.CLOSE_DRAIN, self.timeout)
+        for fut in writes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                self.wait(fut, remaining)  # receives the replies if no other thread does
+            except Exception:  # noqa: BLE001, S110 - its caller gets the outcome from the future
+                pass
         with self._io:
             if self._closed:
                 return
@@ -560,6 +586,8 @@ class Connection:
         with self._io:
             self._closed = True
             err = EngineClosed("the remote connection is closed")
+            sent = RemoteError("the connection was closed before the reply came; the request may or may not have "
+                               "been executed")
             pending = list(self._pending.values())
             self._pending.clear()
             self._backlog.clear()
@@ -570,7 +598,7 @@ class Connection:
             self._mon.close(0)
             self._sock.close()
         for r in pending:
-            r.future.set_exception(err)
+            r.future.set_exception(sent if r.epoch >= 0 and not r.retry_safe else err)  # a read: no harm done
         with self._token:  # nobody is receiving any more
             for fd in (self._wake_r, self._wake_w):
                 try:
