@@ -46,7 +46,6 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import lmdb
-import msgpack
 import zmq
 
 from .. import errors
@@ -57,8 +56,28 @@ from . import snapshot as snap
 from .channel import Channel
 from .clock import StateClock
 from .counters import NodeCounters
-from .log import Call, Entry, ReplicatedLog
-from .membership import membership_call, membership_size, read_members, settings_changed, write_members
+from .log import Entry, ReplicatedLog
+from .membership import read_members, settings_changed, write_members
+from .messages import (
+    ClientCall,
+    ErrorReply,
+    Fetch,
+    FetchReply,
+    Hello,
+    HelloReply,
+    MaintenanceCall,
+    MembershipCall,
+    Reply,
+    ReplyStatus,
+    SnapshotBegin,
+    SnapshotChunk,
+    SnapshotHead,
+    decode_call,
+    decode_request,
+    pack,
+    reply_rid,
+    unpack,
+)
 from .retention import Retention, trim_point
 from .zk import ACKS, BoundedZk, SessionLogger, ZkAddress, decode_json, encode_json, quorum_of, required_acks
 
@@ -84,14 +103,6 @@ EPOCH_CHECK_TIMEOUT = 2.0  # seconds to read P/epoch when a peer names a newer e
 ACKS_STRENGTH = {"leader": 0, "quorum": 1, "all": 2}
 
 
-def _pack(value: Any) -> bytes:
-    return cast(bytes, msgpack.packb(value, use_bin_type=True))
-
-
-def _unpack(raw: bytes | memoryview) -> Any:
-    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
-
-
 def outcome_to_wire(ok: bool, value: Any) -> list[Any]:
     if ok:
         return [True, value]
@@ -103,11 +114,6 @@ def outcome_from_wire(w: Sequence[Any]) -> tuple[bool, Any]:
     if w[0]:
         return True, w[1]
     return False, errors.error_from_wire(str(w[1]), str(w[2]))
-
-
-#: The fifth field of a log entry's call that holds engine maintenance (a
-#: :class:`~tstreams_embedded.engine.ops.MaintenanceBatch`) instead of a client's batch.
-MAINTENANCE = "maintenance"
 
 
 def _plain(row: list[Any]) -> list[Any]:
@@ -211,7 +217,7 @@ class Node:
             reason = zmq.strerror(exc.errno or 0)
             raise errors.BindFailed(f"cannot listen for replication on {repl_bind}: {reason}") from None
         self.repl_endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._parked: dict[bytes, tuple[dict[str, Any], float]] = {}  # peer identity -> (fetch, deadline)
+        self._parked: dict[bytes, tuple[Fetch, float]] = {}  # peer identity -> (fetch, deadline)
         self._epoch_refusals = 0  # hello/fetch epochs refused because ZooKeeper never reached them
         self.snapshot_server = snap.SnapshotServer(self._send)  # leader: snapshots being sent
         from kazoo.client import KazooClient
@@ -336,7 +342,7 @@ class Node:
         with self.log.lock:
             if not self.leading or self.epoch != epoch:
                 return
-            index = self.log.append(epoch, self._next_now(), [membership_call(size)])
+            index = self.log.append(epoch, self._next_now(), [MembershipCall(size).to_wire()])
             self.pending_members = (index, size)
             self._last_append = time.monotonic()
         log.info("membership: %d -> %d nodes at log index %d", current, size, index)
@@ -612,7 +618,7 @@ class Node:
             for node, ep in peers.items():
                 s = self._peer_socket()
                 s.connect(ep)
-                s.send(_pack({"op": "hello", "epoch": epoch, "node": self.node_id}))
+                s.send(pack(Hello(epoch, self.node_id).to_wire()))
                 socks[s] = node
                 poller.register(s, zmq.POLLIN)
             deadline = time.monotonic() + min(2.0, self.granted_session_timeout / 2)
@@ -621,9 +627,14 @@ class Node:
                 if remaining <= 0:
                     break
                 for s, _ in poller.poll(int(remaining * 1000) + 1):
-                    rep = _unpack(cast("zmq.Socket[Any]", s).recv())
-                    if rep.get("ok"):
-                        answers[socks[cast("zmq.Socket[Any]", s)]] = (int(rep["last_epoch"]), int(rep["last_index"]))
+                    sock = cast("zmq.Socket[Any]", s)
+                    try:
+                        rep = HelloReply.from_wire(unpack(sock.recv()))
+                    except (errors.ProtocolError, AttributeError, ValueError) as exc:
+                        log.warning("election: a malformed hello reply from %s: %s", socks[sock], exc)
+                        continue
+                    if rep.ok:
+                        answers[socks[sock]] = rep.position
         finally:
             for s in socks:
                 s.close(0)
@@ -662,70 +673,72 @@ class Node:
                     except ValueError:
                         continue
                     try:
-                        self._on_repl(ident, _unpack(body))
+                        request = decode_request(body)
+                    except errors.ProtocolError as exc:
+                        self._send(ident, ErrorReply(str(exc)))
+                        continue
+                    try:
+                        self._on_repl(ident, request)
                     except Exception:  # noqa: BLE001
                         log.exception("replication request failed")
             self._answer_parked()
 
-    def _send(self, ident: bytes, value: dict[str, Any]) -> None:
+    def _send(self, ident: bytes, reply: Reply) -> None:
         try:
-            self._router.send_multipart([ident, _pack(value)], zmq.NOBLOCK)
+            self._router.send_multipart([ident, pack(reply.to_wire())], zmq.NOBLOCK)
         except zmq.ZMQError:
             pass
 
-    def _on_repl(self, ident: bytes, req: dict[str, Any]) -> None:
-        op = req.get("op")
-        if op == "hello":
-            epoch = int(req["epoch"])
-            if epoch > self.known_epoch and not self._epoch_reached(epoch, f"a hello from {req.get('node')!r}"):
-                self._send(ident, {"ok": False, "known": self.known_epoch})
-                return
-            with self.log.lock:
-                if epoch < self.known_epoch:
-                    self._send(ident, {"ok": False, "known": self.known_epoch})
-                    return
-                self.known_epoch = epoch
-                position = self.log.position()
-            if self.leading and self.epoch < epoch:
-                self._step_down(f"{req.get('node')} runs for epoch {epoch}")
-            self._send(ident, {"ok": True, "last_epoch": position[0], "last_index": position[1]})
-        elif op == "fetch":
+    def _on_repl(self, ident: bytes, req: Hello | Fetch | SnapshotBegin | SnapshotChunk) -> None:
+        if isinstance(req, Hello):
+            self._on_hello(ident, req)
+        elif isinstance(req, Fetch):
             self._on_fetch(ident, req)
-        elif op == "snapshot":  # see snapshot.SnapshotServer
-            if req.get("sid") is not None:
-                self.snapshot_server.chunk(ident, req)
-            elif not self.leading:
-                self._send(ident, {"rid": req.get("rid"), "status": "not_leader"})
-            else:
-                self.snapshot_server.begin(ident, req, self.epoch, self.core.store, self.cdb,
-                                           self.log.epoch_at(self.applied), self.log.now_at(self.applied))
+        elif isinstance(req, SnapshotChunk):  # see snapshot.SnapshotServer
+            self.snapshot_server.chunk(ident, req)
+        elif not self.leading:
+            self._send(ident, SnapshotHead(req.rid, ReplyStatus.NOT_LEADER))
         else:
-            self._send(ident, {"error": f"unknown replication operation {op!r}"})
+            self.snapshot_server.begin(ident, req, self.epoch, self.core.store, self.cdb,
+                                       self.log.epoch_at(self.applied), self.log.now_at(self.applied))
 
-    def _on_fetch(self, ident: bytes, req: dict[str, Any]) -> None:
-        rid = req.get("rid")
+    def _on_hello(self, ident: bytes, req: Hello) -> None:
+        epoch = req.epoch
+        if epoch > self.known_epoch and not self._epoch_reached(epoch, f"a hello from {req.node!r}"):
+            self._send(ident, HelloReply(False, self.known_epoch, rid=req.rid))
+            return
+        with self.log.lock:
+            if epoch < self.known_epoch:
+                self._send(ident, HelloReply(False, self.known_epoch, rid=req.rid))
+                return
+            self.known_epoch = epoch
+            last_epoch, last_index = self.log.position()
+        if self.leading and self.epoch < epoch:
+            self._step_down(f"{req.node} runs for epoch {epoch}")
+        self._send(ident, HelloReply(True, 0, last_epoch, last_index, rid=req.rid))
+
+    def _on_fetch(self, ident: bytes, req: Fetch) -> None:
+        rid = req.rid
         if not self.leading:
-            self._send(ident, {"rid": rid, "status": "not_leader"})
+            self._send(ident, FetchReply(rid, ReplyStatus.NOT_LEADER))
             return
-        if int(req["known"]) > self.epoch:
-            if not self._epoch_reached(int(req["known"]), f"a fetch from {req.get('node')!r}"):
+        if req.known > self.epoch:
+            if not self._epoch_reached(req.known, f"a fetch from {req.node!r}"):
                 return  # a forged epoch: no answer (the follower, if real, asks again)
-            self._send(ident, {"rid": rid, "status": "fenced"})
-            self._step_down(f"{req.get('node')} knows epoch {req['known']}")
+            self._send(ident, FetchReply(rid, ReplyStatus.FENCED))
+            self._step_down(f"{req.node} knows epoch {req.known}")
             return
-        start = int(req["from"])
-        prev = start - 1
-        last_epoch = int(req["last_epoch"])
+        prev = req.from_index - 1
         if prev < self.log.base_index:  # trimmed: only a snapshot can bring this follower up to date
-            self.match.pop(str(req.get("node")), None)
-            self._send(ident, {"rid": rid, "status": "snapshot", "epoch": self.epoch, "first": self.log.first_index})
+            self.match.pop(req.node, None)
+            self._send(ident, FetchReply(rid, ReplyStatus.SNAPSHOT, self.epoch, first=self.log.first_index))
             return
-        if prev > self.log.last_index or self.log.epoch_at(prev) != last_epoch:
+        if prev > self.log.last_index or self.log.epoch_at(prev) != req.last_epoch:
             bound = self.log.last_index if prev > self.log.last_index else prev - 1
-            to = max(0, min(bound, self.log.end_of_epoch(last_epoch)))
-            self._send(ident, {"rid": rid, "status": "truncate", "to": to, "epoch": self.epoch})
+            to = max(0, min(bound, self.log.end_of_epoch(req.last_epoch)))
+            self._send(ident, FetchReply(rid, ReplyStatus.TRUNCATE, self.epoch, to=to))
             return
-        node = str(req.get("node"))
+        node = req.node
         self.match[node] = prev
         self.snapshot_server.fetched(node)
         self._advance_commit()
@@ -752,14 +765,13 @@ class Node:
                         what, epoch, current, self._epoch_refusals)
         return False
 
-    def _reply_fetch(self, ident: bytes, req: dict[str, Any], force: bool = False) -> bool:
-        start = int(req["from"])
+    def _reply_fetch(self, ident: bytes, req: Fetch, force: bool = False) -> bool:
+        start = req.from_index
         entries = self.log.read(start) if start <= self.log.last_index else []
         commit = self.log.commit_index
-        if not entries and commit <= int(req.get("commit", 0)) and not force:
+        if not entries and commit <= req.commit and not force:
             return False
-        self._send(ident, {"rid": req.get("rid"), "status": "ok", "epoch": self.epoch, "commit": commit,
-                           "entries": [e.to_wire() for e in entries]})
+        self._send(ident, FetchReply(req.rid, ReplyStatus.OK, self.epoch, commit, [e.to_wire() for e in entries]))
         return True
 
     def _answer_parked(self) -> None:
@@ -768,7 +780,7 @@ class Node:
         now = time.monotonic()
         for ident, (req, deadline) in list(self._parked.items()):
             if not self.leading:
-                self._send(ident, {"rid": req.get("rid"), "status": "not_leader"})
+                self._send(ident, FetchReply(req.rid, ReplyStatus.NOT_LEADER))
             elif not self._reply_fetch(ident, req, force=now >= deadline):
                 continue
             del self._parked[ident]
@@ -826,11 +838,10 @@ class Node:
                     continue
                 rid += 1
                 with self.log.lock:
-                    req = {"op": "fetch", "rid": rid, "node": self.node_id, "known": self.known_epoch,
-                           "from": self.log.last_index + 1, "last_epoch": self.log.last_epoch,
-                           "commit": self.log.commit_index}
-                sock.send(_pack(req))
-                rep = None
+                    req = Fetch(self.node_id, self.known_epoch, self.log.last_index + 1, self.log.last_epoch,
+                                self.log.commit_index, rid)
+                sock.send(pack(req.to_wire()))
+                rep: FetchReply | None = None
                 deadline = time.monotonic() + FETCH_TIMEOUT
                 while rep is None and not self._stop.is_set():
                     if self._leader_target() != target:
@@ -840,9 +851,13 @@ class Node:
                         if remaining <= 0:
                             break
                         continue
-                    got = _unpack(sock.recv())
-                    if got.get("rid") == rid:
-                        rep = got
+                    got = unpack(sock.recv())
+                    if isinstance(got, dict) and reply_rid(got) == rid:
+                        try:
+                            rep = FetchReply.from_wire(got)
+                        except errors.ProtocolError as exc:
+                            log.warning("a malformed fetch reply from the leader: %s", exc)
+                            break
                 if rep is None:
                     sock.close(0)
                     sock, target = None, None
@@ -894,24 +909,24 @@ class Node:
         info = self.leader_info if info is None else info
         return str(info.get("repl")), int(info.get("epoch", 0))
 
-    def _on_fetched(self, req: dict[str, Any], rep: dict[str, Any]) -> None:
-        status = rep.get("status")
-        if status not in ("ok", "truncate", "snapshot"):
+    def _on_fetched(self, req: Fetch, rep: FetchReply) -> None:
+        status = rep.status
+        if status not in (ReplyStatus.OK, ReplyStatus.TRUNCATE, ReplyStatus.SNAPSHOT):
             self._stop.wait(0.05)
             return
         with self.log.lock:
-            if int(rep.get("epoch", 0)) < self.known_epoch or self.leading:
+            if rep.epoch < self.known_epoch or self.leading:
                 return  # a deposed leader's answer
             self.last_contact = time.monotonic()
-            if self.log.last_index + 1 != int(req["from"]):
+            if self.log.last_index + 1 != req.from_index:
                 return
-            if status == "snapshot":
+            if status is ReplyStatus.SNAPSHOT:
                 log.info("the leader's log starts at %s, after this node's %d: catching up by snapshot",
-                         rep.get("first"), self.log.last_index)
+                         rep.first, self.log.last_index)
                 self.need_snapshot = True
                 return
-            if status == "truncate":
-                to = int(rep["to"])
+            if status is ReplyStatus.TRUNCATE:
+                to = rep.to
                 if to < self.applied:
                     self.diverged = True
                     self.need_snapshot = True
@@ -921,9 +936,9 @@ class Node:
                 removed = self.log.truncate_after(to)
                 log.warning("truncated %d uncommitted log entries after index %d", removed, to)
                 return
-            entries = [Entry.from_wire(w) for w in rep.get("entries", [])]
+            entries = [Entry.from_wire(w) for w in rep.entries]
             self.log.append_entries(entries)
-            moved = self.log.set_commit(int(rep.get("commit", 0)))
+            moved = self.log.set_commit(rep.commit)
         if moved:
             with self._cv:
                 self._cv.notify_all()
@@ -983,18 +998,25 @@ class Node:
         first: dict[tuple[str, int], int] = {}
         todo: list[tuple[int, list[O.Operation] | O.MaintenanceBatch]] = []
         members: int | None = None
+        calls: list[ClientCall | MaintenanceCall | None] = []
         with self.core.store.read() as txn:
-            for i, call in enumerate(e.calls):
-                size = membership_size(call)
-                if size is not None:
-                    members = size
-                    outcomes[i] = (True, size)
+            for i, raw_call in enumerate(e.calls):
+                calls.append(None)
+                try:
+                    call = decode_call(raw_call)
+                except errors.ProtocolError as exc:
+                    outcomes[i] = (False, exc)
                     continue
-                cid, seq = call[0], int(call[1])
+                if isinstance(call, MembershipCall):
+                    members = call.size
+                    outcomes[i] = (True, call.size)
+                    continue
+                calls[i] = call
+                cid, seq = (call.client_id, call.seq) if isinstance(call, ClientCall) else (None, 0)
                 if cid:
                     if cid not in windows:
                         raw = txn.get(b"c" + cid.encode(), db=self.cdb)
-                        windows[cid] = dict(_unpack(raw)) if raw else {}
+                        windows[cid] = dict(unpack(raw)) if raw else {}
                     w = windows[cid]
                     if (cid, seq) in first:
                         same_as[i] = first[(cid, seq)]
@@ -1008,22 +1030,22 @@ class Node:
                         continue
                     first[(cid, seq)] = i
                 try:
-                    ops = O.decode_all(call[3])
-                    todo.append((i, O.MaintenanceBatch(tuple(ops)) if call[4:5] == [MAINTENANCE] else ops))
+                    ops = O.decode_all(call.rows)
+                    todo.append((i, O.MaintenanceBatch(tuple(ops)) if isinstance(call, MaintenanceCall) else ops))
                 except errors.TStreamsError as exc:
                     outcomes[i] = (False, exc)
 
         def finish(wtxn: lmdb.Transaction, results: list[tuple[bool, Any]]) -> None:
             touched = set()
             for (i, _), (ok, value) in zip(todo, results, strict=True):
-                cid = e.calls[i][0]
-                if cid:
-                    windows[cid][int(e.calls[i][1])] = outcome_to_wire(ok, value)
-                    touched.add(cid)
+                call = calls[i]
+                if isinstance(call, ClientCall) and call.client_id:
+                    windows[call.client_id][call.seq] = outcome_to_wire(ok, value)
+                    touched.add(call.client_id)
             for cid in touched:
                 w = windows[cid]
                 keep = dict(sorted(w.items())[-DEDUP_WINDOW:])
-                wtxn.put(b"c" + cid.encode(), _pack(keep), db=self.cdb)
+                wtxn.put(b"c" + cid.encode(), pack(keep), db=self.cdb)
             if members is not None:
                 write_members(wtxn, self.cdb, members)
             wtxn.put(snap.APPLIED_KEY, snap.encode_applied(snap.Position(e.index, e.epoch, e.now_ms)), db=self.cdb)
@@ -1067,7 +1089,7 @@ class Node:
         """The server's ``submit`` batch function: ``[ops, durable, client_id, seq]`` per call.
         Appends them as one log entry, waits for it to be committed and applied."""
         out: list[tuple[bool, Any] | None] = [None] * len(calls)
-        rows_of: list[tuple[int, Call]] = []
+        rows_of: list[tuple[int, ClientCall]] = []
         waits: list[tuple[int, int, str, int]] = []  # (call, index, client, seq) of calls already in the log
         for i, args in enumerate(calls):
             try:
@@ -1089,7 +1111,7 @@ class Node:
                 if cid is not None and (cid, seq) in self._inflight:
                     waits.append((i, self._inflight[(cid, seq)], cid, seq))
                     continue
-                rows_of.append((i, [cid, seq, durable, [_plain(O.encode(op)) for op in ops]]))
+                rows_of.append((i, ClientCall(cid, seq, durable, [_plain(O.encode(op)) for op in ops])))
             except errors.TStreamsError as exc:
                 out[i] = (False, exc)
         if rows_of or waits:
@@ -1106,12 +1128,13 @@ class Node:
         every node applies alike; wait until it is committed and applied here. Returns
         ``(True, results)`` or ``(False, exception)``; raises ``NotLeader`` or
         ``ClusterUnavailable`` as a client write would."""
-        row: Call = [None, 0, False, [_plain(O.encode(op)) for op in O.check_maintenance_batch(ops)], MAINTENANCE]
+        row = MaintenanceCall([_plain(O.encode(op)) for op in O.check_maintenance_batch(ops)])
         out: list[tuple[bool, Any] | None] = [None]
         self._replicate([(0, row)], [], out)
         return out[0] if out[0] is not None else (False, errors.ClusterUnavailable("no outcome"))
 
-    def _replicate(self, rows_of: list[tuple[int, Call]], waits: list[tuple[int, int, str, int]],
+    def _replicate(self, rows_of: Sequence[tuple[int, ClientCall | MaintenanceCall]],
+                   waits: list[tuple[int, int, str, int]],
                    out: list[tuple[bool, Any] | None]) -> None:
         self.check_serving()
         epoch = self.epoch
@@ -1123,12 +1146,12 @@ class Node:
                     raise errors.NotLeader(f"node {self.node_id} stopped leading; {self.leader_hint()}")
                 with self._cv:
                     self._waiting[self.log.last_index + 1] = None
-                index = self.log.append(epoch, self._next_now(), [c for _, c in rows_of], sync=False)
+                index = self.log.append(epoch, self._next_now(), [c.to_wire() for _, c in rows_of], sync=False)
                 self._last_append = time.monotonic()
             self.counters.group_size.observe(len(rows_of))
             for _, c in rows_of:
-                if c[0] is not None:
-                    self._inflight[(c[0], c[1])] = index
+                if isinstance(c, ClientCall) and c.client_id is not None:
+                    self._inflight[(c.client_id, c.seq)] = index
             self._wake()  # followers fetch the entry while this node syncs it
             self.log.sync()
             self._advance_commit()
@@ -1162,12 +1185,14 @@ class Node:
                 for ix in indexes:
                     self._waiting.pop(ix, None)
             for _, c in rows_of:
-                if c[0] is not None and self._inflight.get((c[0], c[1])) == index:
-                    del self._inflight[(c[0], c[1])]
+                if isinstance(c, ClientCall) and c.client_id is not None \
+                        and self._inflight.get((c.client_id, c.seq)) == index:
+                    del self._inflight[(c.client_id, c.seq)]
         if index:
             got = results.get(index)
             if got is None:  # applied before we registered: read the outcome from the window
-                got = [self.stored_outcome(c[0], c[1]) for _, c in rows_of]
+                got = [self.stored_outcome(c.client_id, c.seq) if isinstance(c, ClientCall)
+                       else self.stored_outcome(None, 0) for _, c in rows_of]
             for (i, _), res in zip(rows_of, got, strict=True):
                 out[i] = res
         for i, _, cid, seq in waits:
@@ -1178,7 +1203,7 @@ class Node:
             return (False, errors.ClusterUnavailable("the outcome of this write is not known; retry it"))
         with self.core.store.read() as txn:
             raw = txn.get(b"c" + cid.encode(), db=self.cdb)
-        w = dict(_unpack(raw)) if raw else {}
+        w = dict(unpack(raw)) if raw else {}
         if seq in w:
             return outcome_from_wire(w[seq])
         return (False, errors.ClusterUnavailable("the outcome of this write is not known; retry it"))
