@@ -1,4 +1,4 @@
-"""A follower's requests to the leader over its replication socket (a ZeroMQ DEALER),
+"""A follower's requests to the leader over its replication link (:class:`.transport.PeerLink`),
 matched to their replies by request id (``rid``); replies to older requests are dropped."""
 
 from __future__ import annotations
@@ -6,26 +6,24 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
-
-import zmq
 
 from .messages import Request, Wire, pack, reply_rid, unpack
+from .transport import PeerLink
 
 
 class Channel:
-    """Requests over one DEALER socket (see the module docstring). ``next_rid`` numbers
-    them (shared with the socket's other requests, so that ids never repeat on it)."""
+    """Requests over one link (see the module docstring). ``next_rid`` numbers them (shared
+    with the link's other requests, so that ids never repeat on it)."""
 
-    def __init__(self, sock: zmq.Socket[Any], next_rid: Callable[[], int], stop: threading.Event) -> None:
-        self.sock = sock
+    def __init__(self, link: PeerLink, next_rid: Callable[[], int], stop: threading.Event) -> None:
+        self.link = link
         self.next_rid = next_rid
         self.stop = stop
 
     def send(self, req: Request) -> int:
         """Send ``req`` under a new request id; return that id (for :meth:`wait`)."""
         rid = self.next_rid()
-        self.sock.send(pack(req._replace(rid=rid).to_wire()))
+        self.link.send(pack(req._replace(rid=rid).to_wire()))
         return rid
 
     def wait(self, rid: int, timeout: float) -> Wire | None:
@@ -36,8 +34,9 @@ class Channel:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            if self.sock.poll(int(min(remaining, 0.2) * 1000) + 1):
-                got = unpack(self.sock.recv())
+            raw = self.link.receive(min(remaining, 0.2))
+            if raw is not None:
+                got = unpack(raw)
                 if isinstance(got, dict) and reply_rid(got) == rid:
                     return got
         return None

@@ -41,20 +41,20 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import lmdb
 import zmq
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.core import Core, wall_clock_ms
-from ..net.auth import PeerKeys, secure_replication_client, secure_replication_server
+from ..engine.core import Core
+from ..net.auth import PeerKeys
 from . import snapshot as snap
 from .channel import Channel
 from .clock import StateClock
+from .coordinator import Coordinator, ElectionLock, KazooCoordinator, SessionState
 from .counters import NodeCounters
 from .log import Entry, ReplicatedLog
 from .membership import read_members, settings_changed, write_members
@@ -79,7 +79,9 @@ from .messages import (
     unpack,
 )
 from .retention import Retention, trim_point
-from .zk import ACKS, BoundedZk, SessionLogger, ZkAddress, decode_json, encode_json, quorum_of, required_acks
+from .timesource import SystemTime, TimeSource
+from .transport import PeerLink, ReplicationServer, Transport, ZmqTransport
+from .zk import ACKS, ZkAddress, quorum_of, required_acks
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +90,6 @@ LOG_MAP_SIZE = 1 << 34  # address space for the log (sparse; its size is bounded
 CLOCK_TICK = 1.0  # seconds: an idle leader appends an empty entry this often (the state clock moves on)
 FETCH_PARK = 0.25  # seconds a fetch with nothing new waits on the leader
 FETCH_TIMEOUT = 2.0  # seconds a follower waits for a fetch reply before reconnecting
-#: Bytes of the largest request the replication port accepts: requests (hello, fetch, a
-#: snapshot chunk request) are small maps of numbers and names; a larger frame is dropped by
-#: ZeroMQ together with its connection (the bulk data flows the other way, in replies).
-REPL_MAX_REQUEST_BYTES = 64 << 10
-REPL_RCVHWM = 64  # requests queued per peer connection (x REPL_MAX_REQUEST_BYTES: 4 MiB at most)
-#: Replies queued per peer connection: a follower has one fetch (a reply of at most about
-#: 8 MiB, ReplicatedLog.read) or a few snapshot chunks (snapshot.CHUNK_BYTES) outstanding;
-#: a reply beyond this is dropped and the follower asks again after its timeout.
-REPL_SNDHWM = 8
 MAX_PARKED = 256  # parked fetches (at most one per peer connection); beyond, a fetch is answered at once
 EPOCH_CHECK_TIMEOUT = 2.0  # seconds to read P/epoch when a peer names a newer epoch
 #: Acknowledgement levels from the weakest to the strongest (a node's ``--acks`` may only strengthen).
@@ -123,10 +116,14 @@ def _plain(row: list[Any]) -> list[Any]:
 class Node:
     """A cluster member around one :class:`Core` (see the module docstring)."""
 
-    def __init__(self, core: Core, zk_url: str, node_id: str, endpoint: str, repl_bind: str,
+    def __init__(self, core: Core, zk_url: str | Coordinator, node_id: str, endpoint: str, repl_bind: str,
                  http: str | None = None, acks: str | None = None, session_timeout: float = 4.0,
                  ack_timeout: float = 10.0, context: zmq.Context[Any] | None = None,
-                 peer_keys: PeerKeys | None = None) -> None:
+                 peer_keys: PeerKeys | None = None, transport: Transport | None = None,
+                 timer: TimeSource | None = None) -> None:
+        """``zk_url`` is the cluster's ``zk://`` address, or a :class:`.coordinator.Coordinator`
+        (tests pass an in-memory one); ``transport`` the peer transport (by default ZeroMQ on
+        ``context``, CURVE with ``peer_keys``); ``timer`` the clocks (by default the system's)."""
         if not isinstance(node_id, str) or not node_id or "/" in node_id:
             raise errors.InvalidArgument(f"node id must be a non-empty name without '/', got {node_id!r}")
         if acks is not None and acks not in ACKS:
@@ -138,15 +135,16 @@ class Node:
                                          "Core(path, clock=StateClock())")
         self.core = core
         self.clock: StateClock = core.clock
-        self.addr = ZkAddress.parse(zk_url)
+        self.coordinator: Coordinator = (KazooCoordinator(ZkAddress.parse(zk_url), float(session_timeout))
+                                          if isinstance(zk_url, str) else zk_url)
+        self.timer: TimeSource = timer or SystemTime()
         self.node_id = node_id
         self.endpoint = endpoint
         self.http = http
         self.acks_override = acks
         self.session_timeout = float(session_timeout)
         self.ack_timeout = float(ack_timeout)
-        self.ctx = context or zmq.Context.instance()
-        self.peer_keys = peer_keys  # CURVE on the replication port (net/auth.py), or None
+        self.transport: Transport = transport or ZmqTransport(context, peer_keys)
         if snap.discard_partial(core.path):
             log.warning("deleted an unfinished snapshot download (the node stopped during a transfer)")
         self.log = ReplicatedLog(os.path.join(core.path, "cluster-log"), map_size=LOG_MAP_SIZE)
@@ -198,54 +196,26 @@ class Node:
         self.commits = 0
         self.counters = NodeCounters()  # histograms for /metrics
         self.last_contact = 0.0  # follower: monotonic time of the leader's last fetch answer (follower reads)
-        # replication channel
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._router = self.ctx.socket(zmq.ROUTER)
-        self._router.setsockopt(zmq.LINGER, 0)
-        self._router.setsockopt(zmq.MAXMSGSIZE, REPL_MAX_REQUEST_BYTES)
-        self._router.setsockopt(zmq.RCVHWM, REPL_RCVHWM)
-        self._router.setsockopt(zmq.SNDHWM, REPL_SNDHWM)
-        if peer_keys is not None:
-            secure_replication_server(self._router, peer_keys)
+        # replication endpoint
         try:
-            self._router.bind(repl_bind)
-        except zmq.ZMQError as exc:
-            self._router.close(0)
+            self._server: ReplicationServer = self.transport.listen(repl_bind)
+        except BaseException:
             self.log.close()
-            reason = zmq.strerror(exc.errno or 0)
-            raise errors.BindFailed(f"cannot listen for replication on {repl_bind}: {reason}") from None
-        self.repl_endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+            raise
+        self.repl_endpoint = self._server.endpoint
         self._parked: dict[bytes, tuple[Fetch, float]] = {}  # peer identity -> (fetch, deadline)
         self._epoch_refusals = 0  # hello/fetch epochs refused because ZooKeeper never reached them
         self.snapshot_server = snap.SnapshotServer(self._send)  # leader: snapshots being sent
-        from kazoo.client import KazooClient
-
-        self._zk_log = SessionLogger()  # learns the session timeout ZooKeeper granted
-        self.zk = KazooClient(hosts=self.addr.hosts, timeout=self.session_timeout, logger=self._zk_log)
-        self.bzk = BoundedZk(self.zk)  # calls that cannot hang (start-up, election)
-        self.zk.add_listener(self._zk_state)
+        self.coordinator.add_state_listener(self._zk_state)
         self._threads: list[threading.Thread] = []
-        self._lock_recipe: Any = None
-
-    def _peer_socket(self) -> zmq.Socket[Any]:
-        """A DEALER for another node's replication port (CURVE when the cluster has keys)."""
-        sock: zmq.Socket[Any] = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        if self.peer_keys is not None:
-            secure_replication_client(sock, self.peer_keys)
-        return sock
+        self._lock_recipe: ElectionLock | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 30.0) -> None:
-        try:
-            self.zk.start(timeout=timeout)
-        except Exception as exc:  # noqa: BLE001
-            raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {self.addr.hosts}: {exc}") from exc
+        self.coordinator.start(timeout)
         self._zk_ok = True
         try:
-            granted = self._zk_log.granted
+            granted = self.coordinator.granted_session_timeout
             if granted is None:
                 raise errors.ClusterUnavailable(
                     "cannot learn the session timeout ZooKeeper granted (the leader's lease depends on it)")
@@ -253,19 +223,20 @@ class Node:
                 log.warning("ZooKeeper granted a %g s session for the %g s asked (its minSessionTimeout/"
                             "maxSessionTimeout): the leader's lease is %g s", granted, self.session_timeout,
                             self.lease_seconds)
-            if self.bzk.exists(self.addr.config) is None:
-                raise errors.InvalidArgument(f"no cluster at {self.addr}: run 'tstreams cluster init' first")
-            self.config = decode_json(self.bzk.get(self.addr.config)[0])
+            config = self.coordinator.read_config()
+            if config is None:
+                raise errors.InvalidArgument(
+                    f"no cluster at {self.coordinator.description}: run 'tstreams cluster init' first")
+            self.config = config
             self._check_acks_override()
             self.retention = Retention.from_config(self.config)
             if self.members is None:  # no membership entry applied yet: the size the cluster was made with
                 self.members = int(self.config.get("nodes", 1))
-            self.zk.DataWatch(self.addr.config, self._on_config)
-            self.known_epoch = int(self.bzk.get(self.addr.epoch)[0] or b"0")
+            self.coordinator.watch_config(self._on_config)
+            self.known_epoch = self.coordinator.read_epoch()
             self._publish(force=True)
         except BaseException:
-            self.zk.stop()
-            self.zk.close()
+            self.coordinator.close()
             raise
         for name, fn in (("repl", self._repl_loop), ("fetch", self._follow_loop), ("apply", self._apply_loop),
                          ("zk", self._zk_loop), ("election", self._election_loop)):
@@ -291,16 +262,10 @@ class Node:
             self._cv.notify_all()
         for t in self._threads:
             t.join(5)
-        try:
-            self.zk.stop()
-            self.zk.close()
-        except Exception:  # noqa: BLE001
-            pass
+        self.coordinator.close()
         self.snapshot_server.close()
-        self._router.close(0)
+        self._server.close()
         self.log.close()
-        for fd in (self._wake_r, self._wake_w):
-            os.close(fd)
 
     @property
     def nodes(self) -> int:
@@ -313,20 +278,17 @@ class Node:
             return self.members
         return int(self.config.get("nodes", 1))
 
-    def _on_config(self, raw: bytes | None, _stat: Any) -> bool:
-        """kazoo's ``DataWatch`` on ``P/config`` (its own thread: no ZooKeeper calls here).
-        ``acks``, retention and the compaction interval apply at once; a new size is
+    def _on_config(self, config: dict[str, Any]) -> None:
+        """The coordinator's watch on the configuration (its own thread: no coordinator calls
+        here). ``acks``, retention and the compaction interval apply at once; a new size is
         replicated by the leader as a membership entry (:meth:`_change_membership`)."""
         if self._closed:
-            return False
-        config = decode_json(raw)
-        if config:
-            changed = settings_changed(self.config, config)
-            if changed:
-                log.info("cluster configuration changed: %s", ", ".join(changed))
-            self.config = config
-            self.retention = Retention.from_config(config)
-        return True
+            return
+        changed = settings_changed(self.config, config)
+        if changed:
+            log.info("cluster configuration changed: %s", ", ".join(changed))
+        self.config = config
+        self.retention = Retention.from_config(config)
 
     def _change_membership(self, epoch: int) -> None:
         """Leader: if ``P/config`` asks for another size and no change is under way, append a
@@ -344,7 +306,7 @@ class Node:
                 return
             index = self.log.append(epoch, self._next_now(), [MembershipCall(size).to_wire()])
             self.pending_members = (index, size)
-            self._last_append = time.monotonic()
+            self._last_append = self.timer.monotonic()
         log.info("membership: %d -> %d nodes at log index %d", current, size, index)
         self._wake()
         self._advance_commit()
@@ -376,7 +338,7 @@ class Node:
     def granted_session_timeout(self) -> float:
         """Seconds of the ZooKeeper session as granted by the server (the requested timeout
         until a session exists)."""
-        granted = self._zk_log.granted
+        granted = self.coordinator.granted_session_timeout
         return self.session_timeout if granted is None else granted
 
     @property
@@ -386,13 +348,13 @@ class Node:
         return 0.75 * self.granted_session_timeout
 
     # ------------------------------------------------------------------ ZooKeeper
-    def _zk_state(self, state: str) -> None:
-        """kazoo's state listener (its own thread: no ZooKeeper calls here)."""
-        if state in ("SUSPENDED", "LOST"):
+    def _zk_state(self, state: SessionState) -> None:
+        """The coordinator's session listener (its own thread: no coordinator calls here)."""
+        if state is not SessionState.CONNECTED:
             self._zk_ok = False
             if self.leading:
-                log.warning("ZooKeeper session %s: stepping down at once", state.lower())
-                self._step_down(f"ZooKeeper session {state.lower()}")
+                log.warning("ZooKeeper session %s: stepping down at once", state.value)
+                self._step_down(f"ZooKeeper session {state.value}")
         else:
             self._zk_ok = True
 
@@ -413,28 +375,7 @@ class Node:
         info = {k: v for k, v in self.info().items() if k != "clock_ms"}
         if not force and info == self._published:
             return
-        from kazoo.exceptions import NodeExistsError, NoNodeError
-
-        path = self.addr.node(self.node_id)
-        data = encode_json(info)
-        try:
-            stat = self.bzk.set(path, data)
-            session = self.zk.client_id
-            mine = session is not None and stat.ephemeralOwner == session[0]
-        except NoNodeError:  # not there (a new session): create it
-            mine = False
-        if not mine:
-            # Missing, or the ephemeral node of this node's previous process (a restart within
-            # the session timeout): a node of an old session vanishes when that session
-            # expires, and elections (which ask the nodes listed here) would then miss this one.
-            try:
-                self.bzk.create(path, data, ephemeral=True, makepath=True)
-            except NodeExistsError:
-                try:
-                    self.bzk.delete(path)
-                except NoNodeError:
-                    pass
-                self.bzk.create(path, data, ephemeral=True, makepath=True)
+        self.coordinator.publish_node(self.node_id, info)
         self._published = info
 
     def _zk_loop(self) -> None:
@@ -445,18 +386,16 @@ class Node:
                 continue
             try:
                 if self.leading:
-                    sent = time.monotonic()
-                    self.live_nodes = set(self.zk.get_children(self.addr.nodes))
-                    self.zk.sync(self.addr.epoch)
-                    current = int(self.zk.get(self.addr.epoch)[0] or b"0")
+                    sent = self.timer.monotonic()
+                    self.live_nodes = self.coordinator.live_nodes()
+                    current = self.coordinator.read_epoch(fresh=True)
                     if current != self.epoch:
                         self._step_down(f"epoch moved to {current}")
                     elif self._zk_ok:
                         self.lease_until = sent + self.lease_seconds
                 else:
-                    raw = self.zk.get(self.addr.leader)[0] if self.zk.exists(self.addr.leader) else None
-                    self.leader_info = decode_json(raw)
-                    epoch = int(self.zk.get(self.addr.epoch)[0] or b"0")
+                    self.leader_info = self.coordinator.read_leader()
+                    epoch = self.coordinator.read_epoch()
                     with self.log.lock:
                         self.known_epoch = max(self.known_epoch, epoch)
                 self._publish()
@@ -471,7 +410,7 @@ class Node:
             if not self._zk_ok or self.diverged or self.need_snapshot:
                 self._stop.wait(0.1)
                 continue
-            lock = self.zk.Lock(self.addr.election, self.node_id)
+            lock = self.coordinator.election_lock(self.node_id)
             self._lock_recipe = lock
             try:
                 if not lock.acquire():
@@ -501,18 +440,9 @@ class Node:
 
     def _lead(self) -> bool:
         """Holding the election lock: become leader. False if this node must step aside."""
-        from kazoo.exceptions import BadVersionError, NoNodeError
-
-        self.config = decode_json(self.bzk.get(self.addr.config)[0])
+        self.config = self.coordinator.read_config() or self.config
         self.retention = Retention.from_config(self.config)
-        while True:
-            raw, stat = self.bzk.get(self.addr.epoch)
-            new = int(raw or b"0") + 1
-            try:
-                self.bzk.set(self.addr.epoch, str(new).encode(), version=stat.version)
-                break
-            except BadVersionError:
-                continue
+        new = self.coordinator.bump_epoch()
         with self.log.lock:
             self.known_epoch = max(self.known_epoch, new)
             self.role = "candidate"
@@ -535,23 +465,18 @@ class Node:
             self._last_now = max(self._last_now, self._entry_now(self.log.last_index))
             now = self._next_now()
             self.epoch_start = self.log.append(new, now, [])  # commits every older entry with it
-            self._last_append = time.monotonic()
+            self._last_append = self.timer.monotonic()
             self.match = {}
             self.snapshot_server.reset()
             self.live_nodes = None
             self.epoch = new
             self.pending_members = None
-            self.lease_until = time.monotonic() + 0.5 * self.granted_session_timeout
+            self.lease_until = self.timer.monotonic() + 0.5 * self.granted_session_timeout
             self._stepdown.clear()
             self.leading = True
             self.role = "leader"
-        try:
-            self.bzk.delete(self.addr.leader)
-        except NoNodeError:
-            pass
-        self.bzk.create(self.addr.leader, encode_json({"node": self.node_id, "epoch": new, "endpoint": self.endpoint,
-                                                      "repl": self.repl_endpoint, "http": self.http}),
-                       ephemeral=True)
+        self.coordinator.publish_leader({"node": self.node_id, "epoch": new, "endpoint": self.endpoint,
+                                         "repl": self.repl_endpoint, "http": self.http})
         log.info("leading epoch %d from log index %d", new, self.epoch_start)
         self._advance_commit()
         self._wake()
@@ -565,13 +490,13 @@ class Node:
     def _tick(self, epoch: int) -> None:
         """Leader: append an empty entry if nothing was appended for :data:`CLOCK_TICK`
         seconds, so that the state clock (see :mod:`.clock`) moves on without writes."""
-        if time.monotonic() - self._last_append < CLOCK_TICK or not self.serving():
+        if self.timer.monotonic() - self._last_append < CLOCK_TICK or not self.serving():
             return
         with self.log.lock:
             if not self.leading or self.epoch != epoch:
                 return
             self.log.append(epoch, self._next_now(), [])
-            self._last_append = time.monotonic()
+            self._last_append = self.timer.monotonic()
         self._wake()
         self._advance_commit()
 
@@ -592,102 +517,68 @@ class Node:
             self._cv.notify_all()
 
     def _drop_leader_node(self) -> None:
-        try:
-            raw = self.zk.get(self.addr.leader)[0]
-            if decode_json(raw).get("node") == self.node_id:
-                self.zk.delete(self.addr.leader)
-        except Exception:  # noqa: BLE001
-            pass
+        self.coordinator.drop_leader(self.node_id)
 
     def _handshake(self, epoch: int) -> dict[str, tuple[int, int]]:
         """Send ``hello(epoch)`` to every other live node; return their log positions."""
-        peers: dict[str, str] = {}
-        for child in self.bzk.get_children(self.addr.nodes):
-            if child == self.node_id:
-                continue
-            try:
-                info = decode_json(self.bzk.get(self.addr.node(child))[0])
-            except Exception:  # noqa: BLE001
-                continue
-            if info.get("repl"):
-                peers[child] = str(info["repl"])
+        peers = {node: str(info["repl"]) for node, info in self.coordinator.node_records().items()
+                 if node != self.node_id and info.get("repl")}
         answers: dict[str, tuple[int, int]] = {}
-        socks: dict[zmq.Socket[Any], str] = {}
-        poller = zmq.Poller()
+        links: dict[str, PeerLink] = {}
         try:
             for node, ep in peers.items():
-                s = self._peer_socket()
-                s.connect(ep)
-                s.send(pack(Hello(epoch, self.node_id).to_wire()))
-                socks[s] = node
-                poller.register(s, zmq.POLLIN)
-            deadline = time.monotonic() + min(2.0, self.granted_session_timeout / 2)
-            while len(answers) < len(socks):
-                remaining = deadline - time.monotonic()
+                link = self.transport.connect(ep)
+                links[node] = link
+                link.send(pack(Hello(epoch, self.node_id).to_wire()))
+            deadline = self.timer.monotonic() + min(2.0, self.granted_session_timeout / 2)
+            waiting = dict(links)
+            while waiting:
+                remaining = deadline - self.timer.monotonic()
                 if remaining <= 0:
                     break
-                for s, _ in poller.poll(int(remaining * 1000) + 1):
-                    sock = cast("zmq.Socket[Any]", s)
+                for node, link in list(waiting.items()):
+                    raw = link.receive(min(remaining, 0.01))
+                    if raw is None:
+                        continue
+                    del waiting[node]
                     try:
-                        rep = HelloReply.from_wire(unpack(sock.recv()))
+                        rep = HelloReply.from_wire(unpack(raw))
                     except (errors.ProtocolError, AttributeError, ValueError) as exc:
-                        log.warning("election: a malformed hello reply from %s: %s", socks[sock], exc)
+                        log.warning("election: a malformed hello reply from %s: %s", node, exc)
                         continue
                     if rep.ok:
-                        answers[socks[sock]] = rep.position
+                        answers[node] = rep.position
         finally:
-            for s in socks:
-                s.close(0)
+            for link in links.values():
+                link.close()
         return answers
 
     # ------------------------------------------------------------------ replication server
     def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        self._server.wake()
 
     def _repl_loop(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._router, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
-        self.snapshot_server.attach(poller)
+        self.snapshot_server.attach(self._server)
         while not self._stop.is_set():
             try:
-                events = dict(poller.poll(50))
+                received = self._server.poll(0.05)
             except zmq.ZMQError:
                 return
             self.snapshot_server.serve()
-            if self._wake_r in events:
+            for ident, body in received:
                 try:
-                    while os.read(self._wake_r, 4096):
-                        pass
-                except OSError:
-                    pass
-            if self._router in events:
-                while True:
-                    try:
-                        ident, body = self._router.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    except ValueError:
-                        continue
-                    try:
-                        request = decode_request(body)
-                    except errors.ProtocolError as exc:
-                        self._send(ident, ErrorReply(str(exc)))
-                        continue
-                    try:
-                        self._on_repl(ident, request)
-                    except Exception:  # noqa: BLE001
-                        log.exception("replication request failed")
+                    request = decode_request(body)
+                except errors.ProtocolError as exc:
+                    self._send(ident, ErrorReply(str(exc)))
+                    continue
+                try:
+                    self._on_repl(ident, request)
+                except Exception:  # noqa: BLE001
+                    log.exception("replication request failed")
             self._answer_parked()
 
     def _send(self, ident: bytes, reply: Reply) -> None:
-        try:
-            self._router.send_multipart([ident, pack(reply.to_wire())], zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
+        self._server.reply(ident, pack(reply.to_wire()))
 
     def _on_repl(self, ident: bytes, req: Hello | Fetch | SnapshotBegin | SnapshotChunk) -> None:
         if isinstance(req, Hello):
@@ -744,16 +635,14 @@ class Node:
         self._advance_commit()
         self._parked.pop(ident, None)  # a newer fetch from the same peer replaces its parked one
         if not self._reply_fetch(ident, req, force=len(self._parked) >= MAX_PARKED):
-            self._parked[ident] = (req, time.monotonic() + FETCH_PARK)
+            self._parked[ident] = (req, self.timer.monotonic() + FETCH_PARK)
 
     def _epoch_reached(self, epoch: int, what: str) -> bool:
         """Whether ZooKeeper's ``P/epoch`` has reached ``epoch`` (named by ``what``, a peer's
         message): a real candidate bumps it before it says hello, so a larger one is forged
         (or from another cluster) and is ignored. Unknown (ZooKeeper unreachable): False."""
         try:
-            zk = BoundedZk(self.zk, EPOCH_CHECK_TIMEOUT)
-            zk.sync(self.addr.epoch)
-            current = int(zk.get(self.addr.epoch)[0] or b"0")
+            current = self.coordinator.read_epoch(fresh=True, timeout=EPOCH_CHECK_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - ZooKeeper unreachable: believe nothing new
             log.debug("cannot check epoch %d of %s: %s", epoch, what, exc)
             return False
@@ -777,7 +666,7 @@ class Node:
     def _answer_parked(self) -> None:
         if not self._parked:
             return
-        now = time.monotonic()
+        now = self.timer.monotonic()
         for ident, (req, deadline) in list(self._parked.items()):
             if not self.leading:
                 self._send(ident, FetchReply(req.rid, ReplyStatus.NOT_LEADER))
@@ -803,7 +692,7 @@ class Node:
 
     # ------------------------------------------------------------------ follower
     def _follow_loop(self) -> None:
-        sock: zmq.Socket[Any] | None = None
+        sock: PeerLink | None = None
         target: tuple[str, int] | None = None
         rid = 0
         try:
@@ -816,9 +705,8 @@ class Node:
                 want = self._leader_target(info)
                 if sock is None or target != want:
                     if sock is not None:
-                        sock.close(0)
-                    sock = self._peer_socket()
-                    sock.connect(want[0])
+                        sock.close()
+                    sock = self.transport.connect(want[0])
                     target = want
                 if self.need_snapshot:
                     def next_rid() -> int:
@@ -832,7 +720,7 @@ class Node:
                         log.exception("installing a snapshot failed")
                         installed = False
                     if not installed:
-                        sock.close(0)
+                        sock.close()
                         sock, target = None, None
                         self._stop.wait(0.2)
                     continue
@@ -842,16 +730,17 @@ class Node:
                                 self.log.commit_index, rid)
                 sock.send(pack(req.to_wire()))
                 rep: FetchReply | None = None
-                deadline = time.monotonic() + FETCH_TIMEOUT
+                deadline = self.timer.monotonic() + FETCH_TIMEOUT
                 while rep is None and not self._stop.is_set():
                     if self._leader_target() != target:
                         break  # a new leader: ask it at once, not after this fetch's timeout
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or not sock.poll(int(min(remaining, 0.2) * 1000) + 1):
-                        if remaining <= 0:
-                            break
+                    remaining = deadline - self.timer.monotonic()
+                    if remaining <= 0:
+                        break
+                    raw = sock.receive(min(remaining, 0.2))
+                    if raw is None:
                         continue
-                    got = unpack(sock.recv())
+                    got = unpack(raw)
                     if isinstance(got, dict) and reply_rid(got) == rid:
                         try:
                             rep = FetchReply.from_wire(got)
@@ -859,13 +748,13 @@ class Node:
                             log.warning("a malformed fetch reply from the leader: %s", exc)
                             break
                 if rep is None:
-                    sock.close(0)
+                    sock.close()
                     sock, target = None, None
                     continue
                 self._on_fetched(req, rep)
         finally:
             if sock is not None:
-                sock.close(0)
+                sock.close()
 
     def _resync(self, channel: Channel) -> bool:
         """Receive a snapshot of the leader's state (:func:`.snapshot.receive`) and swap it in;
@@ -895,7 +784,7 @@ class Node:
                 self.diverged = False
                 self.snapshots_installed += 1
                 self.last_snapshot = {"index": position.index, "bytes": sink.received,
-                                      "seconds": time.monotonic() - sink.started,
+                                      "seconds": self.timer.monotonic() - sink.started,
                                       "transfer_seconds": sink.transferred - sink.started}
         except BaseException:
             sink.abort()
@@ -917,7 +806,7 @@ class Node:
         with self.log.lock:
             if rep.epoch < self.known_epoch or self.leading:
                 return  # a deposed leader's answer
-            self.last_contact = time.monotonic()
+            self.last_contact = self.timer.monotonic()
             if self.log.last_index + 1 != req.from_index:
                 return
             if status is ReplyStatus.SNAPSHOT:
@@ -1071,7 +960,7 @@ class Node:
 
     def serving(self) -> bool:
         """Whether this node may serve reads now: leader, lease valid, own epoch applied."""
-        return (self.leading and self._zk_ok and time.monotonic() < self.lease_until
+        return (self.leading and self._zk_ok and self.timer.monotonic() < self.lease_until
                 and self.applied >= self.epoch_start)
 
     def check_serving(self) -> None:
@@ -1082,7 +971,7 @@ class Node:
         return self.log.now_at(index) or 0
 
     def _next_now(self) -> int:
-        self._last_now = max(self._last_now, wall_clock_ms())
+        self._last_now = max(self._last_now, self.timer.wall_ms())
         return self._last_now
 
     def submit_batch(self, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, Any]]:
@@ -1139,7 +1028,7 @@ class Node:
         self.check_serving()
         epoch = self.epoch
         index = 0
-        started = time.monotonic()
+        started = self.timer.monotonic()
         if rows_of:
             with self.log.lock:
                 if not self.leading or self.epoch != epoch:
@@ -1147,7 +1036,7 @@ class Node:
                 with self._cv:
                     self._waiting[self.log.last_index + 1] = None
                 index = self.log.append(epoch, self._next_now(), [c.to_wire() for _, c in rows_of], sync=False)
-                self._last_append = time.monotonic()
+                self._last_append = self.timer.monotonic()
             self.counters.group_size.observe(len(rows_of))
             for _, c in rows_of:
                 if isinstance(c, ClientCall) and c.client_id is not None:
@@ -1160,7 +1049,7 @@ class Node:
         for ix in indexes:
             with self._cv:
                 self._waiting.setdefault(ix, None)
-        deadline = time.monotonic() + self.ack_timeout
+        deadline = self.timer.monotonic() + self.ack_timeout
         try:
             with self._cv:
                 while not all(self.applied >= ix for ix in indexes):
@@ -1168,18 +1057,18 @@ class Node:
                         raise errors.ClusterUnavailable(
                             f"node {self.node_id} stopped leading before the write was committed; its outcome is "
                             f"unknown (retry it); {self.leader_hint()}")
-                    remaining = deadline - time.monotonic()
+                    remaining = deadline - self.timer.monotonic()
                     if remaining <= 0:
                         raise errors.ClusterUnavailable(
                             f"the write was not acknowledged by {required_acks(self.acks, self.nodes)} of "
                             f"{self.nodes} nodes within {self.ack_timeout:g} s; its outcome is unknown (retry it)")
                     self._cv.wait(min(remaining, 0.2))
                 # acknowledge only while this node surely still leads (lease from ZooKeeper)
-                if not (self.leading and self._zk_ok and time.monotonic() < self.lease_until):
+                if not (self.leading and self._zk_ok and self.timer.monotonic() < self.lease_until):
                     raise errors.ClusterUnavailable(
                         f"node {self.node_id} cannot confirm its leadership; the outcome is unknown (retry it)")
                 results = {ix: self._waiting.get(ix) for ix in indexes}
-            self.counters.ack_seconds.observe(time.monotonic() - started)
+            self.counters.ack_seconds.observe(self.timer.monotonic() - started)
         finally:
             with self._cv:
                 for ix in indexes:

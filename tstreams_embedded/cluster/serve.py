@@ -245,7 +245,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         raise
     compaction = ReplicatedCompaction(node)
     registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id,
-                                                "cluster": str(node.addr)}, compaction,
+                                                "cluster": node.coordinator.description}, compaction,
                                 max_reply_bytes)
     server = Server(registry, binds, opts, commit_watch=core.wait_for_commit, context=ctx)
 

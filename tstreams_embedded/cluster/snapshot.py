@@ -49,7 +49,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import lmdb
-import zmq
 
 from .. import errors
 from ..engine import directory
@@ -57,6 +56,7 @@ from ..engine.core import Core
 from ..engine.store import Store
 from .channel import Channel
 from .messages import Reply, ReplyStatus, SnapshotBegin, SnapshotChunk, SnapshotData, SnapshotHead
+from .transport import ReplicationServer
 
 log = logging.getLogger(__name__)
 
@@ -243,14 +243,14 @@ class SnapshotServer:
 
     def __init__(self, send: Callable[[bytes, Reply], None]) -> None:
         self.send = send
-        self.poller: Any = None
+        self.server: ReplicationServer | None = None
         self.transfers: dict[str, SnapshotSource] = {}
         self.installing: dict[str, tuple[int, float]] = {}  # node -> (snapshot index, sent at)
         self.started = 0
 
-    def attach(self, poller: Any) -> None:
-        """The replication loop's poller (a ``zmq.Poller``): transfers register their fd in it."""
-        self.poller = poller
+    def attach(self, server: ReplicationServer) -> None:
+        """The replication endpoint whose poll the transfers' descriptors wake."""
+        self.server = server
 
     def begin(self, ident: bytes, req: SnapshotBegin, epoch: int, store: Store, cdb: Any,
               fallback_epoch: int | None, fallback_now: int | None) -> None:
@@ -263,8 +263,8 @@ class SnapshotServer:
         source = SnapshotSource(sid, store, cdb, fallback_epoch, fallback_now)
         self.transfers[sid] = source
         self.installing[req.node] = (source.position.index, time.monotonic())
-        if self.poller is not None:
-            self.poller.register(source.fileno(), zmq.POLLIN)
+        if self.server is not None:
+            self.server.watch(source.fileno())
         p = source.position
         log.info("sending a snapshot at index %d to %s", p.index, req.node)
         self.send(ident, SnapshotHead(rid, ReplyStatus.OK, sid, epoch, p.index, p.epoch, p.now_ms))
@@ -296,11 +296,8 @@ class SnapshotServer:
             self._end(source)
 
     def _end(self, source: SnapshotSource) -> None:
-        if self.poller is not None:
-            try:
-                self.poller.unregister(source.fileno())
-            except KeyError:
-                pass
+        if self.server is not None:
+            self.server.unwatch(source.fileno())
         self.transfers.pop(source.sid, None)
         source.close()
 

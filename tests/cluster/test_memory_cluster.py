@@ -1,0 +1,109 @@
+"""Cluster nodes in one process over the in-memory coordinator and network
+(tstreams_embedded.testing.{coordinator,network,memory_cluster}): the node's I/O is injected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tstreams_embedded import errors
+from tstreams_embedded.cluster.coordinator import SessionState
+from tstreams_embedded.testing import eventually
+from tstreams_embedded.testing.coordinator import MemoryCoordinator, MemoryZooKeeper
+from tstreams_embedded.testing.memory_cluster import MemoryCluster
+from tstreams_embedded.testing.network import Faults, MemoryNetwork
+
+
+def test_network_cuts_links_one_way(tmp_path: Path) -> None:
+    net = MemoryNetwork(seed=1)
+    server = net.transport("a").listen("mem://a")
+    link = net.transport("b").connect("mem://a")
+    net.partition(["b"], ["a"], both_ways=False)
+    link.send(b"lost")
+    assert server.poll(0.05) == []
+    net.heal()
+    link.send(b"req")
+    [(peer, body)] = server.poll(1.0)
+    assert body == b"req"
+    net.partition(["a"], ["b"], both_ways=False)  # replies cut, requests pass
+    server.reply(peer, b"rep")
+    assert link.receive(0.05) is None
+    link.send(b"req2")
+    assert [b for _, b in server.poll(1.0)] == [b"req2"]
+
+
+def test_network_drops_duplicates_and_reorders_from_its_seed() -> None:
+    def run(seed: int) -> list[bytes]:
+        net = MemoryNetwork(seed=seed)
+        server = net.transport("a").listen("mem://a")
+        link = net.transport("b").connect("mem://a")
+        net.set_faults(Faults(drop=0.2, duplicate=0.2, reorder=0.3))
+        for i in range(200):
+            link.send(b"%d" % i)
+        got: list[bytes] = []
+        while batch := server.poll(0.01):
+            got += [b for _, b in batch]
+        return got
+
+    got = run(7)
+    assert got == run(7)  # the same seed, the same faults
+    assert len(set(got)) < 200  # some lost
+    assert len(got) > len(set(got))  # some twice
+    assert got != sorted(got, key=int)  # some out of order
+
+
+def test_coordinator_session_expiry_drops_what_it_owned() -> None:
+    zk = MemoryZooKeeper(nodes=3)
+    a, b = MemoryCoordinator(zk, "a"), MemoryCoordinator(zk, "b")
+    states: list[SessionState] = []
+    a.add_state_listener(states.append)
+    for c in (a, b):
+        c.start(1.0)
+    a.publish_node("a", {"x": 1})
+    assert a.election_lock("a").acquire()
+    a.publish_leader({"node": "a"})
+    assert b.read_leader() == {"node": "a"} and b.live_nodes() == {"a"}
+    zk.expire("a")
+    assert states == [SessionState.LOST, SessionState.CONNECTED]
+    assert b.read_leader() == {} and b.live_nodes() == set()
+    assert b.election_lock("b").acquire()  # the lock went with the session
+    zk.cut("b")
+    with pytest.raises(errors.ClusterUnavailable):
+        b.read_epoch()
+
+
+def test_writes_replicate_and_nodes_converge(tmp_path: Path) -> None:
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        ids = [c.instant("s", 0, [b"x%d" % i]) for i in range(10)]
+        assert ids == sorted(set(ids))
+        c.converged()
+
+
+def test_leader_session_expiry_fails_over_without_losing_acknowledged_writes(tmp_path: Path) -> None:
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        acked = [c.instant("s", 0, [b"before"])]
+        old = c.leader()
+        epoch = old.epoch
+        c.zk.expire(old.node_id)
+        assert not old.serving()  # at once, not after its lease
+        new = eventually(lambda: (n := c.leader()).epoch > epoch and n, 20)  # (it may be the old one again)
+        acked.append(c.instant("s", 0, [b"after"], node=new))
+        c.converged()
+        for node in c.nodes.values():
+            got = [t.id for t in node.core.transactions_range("s", 0, 0, 2**63 - 1)]
+            assert got == acked
+
+
+def test_a_stopped_node_catches_up_from_its_disk(tmp_path: Path) -> None:
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        leader = c.leader()
+        follower = c.others(leader.node_id)[0]
+        c.stop(follower)
+        for i in range(5):
+            c.instant("s", 0, [b"%d" % i])
+        c.start(follower)
+        c.converged()
