@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,38 @@ def test_a_stopped_node_catches_up_from_its_disk(tmp_path: Path) -> None:
             c.instant("s", 0, [b"%d" % i])
         c.start(follower)
         c.converged()
+
+
+def test_check_quorum_a_leader_cut_from_its_followers_only_steps_down(tmp_path: Path) -> None:
+    """The leader reaches ZooKeeper but no follower: it must step down and release the lock
+    so that the majority elects another leader within the session timeout + 1 s (#20)."""
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        acked = [c.instant("s", 0, [b"before"])]
+        old = c.leader()
+        epoch = old.epoch
+        c.network.isolate(old.node_id, c.others(old.node_id))  # both ways, ZooKeeper untouched
+        cut = time.monotonic()
+        new = c.leader(timeout=c.session_timeout + 1, exclude=old.node_id)
+        acked.append(c.instant("s", 0, [b"during"], node=new))
+        assert time.monotonic() - cut < c.session_timeout + 1
+        assert new.epoch > epoch and not old.leading
+        c.network.heal()
+        acked.append(c.instant("s", 0, [b"after"]))
+        c.converged()
+        assert old.role == "follower"
+        for node in c.nodes.values():
+            assert [t.id for t in node.core.transactions_range("s", 0, 0, 2**63 - 1)] == acked
+
+
+def test_check_quorum_a_leader_that_still_hears_one_follower_keeps_leading(tmp_path: Path) -> None:
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        leader = c.leader()
+        epoch = leader.epoch
+        a, b = c.others(leader.node_id)
+        c.network.isolate(a, [leader.node_id, b])
+        until = time.monotonic() + 3 * leader.lease_seconds  # three election timeouts of writes
+        while time.monotonic() < until:
+            c.instant("s", 0, [b"x"], node=leader)
+        assert leader.serving() and leader.epoch == epoch

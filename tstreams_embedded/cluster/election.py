@@ -7,7 +7,8 @@ answered (itself included) and no answer is ahead of its own ``(last epoch, last
 otherwise it releases the lock for a better node. Leading, it appends an empty entry of its
 epoch (which commits every older entry with it, as in Raft), builds a fresh
 :class:`~.leader.LeaderState`, publishes itself as the leader, and until it steps down: appends
-a clock tick when idle and replicates membership changes one node at a time.
+a clock tick when idle, replicates membership changes one node at a time, and steps down when
+it has not heard from a majority within an election timeout (CheckQuorum).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CLOCK_TICK = 1.0  # seconds: an idle leader appends an empty entry this often (the state clock moves on)
+HANDSHAKE_GRACE = 0.2  # seconds a candidate still waits for the other answers once a majority answered
 
 
 class Election:
@@ -100,7 +102,8 @@ class Election:
             start = n.log.append(new, n.next_now(), [])  # commits every older entry with it
             now = n.timer.monotonic()
             n.snapshot_server.reset()
-            state = LeaderState(new, start, lease_until=now + 0.5 * n.granted_session_timeout, last_append=now)
+            state = LeaderState(new, start, lease_until=now + 0.5 * n.granted_session_timeout, last_append=now,
+                                last_started=now)
             n.leader_state = state
             n.role = Role.LEADER
         n.coordinator.publish_leader({"node": n.node_id, "epoch": new, "endpoint": n.endpoint,
@@ -111,8 +114,27 @@ class Election:
         while not state.ended.wait(min(0.2, CLOCK_TICK)):
             if n.stopping.is_set():
                 break
+            if self.check_quorum(state):
+                return False  # let the majority elect another node
             self.change_membership(state)
             self.tick(state)
+        return True
+
+    def check_quorum(self, state: LeaderState) -> bool:
+        """CheckQuorum: step down (True) if fewer than a majority of the configured nodes
+        were heard from within an election timeout (the lease, 3/4 of the session): such a
+        leader cannot commit, and while it holds the lock nobody else can lead."""
+        n = self.node
+        timeout = n.lease_seconds
+        need = quorum_of(n.nodes)
+        now = n.timer.monotonic()
+        if not state.lost_quorum(now, timeout, need):
+            return False
+        heard = sorted(node for node, at in state.heard.items() if now - at < timeout)
+        log.warning("CheckQuorum: heard from %d of the %d nodes needed (itself included) within %g s (%s); "
+                    "stepping down and releasing the election lock", 1 + len(heard), need, timeout,
+                    ", ".join(heard) or "no follower")
+        n.step_down("no quorum (CheckQuorum)")
         return True
 
     def tick(self, state: LeaderState) -> None:
@@ -153,7 +175,10 @@ class Election:
         n.advance_commit()
 
     def handshake(self, epoch: int) -> dict[str, tuple[int, int]]:
-        """Send ``hello(epoch)`` to every other live node; return their log positions."""
+        """Send ``hello(epoch)`` to every other live node; return their log positions. Once a
+        majority answered (this node included), wait only :data:`HANDSHAKE_GRACE` more for
+        the rest: a node that cannot be reached must not delay the election (a majority none
+        of which is ahead is all the safety rule needs)."""
         n = self.node
         peers = {node: str(info["repl"]) for node, info in n.coordinator.node_records().items()
                  if node != n.node_id and info.get("repl")}
@@ -166,7 +191,11 @@ class Election:
                 link.send(pack(Hello(epoch, n.node_id).to_wire()))
             deadline = n.timer.monotonic() + min(2.0, n.granted_session_timeout / 2)
             waiting = dict(links)
+            need = quorum_of(n.nodes)
             while waiting:
+                if 1 + len(answers) >= need:
+                    deadline = min(deadline, n.timer.monotonic() + HANDSHAKE_GRACE)
+                    need = len(links) + 2  # (once)
                 remaining = deadline - n.timer.monotonic()
                 if remaining <= 0:
                     break

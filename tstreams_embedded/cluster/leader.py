@@ -4,7 +4,8 @@
 dropped when it steps down; nothing of it survives into the next epoch, so no leader-only
 field needs resetting by hand. It holds the followers' match indexes (what each one holds,
 learnt from its fetches), the fetches parked until there is something new for them, the
-membership change under way, the nodes with a ZooKeeper session, and the lease.
+membership change under way, the nodes with a ZooKeeper session, the lease, and when each
+follower was last heard from (:meth:`LeaderState.lost_quorum`: CheckQuorum).
 
 :func:`commit_candidate` is the commitment rule: the highest index held by the required
 number of nodes (the leader counts up to its *durable* index).
@@ -29,6 +30,8 @@ class LeaderState:
     lease_until: float
     #: monotonic time of the last append (an idle leader appends a clock tick)
     last_append: float
+    #: monotonic time this leadership started
+    last_started: float = 0.0
     #: follower -> the last index it holds (from its latest fetch)
     match: dict[str, int] = field(default_factory=dict)
     #: follower connection -> (its fetch with nothing new yet, the time it must be answered by)
@@ -37,8 +40,20 @@ class LeaderState:
     pending_members: tuple[int, int] | None = None
     #: nodes with a ZooKeeper session (None until first read)
     live_nodes: set[str] | None = None
+    #: follower -> monotonic time of its last request in this epoch (CheckQuorum)
+    heard: dict[str, float] = field(default_factory=dict)
     #: set when this leadership ends
     ended: threading.Event = field(default_factory=threading.Event)
+
+    def lost_quorum(self, now: float, timeout: float, quorum: int) -> bool:
+        """CheckQuorum (Raft §6.2, etcd's ``checkQuorum``): whether fewer than ``quorum`` nodes
+        (this leader included) were heard from within the last ``timeout`` seconds, once this
+        leadership is that old. Such a leader cannot commit, and must let a majority elect
+        another one."""
+        if now - self.last_started < timeout:
+            return False
+        heard = 1 + sum(1 for at in self.heard.values() if now - at < timeout)
+        return heard < quorum
 
 
 def commit_candidate(durable_index: int, match: dict[str, int], nodes: int, required: int) -> int:

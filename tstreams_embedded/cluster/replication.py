@@ -87,9 +87,14 @@ class ReplicationService:
         elif isinstance(req, Fetch):
             self.on_fetch(ident, req)
         elif isinstance(req, SnapshotChunk):  # see snapshot.SnapshotServer
+            state = n.leader_state
+            if state is not None:
+                state.heard[req.node] = n.timer.monotonic()
             n.snapshot_server.chunk(ident, req)
         else:
             state = n.leader_state
+            if state is not None:
+                state.heard[req.node] = n.timer.monotonic()
             if state is None:
                 self.send(ident, SnapshotHead(req.rid, ReplyStatus.NOT_LEADER))
                 return
@@ -127,6 +132,7 @@ class ReplicationService:
             self.send(ident, FetchReply(rid, ReplyStatus.FENCED))
             n.step_down(f"{req.node} knows epoch {req.known}")
             return
+        state.heard[req.node] = n.timer.monotonic()  # (CheckQuorum)
         lg = n.log
         prev = req.from_index - 1
         if prev < lg.base_index:  # trimmed: only a snapshot can bring this follower up to date
