@@ -51,14 +51,25 @@ def test_a_node_restarted_within_the_session_timeout_owns_its_membership_node(zk
         cluster.stop()
 
 
-def test_expiry_seen_by_a_read_agrees_with_the_replicated_apply(cluster: Cluster) -> None:
+def test_expiry_seen_by_a_read_agrees_with_the_replicated_apply(zk: ZooKeeperServer, tmp_path: Path) -> None:
     """Bug: readers judged an open transaction's expiry by the leader's wall clock, and the
     leader marked it INVALID in its own state, while the apply step judges it by the time of
     the log entry. A checkpoint logged before the deadline but applied after a read past the
     deadline (here: the followers are paused meanwhile) then failed on the leader and
     succeeded on the followers: diverged nodes, and a transaction visible behind a consumer
     that had skipped it. Reads now use the state machine's clock (the time of the last
-    applied entry), which every later entry is at or past."""
+    applied entry), which every later entry is at or past.
+
+    (A long session: the leader must keep leading for seconds without hearing a follower,
+    which CheckQuorum allows only for an election timeout, 3/4 of the session.)"""
+    cluster = Cluster(zk, tmp_path, session=LONG_SESSION).start()
+    try:
+        _expiry_seen_by_a_read(cluster)
+    finally:
+        cluster.stop()
+
+
+def _expiry_seen_by_a_read(cluster: Cluster) -> None:
     leader = cluster.leader()
     engine = cluster.connect(timeout=60, txn_ttl=2.0, keepalive_interval=None)
     engine.create_stream("s")

@@ -93,7 +93,10 @@ class Hello(NamedTuple):
     rid: int = 0
 
     def to_wire(self) -> Wire:
-        return {"op": "hello", "epoch": self.epoch, "node": self.node, "rid": self.rid}
+        d: Wire = {"op": "hello", "epoch": self.epoch, "node": self.node}
+        if self.rid:  # (hellos go on a fresh connection each: they need no request id)
+            d["rid"] = self.rid
+        return d
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> Hello:
@@ -194,9 +197,11 @@ class HelloReply(NamedTuple):
         return self.last_epoch, self.last_index
 
     def to_wire(self) -> Wire:
-        if self.ok:
-            return {"ok": True, "last_epoch": self.last_epoch, "last_index": self.last_index, "rid": self.rid}
-        return {"ok": False, "known": self.known, "rid": self.rid}
+        d: Wire = ({"ok": True, "last_epoch": self.last_epoch, "last_index": self.last_index} if self.ok
+                   else {"ok": False, "known": self.known})
+        if self.rid:
+            d["rid"] = self.rid
+        return d
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> HelloReply:
