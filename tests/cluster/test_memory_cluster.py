@@ -143,3 +143,19 @@ def test_check_quorum_a_leader_that_still_hears_one_follower_keeps_leading(tmp_p
         while time.monotonic() < until:
             c.instant("s", 0, [b"x"], node=leader)
         assert leader.serving() and leader.epoch == epoch
+
+
+def test_a_data_directory_of_another_cluster_is_refused(tmp_path: Path) -> None:
+    """#20: a directory from another cluster was followed silently (its log happened to pass
+    the consistency check). The cluster's id is now kept in the directory on first join."""
+    with MemoryCluster(tmp_path / "a", 3) as a:
+        a.create_stream("s")
+        a.instant("s", 0, [b"a-only"])
+        moved = a.others(a.leader().node_id)[0]
+        a.stop(moved)
+        with MemoryCluster(tmp_path / "b", 3) as b:
+            with pytest.raises(errors.InvalidArgument, match="belongs to another cluster"):
+                b.start("n4", data=tmp_path / "a" / moved)
+            assert "n4" not in b.nodes
+        a.start(moved)  # its own cluster takes it back
+        a.converged()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pytest
 
 from tstreams_embedded import errors
 from tstreams_embedded.cluster.zk import ZkAddress
@@ -254,3 +255,30 @@ def test_an_oversized_frame_to_the_replication_port_is_dropped(cluster: Cluster)
     engine.producer("s").instant([b"x"])
     eventually(lambda: follower.status()["applied"] >= leader.status()["commit"] > 0, 30, 0.05,
                message="the follower still replicates")
+
+
+def test_a_data_directory_of_another_cluster_is_refused(zk: ZooKeeperServer, tmp_path: Path) -> None:
+    """Bug (#20): a node started on a data directory from another cluster followed this one
+    silently (its log happened to pass the consistency check) and held items no other node
+    had. The id of the cluster a directory joined (``P/id``) is now kept in the directory
+    (``cluster-id``), and a node of another cluster refuses to start on it."""
+    first = Cluster(zk, tmp_path / "a", n=1).start()
+    try:
+        engine = first.connect(timeout=60)
+        first.closers.append(engine.close)
+        engine.create_stream("s")
+        engine.producer("s").instant([b"first-cluster-only"])
+    finally:
+        first.stop()
+    data = first.nodes[0].data
+    assert (Path(data) / "cluster-id").exists()
+    second = Cluster(zk, tmp_path / "b", n=1)
+    stranger = second.add_node("n9")
+    stranger.data = data
+    try:
+        with pytest.raises(RuntimeError, match="belongs to another cluster"):
+            stranger.start(timeout=60)
+    finally:
+        second.stop()
+    first.nodes[0].start(timeout=60)  # its own cluster still takes it
+    first.nodes[0].stop()

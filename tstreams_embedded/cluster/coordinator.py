@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .. import errors
-from .zk import BoundedZk, SessionLogger, ZkAddress, decode_json, encode_json, read_status
+from .zk import BoundedZk, SessionLogger, ZkAddress, decode_json, encode_json, ensure_cluster_id, read_status
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,9 @@ class Coordinator(Protocol):
 
     def watch_config(self, callback: Callable[[dict[str, Any]], None]) -> None:
         """Call ``callback`` with the configuration now and after every change."""
+
+    def cluster_id(self) -> str:
+        """The cluster's unique id (created by the first node or ``cluster init`` to ask)."""
 
     def read_epoch(self, fresh: bool = False, timeout: float | None = None) -> int:
         """The current epoch (``fresh``: after a sync, so no older than any acknowledged bump)."""
@@ -152,6 +155,9 @@ class KazooCoordinator:
                 callback(config)
 
         self.client.DataWatch(self.addr.config, on_change)
+
+    def cluster_id(self) -> str:
+        return ensure_cluster_id(self.zk, self.addr)
 
     def read_epoch(self, fresh: bool = False, timeout: float | None = None) -> int:
         zk = self.zk if timeout is None else BoundedZk(self.client, timeout)

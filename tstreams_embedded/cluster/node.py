@@ -64,6 +64,7 @@ __all__ = ["CLOCK_TICK", "DEDUP_WINDOW", "Node", "Role"]
 
 log = logging.getLogger(__name__)
 
+CLUSTER_ID_FILE = "cluster-id"  # in the data directory: the id of the cluster it joined
 LOG_MAP_SIZE = 1 << 34  # address space for the log (sparse; its size is bounded by the retention)
 #: Acknowledgement levels from the weakest to the strongest (a node's ``--acks`` may only strengthen).
 ACKS_STRENGTH = {"leader": 0, "quorum": 1, "all": 2}
@@ -170,6 +171,7 @@ class Node:
                 raise errors.InvalidArgument(
                     f"no cluster at {self.coordinator.description}: run 'tstreams cluster init' first")
             self.config = config
+            self._check_cluster_id(self.coordinator.cluster_id())
             self._check_acks_override()
             self.retention = Retention.from_config(self.config)
             if self.applier.members is None:  # no membership entry applied yet: the size the cluster was made with
@@ -260,6 +262,31 @@ class Node:
         if override is None or ACKS_STRENGTH.get(override, 0) < ACKS_STRENGTH.get(configured, 1):
             return configured
         return override
+
+    def _check_cluster_id(self, cluster_id: str) -> None:
+        """Refuse a data directory of another cluster: the id of the cluster a directory
+        joined is kept in ``DATA/cluster-id`` (written on its first join; a directory from
+        before this file existed is taken as this cluster's, with a warning)."""
+        path = os.path.join(self.core.path, CLUSTER_ID_FILE)
+        try:
+            with open(path, encoding="ascii") as f:
+                recorded = f.read().strip()
+        except FileNotFoundError:
+            if self.log.last_index > 0 or self.applied > 0:
+                log.warning("the data directory %s records no cluster id but holds log entries: it is taken as "
+                            "the directory of cluster %s", self.core.path, cluster_id)
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="ascii") as f:
+                f.write(cluster_id + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            return
+        if recorded != cluster_id:
+            raise errors.InvalidArgument(
+                f"the data directory {self.core.path} belongs to another cluster (id {recorded}, its "
+                f"{CLUSTER_ID_FILE} file) than {self.coordinator.description} (id {cluster_id}): start this node "
+                f"on an empty directory (it catches up from the leader), or on this cluster's own")
 
     def _check_acks_override(self) -> None:
         configured = str(self.config.get("acks", "quorum"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ class MemoryZooKeeper:
         self.lock = threading.Condition()
         self.config: dict[str, Any] | None = {"nodes": nodes, "acks": acks, **settings}
         self.epoch = 0
+        self.cluster_id = uuid.uuid4().hex
         self.leader: tuple[int, dict[str, Any]] | None = None  # (owner session, record)
         self.nodes: dict[str, tuple[int, dict[str, Any]]] = {}  # node id -> (owner session, record)
         self.queue: list[tuple[int, str]] = []  # election contenders (session, node id), first holds it
@@ -197,6 +199,11 @@ class MemoryCoordinator:
 
     def watch_config(self, callback: Callable[[dict[str, Any]], None]) -> None:
         self.zk.watch_config(callback)
+
+    def cluster_id(self) -> str:
+        with self.zk.lock:
+            self.session_or_fail()
+            return self.zk.cluster_id
 
     def read_epoch(self, fresh: bool = False, timeout: float | None = None) -> int:
         with self.zk.lock:

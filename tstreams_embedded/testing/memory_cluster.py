@@ -51,15 +51,21 @@ class MemoryCluster:
         self.close()
 
     # -------------------------------------------------------------- lifecycle
-    def start(self, node_id: str) -> Node:
-        """Start node ``node_id`` on its directory (kept from an earlier run, if any)."""
-        core = Core(os.fspath(self.root / node_id), "sync", clock=StateClock(), compaction_interval=None)
+    def start(self, node_id: str, data: str | os.PathLike[str] | None = None) -> Node:
+        """Start node ``node_id`` on its directory (kept from an earlier run, if any), or on ``data``."""
+        core = Core(os.fspath(data if data is not None else self.root / node_id), "sync", clock=StateClock(),
+                    compaction_interval=None)
         try:
             node = Node(core, MemoryCoordinator(self.zk, node_id), node_id, f"mem-client://{node_id}",
                         f"mem://{node_id}", session_timeout=self.session_timeout, ack_timeout=self.ack_timeout,
                         transport=self.network.transport(node_id))
+        except BaseException:
+            core.close()
+            raise
+        try:
             node.start()
         except BaseException:
+            node.stop()
             core.close()
             raise
         self.nodes[node_id] = node
