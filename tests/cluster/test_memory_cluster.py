@@ -159,3 +159,19 @@ def test_a_data_directory_of_another_cluster_is_refused(tmp_path: Path) -> None:
             assert "n4" not in b.nodes
         a.start(moved)  # its own cluster takes it back
         a.converged()
+
+
+def test_a_stopped_node_leaves_the_leaders_lag_tracking(tmp_path: Path) -> None:
+    """#20: after a shrink the leader kept reporting a growing replication lag for the
+    removed node until the next leader change. A node without a ZooKeeper session now
+    leaves ``match`` (the lag of /status and /metrics); its next fetch brings it back."""
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        leader = c.leader()
+        gone = c.others(leader.node_id)[0]
+        eventually(lambda: gone in leader.match, 10)
+        c.stop(gone)
+        c.instant("s", 0, [b"x"])
+        eventually(lambda: gone not in leader.match, 10)
+        c.start(gone)
+        eventually(lambda: gone in leader.match, 10)

@@ -398,7 +398,12 @@ class Node:
             try:
                 if state is not None:
                     sent = self.timer.monotonic()
-                    state.live_nodes = self.coordinator.live_nodes()
+                    live = self.coordinator.live_nodes()
+                    state.live_nodes = live
+                    for gone in [f for f in list(state.match) if f not in live]:
+                        # a removed or stopped node leaves the lag tracking (it is added back
+                        # by its next fetch; commit indexes never move back)
+                        state.match.pop(gone, None)
                     current = self.coordinator.read_epoch(fresh=True)
                     if current != state.epoch:
                         self.step_down(f"epoch moved to {current}")
