@@ -10,6 +10,7 @@ import pytest
 
 from tstreams_embedded import errors
 from tstreams_embedded.cluster.coordinator import SessionState
+from tstreams_embedded.cluster.messages import Fetch, FetchReply, ReplyStatus, pack, unpack
 from tstreams_embedded.testing import eventually
 from tstreams_embedded.testing.coordinator import MemoryCoordinator, MemoryZooKeeper
 from tstreams_embedded.testing.memory_cluster import MemoryCluster
@@ -175,3 +176,32 @@ def test_a_stopped_node_leaves_the_leaders_lag_tracking(tmp_path: Path) -> None:
         eventually(lambda: gone not in leader.match, 10)
         c.start(gone)
         eventually(lambda: gone in leader.match, 10)
+
+
+def test_a_duplicate_node_id_refuses_to_start(tmp_path: Path) -> None:
+    """#20: a second process with a running node's ``--node-id`` was accepted, and the
+    leader counted its acknowledgements as the real node's (888 acknowledged writes lost).
+    A node claims its id with its ZooKeeper session; a duplicate waits for the holder's
+    session to end (a crashed process's would) and refuses to start."""
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        taken = c.others(c.leader().node_id)[0]
+        with pytest.raises(errors.InvalidArgument, match="in use by another running node"):
+            c.start(taken, data=tmp_path / "copy", endpoint="copy")
+        c.instant("s", 0, [b"still-fine"])
+        c.converged()
+
+
+def test_a_fetch_from_a_session_that_does_not_own_the_node_id_is_not_counted(tmp_path: Path) -> None:
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        leader = c.leader()
+        victim = c.others(leader.node_id)[0]
+        before = eventually(lambda: leader.match.get(victim), 10)
+        link = c.network.transport("forger").connect(leader.repl_endpoint)
+        forged = Fetch(victim, leader.epoch, leader.log.last_index + 1, leader.log.last_epoch, 0, 1, "bogus")
+        link.send(pack(forged.to_wire()))
+        reply = FetchReply.from_wire(unpack(eventually(lambda: link.receive(0.1), 10)))
+        assert reply.status is ReplyStatus.NOT_LEADER
+        assert leader.match.get(victim, 0) <= max(before, leader.log.last_index)
+        assert leader.replication.foreign_fetches == 1

@@ -17,7 +17,7 @@ from tstreams_embedded.cluster.zk import ZkAddress
 from tstreams_embedded.net.client import RemoteBackend
 from tstreams_embedded.testing import ZooKeeperServer, eventually
 
-from .conftest import SESSION, Cluster
+from .conftest import SESSION, Cluster, ClusterNode
 from .test_cluster import converged, items_on
 
 #: A session long enough that a restart always comes before it expires, even on a loaded
@@ -282,3 +282,22 @@ def test_a_data_directory_of_another_cluster_is_refused(zk: ZooKeeperServer, tmp
         second.stop()
     first.nodes[0].start(timeout=60)  # its own cluster still takes it
     first.nodes[0].stop()
+
+
+def test_a_duplicate_node_id_refuses_to_start(cluster: Cluster) -> None:
+    """Bug (#20): a second process started with a running node's ``--node-id`` was
+    accepted, the leader counted its acknowledgements as the real node's, and 888
+    acknowledged writes were lost after a failover. A node now claims its id with its
+    ZooKeeper session (``P/nodes/<id>``); a duplicate waits for the holder's session to end
+    (that of a crashed process would, within the session timeout) and refuses to start."""
+    leader = cluster.leader(timeout=60)
+    taken = cluster.followers(leader)[0].node_id
+    duplicate = ClusterNode(taken, cluster.root / "duplicate", cluster.root / "logs", cluster.url,
+                            session_timeout=cluster.session)
+    with pytest.raises(RuntimeError, match="in use by another running node"):
+        duplicate.start(timeout=60)
+    engine = cluster.connect(timeout=60)
+    cluster.closers.append(engine.close)
+    engine.create_stream("s")
+    engine.producer("s").instant([b"after"])
+    converged(cluster)

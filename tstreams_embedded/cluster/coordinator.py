@@ -32,6 +32,16 @@ class SessionState(enum.Enum):
     LOST = "lost"  # the session expired: its ephemeral records and lock are gone
 
 
+class NodeIdInUse(errors.InvalidArgument):
+    """Another running node (another ZooKeeper session) holds this node id."""
+
+    def __init__(self, node_id: str, owner: str) -> None:
+        super().__init__(f"node id {node_id!r} is in use by another running node (ZooKeeper session {owner}): "
+                         f"every node needs its own --node-id")
+        self.node_id = node_id
+        self.owner = owner
+
+
 class ElectionLock(Protocol):
     """One node's attempt at the election lock."""
 
@@ -81,8 +91,17 @@ class Coordinator(Protocol):
     def node_records(self) -> dict[str, dict[str, Any]]:
         """Each live node's published record."""
 
-    def publish_node(self, node_id: str, record: dict[str, Any]) -> None:
-        """Publish this node's record, tied to this session."""
+    def publish_node(self, node_id: str, record: dict[str, Any], previous_session: str | None = None) -> None:
+        """Publish this node's record, tied to this session: the claim of ``node_id``. A record
+        of ``previous_session`` (this data directory's previous process) is replaced; one of any
+        other live session raises :class:`NodeIdInUse`."""
+
+    @property
+    def session_token(self) -> str | None:
+        """This session's id (None without a session)."""
+
+    def node_owners(self) -> dict[str, str]:
+        """Each live node id and the session that owns it."""
 
     def read_leader(self) -> dict[str, Any]:
         """The serving leader's record (empty if none)."""
@@ -189,29 +208,44 @@ class KazooCoordinator:
                 continue
         return out
 
-    def publish_node(self, node_id: str, record: dict[str, Any]) -> None:
+    @property
+    def session_token(self) -> str | None:
+        session = self.client.client_id
+        return f"{session[0]:x}" if session is not None and session[0] else None
+
+    def node_owners(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for child in self.zk.get_children(self.addr.nodes):
+            stat = self.zk.exists(self.addr.node(child))
+            if stat is not None:
+                out[child] = f"{stat.ephemeralOwner:x}"
+        return out
+
+    def publish_node(self, node_id: str, record: dict[str, Any], previous_session: str | None = None) -> None:
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
         path = self.addr.node(node_id)
         data = encode_json(record)
-        try:
-            stat = self.zk.set(path, data)
-            session = self.client.client_id
-            mine = session is not None and stat.ephemeralOwner == session[0]
-        except NoNodeError:  # not there (a new session): create it
-            mine = False
-        if not mine:
-            # Missing, or the ephemeral node of this node's previous process (a restart within
-            # the session timeout): a node of an old session vanishes when that session
-            # expires, and elections (which ask the nodes listed here) would then miss this one.
+        mine = self.session_token
+        stat = self.zk.exists(path)
+        if stat is not None:
+            owner = f"{stat.ephemeralOwner:x}"
+            if owner == mine:
+                self.zk.set(path, data)
+                return
+            if owner != previous_session:
+                raise NodeIdInUse(node_id, owner)
+            # the ephemeral node of this directory's previous process (a restart within the
+            # session timeout): it would vanish when that session expires, and elections
+            # (which ask the nodes listed here) would then miss this one
             try:
-                self.zk.create(path, data, ephemeral=True, makepath=True)
-            except NodeExistsError:
-                try:
-                    self.zk.delete(path)
-                except NoNodeError:
-                    pass
-                self.zk.create(path, data, ephemeral=True, makepath=True)
+                self.zk.delete(path)
+            except NoNodeError:
+                pass
+        try:
+            self.zk.create(path, data, ephemeral=True, makepath=True)
+        except NodeExistsError:
+            raise NodeIdInUse(node_id, "?") from None
 
     def read_leader(self) -> dict[str, Any]:
         if self.zk.exists(self.addr.leader) is None:

@@ -42,7 +42,7 @@ class Election:
     def run(self) -> None:
         n = self.node
         while not n.stopping.is_set():
-            if not n.zk_ok or n.diverged or n.need_snapshot:
+            if not n.zk_ok or n.diverged or n.need_snapshot or n.identity_conflict:
                 n.stopping.wait(0.1)
                 continue
             lock = n.coordinator.election_lock(n.node_id)
@@ -95,6 +95,7 @@ class Election:
             return False
         if n.stopping.is_set() or not n.zk_ok:
             return True
+        owners = n.coordinator.node_owners()
         with n.log.lock:
             if n.known_epoch != new or n.need_snapshot:
                 return False
@@ -103,7 +104,7 @@ class Election:
             now = n.timer.monotonic()
             n.snapshot_server.reset()
             state = LeaderState(new, start, lease_until=now + 0.5 * n.granted_session_timeout, last_append=now,
-                                last_started=now)
+                                last_started=now, owners=owners)
             n.leader_state = state
             n.role = Role.LEADER
         n.coordinator.publish_leader({"node": n.node_id, "epoch": new, "endpoint": n.endpoint,

@@ -42,7 +42,7 @@ class Follower:
         try:
             while not n.stopping.is_set():
                 info = n.leader_info
-                if (n.leading or n.role is Role.CANDIDATE or not info
+                if (n.leading or n.role is Role.CANDIDATE or n.identity_conflict or not info
                         or info.get("node") == n.node_id or int(info.get("epoch", 0)) < n.known_epoch):
                     n.stopping.wait(0.05)
                     continue
@@ -71,7 +71,7 @@ class Follower:
                 rid += 1
                 with n.log.lock:
                     req = Fetch(n.node_id, n.known_epoch, n.log.last_index + 1, n.log.last_epoch,
-                                n.log.commit_index, rid)
+                                n.log.commit_index, rid, n.coordinator.session_token or "")
                 sock.send(pack(req.to_wire()))
                 rep: FetchReply | None = None
                 deadline = n.timer.monotonic() + FETCH_TIMEOUT

@@ -40,6 +40,8 @@ class LeaderState:
     pending_members: tuple[int, int] | None = None
     #: nodes with a ZooKeeper session (None until first read)
     live_nodes: set[str] | None = None
+    #: node id -> the ZooKeeper session that owns it: a fetch counts only from that session
+    owners: dict[str, str] = field(default_factory=dict)
     #: follower -> monotonic time of its last request in this epoch (CheckQuorum)
     heard: dict[str, float] = field(default_factory=dict)
     #: set when this leadership ends

@@ -115,15 +115,17 @@ class Fetch(NamedTuple):
     last_epoch: int
     commit: int
     rid: int = 0
+    #: the follower's ZooKeeper session: the leader counts the fetch only if it owns ``node``
+    session: str = ""
 
     def to_wire(self) -> Wire:
         return {"op": "fetch", "rid": self.rid, "node": self.node, "known": self.known, "from": self.from_index,
-                "last_epoch": self.last_epoch, "commit": self.commit}
+                "last_epoch": self.last_epoch, "commit": self.commit, "session": self.session}
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> Fetch:
         return cls(_str(d, "node", ""), _int(d, "known"), _int(d, "from"), _int(d, "last_epoch"),
-                   _int(d, "commit", 0), _int(d, "rid", 0))
+                   _int(d, "commit", 0), _int(d, "rid", 0), _str(d, "session", ""))
 
 
 class SnapshotBegin(NamedTuple):

@@ -45,7 +45,7 @@ from ..net.auth import PeerKeys
 from . import snapshot as snap
 from .applier import DEDUP_WINDOW, Applier, Outcome
 from .clock import StateClock
-from .coordinator import Coordinator, ElectionLock, KazooCoordinator, SessionState
+from .coordinator import Coordinator, ElectionLock, KazooCoordinator, NodeIdInUse, SessionState
 from .counters import NodeCounters
 from .election import CLOCK_TICK, Election
 from .follower import Follower
@@ -65,6 +65,7 @@ __all__ = ["CLOCK_TICK", "DEDUP_WINDOW", "Node", "Role"]
 log = logging.getLogger(__name__)
 
 CLUSTER_ID_FILE = "cluster-id"  # in the data directory: the id of the cluster it joined
+SESSION_FILE = "node-session"  # in the data directory: the ZooKeeper session of its last process
 LOG_MAP_SIZE = 1 << 34  # address space for the log (sparse; its size is bounded by the retention)
 #: Acknowledgement levels from the weakest to the strongest (a node's ``--acks`` may only strengthen).
 ACKS_STRENGTH = {"leader": 0, "quorum": 1, "all": 2}
@@ -139,6 +140,13 @@ class Node:
         self.lock_attempt: ElectionLock | None = None
         self._closed = False
         self._published: dict[str, Any] = {}
+        #: another running node holds this node's id: it neither leads nor follows
+        self.identity_conflict = False
+        try:
+            with open(os.path.join(core.path, SESSION_FILE), encoding="ascii") as f:
+                self.previous_session: str | None = f.read().strip() or None
+        except FileNotFoundError:
+            self.previous_session = None
         try:
             self.server: ReplicationServer = self.transport.listen(repl_bind)
         except BaseException:
@@ -178,7 +186,7 @@ class Node:
                 self.applier.members = int(self.config.get("nodes", 1))
             self.coordinator.watch_config(self._on_config)
             self.known_epoch = self.coordinator.read_epoch()
-            self._publish(force=True)
+            self._claim_node_id()
         except BaseException:
             self.coordinator.close()
             raise
@@ -380,13 +388,37 @@ class Node:
                 "last_snapshot": self.last_snapshot, "session_timeout": self.session_timeout,
                 "session_timeout_granted": self.granted_session_timeout, "lease_seconds": self.lease_seconds}
 
+    def _claim_node_id(self) -> None:
+        """Publish this node's record, claiming its id: if another session holds it (not
+        this directory's previous process, whose record is replaced), wait for that session
+        to end (a crashed process's expires within the session timeout); a live one is a
+        duplicate ``--node-id``: refuse to start."""
+        deadline = self.timer.monotonic() + self.granted_session_timeout + 1.0
+        while True:
+            try:
+                self._publish(force=True)
+                return
+            except NodeIdInUse as exc:
+                if self.timer.monotonic() >= deadline:
+                    raise NodeIdInUse(self.node_id, exc.owner) from None
+                self.stopping.wait(0.1)
+
     def _publish(self, force: bool = False) -> None:
         # (the time of the last log entry changes with every entry: /status only)
         info = {k: v for k, v in self.info().items() if k != "clock_ms"}
-        if not force and info == self._published:
+        token = self.coordinator.session_token
+        if not force and info == self._published and token == self.previous_session:
             return
-        self.coordinator.publish_node(self.node_id, info)
+        self.coordinator.publish_node(self.node_id, info, self.previous_session)
         self._published = info
+        if token is not None and token != self.previous_session:
+            path = os.path.join(self.core.path, SESSION_FILE)
+            with open(path + ".tmp", "w", encoding="ascii") as f:
+                f.write(token + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(path + ".tmp", path)
+            self.previous_session = token
 
     def _coordinator_loop(self) -> None:
         """Publish this node's position, learn the leader and the newest epoch, renew the lease."""
@@ -400,6 +432,7 @@ class Node:
                     sent = self.timer.monotonic()
                     live = self.coordinator.live_nodes()
                     state.live_nodes = live
+                    state.owners = self.coordinator.node_owners()
                     for gone in [f for f in list(state.match) if f not in live]:
                         # a removed or stopped node leaves the lag tracking (it is added back
                         # by its next fetch; commit indexes never move back)
@@ -415,6 +448,11 @@ class Node:
                     with self.log.lock:
                         self.known_epoch = max(self.known_epoch, epoch)
                 self._publish()
+            except NodeIdInUse as exc:
+                if not self.identity_conflict:
+                    log.error("%s; this node stops leading and following", exc)
+                    self.identity_conflict = True
+                    self.step_down("node id in use by another node")
             except Exception as exc:  # noqa: BLE001 - connection trouble: the listener handles it
                 log.debug("ZooKeeper loop: %s", exc)
             if self.leading:

@@ -53,6 +53,7 @@ class ReplicationService:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.epoch_refusals = 0  # hello/fetch epochs refused because ZooKeeper never reached them
+        self.foreign_fetches = 0  # fetches from a session that does not own the node id they name
         self._served: LeaderState | None = None  # the leadership whose parked fetches this loop holds
 
     def run(self) -> None:
@@ -131,6 +132,15 @@ class ReplicationService:
                 return  # a forged epoch: no answer (the follower, if real, asks again)
             self.send(ident, FetchReply(rid, ReplyStatus.FENCED))
             n.step_down(f"{req.node} knows epoch {req.known}")
+            return
+        if state.owners.get(req.node) != req.session:
+            # not from the process that owns this node id (a duplicate --node-id, or a
+            # session this leader has not seen yet): never counted as that node's ack
+            self.foreign_fetches += 1
+            if self.foreign_fetches & (self.foreign_fetches - 1) == 0:  # bounded logging
+                log.warning("ignored a fetch as %r from ZooKeeper session %r, which does not own that node id "
+                            "(%d such fetches so far)", req.node, req.session, self.foreign_fetches)
+            self.send(ident, FetchReply(rid, ReplyStatus.NOT_LEADER))
             return
         state.heard[req.node] = n.timer.monotonic()  # (CheckQuorum)
         lg = n.log

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
-from ..cluster.coordinator import SessionState
+from ..cluster.coordinator import NodeIdInUse, SessionState
 
 
 class MemoryZooKeeper:
@@ -226,9 +226,22 @@ class MemoryCoordinator:
             self.session_or_fail()
             return {k: dict(v[1]) for k, v in self.zk.nodes.items()}
 
-    def publish_node(self, node_id: str, record: dict[str, Any]) -> None:
+    @property
+    def session_token(self) -> str | None:
+        return f"{self.session:x}" if self.session is not None else None
+
+    def node_owners(self) -> dict[str, str]:
         with self.zk.lock:
-            self.zk.nodes[node_id] = (self.session_or_fail(), dict(record))
+            self.session_or_fail()
+            return {k: f"{v[0]:x}" for k, v in self.zk.nodes.items()}
+
+    def publish_node(self, node_id: str, record: dict[str, Any], previous_session: str | None = None) -> None:
+        with self.zk.lock:
+            mine = self.session_or_fail()
+            held = self.zk.nodes.get(node_id)
+            if held is not None and held[0] != mine and f"{held[0]:x}" != previous_session:
+                raise NodeIdInUse(node_id, f"{held[0]:x}")
+            self.zk.nodes[node_id] = (mine, dict(record))
 
     def read_leader(self) -> dict[str, Any]:
         with self.zk.lock:

@@ -51,14 +51,16 @@ class MemoryCluster:
         self.close()
 
     # -------------------------------------------------------------- lifecycle
-    def start(self, node_id: str, data: str | os.PathLike[str] | None = None) -> Node:
-        """Start node ``node_id`` on its directory (kept from an earlier run, if any), or on ``data``."""
+    def start(self, node_id: str, data: str | os.PathLike[str] | None = None, endpoint: str | None = None) -> Node:
+        """Start node ``node_id`` on its directory (kept from an earlier run, if any), or on
+        ``data``; its replication endpoint is ``mem://<endpoint>`` (by default the node id)."""
+        name = endpoint or node_id
         core = Core(os.fspath(data if data is not None else self.root / node_id), "sync", clock=StateClock(),
                     compaction_interval=None)
         try:
-            node = Node(core, MemoryCoordinator(self.zk, node_id), node_id, f"mem-client://{node_id}",
-                        f"mem://{node_id}", session_timeout=self.session_timeout, ack_timeout=self.ack_timeout,
-                        transport=self.network.transport(node_id))
+            node = Node(core, MemoryCoordinator(self.zk, node_id), node_id, f"mem-client://{name}",
+                        f"mem://{name}", session_timeout=self.session_timeout, ack_timeout=self.ack_timeout,
+                        transport=self.network.transport(name))
         except BaseException:
             core.close()
             raise
