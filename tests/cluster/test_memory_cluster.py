@@ -205,3 +205,21 @@ def test_a_fetch_from_a_session_that_does_not_own_the_node_id_is_not_counted(tmp
         assert reply.status is ReplyStatus.NOT_LEADER
         assert leader.match.get(victim, 0) <= max(before, leader.log.last_index)
         assert leader.replication.foreign_fetches == 1
+
+
+def test_a_follower_is_ready_only_once_it_reached_its_leader(tmp_path: Path) -> None:
+    """#20: a brand-new node reported ready before it had applied anything (it knew the
+    leader from ZooKeeper, and had no commit index to lag behind)."""
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        leader = c.leader()
+        late = c.others(leader.node_id)[0]
+        c.stop(late)
+        c.instant("s", 0, [b"x"])
+        c.network.isolate(late, c.others(late))
+        node = c.start(late)
+        eventually(lambda: node.leader_info.get("node") == leader.node_id, 10)
+        assert not node.ready()
+        c.network.heal()
+        eventually(node.ready, 10)
+        assert node.applied > 0

@@ -48,7 +48,7 @@ from .clock import StateClock
 from .coordinator import Coordinator, ElectionLock, KazooCoordinator, NodeIdInUse, SessionState
 from .counters import NodeCounters
 from .election import CLOCK_TICK, Election
-from .follower import Follower
+from .follower import FETCH_TIMEOUT, Follower
 from .leader import LeaderState, commit_candidate
 from .log import ReplicatedLog
 from .membership import settings_changed
@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 
 CLUSTER_ID_FILE = "cluster-id"  # in the data directory: the id of the cluster it joined
 SESSION_FILE = "node-session"  # in the data directory: the ZooKeeper session of its last process
+READY_SLACK = 1000  # committed entries a ready follower may still have to apply
 LOG_MAP_SIZE = 1 << 34  # address space for the log (sparse; its size is bounded by the retention)
 #: Acknowledgement levels from the weakest to the strongest (a node's ``--acks`` may only strengthen).
 ACKS_STRENGTH = {"leader": 0, "quorum": 1, "all": 2}
@@ -472,6 +473,18 @@ class Node:
         state = self.leader_state
         return (state is not None and self.zk_ok and self.timer.monotonic() < state.lease_until
                 and self.applied >= state.start_index)
+
+    def ready(self) -> bool:
+        """``/health/ready``: the serving leader, or a follower that heard from its leader
+        within :data:`.follower.FETCH_TIMEOUT` and has applied to within
+        :data:`READY_SLACK` entries of the commit index that leader told it then (a node that
+        never reached its leader is not ready, even with nothing to apply)."""
+        if self.serving():
+            return True
+        return (self.role is Role.FOLLOWER and not self.diverged and not self.need_snapshot
+                and not self.identity_conflict and bool(self.leader_info) and self.last_contact > 0
+                and self.timer.monotonic() - self.last_contact < FETCH_TIMEOUT
+                and self.log.commit_index - self.applied < READY_SLACK)
 
     def check_serving(self) -> None:
         if not self.serving():
