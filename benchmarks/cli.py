@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -29,7 +30,7 @@ ALL_SCENARIOS = sorted({sc.id for scenarios, _goals in SUITES.values() for sc in
 @click.option("--out", "out_dir", default=str(RESULTS_DIR), show_default=True, type=click.Path(file_okay=False),
               help="Where SUITE.json, SUITE.md and the charts go.")
 @click.option("--workdir", default=None, type=click.Path(file_okay=False),
-              help="Scratch directory for data (default: system temp dir; must be on a real disk).")
+              help="Scratch directory for data, created if missing (default: system temp dir; must be on a real disk).")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG charts.")
 @click.option("--render-only", is_flag=True, help="Only re-render SUITE.md and the charts from OUT/SUITE.json.")
 def bench(suite: str, quick: bool, reps: int, systems: tuple[str, ...], scenarios: tuple[str, ...], out_dir: str,
@@ -44,6 +45,11 @@ def bench(suite: str, quick: bool, reps: int, systems: tuple[str, ...], scenario
         paths = write(report, Path(out_dir), charts=not no_plots)
         click.echo("wrote " + ", ".join(str(p) for p in paths))
         return
+    if workdir is not None:
+        try:
+            os.makedirs(workdir, exist_ok=True)
+        except OSError as exc:
+            raise click.ClickException(f"cannot create --workdir {workdir!r}: {exc.strerror or exc}") from None
     report = run_suite(suite, mode="quick" if quick else "full", reps=reps, systems=systems or None,
                        scenarios=scenarios or None, workdir=workdir, progress=True)
     paths = write(report, Path(out_dir), charts=not no_plots)

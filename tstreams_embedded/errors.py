@@ -107,6 +107,12 @@ class DataDirectoryNotFound(TStreamsError, FileNotFoundError):
     ``path`` (it is missing, or holds no tstreams data). Nothing was created."""
 
 
+class DataDirectoryUnusable(TStreamsError, OSError):
+    """The data directory cannot be created or opened: a parent is missing or not a
+    directory, permission is denied, the file system is read-only or cannot hold one (such as
+    ``/proc``), or its ``data.mdb`` or ``lock.mdb`` is a directory. Nothing was created."""
+
+
 class TopologyError(TStreamsError, ValueError):
     """A stream-processing topology (:mod:`tstreams_embedded.streams`) is malformed: an
     unknown or duplicate name, a missing store, an operation that needs a key it lacks."""
@@ -132,6 +138,13 @@ class StoreKeyTooLong(InvalidArgument):
     """A stream-processing record's key cannot be a state-store key: store keys are at most
     255 bytes (``engine.state.MAX_STORE_KEY``). The message names the store, the key's length
     and the limit."""
+
+
+class TimestampTooFarAhead(InvalidArgument):
+    """A stream-processing record is stamped more than ``App(max_future_ms=…)`` ahead of the
+    app's wall clock (one record of the year 9999 would make every later record late). The
+    message names the stream, the transaction, the timestamp and the bound; the record goes
+    to ``on_record_error``."""
 
 
 class EngineBusy(TStreamsError):

@@ -34,7 +34,11 @@ def _raw_loads(data: bytes) -> bytes:
 def _str_dumps(value: Any) -> bytes:
     if not isinstance(value, str):
         raise InvalidArgument(f"serializer 'str' needs str items, got {type(value).__name__}")
-    return value.encode("utf-8")
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate has no UTF-8 form
+        raise InvalidArgument(f"item is not valid Unicode text ({exc.reason} at index {exc.start}: "
+                              f"{value[exc.start:exc.end]!r}); serializer 'str' writes UTF-8") from None
 
 
 def _json_dumps(value: Any) -> bytes:

@@ -45,6 +45,7 @@ REGISTRY: dict[str, str] = {
     # cluster catch-up
     "cluster-catchup": "benchmarks.systems.cluster_catchup:ClusterCatchup",
     "ours-streams-join": "benchmarks.systems.stream_join_jobs:OursStreamsJoin",
+    "ours-streams-sliding": "benchmarks.systems.stream_sliding:OursSliding",
     "bytewax-join": "benchmarks.systems.stream_join_jobs:BytewaxJoin",
 }
 OURS = ("ours-embedded", "ours-zmq")

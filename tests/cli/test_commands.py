@@ -106,7 +106,9 @@ def test_consume_from_newest_time_and_id_and_by_partition(site: Site) -> None:
     _next_millisecond(site)
     cut = ts.txn_time(site.engine.backend.now_ms() * 100_000)
     _next_millisecond(site)
-    late = [producer.instant([b"late-%d" % p], partition=p) for p in (0, 1)]
+    late = [producer.instant([b"late-0"], partition=0)]
+    _next_millisecond(site)  # IDs are per partition: in one millisecond both partitions could get the same ID
+    late.append(producer.instant([b"late-1"], partition=1))
 
     def read(*args: str) -> list[int]:
         return sorted(line["id"] for line in site.json("consume", "s", *args))
@@ -171,6 +173,16 @@ def test_produce_stops_at_a_bad_item_and_keeps_what_was_checkpointed(site: Site)
     broken = site.run("produce", "j", "--format", "msgpack", "--txn-size", "5", input=msgpack.packb(7) + b"\xc1")
     assert broken.exit_code == 1 and broken.stderr.startswith("Error: InvalidArgument: msgpack document 2 is malformed")
     assert _items(site, "j") == [b"1", b"2"]  # 7 went with its cancelled transaction
+    nan = site.run("produce", "j", "--format", "json", "--txn-size", "5", input='[1.5]\n{"x": NaN}\n')
+    assert nan.exit_code == 1 and nan.stderr.count("\n") == 1
+    assert nan.stderr.startswith("Error: InvalidArgument: line 2 is not JSON: NaN is not a JSON value"), nan.stderr
+    for constant in ("Infinity", "-Infinity"):
+        assert site.run("produce", "j", "--format", "json", input=f"{constant}\n").exit_code == 1
+    truncated = site.run("produce", "j", "--format", "msgpack", "--txn-size", "5",
+                         input=msgpack.packb(7) + msgpack.packb("cut short")[:-2])
+    assert truncated.exit_code == 1 and truncated.stderr.count("\n") == 1
+    assert truncated.stderr.startswith("Error: InvalidArgument: msgpack document 2 at byte offset 1 is truncated: "
+                                       "the input ends after 8 of its bytes"), truncated.stderr
     big = site.run("produce", "j", input=b"x" * (site.engine.backend.max_item_size + 10) + b"\n")
     assert big.exit_code == 1 and big.stderr.startswith("Error: ItemTooLarge: line 1 is longer than max_item_size")
     assert _items(site, "j") == [b"1", b"2"]
@@ -374,6 +386,11 @@ BAD_INPUT = [
     (["consume", "s", "--group", ""], 1, "Error: InvalidArgument: consumer name must be a non-empty string"),
     (["consumers", "describe", "s", ""], 1, "Error: InvalidArgument: consumer name must be a non-empty string"),
     (["consume", "s", "--format", "yaml"], 2, "Error: Invalid value for '--format'"),
+    (["consume", "s", "--from", "\u00b2"], 2, "Error: Invalid value for '--from': '\u00b2' is not a position"),
+    (["consumers", "reset", "s", "g", "--to", "\u00b2"], 2, "Error: Invalid value for '--to': '\u00b2' is not"),
+    (["consume", "s", "--from", "-1000000d"], 2, "Error: Invalid value for '--from': '-1000000d' is too far"),
+    (["consume", "s", "--from", "-99999999999999999999d"], 2, "Error: Invalid value for '--from'"),
+    (["consumers", "reset", "s", "g", "--to", "-1000000d"], 2, "Error: Invalid value for '--to'"),
 ]
 
 
@@ -388,6 +405,15 @@ def test_bad_input_exits_non_zero_with_one_line(site: Site, args: list[str], sta
     assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert site.engine.backend.get_offsets("s", "g") == offsets  # nothing moved
+
+
+def test_deleting_an_unknown_consumer_writes_nothing(site: Site) -> None:
+    site.engine.create_stream("s")
+    site.engine.producer("s").instant([b"x"])
+    sequence = site.engine.backend.wait_for_commit(-1, 0)  # the newest commit-log sequence
+    result = site.run("consumers", "delete", "s", "ghost")
+    assert result.exit_code == 1 and result.stderr.startswith("Error: ConsumerNotFound"), result.stderr
+    assert site.engine.backend.wait_for_commit(-1, 0) == sequence  # not even a commit-log entry
 
 
 def test_a_command_needs_exactly_one_target(tmp_path) -> None:

@@ -59,10 +59,19 @@ def test_a_relative_time_counts_back_from_now(n: int, unit: str) -> None:
     assert parse_position(f"-{n}{unit}", now).time == now - dt.timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["", "today", "2026-02-30", "12:00", "-5w", "1.5", "-1", str(2**63)])
+@pytest.mark.parametrize("text", ["", "today", "2026-02-30", "12:00", "-5w", "1.5", "-1", str(2**63), "\u00b2",
+                                  "\u0663", "-\u00b2d", "-1000000d", "-99999999999999999999d", "-1e9s"])
 def test_what_is_not_a_position_is_refused(text: str) -> None:
     with pytest.raises(errors.InvalidArgument):
         parse_position(text)
+
+
+@given(st.text() | st.from_regex(r"\A-[0-9]{1,40}(\.[0-9]{1,5})?[smhd]\Z") | st.from_regex(r"\A\d{1,30}\Z"))
+def test_any_text_is_a_position_or_invalid_argument(text: str) -> None:
+    try:
+        parse_position(text)
+    except errors.InvalidArgument:
+        pass
 
 
 _dirs = itertools.count()

@@ -134,3 +134,11 @@ def test_check_json_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     (line,) = result.stdout.splitlines()
     assert json.loads(line)["ok"] is True
+
+
+@pytest.mark.parametrize("data", ["/proc/x", "{tmp}/d"])
+def test_a_data_directory_that_cannot_be_made_or_opened_is_one_line(tmp_path: Path, data: str) -> None:
+    (tmp_path / "d" / "data.mdb").mkdir(parents=True)
+    result = CliRunner().invoke(main, ["streams", "create", "s", "--data", data.format(tmp=tmp_path)])
+    assert result.exit_code == 1, (result.stdout, result.stderr, result.exception)
+    assert result.stderr.startswith("Error: DataDirectoryUnusable: ") and result.stderr.count("\n") == 1

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
+from tstreams_embedded.cli import main
 from tstreams_embedded.cluster import ZkAddress, init_cluster
 from tstreams_embedded.cluster.zk import BoundedZk, required_acks
-from tstreams_embedded.testing import ZooKeeperServer
+from tstreams_embedded.testing import ZooKeeperServer, free_port
 
 
 @pytest.mark.parametrize("url", ["", "tcp://h:1/x", "zk://", "zk://h:1", "zk://h:1/", "zk://h/x", "zk://h:p/x", 7])
@@ -132,10 +135,6 @@ def test_kazoo_errors_become_tstreams_errors(zk: ZooKeeperServer) -> None:
 
 
 def _one_line_error(args: list[str]) -> str:
-    from click.testing import CliRunner
-
-    from tstreams_embedded.cli import main
-
     result = CliRunner().invoke(main, args)
     output = (result.stdout + result.stderr).strip()
     assert result.exit_code != 0, output
@@ -196,3 +195,26 @@ def test_a_node_may_only_strengthen_the_cluster_acks(zk: ZooKeeperServer, tmp_pa
         finally:
             node.stop()
             core.close()
+
+
+def test_init_on_an_existing_cluster_changes_only_the_options_given(zk: ZooKeeperServer) -> None:
+    """Re-running ``cluster init`` with one option keeps the others (it once reset ``acks``
+    and the retention to their defaults); a new cluster needs its size."""
+    url = f"zk://{zk.address}/reinit"
+    with pytest.raises(errors.InvalidArgument, match="--nodes"):
+        init_cluster(url, acks="all")
+    init_cluster(url, 3, acks="all", log_retain_entries=500, compaction_interval=5)
+    assert init_cluster(url, log_retain_bytes=1 << 30) == {
+        "nodes": 3, "acks": "all", "log_retain_entries": 500, "log_retain_bytes": 1 << 30, "compaction_interval": 5.0}
+    result = CliRunner().invoke(main, ["cluster", "init", url, "--acks", "leader"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"nodes": 3, "acks": "leader", "log_retain_entries": 500,
+                                         "log_retain_bytes": 1 << 30, "compaction_interval": 5.0}
+
+
+def test_a_refused_zookeeper_connection_says_refused() -> None:
+    """kazoo reports every failed connection as a time-out: a port nobody listens on is
+    named as refused, within the command's --timeout."""
+    port = free_port()
+    line = _one_line_error(["cluster", "status", f"zk://127.0.0.1:{port}/x", "--timeout", "2"])
+    assert "ClusterUnavailable" in line and "refused" in line, line

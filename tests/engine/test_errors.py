@@ -526,6 +526,14 @@ def test_invalid_arguments(engine: ts.Engine) -> None:
         "poll_interval nan": lambda: engine.subscribe("s", "x", callback=print, poll_interval=float("nan")),
         "poll_interval inf": lambda: engine.subscribe("s", "x", callback=print, poll_interval=float("inf")),
         "group member": lambda: ts.CheckpointGroup(producer, "not an agent"),
+        "wait_for_commit seen str": lambda: b.wait_for_commit("x", 0),  # type: ignore[arg-type]
+        "wait_for_commit timeout str": lambda: b.wait_for_commit(0, "x"),  # type: ignore[arg-type]
+        "wait_for_commit seen None": lambda: b.wait_for_commit(None, 0),  # type: ignore[arg-type]
+        "wait_for_commit timeout negative": lambda: b.wait_for_commit(0, -1),
+        "wait_for_commit timeout nan": lambda: b.wait_for_commit(0, float("nan")),
+        "wait_for_commit timeout inf": lambda: b.wait_for_commit(0, float("inf")),
+        "str serializer lone surrogate": lambda: engine.producer("s", serializer="str").instant(["a\ud800"]),
+        "json serializer lone surrogate": lambda: engine.producer("s", serializer="json").instant(["a\ud800"]),
     }
     for what, call in bad.items():
         with pytest.raises(errors.InvalidArgument):
@@ -534,6 +542,13 @@ def test_invalid_arguments(engine: ts.Engine) -> None:
     # nothing of it was created or written
     assert [s.name for s in engine.list_streams()] == ["s"]
     assert _visible(engine, "s") == []
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 1e308, -1, 0, "10", True])
+def test_a_connect_timeout_that_is_not_a_finite_number_of_seconds_is_refused(timeout: object) -> None:
+    """nan, inf and 1e308 were accepted, and every request then waited forever."""
+    with pytest.raises(errors.InvalidArgument, match="timeout must be a finite number of seconds"):
+        ts.connect("tcp://127.0.0.1:1", timeout=timeout).close()  # type: ignore[arg-type]
 
 
 def test_invalid_open_arguments(tmp_path) -> None:
@@ -743,3 +758,16 @@ def test_clients_cannot_forge_engine_resolved_fields_or_engine_records(engine: t
     open_txn.send(b"more")
     open_txn.checkpoint()  # the open transaction was not touched either
     assert engine.backend.get_transaction("s", 1, open_txn.id).items == [b"pending", b"more"]
+
+
+@pytest.mark.parametrize("where", ["/proc/no-such-dir", "parent-is-a-file/data", "data-mdb-is-a-dir",
+                                   "lock-mdb-is-a-dir"])
+def test_a_path_that_cannot_be_a_data_directory_is_data_directory_unusable(tmp_path, where: str) -> None:
+    (tmp_path / "parent-is-a-file").write_bytes(b"x")
+    (tmp_path / "data-mdb-is-a-dir" / "data.mdb").mkdir(parents=True)
+    (tmp_path / "lock-mdb-is-a-dir" / "lock.mdb").mkdir(parents=True)
+    path = where if where.startswith("/") else tmp_path / where
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    with pytest.raises(errors.DataDirectoryUnusable, match="cannot be"):
+        ts.open(path).close()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing created

@@ -223,3 +223,21 @@ class ConsumerOffsetsMachine(RuleBasedStateMachine):
 
 ConsumerOffsetsMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=15, deadline=None)
 test_consumer_offsets_machine = ConsumerOffsetsMachine.TestCase
+
+
+def test_an_open_transaction_past_its_deadline_is_described_as_expired_not_open(engine: ts.Engine) -> None:
+    """A writer that died leaves its open transactions to expire; from their deadline on they
+    count as expired, never as open (so a script waiting for 0 open transactions ends)."""
+    engine.create_stream("s")
+    (abandoned,) = engine.backend.submit([O.Open("s", 0, 300)])  # no keep-alive: expires in 0.3 s
+    (p,) = engine.backend.describe_partitions("s")
+    assert (p.open_count, [t.id for t in p.open], p.expired) == (1, [abandoned], 0)
+
+    def expired() -> bool:
+        (p,) = engine.backend.describe_partitions("s")
+        return (p.open_count, p.open, p.expired) == (0, [], 1)
+
+    eventually(expired, timeout=10)
+    assert engine.consumer("s", "c").get_transaction() is None  # a reader passes it (and invalidates it)
+    (p,) = engine.backend.describe_partitions("s")
+    assert (p.open_count, p.expired) == (0, 0)

@@ -14,6 +14,7 @@ from tstreams_embedded import errors
 from tstreams_embedded.net import framing
 from tstreams_embedded.net.connection import Connection
 from tstreams_embedded.net.registry import Registry, Sleep
+from tstreams_embedded.net.server import ServerOptions
 from tstreams_embedded.testing import eventually
 
 from .helpers import ThreadServer
@@ -80,7 +81,7 @@ def stand_in_registry() -> tuple[Registry, dict]:
 @pytest.fixture
 def ts_server():
     reg, state = stand_in_registry()
-    s = ThreadServer(reg)
+    s = ThreadServer(reg, ServerOptions(rcvhwm=4096))  # (the drain test queues 2,000 requests in ZeroMQ)
     s.state = state
     yield s
     s.stop()

@@ -220,3 +220,41 @@ def test_local_walk_skips_transactions_past_the_stream_ttl(tmp_path: Path) -> No
         assert set(local.column("txn_id").to_pylist()) == {new} and old < new
         assert local.equals(_generic(engine, "s", 0, 0, new, "binary"))
 
+
+
+@pytest.mark.parametrize("value_format, good, bad", [
+    ("string", [b"ok", b"fine"], [b"\xff\xfe"]),
+    ("json", [b'{"a": 1}', b"[2]"], [b"not json", b"\xff"]),
+    ("msgpack", [msgpack.packb({"a": 1}), msgpack.packb([2])], [b"\xc1", msgpack.packb(1) + b"\x01"]),
+])
+@pytest.mark.parametrize("mode", ["permissive", "dropmalformed"])
+def test_malformed_items_are_kept_aside_or_dropped_by_mode(value_format: str, good: list[bytes], bad: list[bytes],
+                                                           mode: str) -> None:
+    from tstreams_embedded.spark.decoding import Decoding
+
+    items = [good[0], bad[0], good[1], *bad[1:]]
+    decoding = Decoding(value_format, mode, "broken")
+    builder = BatchBuilder("s", 0, decoding)
+    builder.add_payload(7, 0, pack_items(items))
+    batch = builder.flush()
+    assert batch is not None and batch.schema.equals(arrow_schema(decoding))
+    strict = BatchBuilder("s", 0, value_format)
+    strict.add_payload(7, 0, pack_items(good))
+    good_values = strict.flush().column("value").to_pylist()
+    rows = batch.to_pylist()
+    if mode == "permissive":
+        assert batch.schema.names[-1] == "broken"
+        assert [r["seq"] for r in rows] == list(range(len(items)))
+        assert [r["value"] for r in rows] == [good_values[0], None, good_values[1]] + [None] * (len(bad) - 1)
+        assert [r["broken"] for r in rows] == [None, bad[0], None, *bad[1:]]
+    else:
+        assert batch.schema.names == list(rows[0])  # no corrupt-record column
+        assert [(r["seq"], r["value"]) for r in rows] == [(0, good_values[0]), (2, good_values[1])]
+
+
+def test_a_batch_of_malformed_items_only_is_dropped_whole() -> None:
+    from tstreams_embedded.spark.decoding import Decoding
+
+    builder = BatchBuilder("s", 0, Decoding("json", "dropmalformed"))
+    builder.add_payload(7, 0, pack_items([b"x", b"y"]))
+    assert builder.flush() is None

@@ -191,3 +191,45 @@ def test_fixed_and_varying_size_chunks_across_batches_match_the_engine(spark, en
     assert got.ids == sum((t % 1_000_003) * s for t, s, _ in want)
     first = df.where(F.col("seq") == 0).orderBy("txn_id").select("txn_id", "value").collect()
     assert [(r.txn_id, bytes(r.value)) for r in first] == sorted((t, v) for t, s, v in want if s == 0)
+
+
+def test_malformed_json_items_are_kept_aside_with_the_recipe_of_spark_md(spark, engine, data_dir):
+    """docs/SPARK.md, "Malformed items": read binary, parse in Spark; bad items do not fail
+    the query and keep their raw value."""
+    from pyspark.sql import functions as F
+
+    engine.create_stream("orders", partitions=2)
+    items = [b'{"id": 1, "amount": 2.5}', b"not json", b"\xff\xfe", b'{"id": 2, "amount": 4.0}', b'{"id": 3']
+    txn_id = engine.producer("orders").instant(items, partition=1)
+    with pytest.raises(Exception, match="option 'valueFormat'='json': .* is not JSON"):
+        _read(spark, data_dir, "orders", valueFormat="json").collect()  # strict on purpose
+
+    raw = _read(spark, data_dir, "orders")
+    text = F.col("value").cast("string")
+    rows = raw.select("partition", "txn_id", "seq", "value",
+                      F.expr("try_parse_json(CAST(value AS STRING))").isNull().alias("malformed"),
+                      F.from_json(text, "id long, amount double").alias("order"))
+    good = rows.where(~F.col("malformed")).select("partition", "txn_id", "seq", "order.*")
+    corrupt = rows.where(F.col("malformed")).select("partition", "txn_id", "seq", "value")
+    assert sorted(tuple(r) for r in good.collect()) == [(1, txn_id, 0, 1, 2.5), (1, txn_id, 3, 2, 4.0)]
+    assert sorted((r.seq, bytes(r.value)) for r in corrupt.collect()) == [(1, b"not json"), (2, b"\xff\xfe"),
+                                                                           (4, b'{"id": 3')]
+
+
+def test_mode_permissive_and_drop_malformed(spark, engine, data_dir):
+    engine.create_stream("orders", partitions=2)
+    items = [b'{"id": 1}', b"not json", b"\xff\xfe", b'{"id": 2}']
+    txn_id = engine.producer("orders").instant(items, partition=1)
+
+    kept = _read(spark, data_dir, "orders", valueFormat="json", mode="PERMISSIVE")
+    assert kept.columns == ["stream", "partition", "txn_id", "txn_time", "seq", "value", "_corrupt_record"]
+    assert sorted((r.seq, r.value, r._corrupt_record) for r in kept.collect()) == [
+        (0, '{"id": 1}', None), (1, None, bytearray(b"not json")), (2, None, bytearray(b"\xff\xfe")),
+        (3, '{"id": 2}', None)]
+    named = _read(spark, data_dir, "orders", valueFormat="string", mode="permissive",
+                  columnNameOfCorruptRecord="raw")
+    assert [(r.seq, r.raw) for r in named.where("raw IS NOT NULL").collect()] == [(2, bytearray(b"\xff\xfe"))]
+
+    dropped = _read(spark, data_dir, "orders", valueFormat="json", mode="dropMalformed")
+    assert sorted((r.txn_id, r.seq, r.value) for r in dropped.collect()) == [(txn_id, 0, '{"id": 1}'),
+                                                                             (txn_id, 3, '{"id": 2}')]

@@ -131,3 +131,31 @@ def test_partition_column_out_of_range(spark, engine, data_dir):
     with pytest.raises(Exception, match="column 'partition': partition 5 is out of range"):
         _writer(df, data_dir, "out").save()
     assert read_direct(engine, "out") == []
+
+
+def _marking_upstream(spark, marks):
+    """A DataFrame whose rows each leave a file in ``marks`` when computed (upstream work)."""
+    from pyspark.sql import functions as F
+
+    where = str(marks)
+
+    @F.udf("string", useArrow=False)
+    def mark(value):
+        import os
+        import uuid
+
+        open(os.path.join(where, uuid.uuid4().hex), "w").close()
+        return value
+
+    return spark.range(20).select(mark(F.col("id").cast("string")).alias("value"))
+
+
+def test_a_write_to_a_missing_stream_fails_at_planning_before_any_upstream_work(spark, engine, data_dir, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with pytest.raises(Exception, match="option 'stream': stream 'nope' at path .* does not exist; create it first"):
+        _writer(_marking_upstream(spark, marks), data_dir, "nope").save()
+    assert list(marks.iterdir()) == []  # the upstream never ran
+    engine.create_stream("nope")
+    _writer(_marking_upstream(spark, marks), data_dir, "nope").save()
+    assert len(read_direct(engine, "nope")) == 20 and len(list(marks.iterdir())) == 20

@@ -23,6 +23,16 @@ from tstreams_embedded.spark.options import parse_read, parse_write
     ({"path": "/x", "stream": "s", "partitions": "0,x"}, "option 'partitions'"),
     ({"path": "/x", "stream": "s", "rowsPerSplit": "0"}, "option 'rowsPerSplit'"),
     ({"path": "/x", "stream": "s", "maxRowsPerTrigger": "10"}, "option 'maxRowsPerTrigger' applies only"),
+    ({"path": "/x", "stream": "s", "mode": "lenient", "valueFormat": "json"}, "option 'mode' must be one of"),
+    ({"path": "/x", "stream": "s", "mode": "permissive"}, "option 'mode' 'permissive' needs option 'valueFormat'"),
+    ({"path": "/x", "stream": "s", "valueFormat": "json", "columnNameOfCorruptRecord": "bad"},
+     "option 'columnNameOfCorruptRecord' goes with option 'mode' 'permissive'"),
+    ({"path": "/x", "stream": "s", "valueFormat": "json", "mode": "PERMISSIVE", "columnNameOfCorruptRecord": "Seq"},
+     "is the name of another column"),
+    ({"endpoint": "tcp://h:1", "stream": "s", "timeout": "nan"}, "option 'timeout' must be a number of seconds"),
+    ({"endpoint": "tcp://h:1", "stream": "s", "timeout": "inf"}, "option 'timeout' must be a number of seconds"),
+    ({"endpoint": "tcp://h:1", "stream": "s", "timeout": "1e308"}, "option 'timeout' must be a number of seconds"),
+    ({"endpoint": "tcp://h:1", "stream": "s", "timeout": "0"}, "option 'timeout' must be a number of seconds"),
 ])
 def test_bad_batch_read_options(options, match):
     with pytest.raises(InvalidArgument, match=match):
@@ -45,6 +55,7 @@ def test_bad_stream_read_options(options, match):
     ({"path": "/x", "stream": "s", "stagingTtl": "forever"}, False, "option 'stagingTtl'"),
     ({"path": "/x", "stream": "s", "startingOffsets": "oldest"}, False, "only to reads"),
     ({"path": "/x", "stream": "s", "valueFormat": "json"}, False, "option 'valueFormat' of a write"),
+    ({"path": "/x", "stream": "s", "mode": "permissive"}, False, "option 'mode' applies only to reads"),
 ])
 def test_bad_write_options(options, streaming, match):
     with pytest.raises(InvalidArgument, match=match):

@@ -209,3 +209,43 @@ def test_sink_producer_id_without_checkpoint_option(spark, engine, data_dir, tmp
         spark.conf.unset("spark.sql.streaming.checkpointLocation")
     assert len(read_direct(engine, "out")) == 20
     assert engine.backend.get_marker(sink_marker_key("out", "job-42")) is not None
+
+
+def test_a_stream_write_to_a_missing_stream_fails_before_any_upstream_work(spark, engine, data_dir, tmp_path):
+    from pyspark.sql import functions as F
+
+    fill(engine, "s", txns=4, items=5, partitions=2)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    where = str(marks)
+
+    @F.udf("string", useArrow=False)
+    def mark(value):
+        import os
+        import uuid
+
+        open(os.path.join(where, uuid.uuid4().hex), "w").close()
+        return value
+
+    df = _stream(spark, data_dir).select(mark(F.col("value").cast("string")).alias("value"))
+    with pytest.raises(Exception, match="option 'stream': stream 'nope' at path .* does not exist; create it first"):
+        q = df.writeStream.format("tstreams").option("path", str(data_dir)).option("stream", "nope") \
+            .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start()
+        q.awaitTermination(300)
+        raise AssertionError(f"the query ended without the error: {q.exception()}")
+    assert list(marks.iterdir()) == []  # the upstream never ran
+
+
+def test_a_stream_read_in_mode_permissive_keeps_malformed_items_aside(spark, engine, data_dir, tmp_path):
+    engine.create_stream("s", partitions=1)
+    engine.producer("s").instant([b'{"a": 1}', b"{oops", b"[2]"])
+    rows: list[tuple] = []
+
+    def collect(df, batch_id: int) -> None:
+        rows.extend((r.seq, r.value, r._corrupt_record) for r in df.collect())
+
+    q = (_stream(spark, data_dir, valueFormat="json", mode="permissive").writeStream.foreachBatch(collect)
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None
+    assert sorted(rows) == [(0, '{"a": 1}', None), (1, None, bytearray(b"{oops")), (2, "[2]", None)]

@@ -3,7 +3,9 @@ and so does the README's stream-processing example (checked by what it prints)."
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -40,6 +42,13 @@ def readme_streams_example() -> str:
     return found.group(1)
 
 
+def test_the_quick_starts_of_the_readme_and_of_streams_md_are_the_same() -> None:
+    quick_start = DOC.read_text().split("\n## Quick start\n", 1)[1]
+    found = re.search(r"```python\n(.*?)```", quick_start, re.S)
+    assert found is not None, "STREAMS.md: no Python example under 'Quick start'"
+    assert found.group(1) == readme_streams_example()
+
+
 def test_the_readme_streams_example_runs_in_a_fresh_directory_and_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     code = readme_streams_example()
@@ -52,3 +61,32 @@ def test_the_readme_streams_example_runs_in_a_fresh_directory_and_again(
     # [0, 5 min) closed at 5 min 10 s of stream time (400_000 ms in the first run): its records are late now
     assert capsys.readouterr().out.strip() == ("[(Windowed(key='/a', start=0, end=300000), 2), "
                                                "(Windowed(key='/a', start=300000, end=600000), 2)]")
+
+
+def test_the_one_page_path_runs_as_written(tmp_path: Path) -> None:
+    """STREAMS.md's one-page path: its app file and its shell commands (a real SIGKILL of the
+    running app, a restart, the CLI) in a fresh directory; step 5 prints what the page says."""
+    page = DOC.read_text().split("\n## One page: produce, run, kill, restart, read, inspect\n", 1)[1]
+    page = page.split("\n## ", 1)[0]
+    app = re.search(r"```python\n(.*?)```", page, re.S)
+    commands = re.search(r"```sh\n(.*?)```", page, re.S)
+    printed = re.search(r"Step 5 prints `(.*?)`", page)
+    assert app is not None and commands is not None and printed is not None
+    (tmp_path / "shop.py").write_text(app.group(1))
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    done = subprocess.run(["bash", "-e", "-c", commands.group(1)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert printed.group(1) in done.stdout.splitlines()
+    assert "shop-by-customer-repartition" in done.stdout
+    assert done.stdout.count('"key":"ann","value":8,') == 1  # the last update of "ann", read by the CLI
+
+
+def test_the_page_links_only_to_its_own_headings() -> None:
+    """Every ``](#anchor)`` of STREAMS.md names one of its headings (GitHub's anchors)."""
+    text = DOC.read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#{1,4} (.+)$", text, re.M)}
+    links = set(re.findall(r"\]\(#([a-z0-9-]+)\)", text))
+    assert links and links <= anchors, sorted(links - anchors)

@@ -114,6 +114,27 @@ def test_through_and_repartition() -> None:
     assert by_key(out["via-repartition"]) == by_key([(k, v["n"]) for k, v in EVENTS])
 
 
+def test_group_by_names_its_repartition_stream() -> None:
+    """``group_by(..., name=)`` (Kafka's ``Grouped.as``), on a stream and on a table: the
+    repartition streams are ``<application_id>-<name>-repartition``, whatever comes before."""
+    b = StreamsBuilder()
+    b.stream("in", key_serde="str", value_serde="json").map_values(lambda v: v) \
+        .group_by(lambda k, v: v["page"], key_serde="str", name="by-page").count(store="per-page")
+    b.table("users", key_serde="str", value_serde="json") \
+        .group_by(lambda k, v: (v["team"], 1), key_serde="str", name="by-team").count(store="per-team")
+    topology = b.build()
+    with TestDriver(topology, application_id="names", partitions=2) as d:
+        assert sorted(d.app.topology.stream_names("names")[0]) == [
+            "in", "names-by-page-repartition", "names-by-team-repartition", "users"]
+        for i, (k, v) in enumerate(EVENTS):
+            d.pipe("in", k, v, 1000 + i)
+        d.pipe("users", "ann", {"team": "red"}, 0)
+        assert d.store("per-page").all() == {"/a": 3, "/b": 1, "/health": 1, "/c": 1}
+        assert d.store("per-team").all() == {"red": 1}
+    with pytest.raises(errors.InvalidArgument):
+        b.stream("other").group_by(lambda k, v: v, name="")
+
+
 class Dedup(Processor):
     """Forwards the first record of each key; counts the rest in its store; emits a summary
     on punctuation."""

@@ -121,7 +121,8 @@ def test_processor_window_store_through_the_driver() -> None:
         for key, t in EVENTS:
             d.pipe("in", key, {}, t)
         assert [r.value for r in d.read_output("out")] == forwarded
-        assert d.metrics["commits"] == commits + 1  # output, windows and offsets: one write
+        # each piped record is processed at once: output, windows and offsets in one write each
+        assert d.metrics["commits"] == commits + len(EVENTS)
         store = d.store("counts")
         assert isinstance(store, ReadOnlyWindowStore)
         assert {(w.key, w.start): v for w, v in store.all().items()} == final
@@ -161,9 +162,8 @@ def test_processor_window_store_checks_its_arguments() -> None:
     b.stream("in", key_serde="str", value_serde="json").process(Bad, stores=["w"])
     for bad, words in (("x", "window_start"), (2**63, "window_start"), (state.MAX_TIME - 5, "window_end")):
         with TestDriver(b.build()) as d:
-            d.pipe("in", "k", bad, 1)
             with pytest.raises(errors.InvalidArgument, match=words):
-                d.process()
+                d.pipe("in", "k", bad, 1)  # processed at once
 
 
 class DslWindowReader(Processor):

@@ -163,3 +163,43 @@ def test_answers_are_strict_json(two_apps: list[App], engine: ts.Engine) -> None
     with urllib.request.urlopen(f"http://{host}:{port}/v1/stores/by_name/get?key=%22{key}%22", timeout=10) as r:
         body = json.loads(r.read(), parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
     assert body["value"] == ["inf", "nan", 1.5]
+
+
+def nested(depth: int, *, kind: str = "list") -> str:
+    return ("[" * depth + "1" + "]" * depth) if kind == "list" else ('{"a":' * depth + "1" + "}" * depth)
+
+
+@pytest.mark.parametrize(("method", "path", "status", "error", "words"), [
+    ("GET", "/v1/stores/cnt/get?key=" + urllib.parse.quote(nested(1_000)), 400, "InvalidArgument", "nests deeper"),
+    ("GET", "/v1/stores/cnt/get?key=" + urllib.parse.quote(nested(33)), 400, "InvalidArgument", "nests deeper than 32"),
+    ("GET", "/v1/metadata/cnt?key=" + urllib.parse.quote(nested(900, kind="dict")), 400, "InvalidArgument",
+     "nests deeper"),
+    ("GET", "/v1/stores/cnt/get?key=%C1", 400, "InvalidArgument", "not UTF-8"),
+    ("GET", "/v1/metadata/cnt?key=%22%FF%22", 400, "InvalidArgument", "not UTF-8"),
+    ("GET", "/v1/stores/%C1/get?key=1", 400, "InvalidArgument", "unicode"),
+    ("GET", "/nope", 404, "NotFound", "/v1/stores/<store>/<query>"),
+    ("GET", "/v1/stores/cnt", 404, "NotFound", "no such path"),
+    ("POST", "/v1/members", 405, "MethodNotAllowed", "Method Not Allowed"),
+])
+def test_every_error_is_answered_with_the_json_error_body(two_apps: list[App], method: str, path: str, status: int,
+                                                          error: str, words: str) -> None:
+    """A key nested 1,000 deep was a 500 (RecursionError in the log); a query or path that is
+    not UTF-8 and an unknown path got Tornado's HTML pages."""
+    assert two_apps[0].http_address is not None
+    host, port = two_apps[0].http_address
+    request = urllib.request.Request(f"http://{host}:{port}{path}", method=method,
+                                     data=b"{}" if method == "POST" else None)
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(request, timeout=10)
+    assert answer.value.code == status
+    assert answer.value.headers["Content-Type"] == "application/json"
+    body = json.loads(answer.value.read())
+    assert body["error"] == error and words in body["message"]
+
+
+def test_keys_nested_up_to_the_limit_are_answered(two_apps: list[App]) -> None:
+    deep: Any = "ann"
+    for _ in range(32):
+        deep = [deep]
+    status, body = client(two_apps[0]).request("/v1/stores/cnt/get", key=deep)
+    assert status in (200, 421), body

@@ -194,9 +194,8 @@ def test_bad_arguments_raise_specific_errors() -> None:
     b2 = StreamsBuilder()
     b2.table("t").group_by(lambda k, v: "not a pair").count().to_stream().to("o")
     with TestDriver(b2.build()) as d:
-        d.pipe("t", "k", 1, 1)
         with pytest.raises(errors.TopologyError, match="pair"):
-            d.process()
+            d.pipe("t", "k", 1, 1)  # processed at once
 
 
 # -- a stateful machine: table updates, app restarts, against the model --------------------------

@@ -204,6 +204,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
                   curve_dir: str | os.PathLike[str] | None = None, max_msg_size: int | None = None,
                   max_request_size: int | None = None, max_client_bytes: int | None = None,
                   max_write_queue_bytes: int | None = None, max_reply_bytes: int = DEFAULT_PAGE_BYTES,
+                  max_server_bytes: int | None = None, rcvhwm: int | None = None,
                   **core_options: Any) -> int:
     """Run a cluster node until SIGTERM/SIGINT; return the exit status (0).
 
@@ -224,7 +225,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         repl = f"tcp://{host}:*"
     opts = server_options(durability, max_msg_size, max_request_size=max_request_size,
                           max_client_bytes=max_client_bytes, max_write_queue_bytes=max_write_queue_bytes,
-                          max_reply_bytes=max_reply_bytes)
+                          max_reply_bytes=max_reply_bytes, max_server_bytes=max_server_bytes, rcvhwm=rcvhwm)
     peers = load_peer_keys(curve_dir) if curve_dir is not None else None
     ctx: zmq.Context[Any] = zmq.Context()
     auth = start_security(ctx, curve_dir, [*binds, repl], opts, peers)

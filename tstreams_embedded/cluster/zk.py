@@ -18,6 +18,8 @@ import json
 import logging
 import math
 import re
+import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,8 +220,28 @@ def start_client(addr: ZkAddress, timeout: float, logger: logging.Logger | None 
     except Exception as exc:  # noqa: BLE001 - kazoo raises its own timeout class
         client.stop()
         client.close()
-        raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {addr.hosts} within {wait:g} s: {exc}") from None
+        raise errors.ClusterUnavailable(
+            f"cannot reach ZooKeeper at {addr.hosts} within {wait:g} s: {unreachable_reason(addr, exc)}") from None
     return client
+
+
+def unreachable_reason(addr: ZkAddress, exc: Exception) -> str:
+    """Why no server of ``addr`` could be reached: kazoo reports every failure as a
+    time-out, so each host is probed once to tell a refused connection (wrong port, server
+    down) from one that does not answer."""
+    refused = []
+    for host in addr.hosts.split(","):
+        name, _, port = host.rpartition(":")
+        try:
+            with socket.create_connection((name or host, int(port) if port.isdigit() else 2181), timeout=1.0):
+                pass
+        except ConnectionRefusedError:
+            refused.append(host)
+        except (OSError, ValueError):
+            pass
+    if refused:
+        return f"connection refused by {', '.join(refused)} (is ZooKeeper running on that port?)"
+    return str(exc) or type(exc).__name__
 
 
 def zk_error(exc: Exception, addr: ZkAddress, what: str) -> errors.TStreamsError:
@@ -275,29 +297,52 @@ def encode_json(value: dict[str, Any]) -> bytes:
     return json.dumps(value, sort_keys=True).encode("utf-8")
 
 
-def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10.0,
-                 log_retain_entries: int = DEFAULT_RETAIN_ENTRIES,
-                 log_retain_bytes: int = DEFAULT_RETAIN_BYTES,
-                 compaction_interval: float = DEFAULT_COMPACTION_INTERVAL, force: bool = False) -> dict[str, Any]:
-    """Create the cluster's znodes (``tstreams cluster init``); existing ones keep their data
-    except ``config``, which is rewritten (with a version check: a concurrent rewrite fails
-    this one). Returns the configuration: the size, ``acks``, the log retention
+#: The configuration of a new cluster, for each option ``cluster init`` leaves out.
+CONFIG_DEFAULTS: dict[str, Any] = {"acks": "quorum", "log_retain_entries": DEFAULT_RETAIN_ENTRIES,
+                                   "log_retain_bytes": DEFAULT_RETAIN_BYTES,
+                                   "compaction_interval": DEFAULT_COMPACTION_INTERVAL}
+
+
+def checked_config(options: dict[str, Any]) -> dict[str, Any]:
+    """The given configuration options (``None``: not given, left out), each checked."""
+    checks: dict[str, Callable[[Any], Any]] = {
+        "nodes": check_nodes, "acks": check_acks, "log_retain_entries": check_entries,
+        "log_retain_bytes": check_bytes, "compaction_interval": check_compaction_interval}
+    return {name: checks[name](value) for name, value in options.items() if value is not None}
+
+
+def check_nodes(nodes: Any) -> int:
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 99:
+        raise errors.InvalidArgument(f"nodes must be an integer from 1 to 99, got {nodes!r}")
+    return nodes
+
+
+def check_acks(acks: Any) -> str:
+    if acks not in ACKS:
+        raise errors.InvalidArgument(f"acks must be one of {ACKS}, got {acks!r}")
+    return str(acks)
+
+
+def init_cluster(url: str, nodes: int | None = None, acks: str | None = None, timeout: float = 10.0,
+                 log_retain_entries: int | None = None, log_retain_bytes: int | None = None,
+                 compaction_interval: float | None = None, force: bool = False) -> dict[str, Any]:
+    """Create the cluster's znodes (``tstreams cluster init``), or change an existing
+    cluster's configuration. Returns the configuration: the size, ``acks``, the log retention
     (:mod:`.retention`) and the compaction interval in seconds (0: never; :mod:`.compaction`).
 
-    On an existing cluster the size may change by one node at a time (:mod:`.membership`);
-    a bigger step raises ``InvalidArgument`` unless ``force`` (for a cluster that is down)."""
+    A new cluster needs ``nodes``; every option left out (``None``) takes its default
+    (:data:`CONFIG_DEFAULTS`). On an existing cluster only the options given change: the
+    others keep their current values (an init that names only ``--acks`` never resets the
+    retention). ``config`` is rewritten with a version check (a concurrent rewrite fails
+    this one), and the size may change by one node at a time (:mod:`.membership`); a bigger
+    step raises ``InvalidArgument`` unless ``force`` (for a cluster that is down)."""
     from kazoo.exceptions import BadVersionError, NodeExistsError
 
     from .membership import check_size_change
 
     addr = ZkAddress.parse(url)
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 99:
-        raise errors.InvalidArgument(f"nodes must be an integer from 1 to 99, got {nodes!r}")
-    if acks not in ACKS:
-        raise errors.InvalidArgument(f"acks must be one of {ACKS}, got {acks!r}")
-    config = {"nodes": nodes, "acks": acks, "log_retain_entries": check_entries(log_retain_entries),
-              "log_retain_bytes": check_bytes(log_retain_bytes),
-              "compaction_interval": check_compaction_interval(compaction_interval)}
+    given = checked_config({"nodes": nodes, "acks": acks, "log_retain_entries": log_retain_entries,
+                            "log_retain_bytes": log_retain_bytes, "compaction_interval": compaction_interval})
     timeout = check_seconds("timeout", timeout)
     client = start_client(addr, timeout)
     zk = BoundedZk(client, timeout)
@@ -308,15 +353,22 @@ def init_cluster(url: str, nodes: int, acks: str = "quorum", timeout: float = 10
             zk.create(addr.epoch, b"0")
         ensure_cluster_id(zk, addr)
         if zk.exists(addr.config) is None:
+            if "nodes" not in given:
+                raise errors.InvalidArgument(f"{addr} has no cluster yet: give its size (--nodes) to create it")
+            config = {**CONFIG_DEFAULTS, **given}
             try:
                 zk.create(addr.config, encode_json(config))
                 return config
             except NodeExistsError:
-                pass  # created meanwhile: checked as an existing cluster's below
+                pass  # created meanwhile: changed as an existing cluster's below
         raw, stat = zk.get(addr.config)
-        current = decode_json(raw).get("nodes")
-        if isinstance(current, int):
-            check_size_change(current, nodes, force, f"the cluster at {addr}")
+        existing = decode_json(raw)
+        config = {**CONFIG_DEFAULTS, **existing, **given}
+        current = existing.get("nodes")
+        if isinstance(current, int) and "nodes" in given:
+            check_size_change(current, given["nodes"], force, f"the cluster at {addr}")
+        elif not isinstance(config.get("nodes"), int):
+            raise errors.InvalidArgument(f"the configuration of {addr} has no size: give it (--nodes)")
         try:
             zk.set(addr.config, encode_json(config), version=stat.version)
         except BadVersionError:

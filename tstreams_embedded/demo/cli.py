@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..tools.params import MAX_TIMEOUT, FiniteFloat, seconds
 from .pipeline import Config, Result, run
 
 REMOTE_HELP = """\
@@ -24,10 +25,11 @@ the data), start a server on the data host and point the demo at it:
               help="Embedded engine directory (default: a fresh temporary one).")
 @click.option("--workdir", default=None, type=click.Path(file_okay=False),
               help="Where the Spark checkpoint and job log go (default: a temporary directory, removed).")
-@click.option("--produce-seconds", default=30.0, show_default=True, type=float,
+@click.option("--produce-seconds", default=30.0, show_default=True, type=seconds(0, MAX_TIMEOUT),
+              metavar="SECONDS",
               help="Spread production over this many seconds (0: write everything first).")
 @click.option("--kill/--no-kill", default=True, show_default=True, help="SIGKILL the Spark job halfway.")
-@click.option("--kill-at", default=0.5, show_default=True, type=click.FloatRange(0.05, 0.95),
+@click.option("--kill-at", default=0.5, show_default=True, type=FiniteFloat(0.05, 0.95),
               help="Kill when this fraction of the windows has been emitted.")
 @click.option("--max-rows", default=25_000, show_default=True, type=click.IntRange(1), help="maxRowsPerTrigger.")
 @click.option("--seed", default=7, show_default=True, type=int)

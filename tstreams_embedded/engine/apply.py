@@ -346,6 +346,7 @@ def _keepalive(a: Applier, scope: BatchScope, op: O.KeepAlive) -> tuple[int, O.K
         if not isinstance(target, (list, tuple)) or len(target) not in (3, 4):
             raise errors.InvalidArgument("a keep-alive target is (stream, partition, txn id[, stream id])")
         stream, partition, txn_id = target[:3]
+        check_name(stream, "keep-alive target stream name")  # an unknown stream is skipped, a bad name is not
         check_txn_id(txn_id)
         try:
             info = a.stream_info(scope, stream, target[3] if len(target) == 4 else None)

@@ -125,9 +125,11 @@ class PartitionInfo:
     ``last_id`` is the highest transaction ID ever allocated (0 if none); ``first`` and
     ``head`` the lowest and highest visible checkpointed IDs (0 if none); ``checkpointed``
     and ``items`` count the visible checkpointed transactions and their items; ``expired``
-    counts checkpointed transactions past the stream's TTL that compaction has not removed
-    yet. ``open`` lists up to :data:`MAX_OPEN_LISTED` open transactions in ID order
-    (``open_count`` counts them all). ``bytes`` is the size of the partition's stored keys
+    counts the transactions that expired but are still stored: checkpointed ones past the
+    stream's TTL that compaction has not removed yet, and open ones past their deadline (a
+    writer that died; a reader invalidates them when it reaches them). ``open`` lists up to
+    :data:`MAX_OPEN_LISTED` open, unexpired transactions in ID order (``open_count`` counts
+    them all). ``bytes`` is the size of the partition's stored keys
     and values (transaction records and data chunks), without LMDB's page overhead.
     """
 

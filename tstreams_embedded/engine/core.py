@@ -56,7 +56,8 @@ from .committer import GroupCommitter
 from .iteration import iter_transactions
 from .ops import Operation
 from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store, as_bytes, entries, translate
-from .validate import MAX_FETCH, check_int, check_interval, check_name, utf8
+from .unusable import check_files, unusable_directory
+from .validate import MAX_FETCH, check_int, check_interval, check_name, check_wait, utf8
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,7 @@ class Core:
         self.log_retention = log_retention
         self.clock = clock or wall_clock_ms
         self._store_sizes = (map_size, max_map_size)
+        check_files(self.path)
         try:
             self.store = Store(self.path, durability, map_size=map_size, max_map_size=max_map_size)
         except (lmdb.Error, OSError) as exc:
@@ -158,7 +160,8 @@ class Core:
                     f"{self.path!r} is already open in this process (or was open in the parent at a fork() that "
                     "happened in the middle of a write or read); open it with ts.open, which shares it"
                 ) from exc
-            raise translate(exc, "opening the LMDB environment", self.path) from exc
+            raise unusable_directory(self.path, exc) or translate(exc, "opening the LMDB environment",
+                                                                  self.path) from exc
         self.applier = Applier(self.store, max_item_size)
         self.committer = GroupCommitter(self.store, self.applier, self.clock, sync_durable=durability == "sync")
         self._commit_cv = threading.Condition()
@@ -500,8 +503,9 @@ class Core:
         return it after ``timeout`` seconds. Commits of this process wake the wait at once,
         and so do other processes' commits to the same directory where inotify is available
         (:mod:`.commit_waker`; elsewhere they are noticed when the wait times out)."""
+        timeout = check_wait(seen, timeout)
         self._check()
-        deadline = time.monotonic() + max(0.0, float(timeout))
+        deadline = time.monotonic() + timeout
         if timeout > 0:
             self._waker.ensure_started()  # before the first read: no commit slips between
         # Another process's commit wakes us when it writes data.mdb, but LMDB publishes the

@@ -25,7 +25,8 @@ OPENED = int(TxnState.OPENED)
 
 def describe_partition(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: int,
                        now: int) -> PartitionInfo:
-    """One partition's :class:`PartitionInfo` as of ``now`` (epoch ms; decides the TTL floor)."""
+    """One partition's :class:`PartitionInfo` as of ``now`` (epoch ms; decides the TTL floor
+    and which open transactions have expired: those are counted in ``expired``, never as open)."""
     check_partition(info, partition)
     prefix = keys.part_key(info.id, partition)
     raw = txn.get(prefix, db=store.parts)
@@ -50,6 +51,8 @@ def describe_partition(txn: lmdb.Transaction, store: Store, info: StreamInfo, pa
                     items += n
                 else:
                     expired += 1
+            elif state == OPENED and deadline <= now:  # expired; readers invalidate it when they reach it
+                expired += 1
             elif state == OPENED:
                 open_count += 1
                 if len(open_txns) < MAX_OPEN_LISTED:

@@ -68,6 +68,19 @@ def check_interval(value: Any, what: str, allow_none: bool = False) -> float | N
     return float(value)
 
 
+def check_wait(seen: Any, timeout: Any) -> float:
+    """The arguments of ``wait_for_commit``: ``seen`` an integer (a commit-log sequence, or
+    -1), ``timeout`` a finite number of seconds in ``[0, MAX_INTERVAL]``; the timeout as a
+    float."""
+    if isinstance(seen, bool) or not isinstance(seen, int):
+        raise errors.InvalidArgument(f"seen must be an integer, got {type(seen).__name__}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+            or not 0 <= timeout <= MAX_INTERVAL:
+        raise errors.InvalidArgument(
+            f"timeout must be a finite number of seconds in [0, {MAX_INTERVAL:.0f}], got {timeout!r}")
+    return float(timeout)
+
+
 def check_txn_id(value: Any, what: str = "transaction id") -> int:
     return check_int(value, what, 0, MAX_ID)
 

@@ -16,10 +16,13 @@ from .server import (
     DEFAULT_MAX_CLIENT_BYTES,
     DEFAULT_MAX_MSG_SIZE,
     DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_SERVER_BYTES,
     DEFAULT_MAX_WRITE_QUEUE_BYTES,
+    ServerOptions,
 )
 
 _BYTES = click.IntRange(min=1)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @click.command("serve")
@@ -38,7 +41,15 @@ _BYTES = click.IntRange(min=1)
               help="Per client: bytes of requests running plus replies not yet sent, beyond which its "
                    "further requests are held back (and past as much again answered ServerBusy).")
 @click.option("--max-write-queue-bytes", type=_BYTES, default=DEFAULT_MAX_WRITE_QUEUE_BYTES, show_default=True,
-              help="Bytes of writes queued for the writer, beyond which the server stops reading requests.")
+              help="Bytes of writes queued for the writer, beyond which further writes are held back "
+                   "(each client's in order) until it catches up.")
+@click.option("--max-server-bytes", type=_BYTES, default=DEFAULT_MAX_SERVER_BYTES, show_default=True,
+              help="All clients together: bytes of requests running or held back plus replies not yet sent, "
+                   "beyond which requests are answered ServerBusy (not executed).")
+@click.option("--rcvhwm", type=click.IntRange(min=1), default=ServerOptions.rcvhwm, show_default=True,
+              help="Requests ZeroMQ queues per connection while the server is busy (ZMQ_RCVHWM; a count, "
+                   "not bytes): 1 bounds memory best under many connections of large requests, at a cost "
+                   "for pipelined small ones.")
 @click.option("--max-reply-bytes", type=_BYTES, default=DEFAULT_PAGE_BYTES, show_default=True,
               help="Items per read reply, in bytes; larger results are paged (transparently for clients).")
 @click.option("--http", default=None,
@@ -46,17 +57,18 @@ _BYTES = click.IntRange(min=1)
                    "/status and the status page at / (see docs/CLUSTER.md).")
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Write the bound endpoints to this file once serving.")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", default="INFO", show_default=True, type=click.Choice(LOG_LEVELS, case_sensitive=False))
 def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | None, max_msg_size: int,
-          max_request_size: int, max_client_bytes: int, max_write_queue_bytes: int, max_reply_bytes: int,
-          http: str | None, ready_file: str | None, log_level: str) -> None:
+          max_request_size: int, max_client_bytes: int, max_write_queue_bytes: int, max_server_bytes: int,
+          rcvhwm: int, max_reply_bytes: int, http: str | None, ready_file: str | None, log_level: str) -> None:
     """Serve the engine in DATA over ZeroMQ until SIGTERM (graceful: exit status 0)."""
     configure_logging(log_level)
     from .serve import serve as run
 
     sys.exit(run(data, list(binds), durability, curve_dir, max_msg_size, ready_file,
                  max_request_size=max_request_size, max_client_bytes=max_client_bytes,
-                 max_write_queue_bytes=max_write_queue_bytes, max_reply_bytes=max_reply_bytes, http=http))
+                 max_write_queue_bytes=max_write_queue_bytes, max_reply_bytes=max_reply_bytes,
+                 max_server_bytes=max_server_bytes, rcvhwm=rcvhwm, http=http))
 
 
 def configure_logging(level: str) -> None:
@@ -78,7 +90,11 @@ def generate(directory: str, clients: tuple[str, ...]) -> None:
     """Create a server keypair and authorized client keypairs in DIRECTORY."""
     from .auth import generate_keys
 
-    for name, path in generate_keys(directory, tuple(clients)).items():
+    try:
+        written = generate_keys(directory, tuple(clients))
+    except OSError as exc:
+        raise click.ClickException(f"cannot write keys in {directory!r}: {exc.strerror or exc}") from None
+    for name, path in written.items():
         click.echo(f"{name}: {path}")
 
 

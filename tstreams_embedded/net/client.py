@@ -10,7 +10,10 @@ transaction's buffered items being flushed) is sent without waiting for its repl
 returns ``[None, ...]``. Before any later write touching the same transaction is sent, the
 client waits for those replies and raises the first error instead of sending — so a
 transaction is never checkpointed with a chunk missing. The server applies one client's
-writes in the order sent.
+writes in the order sent. At most :data:`PIPELINE_WINDOW` bytes of them are in flight:
+past it the client waits for the oldest replies, so it stays within the server's
+per-client budget. Any other request answered ``ServerBusy`` (not executed: the server is
+over its memory budget) is sent again after :data:`BUSY_BACKOFF` until its timeout.
 
 Reads and long polls are retried transparently after a reconnection; a write whose
 connection dropped while it was in flight raises :class:`RemoteError` (its outcome is
@@ -37,6 +40,7 @@ import os
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -46,6 +50,7 @@ import zmq
 from .. import errors
 from ..engine import ops as O
 from ..engine.backend import Backend, ConsumerInfo, Fetched, IndexScan, PartitionInfo, StoreScan, StreamInfo, TxnData
+from ..engine.validate import check_wait
 from . import framing
 from .connection import Connection
 from .future import Future
@@ -57,6 +62,12 @@ _BLOB = msgpack.ExtType
 #: it was refused by a node that does not lead (any more).
 FAILOVER_RETRYABLE = (errors.NotLeader, errors.ClusterUnavailable, errors.RemoteError)
 FAILOVER_BACKOFF = 0.05  # seconds between two attempts
+#: Bytes of pipelined ``DATA`` a client keeps in flight at most: past it, it waits for the
+#: oldest replies before sending more, so a fast producer stays well within the server's
+#: per-client budget (``--max-client-bytes``, 64 MiB by default) and is never refused.
+PIPELINE_WINDOW = 16 * 1024 * 1024
+#: Seconds between two attempts of a request answered ``ServerBusy`` (not executed).
+BUSY_BACKOFF = 0.05
 
 
 def encode_submit(ops: Sequence[O.Operation], durable: bool, client_id: str | None = None,
@@ -180,6 +191,8 @@ class RemoteBackend:
         self._conn = Connection(endpoint, timeout=timeout, heartbeat=heartbeat, curve=curve, context=context)
         self._lock = threading.Lock()
         self._inflight: dict[tuple[Any, ...], list[Future]] = {}  # pipelined DATA per (stream, partition, txn)
+        self._window: deque[tuple[Future, int]] = deque()  # pipelined DATA in flight, oldest first, with sizes
+        self._window_bytes = 0
         self._info: dict[str, Any] | None = None
         self._closed = False
         self.failover_retries = bool(failover_retries)
@@ -211,7 +224,19 @@ class RemoteBackend:
         t = self.timeout if timeout is None else timeout
         if retry_safe and self._info is not None and self.cluster_node:  # (known once server_info was asked)
             return self._again_after_failover(lambda left: self._conn.call_frames(method, body, left, True), t)
-        return self._conn.call_frames(method, body, t, retry_safe)
+        return self._again_while_busy(lambda left: self._conn.call_frames(method, body, left, retry_safe), t)
+
+    def _again_while_busy(self, attempt: Callable[[float], T], timeout: float) -> T:
+        """``attempt(seconds left)`` again while the server answers ``ServerBusy`` (the request
+        was not executed: the server is over a memory budget), until ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return attempt(max(deadline - time.monotonic(), 0.1))
+            except errors.ServerBusy:
+                if self._closed or time.monotonic() + BUSY_BACKOFF >= deadline:
+                    raise
+            time.sleep(BUSY_BACKOFF)  # a back-off between attempts, not a synchronisation
 
     def _again_after_failover(self, attempt: Callable[[float], T], timeout: float) -> T:
         """``attempt(seconds left)`` until it succeeds, a non-retryable error, or ``timeout``."""
@@ -276,10 +301,33 @@ class RemoteBackend:
                     lst = self._inflight.setdefault(k, [])
                     lst[:] = [f for f in lst if not f.done() or f.exception() is not None]
                     lst.append(fut)
+                self._window.append((fut, sum(len(b) for b in body)))
+                self._window_bytes += self._window[-1][1]
+            self._within_window()
             return [None] * len(ops)
         self._barrier(keys)
-        results: list[Any] = self._conn.call_frames("submit", body, self.timeout, retry_safe=False)
+        # a write answered ServerBusy was not executed, and this caller's earlier DATA were
+        # answered (the barrier), so sending it again keeps its transaction's order
+        results: list[Any] = self._again_while_busy(
+            lambda left: self._conn.call_frames("submit", body, left, retry_safe=False), self.timeout)
         return results
+
+    def _within_window(self) -> None:
+        """Wait for the oldest pipelined DATA while more than :data:`PIPELINE_WINDOW` bytes
+        of them are in flight (their errors are raised by :meth:`_barrier`)."""
+        while True:
+            with self._lock:
+                while self._window and self._window[0][0].done():
+                    self._window_bytes -= self._window.popleft()[1]
+                if self._window_bytes <= PIPELINE_WINDOW:
+                    return
+                oldest = self._window[0][0]
+            try:
+                self._conn.wait(oldest, self.timeout + 5.0)
+            except Exception:  # noqa: BLE001 - its error is read from the future by _barrier
+                pass
+            if not oldest.done():
+                return  # (the connection's deadline ends it; do not spin)
 
     def _submit_once(self, ops: Sequence[O.Operation], durable: bool) -> list[Any]:
         """A submit to a cluster node: with ``(client_id, seq)``, sent again while its outcome
@@ -397,8 +445,8 @@ class RemoteBackend:
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:
         """Long poll on the server (it never blocks its loop for it)."""
-        t = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else 0.0
-        generation: int = self._call("wait_for_commit", seen, timeout, timeout=self.timeout + max(t, 0.0))
+        t = check_wait(seen, timeout)  # as the embedded engine does: nan or inf would never end
+        generation: int = self._call("wait_for_commit", seen, timeout, timeout=self.timeout + t)
         return generation
 
     def watch(self, seen: int, callback: Callable[[int], Any]) -> Subscription:

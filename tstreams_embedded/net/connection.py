@@ -50,8 +50,10 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
+from ..engine.validate import check_interval
 from ..errors import EngineClosed, InvalidArgument, ProtocolError, RemoteError, error_from_wire
 from . import framing, zmqfast
+from .endpoints import check_endpoints
 from .future import Future
 
 log = logging.getLogger(__name__)
@@ -101,13 +103,9 @@ class Connection:
         reconnect_ivl_max_ms: int = 1000,
         context: zmq.Context[Any] | None = None,
     ) -> None:
-        eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
-        if not eps or not all(isinstance(e, str) and "://" in e for e in eps):
-            raise InvalidArgument(f"endpoint must be a ZeroMQ address like 'tcp://host:port', got {endpoints!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise InvalidArgument(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if isinstance(heartbeat, bool) or not isinstance(heartbeat, (int, float)) or heartbeat <= 0:
-            raise InvalidArgument(f"heartbeat must be a positive number of seconds, got {heartbeat!r}")
+        eps = check_endpoints(endpoints, bind=False)
+        check_interval(timeout, "timeout")  # finite: nan, inf or 1e308 would wait forever
+        check_interval(heartbeat, "heartbeat")
         self.endpoints = eps
         self.timeout = float(timeout)
         self.heartbeat = float(heartbeat)

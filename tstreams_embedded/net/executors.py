@@ -180,6 +180,11 @@ class Executors:
         self._reply(done)
 
     @property
+    def inline_pending(self) -> bool:
+        """Whether writes wait for :meth:`run_inline_writes`."""
+        return bool(self._inline_jobs)
+
+    @property
     def busy(self) -> bool:
         """Whether calls are in flight or their replies not yet handed to ``reply``.
         Read racily by a stopping server, which polls it."""

@@ -63,6 +63,8 @@ class Outbox:
         self._after_burst = after_burst
         # (identity, frames, session whose replies a tracked send must release, bytes it covers)
         self._queue: list[tuple[bytes, list[bytes], Session | None, int]] = []
+        #: Reply bytes counted against clients (the sum of their ``Session.replies``).
+        self.reply_bytes = 0
         self._depth = 0  # nesting of burst() blocks
 
     def burst(self) -> Outbox:
@@ -92,6 +94,7 @@ class Outbox:
             if s.untracked >= TRACK_BYTES:
                 covered, s.untracked = s.untracked, 0
                 s.replies += covered
+                self.reply_bytes += covered
         self._queue.append((identity, frames, s if covered else None, covered))
         if not self._depth:
             self.flush()
@@ -124,6 +127,7 @@ class Outbox:
                 n += q.popleft()[1]
             if n:
                 s.replies -= n
+                self.reply_bytes -= n
                 released.append(s)
             if not q:
                 self.tracking.discard(s)
@@ -133,6 +137,7 @@ class Outbox:
         """A session was dropped: its replies are ZeroMQ's to discard."""
         self.tracking.discard(s)
         s.trackers.clear()
+        self.reply_bytes -= s.replies
         s.replies = s.untracked = 0
 
     def flush(self) -> None:
@@ -170,6 +175,7 @@ class Outbox:
                     stats.dropped += 1
                     log.warning("send failed: %s", e)
             finally:
-                if s is not None:  # a tracked send that failed: nothing of it is queued
-                    s.replies -= covered
+                if s is not None and not s.closed:  # a tracked send that failed: nothing of it is queued
+                    s.replies -= covered  # (a dropped session's replies were forgotten already)
+                    self.reply_bytes -= covered
         stats.replies += sent

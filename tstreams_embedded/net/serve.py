@@ -21,7 +21,9 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from ..errors import BindFailed, InvalidArgument
 from .auth import PeerKeys, load_server_curve, start_authenticator
+from .endpoints import check_endpoints
 from .handlers import DEFAULT_PAGE_BYTES, backend_registry
+from .registry import Registry
 from .server import Server, ServerOptions
 
 log = logging.getLogger(__name__)
@@ -127,14 +129,16 @@ def run_until_signal(server: Server, stop_timeout: float, ready_file: str | None
 def server_options(durability: str = "sync", max_msg_size: int | None = None, *,
                    max_request_size: int | None = None, max_client_bytes: int | None = None,
                    max_write_queue_bytes: int | None = None,
-                   max_reply_bytes: int | None = None) -> ServerOptions:
+                   max_reply_bytes: int | None = None, max_server_bytes: int | None = None,
+                   rcvhwm: int | None = None) -> ServerOptions:
     """The :class:`ServerOptions` of ``tstreams serve``'s byte budgets (single node and
     cluster node alike), or :class:`InvalidArgument`; budgets left ``None`` keep the
     defaults."""
     opts = ServerOptions(inline_writes=durability == "async")
     for name, value in (("max_msg_size", max_msg_size), ("max_request_bytes", max_request_size),
                         ("max_client_bytes", max_client_bytes), ("max_write_queue_bytes", max_write_queue_bytes),
-                        ("max_reply_bytes", max_reply_bytes)):
+                        ("max_reply_bytes", max_reply_bytes), ("max_server_bytes", max_server_bytes),
+                        ("rcvhwm", rcvhwm)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < (-1 if name == "max_msg_size" else 1)):
             raise InvalidArgument(f"{name} must be a positive number of bytes, got {value!r}")
@@ -146,6 +150,13 @@ def server_options(durability: str = "sync", max_msg_size: int | None = None, *,
         opts.max_client_bytes = max_client_bytes
     if max_write_queue_bytes is not None:
         opts.max_write_queue_bytes = max_write_queue_bytes
+    if max_server_bytes is not None:
+        opts.max_server_bytes = max_server_bytes
+    if rcvhwm is not None:
+        opts.rcvhwm = rcvhwm
+    if opts.max_server_bytes < opts.max_request_bytes:  # such a request would be refused for ever
+        raise InvalidArgument(f"max_server_bytes ({opts.max_server_bytes}) must be at least max_request_size "
+                              f"({opts.max_request_bytes})")
     return opts
 
 
@@ -179,31 +190,38 @@ def serve(
     max_client_bytes: int | None = None,
     max_write_queue_bytes: int | None = None,
     max_reply_bytes: int = DEFAULT_PAGE_BYTES,
+    max_server_bytes: int | None = None,
+    rcvhwm: int | None = None,
     http: str | None = None,
     **core_options: Any,
 ) -> int:
     """Serve the engine in ``data`` until SIGTERM/SIGINT; return the exit status (0).
     Budgets left ``None`` keep :class:`ServerOptions`' defaults. ``http`` (``host:port``)
     also serves ``/metrics`` there (Prometheus; needs prometheus-client)."""
+    # every argument is checked before anything is created (the data directory included)
+    binds = check_endpoints(bind, bind=True)
     http_addr = parse_http(http) if http is not None else None
     from ..engine.core import Core
 
     opts = server_options(durability, max_msg_size, max_request_size=max_request_size,
                           max_client_bytes=max_client_bytes, max_write_queue_bytes=max_write_queue_bytes,
-                          max_reply_bytes=max_reply_bytes)
-    binds = [bind] if isinstance(bind, str) else list(bind)
+                          max_reply_bytes=max_reply_bytes, max_server_bytes=max_server_bytes,
+                          rcvhwm=rcvhwm)
     _return_large_blocks()
     ctx = zmq.Context()
     auth = start_security(ctx, curve_dir, binds, opts)
+    server = Server(Registry(), binds, opts, context=ctx)  # its registry once the engine is open
     try:
+        server.bind()  # a taken or unknown address fails before the data directory is made
         core = Core(os.fspath(data), durability, **core_options)
     except BaseException:
+        server.stop(0)
         if auth is not None:
             auth.stop()
         ctx.term()
         raise
-    registry = backend_registry(core, {"data": os.path.abspath(os.fspath(data))}, max_reply_bytes)
-    server = Server(registry, bind, opts, commit_watch=core.wait_for_commit, context=ctx)
+    server.use_registry(backend_registry(core, {"data": os.path.abspath(os.fspath(data))}, max_reply_bytes),
+                        core.wait_for_commit)
 
     def on_start() -> None:
         if http_addr is not None:

@@ -36,7 +36,11 @@ Guarantees:
   executed all the same (writes are applied). A generator request flagged ``NO_REPLY`` is
   not started (its responses would be its only effect).
 
-Memory budgets (bytes, :class:`ServerOptions`; ZeroMQ's own bounds count messages only):
+Memory budgets (bytes, :class:`ServerOptions`; ZeroMQ's own bounds count messages only).
+The server never stops reading its socket for a budget: while it does not read, ZeroMQ
+queues ``rcvhwm`` whole requests per connection, however many connections there are (the
+issue-19 measurements: 1.8 GiB for 16 clients). What is over a budget is held back in the
+server, counted, or refused:
 
 * **per request** (``max_request_bytes``, all frames together): the size is added up frame
   by frame while receiving; past the limit the rest of the message is dropped uncopied and
@@ -50,9 +54,16 @@ Memory budgets (bytes, :class:`ServerOptions`; ZeroMQ's own bounds count message
   exceed the budget too are the newest answered
   :class:`~tstreams_embedded.errors.ServerBusy` (not executed).
 * **write queue** (``max_write_queue_bytes``): write requests queued for the ordered writer
-  and not yet answered. Over it the server stops reading its socket (requests wait in
-  ZeroMQ and TCP, i.e. in the clients) until the writer catches up; the writer is shared,
-  so this delays everyone's writes exactly as much as they would wait anyway.
+  and not yet answered. Over it, each client's next write (and whatever it sends after
+  it) is held back, in order, until the writer catches up; the writer is shared, so this
+  delays everyone's writes exactly as much as they would wait anyway.
+* **all clients** (``max_server_bytes``): every client's requests running or held back,
+  replies unsent, and the write queue once more (the engine's copy while it writes). A
+  request (other than ``ping`` and notifications) that would pass it is answered
+  :class:`~tstreams_embedded.errors.ServerBusy`, not executed; over it, requests larger
+  than :data:`SMALL_REQUEST` are refused without being copied, so the loop keeps ahead of
+  ZeroMQ. What ZeroMQ holds per connection comes on top: the request being received, and
+  up to ``rcvhwm`` queued ones while the loop is busy (see docs/NETWORK.md).
 * **replies** are paged by the read handlers (``max_reply_bytes``, see ``handlers.py``).
 """
 
@@ -74,6 +85,7 @@ from tornado.ioloop import IOLoop, PeriodicCallback
 from ..errors import BindFailed, InvalidArgument, ProtocolError, RemoteError, RequestTooLarge, ServerBusy
 from . import framing, zmqfast
 from .commits import CommitWatch
+from .endpoints import check_endpoints
 from .executors import Call, Done, Executors
 from .outbox import Outbox
 from .registry import NOTIFY, STREAM, Handler, Registry
@@ -82,8 +94,8 @@ from .session import Session, Sessions
 from .stats import ServerStats
 
 __all__ = ["DEFAULT_MAX_CLIENT_BYTES", "DEFAULT_MAX_MSG_SIZE", "DEFAULT_MAX_REPLY_BYTES",
-           "DEFAULT_MAX_REQUEST_BYTES", "DEFAULT_MAX_WRITE_QUEUE_BYTES", "Server", "ServerOptions",
-           "ServerStats"]
+           "DEFAULT_MAX_REQUEST_BYTES", "DEFAULT_MAX_SERVER_BYTES", "DEFAULT_MAX_WRITE_QUEUE_BYTES", "Server",
+           "ServerOptions", "ServerStats"]
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +104,17 @@ DEFAULT_MAX_MSG_SIZE = 64 * MiB
 DEFAULT_MAX_REQUEST_BYTES = 64 * MiB
 DEFAULT_MAX_CLIENT_BYTES = 64 * MiB
 DEFAULT_MAX_WRITE_QUEUE_BYTES = 32 * MiB
+DEFAULT_MAX_SERVER_BYTES = 256 * MiB
 DEFAULT_MAX_REPLY_BYTES = 16 * MiB
 #: Per frame, counted on top of its bytes in the budgets (Python and ZeroMQ overhead).
 FRAME_OVERHEAD = 128
+#: Methods answered even over ``max_server_bytes``: they hold nothing (with notifications),
+#: and an operator needs the counters most when the server is overloaded.
+UNBUDGETED = frozenset({"ping", "server_stats"})
+#: Over ``max_server_bytes``, requests up to this size are still received and dispatched
+#: (pings and notifications are served; the rest are refused after decoding); larger ones
+#: are refused ``ServerBusy`` without being copied.
+SMALL_REQUEST = 4096
 #: After dropping this many bytes of rejected requests, give freed heap back to the system.
 TRIM_AFTER = 16 * MiB
 
@@ -125,12 +145,17 @@ class ServerOptions:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # all frames of one request
     max_client_bytes: int = DEFAULT_MAX_CLIENT_BYTES  # one client's requests running + replies unsent
     max_write_queue_bytes: int = DEFAULT_MAX_WRITE_QUEUE_BYTES  # writes queued, all clients
+    max_server_bytes: int = DEFAULT_MAX_SERVER_BYTES  # all clients: requests running or held back + replies unsent
     max_drain: int = 2048  # messages per wakeup before yielding to other callbacks
     session_timeout: float = 30.0  # seconds of client silence before its session is dropped
     pool_threads: int = 4
     hwm: int = 200_000  # SNDHWM, messages per client
     # RCVHWM, messages per client: ZeroMQ counts messages, not bytes, so this bounds what a
-    # client can queue in the server beyond the byte budgets (rcvhwm x its request size).
+    # client can queue in ZeroMQ while the loop is busy only in messages (rcvhwm + 1 of its
+    # requests: the next one is decoded before ZeroMQ stops reading). Lower bounds memory
+    # better but costs wakeups (benchmarks.net_ab, pipelined: server CPU per request +22%
+    # at 16, +76% at 4, 3-4x at 1), so the default stays 64 and --rcvhwm 1 is the choice of
+    # a server open to many clients sending large requests.
     rcvhwm: int = 64
     linger_ms: int = 2000
     # Run write batches on the loop itself, at the end of each drain, instead of on the
@@ -159,7 +184,7 @@ class Server:
         context: zmq.Context[Any] | None = None,
     ) -> None:
         self.registry = registry
-        self.binds = [bind] if isinstance(bind, str) else list(bind)
+        self.binds = check_endpoints(bind, bind=True)
         self.opts = options or ServerOptions()
         self.stats = ServerStats()
         self.endpoints: list[str] = []
@@ -176,7 +201,9 @@ class Server:
         self._reaper: PeriodicCallback | None = None
         self._started = False
         self._drain_scheduled = False
-        self._paused = False  # not reading: the write queue is over its budget
+        self._write_waiters: set[Session] = set()  # sessions holding back a write for the write queue
+        self._requests_bytes = 0  # the sum of every session's ``requests``
+        self._parked_bytes = 0  # the sum of every session's ``parked_bytes``
         self._trackers: PeriodicCallback | None = None
         self._rejected_bytes = 0  # since the last malloc_trim
         self._trim = _malloc_trim()
@@ -191,6 +218,14 @@ class Server:
             STREAM: self._start_stream,
             NOTIFY: self._notify,
         }
+        self.use_registry(registry, commit_watch)
+
+    def use_registry(self, registry: Registry, commit_watch: CommitWatch | None = None) -> None:
+        """Serve ``registry`` (before :meth:`start`; e.g. once the engine it exposes is open,
+        after :meth:`bind`), adding the built-in ``cancel``, ``server_stats`` and ``ping``."""
+        self.registry = registry
+        if commit_watch is not None:
+            self._commit_watch = commit_watch
         if "cancel" not in registry:
             registry.add("cancel", self.cancel, kind=NOTIFY)
         if "server_stats" not in registry:
@@ -199,9 +234,12 @@ class Server:
             registry.add("ping", lambda session: "pong")
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, loop: IOLoop | None = None) -> None:
-        """Bind and start serving on ``loop`` (default: the current thread's IOLoop)."""
-        self._loop = loop or IOLoop.current()
+    def bind(self) -> None:
+        """Make the socket and bind every endpoint, or :class:`BindFailed` (then nothing
+        stays bound). :meth:`start` does it if it was not done; calling it first fails
+        before anything else is made (``tstreams serve`` binds before it opens the engine)."""
+        if self._sock is not None:
+            return
         s = self._ctx.socket(zmq.ROUTER)
         s.setsockopt(zmq.ROUTER_MANDATORY, 1)
         s.setsockopt(zmq.MAXMSGSIZE, self.opts.max_msg_size)
@@ -220,12 +258,22 @@ class Server:
                 raise BindFailed(f"cannot listen on {b}: {zmq.strerror(exc.errno or 0)}") from None
             self.endpoints.append(s.getsockopt_string(zmq.LAST_ENDPOINT))
         self._sock = self._outbox.sock = s
+
+    def start(self, loop: IOLoop | None = None) -> None:
+        """Bind (unless :meth:`bind` did) and start serving on ``loop`` (default: the
+        current thread's IOLoop)."""
+        self._loop = loop or IOLoop.current()
+        self.bind()
+        s = self._sock
+        assert s is not None
         self._executors = Executors(self._loop, self._on_done, self.opts.pool_threads,
                                     self.opts.inline_writes)
         self._generators = GeneratorScheduler(self._loop, self._outbox, self.stats, self._commit_watch)
         self._started = True
-        self._fd = s.getsockopt(zmq.FD)
-        self._loop.add_handler(self._fd, self._on_readable, IOLoop.READ)
+        fd = s.getsockopt(zmq.FD)
+        assert isinstance(fd, int)
+        self._fd = fd
+        self._loop.add_handler(fd, self._on_readable, IOLoop.READ)
         self._reaper = PeriodicCallback(self._reap, max(100.0, self.opts.session_timeout * 1000 / 4))
         self._reaper.start()
         self._trackers = PeriodicCallback(self._poll_trackers, 10)
@@ -243,6 +291,9 @@ class Server:
             return
         self._stopping = True
         if not self._started:
+            if self._sock is not None:  # bound, never started
+                self._sock.close(0)
+                self._sock = self._outbox.sock = None
             self._stopped.set()
             if on_stopped is not None:
                 on_stopped()
@@ -253,8 +304,7 @@ class Server:
             for s in self._sessions.all():  # generators end now; clients may re-issue them elsewhere
                 self._generators.end_session(s, notify=True)
                 while s.parked:  # held-back requests: NOT_EXECUTED
-                    frames, size = s.parked.popleft()
-                    s.parked_bytes -= size
+                    frames, size = self._unpark(s)
                     self._dispatch(frames, size)
 
         def poll() -> None:
@@ -303,11 +353,11 @@ class Server:
             self._schedule_drain()
 
     def _drain(self) -> None:
-        """Receive and dispatch every queued message (up to ``max_drain``, and while the
-        write queue is within its budget)."""
+        """Receive and dispatch every queued message (up to ``max_drain``). Reading never
+        stops for a budget: what ZeroMQ queues is not counted in bytes (see *Memory budgets*)."""
         self._drain_scheduled = False
         sock = self._sock
-        if sock is None or self._paused:
+        if sock is None:
             return
         self.stats.wakeups += 1
         self._now = time.monotonic()
@@ -317,28 +367,30 @@ class Server:
         limit = self.opts.max_drain
         max_bytes, max_frames = self.opts.max_request_bytes, self.opts.max_frames
         executors = self._executors
-        write_budget = self.opts.max_write_queue_bytes
-        more = False
+        server_budget = self.opts.max_server_bytes
+        over = self.held_bytes > server_budget
         with self._outbox.burst():
             try:
                 while n < limit:
-                    if executors.write_bytes > write_budget:
-                        more = True
-                        break
-                    frames, size, count = recv(sock, max_bytes, max_frames)
+                    # over the budget, only small requests are copied (pings, small reads):
+                    # the others are refused uncopied, so the loop keeps up with ZeroMQ
+                    keep = SMALL_REQUEST if over else max_bytes
+                    frames, size, count = recv(sock, keep, max_frames)
                     n += 1
                     if size > max_bytes or count > max_frames:
                         self._too_large(frames, size, count)
                         continue
+                    if size > keep:
+                        self._busy(self._sessions.get(frames[0], self._now), frames, size)
+                        continue
                     dispatch(frames, size + count * FRAME_OVERHEAD)
+                    if size > SMALL_REQUEST:  # (small ones move the total little; dispatch checks it exactly)
+                        over = self.held_bytes > server_budget
             except zmq.Again:
                 pass
             self.stats.received += n
             executors.run_inline_writes()
-        if more and executors.write_bytes > write_budget:
-            self._paused = True  # resumed by _on_done once the writer caught up
-            self.stats.paused += 1
-        elif n >= limit or more:
+        if n >= limit:
             self._schedule_drain()  # more may be queued; let timers and completions run first
 
     def _too_large(self, frames: list[bytes], size: int, count: int) -> None:
@@ -372,6 +424,7 @@ class Server:
             for call, ok, value in done:
                 s = call.session
                 s.requests -= call.size
+                self._requests_bytes -= call.size
                 if s.parked:
                     touched.append(s)
                 if call.flags & framing.NO_REPLY:
@@ -388,35 +441,78 @@ class Server:
             self._resume([s for s in self._outbox.poll_trackers() if s.parked])
 
     def _resume(self, sessions: list[Session]) -> None:
-        """Run the held-back requests of ``sessions`` now under budget; read again when the
-        write queue is under its budget."""
+        """Run the held-back requests of ``sessions`` now under budget, and of the sessions
+        waiting for the write queue once it is under its budget (each client's in order)."""
         budget = self.opts.max_client_bytes
+        executors = self._executors
+        write_budget = self.opts.max_write_queue_bytes
+        if self._write_waiters and executors.write_bytes <= write_budget:
+            sessions = [*sessions, *self._write_waiters]
+            self._write_waiters.clear()
         if sessions:
             with self._outbox.burst():
                 for s in sessions:
                     while s.parked and s.in_flight <= budget and not s.closed:
-                        frames, size = s.parked.popleft()
-                        s.parked_bytes -= size
+                        if executors.write_bytes > write_budget:
+                            self._write_waiters.add(s)
+                            break
+                        frames, size = self._unpark(s)
                         self._dispatch(frames, size, parked=True)
-                self._executors.run_inline_writes()
-        if self._paused and self._executors.write_bytes <= self.opts.max_write_queue_bytes:
-            self._paused = False
-            self._schedule_drain()
+            if executors.inline_pending:
+                self._schedule_drain()  # runs them (not here: each loop turn writes one batch)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes held for all clients: requests running or held back, replies unsent, and
+        the writes queued once more (the engine copies a write batch into LMDB's dirty
+        pages while it writes it)."""
+        written = self._executors.write_bytes if self._started else 0
+        return self._requests_bytes + written + self._parked_bytes + self._outbox.reply_bytes
+
+    def _hold_back(self, session: Session, frames: list[bytes], size: int) -> None:
+        """Keep a request to run later, in order, or answer it ``ServerBusy`` when that would
+        put its client's held-back requests or the server's total over budget."""
+        opts = self.opts
+        if session.parked_bytes + size <= opts.max_client_bytes and self.held_bytes + size <= opts.max_server_bytes:
+            session.parked.append((frames, size))
+            session.parked_bytes += size
+            self._parked_bytes += size
+            self.stats.held_back += 1
+            return
+        self._busy(session, frames, size)
+
+    def _busy(self, session: Session, frames: list[bytes], size: int) -> None:
+        self.stats.busy += 1
+        self._error(session.identity, framing.guess_request_id(frames), framing.guess_flags(frames), ServerBusy(
+            f"request of {size} bytes not executed: this client has {session.in_flight} bytes in flight and "
+            f"{session.parked_bytes} bytes of requests waiting (budget {self.opts.max_client_bytes}), the server "
+            f"{self.held_bytes} bytes for all clients (budget {self.opts.max_server_bytes}); "
+            "read the replies owed, then send it again"))
+
+    def _unpark(self, session: Session) -> tuple[list[bytes], int]:
+        frames, size = session.parked.popleft()
+        session.parked_bytes -= size
+        self._parked_bytes -= size
+        return frames, size
+
+    def _forget_parked(self, session: Session) -> None:
+        self._parked_bytes -= session.parked_bytes
+        session.parked.clear()
+        session.parked_bytes = 0
+        self._write_waiters.discard(session)
 
     def _reap(self) -> None:
         for s in self._sessions.expired(time.monotonic()):
             self._generators.end_session(s, notify=False)
             self._outbox.forget(s)
-            s.parked.clear()
-            s.parked_bytes = 0
+            self._forget_parked(s)
 
     def _on_unroutable(self, identity: bytes) -> None:
         s = self._sessions.drop(identity)
         if s is not None:
             self._generators.end_session(s, notify=False)
             self._outbox.forget(s)
-            s.parked.clear()
-            s.parked_bytes = 0
+            self._forget_parked(s)
 
     # ------------------------------------------------------------------ dispatch
     def _dispatch(self, frames: list[bytes], size: int = 0, parked: bool = False) -> None:
@@ -424,19 +520,10 @@ class Server:
         while its client is over budget."""
         identity = frames[0]
         session = self._sessions.get(identity, self._now)
-        if (session.parked or session.requests + session.replies > self._max_client_bytes) and (
-                not parked and not self._stopping):
-            if session.parked_bytes + size <= self.opts.max_client_bytes:
-                session.parked.append((frames, size))
-                session.parked_bytes += size
-                self.stats.held_back += 1
-            else:
-                self.stats.busy += 1
-                self._error(identity, framing.guess_request_id(frames), framing.guess_flags(frames), ServerBusy(
-                    f"not executed: this client has {session.in_flight} bytes in flight and "
-                    f"{session.parked_bytes} bytes of requests waiting (budget {self.opts.max_client_bytes}); "
-                    "read the replies owed before sending more"))
-            return
+        if not parked and not self._stopping:
+            if session.parked or session.requests + session.replies > self._max_client_bytes:
+                self._hold_back(session, frames, size)
+                return
         try:
             req_id, method, flags, args = framing.unpack_request(frames)
         except ProtocolError as e:
@@ -456,6 +543,21 @@ class Server:
             self._error(identity, req_id, flags, InvalidArgument(
                 f"{method}() takes {h.arity_text()} arguments, got {len(args)}"))
             return
+        if (not parked and not self._stopping and h.route != NOTIFY and method not in UNBUDGETED
+                and self.held_bytes + size > self.opts.max_server_bytes):
+            self._busy(session, frames, size)
+            return
+        if h.route == "write" and self._executors.write_bytes > self.opts.max_write_queue_bytes:
+            # the writer is behind: this client's requests wait, in order, in the server
+            self.stats.write_held += 1
+            self._write_waiters.add(session)
+            if parked:  # (taken off its queue by _resume: back to the front, still counted)
+                session.parked.appendleft((frames, size))
+                session.parked_bytes += size
+                self._parked_bytes += size
+            else:
+                self._hold_back(session, frames, size)
+            return
         self._routes[h.route](h, session, req_id, flags, args, size)
 
     def _call_inline(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any],
@@ -471,11 +573,13 @@ class Server:
     def _call_write(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any],
                     size: int) -> None:
         session.requests += size
+        self._requests_bytes += size
         self._executors.write(h, Call(session, req_id, flags, size), args)
 
     def _call_pooled(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any],
                      size: int) -> None:
         session.requests += size
+        self._requests_bytes += size
         self._executors.pool(h, Call(session, req_id, flags, size), args)
 
     def _start_stream(self, h: Handler, session: Session, req_id: int, flags: int, args: list[Any],
@@ -526,7 +630,9 @@ class Server:
             "too_large": st.too_large,
             "held_back": st.held_back,
             "busy": st.busy,
-            "paused": st.paused,
+            "write_held": st.write_held,
             "write_queue_bytes": self._executors.write_bytes if self._started else 0,
             "clients_bytes": sum(s.in_flight + s.parked_bytes for s in self._sessions.all()),
+            "held_bytes": self.held_bytes,
+            "max_server_bytes": self.opts.max_server_bytes,
         }

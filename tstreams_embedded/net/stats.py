@@ -23,4 +23,4 @@ class ServerStats:
     too_large: int = 0  # requests rejected RequestTooLarge
     held_back: int = 0  # requests held back while their client was over its budget
     busy: int = 0  # requests rejected ServerBusy
-    paused: int = 0  # times reading stopped because the write queue was over its budget
+    write_held: int = 0  # write requests held back while the write queue was over its budget

@@ -21,13 +21,20 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from .source import TStreamsDataSource
+from .workers import WorkersPythonWarning, check_workers_python
 from .writer import sink_marker_key
 
 FORMAT = "tstreams"
 
 
 def register(spark: Any) -> None:
-    """Register the ``tstreams`` format with ``spark`` (a ``SparkSession``)."""
+    """Register the ``tstreams`` format with ``spark`` (a ``SparkSession``).
+
+    First checks that Spark's Python workers can import ``tstreams_embedded``: if they run
+    another Python that cannot, a local session is switched to the driver's Python, and
+    otherwise a :class:`WorkersPythonWarning` names the fix (``PYSPARK_PYTHON``); see
+    :mod:`.workers`."""
+    check_workers_python(spark)
     spark.dataSource.register(TStreamsDataSource)
 
 
@@ -55,4 +62,4 @@ def local_session(app: str = "tstreams", shuffle_partitions: int = 4) -> Any:
     return spark
 
 
-__all__ = ["FORMAT", "TStreamsDataSource", "local_session", "register", "sink_marker_key"]
+__all__ = ["FORMAT", "TStreamsDataSource", "WorkersPythonWarning", "local_session", "register", "sink_marker_key"]

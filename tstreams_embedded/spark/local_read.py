@@ -33,6 +33,7 @@ import pyarrow as pa
 from ..engine.bulk import PayloadSnapshot
 from ..engine.core import Core
 from ..engine.iteration import iter_transactions
+from .decoding import Decoding
 from .rows import BatchBuilder, record_batches
 
 #: transactions per index scan inside a snapshot
@@ -46,7 +47,8 @@ class SegmentReader:
     embedded engine as record batches (iterate it). Afterwards ``position`` is the offset
     reached and ``blocked`` tells whether an open transaction stopped the snapshot walk."""
 
-    def __init__(self, core: Core, stream: str, partition: int, after: int, upto: int, value_format: str) -> None:
+    def __init__(self, core: Core, stream: str, partition: int, after: int, upto: int,
+                 value_format: str | Decoding) -> None:
         self.core = core
         self.stream = stream
         self.partition = partition
@@ -87,7 +89,7 @@ class SegmentReader:
 
 
 def local_batches(core: Core, stream: str, partition: int, after: int, upto: int,
-                  value_format: str) -> Iterator[pa.RecordBatch]:
+                  value_format: str | Decoding) -> Iterator[pa.RecordBatch]:
     """Record batches of the checkpointed transactions ``after < id <= upto`` of one
     partition, read from the embedded engine ``core`` (see the module docstring)."""
     reader = SegmentReader(core, stream, partition, after, upto, value_format)

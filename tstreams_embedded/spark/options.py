@@ -19,14 +19,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidArgument
+from .decoding import DEFAULT_CORRUPT_COLUMN, MODES, Decoding
+from .rows import COLUMNS
 
 VALUE_FORMATS = ("binary", "string", "json", "msgpack")
+#: the longest option 'timeout' (a day)
+MAX_TIMEOUT = 86_400.0
 
 #: Options understood by the source, lower case (Spark passes option keys case-insensitively).
 KNOWN = {
     "path", "endpoint", "stream", "partitions", "startingoffsets", "endingoffsets",
     "maxrowspertrigger", "valueformat", "rowspersplit", "txnsize", "stagingttl", "producerid",
-    "sinkid", "checkpointlocation", "queryname", "timeout",
+    "sinkid", "checkpointlocation", "queryname", "timeout", "mode", "columnnameofcorruptrecord",
 }
 
 #: A position spec for one partition: "oldest", "newest", ("time", txn_id_floor) or an int offset.
@@ -56,6 +60,13 @@ class ReadOptions:
     max_rows_per_trigger: int | None = None
     value_format: str = "binary"
     rows_per_split: int = 500_000
+    mode: str = "failfast"
+    corrupt_column: str = DEFAULT_CORRUPT_COLUMN
+
+    @property
+    def decoding(self) -> Decoding:
+        """How the read decodes values (``valueFormat``, ``mode``)."""
+        return Decoding(self.value_format, self.mode, self.corrupt_column)
 
 
 @dataclass(frozen=True)
@@ -114,8 +125,9 @@ def parse_target(options: Mapping[str, str]) -> Target:
             timeout = float(timeout_raw)
         except ValueError:
             raise InvalidArgument(f"option 'timeout' must be a number of seconds, got {timeout_raw!r}") from None
-        if not timeout > 0:
-            raise InvalidArgument(f"option 'timeout' must be positive, got {timeout_raw!r}")
+        if not 0 < timeout <= MAX_TIMEOUT:  # also refuses nan; inf or 1e308 would wait forever
+            raise InvalidArgument(f"option 'timeout' must be a number of seconds in (0, {MAX_TIMEOUT:.0f}], "
+                                  f"got {timeout_raw!r}")
     return Target(path=path, endpoint=endpoint, stream=stream, timeout=timeout)
 
 
@@ -217,9 +229,29 @@ def parse_value_format(options: Mapping[str, str]) -> str:
     return fmt
 
 
+def parse_decoding(options: Mapping[str, str]) -> Decoding:
+    """The options ``valueFormat``, ``mode`` and ``columnNameOfCorruptRecord`` of a read."""
+    fmt = parse_value_format(options)
+    raw = _get(options, "mode")
+    mode = "failfast" if raw is None else raw.lower()
+    if mode not in MODES:
+        raise InvalidArgument(f"option 'mode' must be one of failFast, permissive, dropMalformed, got {raw!r}")
+    if mode != "failfast" and fmt == "binary":
+        raise InvalidArgument(f"option 'mode' {raw!r} needs option 'valueFormat' string, json or msgpack "
+                              "(binary values are never malformed)")
+    column = _get(options, "columnNameOfCorruptRecord")
+    if column is not None and mode != "permissive":
+        raise InvalidArgument("option 'columnNameOfCorruptRecord' goes with option 'mode' 'permissive'")
+    column = column or DEFAULT_CORRUPT_COLUMN
+    if column.lower() in COLUMNS:
+        raise InvalidArgument(f"option 'columnNameOfCorruptRecord' {column!r} is the name of another column")
+    return Decoding(fmt, mode, column)
+
+
 def parse_read(options: Mapping[str, str], streaming: bool) -> ReadOptions:
     """Validate the options of a batch (``streaming=False``) or streaming read."""
     target = parse_target(options)
+    decoding = parse_decoding(options)
     starting = parse_positions(options, "startingOffsets", "oldest", ("oldest", "newest"))
     if streaming:
         if _get(options, "endingOffsets") is not None:
@@ -237,8 +269,10 @@ def parse_read(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         starting=starting,
         ending=ending,
         max_rows_per_trigger=max_rows,
-        value_format=parse_value_format(options),
+        value_format=decoding.value_format,
         rows_per_split=_positive_int(options, "rowsPerSplit", 500_000) or 500_000,
+        mode=decoding.mode,
+        corrupt_column=decoding.corrupt_column,
     )
 
 
@@ -249,7 +283,8 @@ def parse_write(options: Mapping[str, str], streaming: bool) -> WriteOptions:
     (alias ``sinkId``) if given, else one derived from ``checkpointLocation``.
     """
     target = parse_target(options)
-    for name in ("startingOffsets", "endingOffsets", "maxRowsPerTrigger", "partitions"):
+    for name in ("startingOffsets", "endingOffsets", "maxRowsPerTrigger", "partitions", "mode",
+                 "columnNameOfCorruptRecord"):
         if _get(options, name) is not None:
             raise InvalidArgument(f"option {name!r} applies only to reads, not to writes")
     fmt = _get(options, "valueFormat")

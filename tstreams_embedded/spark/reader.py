@@ -24,6 +24,7 @@ from ..engine.core import Core
 from ..engine.iteration import iter_transactions
 from ..errors import StreamNotFound
 from .connection import engine_for
+from .decoding import Decoding
 from .local_read import local_batches
 from .options import ReadOptions, Target
 from .rows import record_batches
@@ -84,7 +85,7 @@ def stream_info(backend: Any, target: Target) -> Any:
         raise StreamNotFound(f"option 'stream': {target.describe()} does not exist") from None
 
 
-def read_chunk(target: Target, value_format: str, chunk: ChunkPartition) -> Iterator[pa.RecordBatch]:
+def read_chunk(target: Target, value_format: str | Decoding, chunk: ChunkPartition) -> Iterator[pa.RecordBatch]:
     """Yield the rows of ``chunk`` as Arrow record batches (runs on an executor)."""
     segments = [s for s in chunk.segments if s[2] > s[1]]
     if not segments:
@@ -127,4 +128,4 @@ class TStreamsBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ChunkPartition)
-        return read_chunk(self.options.target, self.options.value_format, partition)
+        return read_chunk(self.options.target, self.options.decoding, partition)

@@ -15,9 +15,11 @@ from typing import Any
 import msgpack
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import DataCorrupted, InvalidArgument
 from ..ids import ID_MULTIPLIER
+from .decoding import Decoding, as_decoding
 from .payloads import fixed_items, item_list
 
 #: A record batch is emitted once it holds this many rows or this many bytes of values.
@@ -31,24 +33,31 @@ MAX_BINARY_BYTES = 2**31 - 1
 COLUMNS = ("stream", "partition", "txn_id", "txn_time", "seq", "value")
 
 
-def schema_ddl(value_format: str) -> str:
-    """The DDL schema string for a read with ``value_format``."""
-    value_type = "binary" if value_format == "binary" else "string"
+def schema_ddl(value_format: str | Decoding) -> str:
+    """The DDL schema string for a read with ``value_format`` (and a ``mode``: see
+    :mod:`.decoding`)."""
+    decoding = as_decoding(value_format)
+    value_type = "binary" if decoding.value_format == "binary" else "string"
+    corrupt = f", `{decoding.corrupt}` binary" if decoding.corrupt else ""
     return (
         "stream string, partition int, txn_id long, txn_time timestamp, seq int, "
-        f"value {value_type}"
+        f"value {value_type}{corrupt}"
     )
 
 
-def arrow_schema(value_format: str) -> pa.Schema:
-    return pa.schema([
+def arrow_schema(value_format: str | Decoding) -> pa.Schema:
+    decoding = as_decoding(value_format)
+    fields = [
         ("stream", pa.string()),
         ("partition", pa.int32()),
         ("txn_id", pa.int64()),
         ("txn_time", pa.timestamp("us", tz="UTC")),
         ("seq", pa.int32()),
-        ("value", pa.binary() if value_format == "binary" else pa.string()),
-    ])
+        ("value", pa.binary() if decoding.value_format == "binary" else pa.string()),
+    ]
+    if decoding.corrupt:
+        fields.append((decoding.corrupt, pa.binary()))
+    return pa.schema(fields)
 
 
 def _bytes_to_json(obj: Any) -> Any:
@@ -66,40 +75,58 @@ def _where(stream: str, partition: int, txn_id: int, seq: int) -> str:
 
 
 def decode_values(values: list[bytes], value_format: str, stream: str, partition: int,
-                  ids: np.ndarray, seqs: np.ndarray) -> pa.Array:
-    """Arrow string array for ``values`` in ``value_format`` ``json`` or ``msgpack`` (raises
-    InvalidArgument naming the option and the first unreadable item; ``ids`` and ``seqs``
-    are the rows' ``txn_id`` and ``seq``). The binary and string formats are built by
-    :func:`binary_column` instead."""
+                  ids: np.ndarray, seqs: np.ndarray, strict: bool = True) -> tuple[pa.Array, np.ndarray | None]:
+    """Arrow string array for ``values`` in ``value_format`` ``json`` or ``msgpack``, and
+    which of them are malformed (None if none is). Strict, the first malformed item raises
+    InvalidArgument naming the option and the item (``ids`` and ``seqs`` are the rows'
+    ``txn_id`` and ``seq``); otherwise its value is null. The binary and string formats are
+    built by :func:`binary_column` instead."""
+    out: list[str | None] = []
+    bad: list[int] = []
     if value_format == "json":
         loads = json.loads
-        out: list[str] = []
         for i, v in enumerate(values):
             try:
                 text = v.decode("utf-8")
                 loads(text)
             except ValueError as exc:
-                raise InvalidArgument(
-                    f"option 'valueFormat'='json': {_where(stream, partition, int(ids[i]), int(seqs[i]))} "
-                    f"is not JSON ({exc}); use valueFormat 'binary' or 'string'"
-                ) from None
+                if strict:
+                    raise InvalidArgument(
+                        f"option 'valueFormat'='json': {_where(stream, partition, int(ids[i]), int(seqs[i]))} "
+                        f"is not JSON ({exc}); use valueFormat 'binary' or 'string', or option 'mode' "
+                        "'permissive' or 'dropMalformed'"
+                    ) from None
+                bad.append(i)
+                out.append(None)
+                continue
             out.append(text)
-        return pa.array(out, pa.string())
-    if value_format == "msgpack":
+    elif value_format == "msgpack":
         dumps = json.dumps
         unpackb = msgpack.unpackb
-        out = []
         for i, v in enumerate(values):
             try:
                 out.append(dumps(unpackb(v, raw=False, strict_map_key=False), default=_bytes_to_json,
                                  separators=(",", ":"), ensure_ascii=False))
             except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-                raise InvalidArgument(
-                    f"option 'valueFormat'='msgpack': {_where(stream, partition, int(ids[i]), int(seqs[i]))} "
-                    f"is not msgpack convertible to JSON ({exc}); use valueFormat 'binary'"
-                ) from None
-        return pa.array(out, pa.string())
-    raise InvalidArgument(f"option 'valueFormat': unknown format {value_format!r}")
+                if strict:
+                    raise InvalidArgument(
+                        f"option 'valueFormat'='msgpack': {_where(stream, partition, int(ids[i]), int(seqs[i]))} "
+                        f"is not msgpack convertible to JSON ({exc}); use valueFormat 'binary', or option "
+                        "'mode' 'permissive' or 'dropMalformed'"
+                    ) from None
+                bad.append(i)
+                out.append(None)
+    else:
+        raise InvalidArgument(f"option 'valueFormat': unknown format {value_format!r}")
+    return pa.array(out, pa.string()), _mask(bad, len(values))
+
+
+def _mask(bad: list[int], n: int) -> np.ndarray | None:
+    if not bad:
+        return None
+    mask = np.zeros(n, np.bool_)
+    mask[bad] = True
+    return mask
 
 
 class BatchBuilder:
@@ -112,12 +139,13 @@ class BatchBuilder:
     :meth:`flush`, and a binary value column is assembled into one data buffer and one
     offsets buffer (fixed-size chunks are copied without a Python object per item)."""
 
-    def __init__(self, stream: str, partition: int, value_format: str) -> None:
+    def __init__(self, stream: str, partition: int, value_format: str | Decoding) -> None:
         self.stream = stream
         self.partition = partition
-        self.value_format = value_format
-        self.arrow_values = value_format in ("binary", "string")
-        self.schema = arrow_schema(value_format)
+        self.decoding = as_decoding(value_format)
+        self.value_format = self.decoding.value_format
+        self.arrow_values = self.value_format in ("binary", "string")
+        self.schema = arrow_schema(self.decoding)
         self._reset()
 
     def _reset(self) -> None:
@@ -204,26 +232,32 @@ class BatchBuilder:
         seqs = seqs.astype(np.int32)
         # txn_time = the millisecond encoded in the ID (ids.txn_millis), in microseconds.
         micros = ids // ID_MULTIPLIER * 1000
+        strict = self.decoding.strict
+        bad: np.ndarray | None = None
+        raw: pa.Array | list[bytes]
         if self.arrow_values:
             self._close_run()
-            value = binary_column([v for v in self.values if not isinstance(v, list)], n)
+            value = raw = binary_column([v for v in self.values if not isinstance(v, list)], n)
             if self.value_format == "string":
-                value = _as_string(value, self.stream, self.partition, ids, seqs)
+                value, bad = _as_string(value, self.stream, self.partition, ids, seqs, strict)
         else:
-            values = [v for piece in self.values if isinstance(piece, list) for v in piece]
-            value = decode_values(values, self.value_format, self.stream, self.partition, ids, seqs)
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.repeat(pa.scalar(self.stream, pa.string()), n),
-                pa.repeat(pa.scalar(self.partition, pa.int32()), n),
-                _primitive(pa.int64(), ids),
-                _primitive(pa.timestamp("us", tz="UTC"), micros),
-                _primitive(pa.int32(), seqs),
-                value,
-            ],
-            schema=self.schema,
-        )
+            raw = [v for piece in self.values if isinstance(piece, list) for v in piece]
+            value, bad = decode_values(raw, self.value_format, self.stream, self.partition, ids, seqs, strict)
+        columns = [
+            pa.repeat(pa.scalar(self.stream, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            _primitive(pa.int64(), ids),
+            _primitive(pa.timestamp("us", tz="UTC"), micros),
+            _primitive(pa.int32(), seqs),
+            value,
+        ]
+        if self.decoding.corrupt:
+            columns.append(_corrupt_column(raw, bad, n))
+        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
         self._reset()
+        if bad is not None and self.decoding.mode == "dropmalformed":
+            batch = batch.filter(pa.array(~bad))
+            return batch if batch.num_rows else None
         return batch
 
 
@@ -271,23 +305,40 @@ def binary_column(parts: list[np.ndarray | pa.Array], rows: int) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def _as_string(value: pa.Array, stream: str, partition: int, ids: np.ndarray, seqs: np.ndarray) -> pa.Array:
-    """``value`` (binary) as UTF-8 strings; InvalidArgument names the first invalid item."""
+def _as_string(value: pa.Array, stream: str, partition: int, ids: np.ndarray, seqs: np.ndarray,
+               strict: bool = True) -> tuple[pa.Array, np.ndarray | None]:
+    """``value`` (binary) as UTF-8 strings, and which items are not UTF-8 (None if all are);
+    strict, InvalidArgument names the first invalid item, otherwise its value is null."""
     try:
-        return value.cast(pa.string())
+        return value.cast(pa.string()), None
     except pa.ArrowInvalid:
+        out: list[str | None] = []
+        bad: list[int] = []
         for i, v in enumerate(value.to_pylist()):
             try:
-                v.decode("utf-8")
+                out.append(v.decode("utf-8"))
             except UnicodeDecodeError as exc:
-                raise InvalidArgument(
-                    f"option 'valueFormat'='string': {_where(stream, partition, int(ids[i]), int(seqs[i]))} "
-                    f"is not valid UTF-8 ({exc}); use valueFormat 'binary'"
-                ) from None
-        raise
+                if strict:
+                    raise InvalidArgument(
+                        f"option 'valueFormat'='string': {_where(stream, partition, int(ids[i]), int(seqs[i]))} "
+                        f"is not valid UTF-8 ({exc}); use valueFormat 'binary', or option 'mode' 'permissive' "
+                        "or 'dropMalformed'"
+                    ) from None
+                bad.append(i)
+                out.append(None)
+        return pa.array(out, pa.string()), _mask(bad, len(out))
 
 
-def record_batches(txns: Iterable[Any], stream: str, partition: int, value_format: str,
+def _corrupt_column(raw: pa.Array | list[bytes], bad: np.ndarray | None, n: int) -> pa.Array:
+    """The corrupt-record column: the stored bytes of the malformed rows, null elsewhere."""
+    if bad is None:
+        return pa.nulls(n, pa.binary())
+    if isinstance(raw, pa.Array):
+        return pc.if_else(pa.array(bad), raw, pa.scalar(None, pa.binary()))
+    return pa.array([v if b else None for v, b in zip(raw, bad, strict=True)], pa.binary())
+
+
+def record_batches(txns: Iterable[Any], stream: str, partition: int, value_format: str | Decoding,
                    builder: BatchBuilder | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches for ``txns`` (objects with ``.id`` and ``.items``), in order; with
     ``builder``, rows already in it come first."""

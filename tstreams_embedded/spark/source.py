@@ -13,12 +13,12 @@ from pyspark.sql.datasource import (
 )
 
 from ..errors import InvalidArgument
-from .options import check_unknown, parse_read, parse_value_format, parse_write
+from .options import check_unknown, parse_decoding, parse_read, parse_write
 from .reader import TStreamsBatchReader
 from .rows import schema_ddl
 from .staging import input_columns
 from .stream_reader import TStreamsStreamReader
-from .writer import TStreamsBatchWriter, TStreamsStreamWriter
+from .writer import TStreamsBatchWriter, TStreamsStreamWriter, check_output_stream
 
 
 class TStreamsDataSource(DataSource):
@@ -33,7 +33,7 @@ class TStreamsDataSource(DataSource):
 
     def schema(self) -> str:
         check_unknown(self.options)
-        return schema_ddl(parse_value_format(self.options))
+        return schema_ddl(parse_decoding(self.options))
 
     def reader(self, schema: Any) -> DataSourceReader:
         check_unknown(self.options)
@@ -50,9 +50,13 @@ class TStreamsDataSource(DataSource):
                 "tstreams streams are append-only: use mode('append') (mode 'overwrite' is not supported)"
             )
         input_columns(schema)
-        return TStreamsBatchWriter(parse_write(self.options, streaming=False), schema)
+        options = parse_write(self.options, streaming=False)
+        check_output_stream(options.target)
+        return TStreamsBatchWriter(options, schema)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
         check_unknown(self.options)
         input_columns(schema)
-        return TStreamsStreamWriter(parse_write(self.options, streaming=True), schema)
+        options = parse_write(self.options, streaming=True)
+        check_output_stream(options.target)
+        return TStreamsStreamWriter(options, schema)

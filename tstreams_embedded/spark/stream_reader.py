@@ -172,5 +172,5 @@ class TStreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------------ executor side
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ChunkPartition)
-        return read_chunk(self.options.target, self.options.value_format, partition)
+        return read_chunk(self.options.target, self.options.decoding, partition)
 

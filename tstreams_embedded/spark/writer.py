@@ -1,5 +1,8 @@
 """The sinks: ``df.write.format("tstreams")`` and ``df.writeStream.format("tstreams")``.
 
+Both check at planning that the output stream exists (:func:`check_output_stream`), so a
+missing stream fails the query before any upstream work runs.
+
 Batch write: every task stages its rows (:mod:`.staging`); the job's ``commit`` checkpoints
 all staged transactions in one atomic engine write, so the whole DataFrame becomes visible
 at once; ``abort`` cancels them, so a failed job leaves nothing visible.
@@ -33,9 +36,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from ..engine import ops as O
-from ..errors import InvalidArgument, MarkerConflict, TransactionExpired
+from ..errors import InvalidArgument, MarkerConflict, StreamNotFound, TransactionExpired
 from .connection import engine_for
-from .options import WriteOptions
+from .options import Target, WriteOptions
 from .staging import cancel_staged, checkpoint_ops, stage_rows, staged_txns
 
 
@@ -43,6 +46,18 @@ def sink_marker_key(stream: str, producer_id: str) -> str:
     """The engine marker that records the last committed batch of a streaming sink."""
     digest = hashlib.sha256(f"{stream}\x00{producer_id}".encode()).hexdigest()[:32]
     return f"spark-sink/{digest}"
+
+
+def check_output_stream(target: Target) -> None:
+    """At planning, before any upstream work: the output stream must exist
+    (StreamNotFound naming the option otherwise), as reads check theirs."""
+    try:
+        engine_for(target).backend.get_stream(target.stream)
+    except StreamNotFound:
+        raise StreamNotFound(
+            f"option 'stream': {target.describe()} does not exist; create it first "
+            f"(engine.create_stream({target.stream!r}, partitions=...) or tstreams streams create)"
+        ) from None
 
 
 def _commit(backend: Any, ops: list[O.Operation], opts: WriteOptions) -> None:

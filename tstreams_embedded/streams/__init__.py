@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .app import App
 from .builder import StreamsBuilder
+from .decoding import decode
 from .driver import TestDriver
 from .global_table import GlobalTable
 from .joins import JoinWindows
@@ -61,6 +62,7 @@ __all__ = [
     "WindowStore",
     "WindowedKStream",
     "Windows",
+    "decode",
     "partition_of",
     "send_records",
     "serde",

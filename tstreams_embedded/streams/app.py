@@ -17,12 +17,15 @@ from .membership import Membership
 from .metrics import GLOBAL, AppMetrics, DropCounter
 from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
 from .queries import advertised_host as advertised_host_of
-from .record_errors import RecordErrors, check_policy
+from .record_errors import RecordErrors, check_policy, dead_letter_stream_of
 from .stores import DEFAULT_CACHE_BYTES, ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
 from .topology import StoreSpec, Topology, internal_name
+from .turns import default_slack_ms
 
 PROCESSING = ("exactly_once", "at_least_once")
+#: the most records a task processes in one turn (see :class:`App`)
+DEFAULT_TURN_RECORDS = 1000
 
 
 def _wall_ms() -> int:
@@ -41,18 +44,35 @@ class App:
       whose input is then processed again).
     * A task commits every ``commit_interval_ms``, every ``commit_records`` records or when
       ``commit_bytes`` of output are buffered, whichever comes first (at transaction
-      boundaries), and whenever it runs out of input. The interval is measured on ``clock``
+      boundaries), whenever it runs out of input, and at the end of its turn if it wrote to a
+      stream the application reads back (below). The interval is measured on ``clock``
       (the app's wall clock, which a test may inject). Memory per task is bounded by that and
       by its stores' caches: ``store_cache_bytes`` (default 32 MiB) of keys and values as
       stored, per store of each task (a task whose changes fill a cache commits).
+    * **Order across tasks, and backlogs** (:mod:`.turns`). A worker thread runs its tasks in
+      *turns*, merging them by event time: the task whose next record has the smallest
+      timestamp goes next, and keeps its turn while its next transaction's first record is
+      at most ``turn_slack_ms`` later than the next record of every other task of the
+      thread, up to ``turn_records`` records (whole transactions: a transaction is never
+      split). A task that wrote to a stream the application reads back (a repartition or
+      ``through`` stream) commits at the end of its turn, so the tasks downstream read the
+      records in the order of their timestamps, give or take ``turn_slack_ms``, however far
+      behind the app is: catching up on a backlog (a restart after a crash, an app started
+      on old input) gives the results of running live. ``turn_slack_ms`` defaults to half
+      the smallest grace (windows, stream–stream joins) or TTL (dedup) of the topology
+      (none: no time bound); 0 merges exactly, at the cost of a commit each time the tasks'
+      timelines cross. Not kept in order: records within one input transaction, a turn cut
+      at ``turn_records``, and records of different threads (``num_threads``) or
+      instances, which are not synchronized with each other.
     * A running app (``start()``) without input waits for the next commit: at once when it is
       made in this process, by a served engine's server, or by another process writing the
       same directory (inotify, :mod:`tstreams_embedded.engine.commit_waker`; without it,
       within ``poll_interval_ms``, which is also the wall-clock punctuators' granularity).
     * The application's offsets are stored under the consumer name ``application_id``;
       its stores under ``application_id/partition/store``; internal streams are named
-      ``application_id-…``. Output streams that do not exist are created with the task
-      count of partitions.
+      ``application_id-…``. Output and internal streams that do not exist are created with
+      the task count of partitions (an internal stream: its ``repartition(partitions=)``)
+      and the engine's default TTL, one day; create them beforehand to choose otherwise.
     * Scale-out (:mod:`.membership`): instances of one ``application_id`` split the tasks
       through leases in the engine (``lease_ms``); every commit is fenced by the task's
       lease. ``static_id`` (like ``group.instance.id``): a restart with the same static id
@@ -67,7 +87,17 @@ class App:
       the app stops: ``run()`` raises, ``stop()`` re-raises.
     * ``on_record_error`` (:mod:`.record_errors`): ``"fail"`` (default) raises
       :class:`~tstreams_embedded.errors.StoreKeyTooLong` for a record whose key cannot be
-      stored (over 255 bytes); ``"skip"`` drops it and counts it.
+      stored (over 255 bytes), and the ``SerdeError`` or ``InvalidArgument`` of bad input
+      data (a damaged envelope, an undecodable key or value, an invalid timestamp);
+      ``"skip"`` drops such a record and counts it; ``"dead_letter"`` also writes it, with
+      its source and the error, to ``dead_letter_stream`` (default
+      ``<application_id>-dead-letters``, created with the app's other outputs) in the same
+      commit.
+    * ``max_future_ms`` (default None: off): a record stamped more than that ahead of the
+      app's ``clock`` (read once per input transaction) is bad data too
+      (:class:`~tstreams_embedded.errors.TimestampTooFarAhead`, to ``on_record_error``)
+      instead of moving stream time there. Without it, ONE record stamped in the year 9999
+      makes every later normal record late and, through retention, deletes every window.
     * ``http_port`` (0: any free port) serves interactive queries and ``/metrics``
       (:mod:`.queries`, :mod:`.metrics`) while the app runs (``start()``), bound to
       ``http_host``. Key discovery tells other instances ``advertised_host`` (like Kafka
@@ -82,7 +112,9 @@ class App:
                  static_id: str | None = None, on_record_error: str = "fail",
                  http_host: str = "127.0.0.1", http_port: int | None = None,
                  advertised_host: str | None = None, max_task_idle_ms: int = 0,
-                 store_cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+                 store_cache_bytes: int = DEFAULT_CACHE_BYTES, turn_records: int = DEFAULT_TURN_RECORDS,
+                 turn_slack_ms: int | None = None, max_future_ms: int | None = None,
+                 dead_letter_stream: str | None = None) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
         check_name(application_id, "application_id")
@@ -96,11 +128,19 @@ class App:
         for value, what in ((num_threads, "num_threads"), (commit_interval_ms, "commit_interval_ms"),
                             (commit_records, "commit_records"), (commit_bytes, "commit_bytes"),
                             (poll_interval_ms, "poll_interval_ms"), (lease_ms, "lease_ms"),
-                            (store_cache_bytes, "store_cache_bytes")):
+                            (store_cache_bytes, "store_cache_bytes"), (turn_records, "turn_records")):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise errors.InvalidArgument(f"{what} must be a positive integer, got {value!r}")
         if isinstance(max_task_idle_ms, bool) or not isinstance(max_task_idle_ms, int) or max_task_idle_ms < 0:
             raise errors.InvalidArgument(f"max_task_idle_ms must be a non-negative integer, got {max_task_idle_ms!r}")
+        if turn_slack_ms is not None and (isinstance(turn_slack_ms, bool) or not isinstance(turn_slack_ms, int)
+                                          or turn_slack_ms < 0):
+            raise errors.InvalidArgument(f"turn_slack_ms must be None or a non-negative integer, got {turn_slack_ms!r}")
+        if max_future_ms is not None and (isinstance(max_future_ms, bool) or not isinstance(max_future_ms, int)
+                                          or max_future_ms < 0):
+            raise errors.InvalidArgument(f"max_future_ms must be None or a non-negative integer, got {max_future_ms!r}")
+        if dead_letter_stream is not None:
+            check_name(dead_letter_stream, "dead_letter_stream")
         check_name(instance_name, "instance_name")
         if static_id is not None:
             check_name(static_id, "static_id")
@@ -121,7 +161,13 @@ class App:
         self.poll_interval = poll_interval_ms / 1000.0
         self.clock = clock if clock is not None else _wall_ms
         self.max_task_idle_ms = max_task_idle_ms
+        self.max_future_ms = max_future_ms
+        self.dead_letter_stream = None if on_record_error != "dead_letter" else (
+            dead_letter_stream or dead_letter_stream_of(application_id))
         self.store_cache_bytes = store_cache_bytes
+        self.turn_records = turn_records
+        self.turn_slack_ms = turn_slack_ms if turn_slack_ms is not None else default_slack_ms(
+            topology.instantiate(application_id).values())
         self.metrics: dict[str, int] = {}
         self._metrics_lock = threading.Lock()
         self.stream_info: dict[str, StreamInfo] = {}
@@ -170,6 +216,8 @@ class App:
         engine = self.engine
         topo = self.topology
         sinks = {self.resolve(s) for s in topo.sinks}
+        if self.dead_letter_stream is not None:
+            sinks.add(self.dead_letter_stream)
         internal = {self.resolve(s): n for s, n in topo.internal.items()}
         external = [self.resolve(s) for s in topo.sources if self.resolve(s) not in internal]
         counts = []
@@ -256,10 +304,11 @@ class App:
         self._slots[slot].pop(task.partition, None)
         task.close()
 
-    def _commit(self, task: Task) -> bool:
-        """Commit ``task``; False (and the task dropped) if its lease was taken over."""
+    def _commit(self, task: Task, durable: bool | None = None) -> bool:
+        """Commit ``task`` (``durable``: wait for the disk; by default as ``processing``
+        says); False (and the task dropped) if its lease was taken over."""
         try:
-            task.commit(self.durable)
+            task.commit(self.durable if durable is None else durable)
             return True
         except errors.LeaseConflict:
             task.metrics.fenced()
@@ -358,16 +407,24 @@ class App:
                 generation = self.membership.generation
                 self._reconcile(slot)
             processed = 0
+            ready: list[tuple[int, int, Task]] = []
+            seq = backend.wait_for_commit(-1, 0)  # the commit sequence now: no fetch of what did not change
             for task in list(tasks.values()):
-                n = task.step()
                 task.punctuate_wall_clock()
-                if n is not None:  # a transaction (maybe empty) was processed
-                    processed += max(n, 1)
-                    if n:
-                        self.count("records", n)
-                        task.metrics.records.inc(n)
-                    self._maybe_commit(task)
+                head = task.next_time(seq)
+                if head is not None:
+                    ready.append((head, task.partition, task))
                 elif task.dirty():
+                    self._commit(task)
+            ready.sort(key=lambda e: (e[0], e[1]))
+            slack = self.turn_slack_ms
+            for i, (_, _, task) in enumerate(ready):  # the task furthest behind in event time goes next
+                others = None if len(ready) == 1 else ready[1][0] if i == 0 else ready[0][0]
+                processed = self._turn(tasks, task, others + slack if others is not None and slack is not None
+                                       else None)
+                if processed:
+                    break
+                if task.dirty():  # waiting for an empty source (max_task_idle_ms)
                     self._commit(task)
             total += processed
             if not processed:
@@ -386,10 +443,40 @@ class App:
                 self._commit(task)
         return total
 
-    def _maybe_commit(self, task: Task) -> None:
+    def _turn(self, tasks: dict[int, Task], task: Task, until: int | None) -> int:
+        """Let ``task`` process its transactions while their first records' timestamps are
+        at most ``until`` (the oldest next record of the slot's other tasks plus
+        ``turn_slack_ms``; None: no bound), up to ``turn_records`` records; the records processed (an empty transaction
+        counting 1). At the end of its turn a task that wrote to streams the application
+        reads back (repartition and ``through`` streams) commits, so that their readers get
+        the records in the order of their timestamps (see the class docstring)."""
+        done = 0
+        while done < self.turn_records and not self._stop.is_set():
+            if done:
+                head = task.next_time()
+                if head is None or (until is not None and head > until):
+                    break
+            n = task.step()
+            if n is None:
+                break
+            done += max(n, 1)
+            if n:
+                self.count("records", n)
+                task.metrics.records.inc(n)
+            if not self._maybe_commit(task) or tasks.get(task.partition) is not task:
+                return done  # its lease was taken over: the task is gone
+        if done and task.feeds_back():
+            # nothing of it leaves the application: it need not wait for the disk (a crash may
+            # lose it only with every commit after it, so the app redoes the same work)
+            self._commit(task, durable=self.durable and not task.feeds_back_only())
+        return done
+
+    def _maybe_commit(self, task: Task) -> bool:
+        """Commit ``task`` if a commit bound is reached; False if its lease was taken over."""
         if task.records_since_commit >= self.commit_records or task.output_bytes >= self.commit_bytes or \
                 self.clock() - task.last_commit >= self.commit_interval_ms or task.caches_full():
-            self._commit(task)
+            return self._commit(task)
+        return True
 
     def start(self) -> App:
         """Run in ``num_threads`` background threads until :meth:`stop`: join the group, take

@@ -11,7 +11,20 @@ stream time are committed with the task, in the same atomic write as the output 
 input offsets: dedup is exact across crashes.
 
 Records with the same dedup key must reach the same task: key the stream by it (or by
-something it depends on), and ``repartition()`` after an operation that changes keys.
+something it depends on), and ``repartition()`` after an operation that changes keys. A
+dedup that reads an input stream of more than one partition directly (no repartition or
+``through`` in between) refuses a record without a key with
+:class:`~tstreams_embedded.errors.TopologyError`: such records are spread over the
+partitions (round-robin) whatever their dedup key, so duplicates would pass unnoticed.
+Repartition by the dedup key first: ``.select_key(lambda k, v: v["id"]).repartition()``.
+
+**Duplicates let through after the TTL** (``dedup_expired``): a record arriving out of order
+may be a duplicate of a key already forgotten because the stream time passed ``t0 +
+ttl_ms``, though ``t < t0 + ttl_ms``. It passes, as the rule says, and is counted: the node
+keeps the keys it forgot for one more TTL, in memory only (about :data:`FORGOTTEN_BYTES`
+of memory at most, the oldest dropped first; not committed, so a restart starts that count
+afresh). Out-of-order input comes from repartition streams fed by several
+tasks (see :class:`~.app.App`, *order across tasks*).
 """
 
 from __future__ import annotations
@@ -27,10 +40,17 @@ from .serdes import SerdeSpec
 from .stores import time_key, time_of
 from .topology import TopologyGraph
 
+#: memory a dedup node spends on the keys it forgot, to count ``dedup_expired`` (bytes,
+#: each key counted with :data:`FORGOTTEN_OVERHEAD`: its dict entry, heap entry and objects)
+FORGOTTEN_BYTES = 4 << 20
+FORGOTTEN_OVERHEAD = 160
+
 
 class DedupNode(N.Node):
-    def __init__(self, name: str, key: Callable[[Any, Any], Any], ttl_ms: int, store: str, index: str) -> None:
+    def __init__(self, name: str, key: Callable[[Any, Any], Any], ttl_ms: int, store: str, index: str,
+                 inputs: frozenset[str]) -> None:
         super().__init__(name)
+        self.inputs = inputs  # the input streams it reads directly (their partitioning is the producers')
         self.key = key
         self.ttl = ttl_ms
         self.store_name = store
@@ -38,6 +58,8 @@ class DedupNode(N.Node):
 
     def init(self, ctx: N.TaskContext) -> None:
         super().init(ctx)
+        #: records without a key are refused (see the module docstring)
+        self.unkeyed_refused = [s for s in sorted(self.inputs) if ctx.source_partitions(s) > 1]
         self.seen = ctx.store(self.store_name)
         self.index = ctx.store(self.index_name)
         self.meta_key = ("dedup-time/" + self.name).encode()
@@ -45,12 +67,22 @@ class DedupNode(N.Node):
         # remembered (t0, key) by time: one range read of the index at start, then in memory
         self.pending: list[tuple[int, bytes]] = [(time_of(ik), ik[8:]) for ik, _ in self.index.scan_raw(None, None)]
         heapq.heapify(self.pending)
+        # keys forgotten within the last TTL: key -> t0, and (t0, key) by time
+        self.forgotten: dict[bytes, int] = {}
+        self.forgotten_by_time: list[tuple[int, bytes]] = []
+        self.forgotten_bytes = 0
 
     def flush(self) -> None:
         if self.time is not None:
             self.ctx.meta().put_raw(self.meta_key, self.time)
 
     def process(self, rec: Record) -> None:
+        if rec.key is None and self.unkeyed_refused:
+            raise errors.TopologyError(
+                f"dedup {self.name!r} reads {', '.join(map(repr, self.unkeyed_refused))} (several partitions) and got "
+                "a record without a key: such records are spread over the partitions whatever their dedup key, so "
+                "duplicates would reach different tasks and pass. Repartition by the dedup key first, e.g. "
+                "stream.select_key(lambda k, v: v['id']).repartition().dedup(...)")
         t = rec.timestamp
         now = t if self.time is None or t > self.time else self.time
         self.time = now
@@ -60,7 +92,11 @@ class DedupNode(N.Node):
             self.ctx.count("dedup_dropped")
             self._expire(now)
             return
-        if t0 is not None:
+        if t0 is None:
+            f0 = self.forgotten.get(kb)
+            if f0 is not None and f0 <= t < f0 + self.ttl:
+                self.ctx.count("dedup_expired")
+        else:
             self.index.put_raw(time_key(t0) + kb, None)
             self.seen.put_raw(kb, None)
         if t + self.ttl > now:  # else it is forgotten at once: nothing to remember
@@ -78,6 +114,20 @@ class DedupNode(N.Node):
             self.index.put_raw(time_key(t0) + kb, None)
             if self.seen.get_raw(kb) == t0:
                 self.seen.put_raw(kb, None)
+                self._remember_forgotten(kb, t0)
+        forgotten = self.forgotten_by_time
+        while forgotten and (forgotten[0][0] <= bound - self.ttl or self.forgotten_bytes > FORGOTTEN_BYTES):
+            t0, kb = heapq.heappop(forgotten)
+            self.forgotten_bytes -= len(kb) + FORGOTTEN_OVERHEAD
+            if self.forgotten.get(kb) == t0:
+                del self.forgotten[kb]
+
+    def _remember_forgotten(self, kb: bytes, t0: int) -> None:
+        """Keep forgotten key ``kb`` (remembered since ``t0``) for one more TTL, oldest first
+        out beyond :data:`FORGOTTEN_BYTES`."""
+        self.forgotten[kb] = t0
+        heapq.heappush(self.forgotten_by_time, (t0, kb))
+        self.forgotten_bytes += len(kb) + FORGOTTEN_OVERHEAD
 
 
 def add_dedup(b: TopologyGraph, parent: str, key_changed: bool, key: Callable[[Any, Any], Any], ttl_ms: int,
@@ -93,4 +143,5 @@ def add_dedup(b: TopologyGraph, parent: str, key_changed: bool, key: Callable[[A
             "dedup key may be on different tasks; call .repartition() before dedup")
     seen = b.add_store(store, key_serde, "msgpack", kind="dedup-store")
     index = b.add_store(seen + ".index", "bytes", "msgpack")
-    return b.add_node("dedup", lambda n: DedupNode(n, key, ttl_ms, seen, index), [parent], name)
+    inputs = frozenset(s for s in b.source_streams(parent) if not b.writes(s))
+    return b.add_node("dedup", lambda n: DedupNode(n, key, ttl_ms, seen, index, inputs), [parent], name)

@@ -5,6 +5,13 @@ embedded engine in a temporary directory (``durability="async"``: nothing waits 
 disk), the real :class:`~.app.App` processes them with real commits, and outputs and
 stores are read back from the engine. Only time is under the test's control: event time is
 what you pipe, wall-clock time moves with :meth:`TestDriver.advance_wall_clock`.
+
+**When records are processed** (as Kafka's ``TopologyTestDriver``): each :meth:`~TestDriver.pipe`
+writes its record as one transaction and processes it at once, through every repartition
+stream, before it returns: what it led to is committed, in the output streams and the
+stores, and the next record is processed after it, whatever the timestamps. So the results
+are those of records arriving one by one in the order piped; a record never overtakes an
+earlier one through a repartition.
 """
 
 from __future__ import annotations
@@ -18,34 +25,37 @@ import tstreams_embedded as ts
 from .. import errors
 from ..engine import ops as O
 from .app import App
-from .records import MAX_TIMESTAMP, MIN_TIMESTAMP, Record, check_timestamp, pack_envelope, partition_of, unpack_envelope
+from .records import (
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    Record,
+    check_headers,
+    check_timestamp,
+    pack_envelope,
+    partition_of,
+    unpack_envelope,
+)
 from .serdes import Serde, SerdeSpec, serde
 from .stores import DEFAULT_CACHE_BYTES, ReadOnlyKeyValueStore, ReadOnlyWindowStore
 from .topology import Topology, is_internal
 
 
-def check_headers(headers: Any) -> dict[str, bytes] | None:
-    """``headers`` of a record: None or a dict of str names to bytes values (the envelope's
-    shape); InvalidArgument otherwise."""
-    if headers is None:
-        return None
-    if not isinstance(headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, bytes) for k, v in headers.items()):
-        raise errors.InvalidArgument(f"headers must be a dict of str names to bytes values, got {headers!r:.80}")
-    return headers
-
-
 class TestDriver:
-    """``TestDriver(topology)``: ``pipe``, ``advance_wall_clock``, ``read_output``, ``store``.
+    """``TestDriver(topology)``: ``pipe``, ``pipe_raw``, ``read_output``, ``store``,
+    ``advance_wall_clock``, ``metrics``, ``process``.
 
-    ``partitions`` is the partition count of the input streams it creates.
+    ``partitions`` is the partition count of the input streams it creates;
+    ``commit_records``, ``store_cache_bytes``, ``on_record_error`` and ``max_future_ms`` are the
+    :class:`~.app.App`'s (``max_future_ms`` against the driver's wall clock). Every record
+    piped is processed before ``pipe`` returns (see the module docstring).
     """
 
     __test__ = False  # not a pytest test class
 
     def __init__(self, topology: Topology, *, application_id: str = "test-app", partitions: int = 1,
                  wall_clock_ms: int = 0, commit_records: int = 10_000, directory: str | None = None,
-                 store_cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+                 store_cache_bytes: int = DEFAULT_CACHE_BYTES, on_record_error: str = "fail",
+                 max_future_ms: int | None = None) -> None:
         if not isinstance(topology, Topology):
             raise errors.InvalidArgument(f"TestDriver takes a topology (StreamsBuilder().build()), "
                                          f"got {type(topology).__name__}")
@@ -57,7 +67,6 @@ class TestDriver:
         self.engine = ts.open(self._dir, durability="async", compaction_interval=None, keepalive_interval=None)
         self.topology = topology
         self._wall = wall_clock_ms
-        self._pending: list[O.Operation] = []
         self._read: dict[tuple[str, int], int] = {}
         try:
             for stream in [*topology.sources, *topology.global_tables]:
@@ -65,7 +74,8 @@ class TestDriver:
                     self.engine.create_stream(stream, partitions=partitions)
             self.app = App(self.engine, application_id=application_id, topology=topology,
                            commit_records=commit_records, clock=lambda: self._wall,
-                           store_cache_bytes=store_cache_bytes)
+                           store_cache_bytes=store_cache_bytes, on_record_error=on_record_error,
+                           max_future_ms=max_future_ms)
             # the tasks start now (as Kafka's TopologyTestDriver's): their processors' init runs and
             # wall-clock punctuators are due from the driver's start time, before any clock move
             self.app.run(until_idle=True)
@@ -75,8 +85,9 @@ class TestDriver:
 
     # -- input ----------------------------------------------------------------------------
     def pipe(self, stream: str, key: Any, value: Any, timestamp: int, headers: dict[str, bytes] | None = None) -> None:
-        """Write one record (one transaction) to input ``stream``, serialized with the
-        source's serdes; processed before the next read, store query or clock move."""
+        """Write one record (one transaction) to input ``stream`` (the partition of its key;
+        partition 0 without a key), serialized with the source's serdes, and process it at
+        once, through every repartition, to the end."""
         node = self._source(stream)
         check_timestamp(timestamp, f"the timestamp of a record piped to {stream!r}")
         check_headers(headers)
@@ -84,17 +95,22 @@ class TestDriver:
         vb = None if value is None else node.value_serde.serialize(value)
         n = self.engine.get_stream(stream).partitions
         p = 0 if kb is None else partition_of(kb, n)
-        self._pending.append(O.Instant(stream, p, O.pack_items([pack_envelope(kb, vb, timestamp, headers)])))
+        self._write(O.Instant(stream, p, O.pack_items([pack_envelope(kb, vb, timestamp, headers)])))
 
     def pipe_raw(self, stream: str, item: bytes, partition: int = 0) -> None:
-        """Write one plain item (no envelope: key None, the transaction's timestamp)."""
+        """Write one plain item (no envelope: key None, the transaction's timestamp) to
+        ``partition`` and process it at once."""
         self._source(stream)
         if not isinstance(item, bytes):
             raise errors.InvalidArgument(f"item must be bytes, got {type(item).__name__}")
         n = self.engine.get_stream(stream).partitions
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
             raise errors.PartitionOutOfRange(f"partition must be 0..{n - 1} for {stream!r}, got {partition!r:.20}")
-        self._pending.append(O.Instant(stream, partition, O.pack_items([item])))
+        self._write(O.Instant(stream, partition, O.pack_items([item])))
+
+    def _write(self, op: O.Instant) -> None:
+        self.engine.backend.submit([op], durable=False)
+        self.app.run(until_idle=True)
 
     def _source(self, stream: str) -> Any:
         name = self.topology.sources.get(stream)
@@ -107,10 +123,9 @@ class TestDriver:
         return spec.make(lambda s: s)
 
     def process(self) -> dict[str, int]:
-        """Write what was piped and process everything (also done by the reads)."""
-        if self._pending:
-            self.engine.backend.submit(self._pending, durable=False)
-            self._pending = []
+        """Process whatever input there is (nothing, after ``pipe``: it processes its record
+        at once; input written to the streams by other means, e.g. ``driver.engine``, is
+        processed here) and return the metrics."""
         return self.app.run(until_idle=True)
 
     def advance_wall_clock(self, ms: int) -> None:

@@ -34,8 +34,8 @@ older one: the store only moves forward).
 raises, a started app stops its workers and ``stop()`` re-raises; the lease is freed. A
 global record whose key cannot be a store key (longer than 255 bytes) raises
 :class:`~tstreams_embedded.errors.StoreKeyTooLong` with ``on_record_error="fail"``, and is
-skipped (and counted) with ``"skip"`` (:mod:`.record_errors`). A lookup with such a key
-finds nothing (it cannot be in the table).
+skipped (and counted) with ``"skip"`` (:mod:`.record_errors`); so is a damaged envelope
+(``SerdeError``). A lookup with such a key finds nothing (it cannot be in the table).
 """
 
 from __future__ import annotations
@@ -175,7 +175,12 @@ class GlobalTableUpdater:
                 for txn in f.txns:
                     total += 1
                     for item in txn.items:
-                        env = unpack_envelope(item)
+                        try:
+                            env = unpack_envelope(item)
+                        except errors.SerdeError:
+                            if self.skip is not None and self.skip():
+                                continue
+                            raise
                         if env is None or env[0] is None:
                             dropped += 1  # no key: nothing to store
                             continue

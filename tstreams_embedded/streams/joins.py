@@ -37,6 +37,7 @@ from .records import Record
 from .serdes import Serde, SerdeSpec, describe, serde
 from .stores import time_key, time_of
 from .topology import TopologyGraph, internal_name
+from .windows import MAX_DURATION_MS
 
 KINDS = ("inner", "left", "outer")
 
@@ -80,8 +81,9 @@ class JoinWindows:
     def __post_init__(self) -> None:
         for what in ("before_ms", "after_ms", "grace_ms"):
             v = getattr(self, what)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise errors.InvalidArgument(f"JoinWindows {what} must be a non-negative integer, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_DURATION_MS:
+                raise errors.InvalidArgument(f"JoinWindows {what} must be an integer in [0, {MAX_DURATION_MS}] "
+                                             f"(the span of the valid timestamps), got {v!r:.40}")
 
     @classmethod
     def of(cls, ms: int, grace_ms: int = 0) -> JoinWindows:

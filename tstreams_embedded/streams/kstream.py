@@ -183,19 +183,26 @@ class KStream:
         return WindowedSerde(serde(key_serde, "key_serde")) if self._windowed else key_serde
 
     # -- stateful ----------------------------------------------------------------------------
-    def group_by_key(self, *, key_serde: SerdeSpec = "msgpack", value_serde: SerdeSpec = "msgpack") -> KGroupedStream:
+    def group_by_key(self, *, key_serde: SerdeSpec = "msgpack", value_serde: SerdeSpec = "msgpack",
+                     name: str | None = None) -> KGroupedStream:
         """Group by the current key (repartitioned first if an upstream operation may have
-        changed keys)."""
+        changed keys, through ``<application_id>-<name>-repartition``: see :meth:`group_by`)."""
         serde(key_serde, "key_serde")
         serde(value_serde, "value_serde")
-        s = self.repartition(key_serde=key_serde, value_serde=value_serde) if self._key_changed else self
+        if name is not None:
+            check_name(name, "repartition name")
+        s = self.repartition(name=name, key_serde=key_serde, value_serde=value_serde) if self._key_changed else self
         return KGroupedStream(s, key_serde)
 
     def group_by(self, selector: Callable[[Any, Any], Any], *, key_serde: SerdeSpec = "msgpack",
-                 value_serde: SerdeSpec = "msgpack") -> KGroupedStream:
-        """Group by ``selector(key, value)`` (through a repartition stream)."""
+                 value_serde: SerdeSpec = "msgpack", name: str | None = None) -> KGroupedStream:
+        """Group by ``selector(key, value)`` (through a repartition stream). ``name`` (like
+        Kafka's ``Grouped.as``) names it ``<application_id>-<name>-repartition``; without
+        it, the stream is numbered by the operation's position in the topology, and the
+        number changes when operations are added before it (see docs/STREAMS.md, *Internal
+        streams when a topology changes*)."""
         check_callable(selector, "selector")
-        return self.select_key(selector).group_by_key(key_serde=key_serde, value_serde=value_serde)
+        return self.select_key(selector).group_by_key(key_serde=key_serde, value_serde=value_serde, name=name)
 
     def process(self, factory: Callable[[], Any], *, stores: Iterable[str] = (), name: str | None = None) -> KStream:
         """Run a user :class:`~.processor.Processor` (``factory()`` makes one per task); the
@@ -357,7 +364,7 @@ class WindowedKStream(_CountAndReduce):
         store_name = b.add_store(store, g.key_serde, value_serde, windowed=True, kind="window-store")
         raw = None
         if isinstance(self._windows, SlidingWindows):
-            raw = b.add_store(store_name + ".records", g.key_serde, "msgpack", windowed=True)
+            raw = b.add_store(store_name + ".record-slices", g.key_serde, "msgpack", windowed=True)
         windows, late_to = self._windows, self._late_to
         late_serde = serde(self._late_value_serde, "late_value_serde")
         if late_to is not None:

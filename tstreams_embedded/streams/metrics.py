@@ -19,6 +19,8 @@ metric                                              meaning
 ``dropped_records_total{app,partition,reason}``     records dropped, by :data:`DROP_REASONS`
 ``late_records_dropped_total{app,partition}``       records for closed windows (= reason ``late``)
 ``skipped_records_total{app,partition}``            records with a null key (= reason ``null_key``)
+``dedup_expired_total{app,partition}``              duplicates dedup let through: their key's TTL had
+                                                    expired in stream time (out-of-order input)
 ``fenced_commits_total{app,partition}``             commits refused because the task moved
 ``rebalances_total{app}``                           assignment changes seen by this instance
 ``assigned_partitions{app}``                        tasks this instance runs now
@@ -120,6 +122,8 @@ class AppMetrics:
         self.late = Counter(f"{PREFIX}_late_records_dropped", "Records for closed windows (dropped)", task,
                             registry=r)
         self.skipped = Counter(f"{PREFIX}_skipped_records", "Records dropped for a null key", task, registry=r)
+        self.dedup_expired = Counter(f"{PREFIX}_dedup_expired", "Duplicates dedup let through: their key's TTL "
+                                     "had expired in stream time", task, registry=r)
         self.fenced = Counter(f"{PREFIX}_fenced_commits", "Commits refused because the task moved", task,
                               registry=r)
         self.rebalances = Counter(f"{PREFIX}_rebalances", "Assignment changes seen by this instance", ["app"],
@@ -174,19 +178,22 @@ class DropCounter:
         self._children: dict[str, list[Counter]] = {}
 
     def count(self, metric: str, n: int = 1) -> None:
-        """Count ``n`` of an :meth:`App.count` counter (only those of dropped records have
-        Prometheus metrics)."""
+        """Count ``n`` of an :meth:`App.count` counter (only those of dropped records, and
+        ``dedup_expired``, have Prometheus metrics)."""
         children = self._children.get(metric)
         if children is None:
-            reason = DROP_REASONS.get(metric)
-            if reason is None:
-                return
             m, labels = self._metrics, self._labels
-            children = [m.dropped.labels(*labels, reason)]
-            if reason == "late":
-                children.append(m.late.labels(*labels))
-            elif reason == "null_key":
-                children.append(m.skipped.labels(*labels))
+            reason = DROP_REASONS.get(metric)
+            if metric == "dedup_expired":
+                children = [m.dedup_expired.labels(*labels)]
+            elif reason is None:
+                return
+            else:
+                children = [m.dropped.labels(*labels, reason)]
+                if reason == "late":
+                    children.append(m.late.labels(*labels))
+                elif reason == "null_key":
+                    children.append(m.skipped.labels(*labels))
             self._children[metric] = children
         for child in children:
             child.inc(n)

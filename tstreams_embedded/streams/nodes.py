@@ -39,6 +39,9 @@ class TaskContext(Protocol):
 
     def stream_time(self) -> int | None: ...
 
+    def source_partitions(self, stream: str) -> int:
+        """The partition count of source ``stream`` (its topology name)."""
+
     def wall_clock_ms(self) -> int: ...
 
     def schedule(self, interval_ms: int, punctuation: str, callback: Callable[[int], Any]) -> None: ...

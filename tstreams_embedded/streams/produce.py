@@ -8,7 +8,7 @@ from typing import Any
 from .. import errors
 from ..engine import ops as O
 from ..engine.engine import Engine
-from .records import Record, pack_envelope, partition_of
+from .records import Record, check_headers, check_timestamp, pack_envelope, partition_of
 from .serdes import SerdeSpec, serde
 
 
@@ -18,7 +18,13 @@ def send_records(engine: Engine, stream: str, records: Iterable[Record | tuple[A
     """Write ``records`` (``Record`` or ``(key, value, timestamp)``) to ``stream`` as envelopes,
     each to its key's CRC-32C partition (keyless ones to partition 0). Every
     ``records_per_transaction`` records become one transaction per partition, all written in
-    one atomic engine write. Returns how many records were written."""
+    one atomic engine write. Returns how many records were written.
+
+    Timestamps must be valid record timestamps (epoch ms of the years 1 to 9999, see
+    :func:`~.records.check_timestamp`) and headers a dict of str names to bytes values, as
+    ``TestDriver.pipe`` demands: otherwise InvalidArgument naming the record, and nothing of
+    its batch is written (the batches before it are), so no app ever meets a record it cannot
+    read."""
     if isinstance(records_per_transaction, bool) or not isinstance(records_per_transaction, int) \
             or records_per_transaction < 1:
         raise errors.InvalidArgument(f"records_per_transaction must be a positive integer, "
@@ -43,8 +49,8 @@ def send_records(engine: Engine, stream: str, records: Iterable[Record | tuple[A
             (key, value, ts), headers = rec, None
         else:
             raise errors.InvalidArgument(f"a record is a Record or (key, value, timestamp), got {rec!r:.60}")
-        if isinstance(ts, bool) or not isinstance(ts, int):
-            raise errors.InvalidArgument(f"timestamp must be epoch ms as an int, got {ts!r:.40}")
+        check_timestamp(ts, f"the timestamp of record {written} for {stream!r}")
+        check_headers(headers)
         kb = None if key is None else ks.serialize(key)
         vb = None if value is None else vs.serialize(value)
         p = 0 if kb is None else partition_of(kb, n)

@@ -23,9 +23,10 @@
   key whose task another instance runs is answered ``421`` with that instance's address
   (``{"owner": {...}}``); :class:`QueryClient` follows it. Ranges and prefixes return at
   most ``limit`` entries (1,000 by default, 10,000 at most; ``"truncated": true`` when
-  there were more: continue from the last key). Errors are ``400`` (bad input), ``404`` (no
-  such store), JSON
-  ``{"error": class, "message": ...}``.
+  there were more: continue from the last key). Keys nest at most :data:`MAX_KEY_DEPTH`
+  (32) lists (or objects) deep. Errors are ``400`` (bad input, also a query or path that is not UTF-8),
+  ``404`` (no such store, or an unknown path), ``405`` (a method other than ``GET``), each
+  with the JSON body ``{"error": class, "message": ...}``, never an HTML page.
 
 Consistency and staleness: every answer is committed state, read in ONE snapshot of the
 engine (``Backend.store_snapshot``), whatever the number of tasks it covers: a commit is
@@ -72,6 +73,10 @@ from .windows import Windowed
 #: entries a range or prefix query returns by default, and at most (``&limit=``)
 DEFAULT_LIMIT = 1_000
 MAX_LIMIT = 10_000
+#: how deep a query's JSON key may nest lists (``[[["a"]]]`` is 3 deep)
+MAX_KEY_DEPTH = 32
+#: the ``error`` of an answer the handlers did not make (Tornado's own 4xx/5xx), by status
+HTTP_ERROR_NAMES = {400: "InvalidArgument", 404: "NotFound", 405: "MethodNotAllowed"}
 
 
 class RunningTask(Protocol):
@@ -144,11 +149,14 @@ def _json_key(raw: str | None, what: str) -> Any:
     if raw is None:
         raise errors.InvalidArgument(f"the query needs ?{what}=<JSON>")
     try:
-        return _from_json(json.loads(raw, parse_float=_finite, parse_constant=_no_constant))
+        parsed = json.loads(raw, parse_float=_finite, parse_constant=_no_constant)
     except _NotFinite:
         raise errors.InvalidArgument(f"{what} must be JSON with finite numbers, got {raw!r:.60}") from None
+    except RecursionError:
+        raise errors.InvalidArgument(f"{what} nests deeper than {MAX_KEY_DEPTH}, got {raw!r:.60}") from None
     except ValueError:
         raise errors.InvalidArgument(f"{what} must be JSON (a string needs quotes), got {raw!r:.60}") from None
+    return _from_json(parsed, what, 0)
 
 
 class _NotFinite(Exception):
@@ -166,8 +174,17 @@ def _no_constant(text: str) -> float:
     raise _NotFinite(text)
 
 
-def _from_json(v: Any) -> Any:
-    return tuple(_from_json(x) for x in v) if isinstance(v, list) else v
+def _from_json(v: Any, what: str, depth: int) -> Any:
+    """JSON lists as tuples (a key must be hashable); InvalidArgument if lists and objects
+    nest deeper than MAX_KEY_DEPTH."""
+    if isinstance(v, (list, dict)) and depth >= MAX_KEY_DEPTH:
+        raise errors.InvalidArgument(f"{what} nests deeper than {MAX_KEY_DEPTH}")
+    if isinstance(v, list):
+        return tuple(_from_json(x, what, depth + 1) for x in v)
+    if isinstance(v, dict):
+        for x in v.values():
+            _from_json(x, what, depth + 1)
+    return v
 
 
 def _to_json(v: Any) -> Any:
@@ -193,11 +210,31 @@ def _int_arg(raw: str | None, what: str, default: int) -> int:
         raise errors.InvalidArgument(f"{what} must be an integer, got {raw!r:.40}") from None
 
 
-class _Handler(tornado.web.RequestHandler):
-    """Runs a query on the server's thread pool and answers JSON."""
+class _JsonErrors(tornado.web.RequestHandler):
+    """Errors Tornado answers itself (a path or query that is not UTF-8, an unknown path or
+    method, an unexpected failure) with the JSON error body, not an HTML page."""
 
     def initialize(self, server: QueryServer) -> None:
         self.server = server
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        message = exc.log_message if isinstance(exc, tornado.web.HTTPError) and exc.log_message else None
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": HTTP_ERROR_NAMES.get(status_code, "InternalError"),
+                                "message": message or self._reason}))
+
+
+class _NotFound(_JsonErrors):
+    """Every path no other handler serves."""
+
+    def prepare(self) -> None:
+        raise tornado.web.HTTPError(404, f"no such path {self.request.path!r:.80}: /v1/stores/<store>/<query>, "
+                                         f"/v1/metadata/<store>, /v1/members, /metrics")
+
+
+class _Handler(_JsonErrors):
+    """Runs a query on the server's thread pool and answers JSON."""
 
     async def get(self, *args: str) -> None:
         loop = asyncio.get_running_loop()
@@ -212,7 +249,10 @@ class _Handler(tornado.web.RequestHandler):
         self.finish(json.dumps(body))
 
     def arg(self, name: str) -> str | None:
-        return self.get_query_argument(name, None)
+        try:
+            return self.get_query_argument(name, None)
+        except tornado.web.HTTPError:  # not UTF-8
+            raise errors.InvalidArgument(f"?{name}= is not UTF-8 text (percent-encode the UTF-8 bytes)") from None
 
     def answer(self, *args: str) -> tuple[int, Any]:
         raise NotImplementedError
@@ -284,10 +324,7 @@ class _MembersHandler(_Handler):
                                  for m in sorted(view.members.values(), key=lambda m: m.member_id)]}
 
 
-class _MetricsHandler(tornado.web.RequestHandler):
-    def initialize(self, server: QueryServer) -> None:
-        self.server = server
-
+class _MetricsHandler(_JsonErrors):
     async def get(self) -> None:
         loop = asyncio.get_running_loop()
         body = await loop.run_in_executor(self.server.pool, self.server.app.prometheus.exposition)
@@ -320,7 +357,7 @@ class QueryServer:
             (r"/v1/metadata/([^/]+)", _MetadataHandler, kw),
             (r"/v1/members", _MembersHandler, kw),
             (r"/metrics", _MetricsHandler, kw),
-        ])
+        ], default_handler_class=_NotFound, default_handler_args=kw)
         server = tornado.httpserver.HTTPServer(web, max_body_size=1 << 16)
         server.add_sockets(sockets)
         self._server = server

@@ -59,20 +59,48 @@ def check_timestamp(ts: Any, what: str) -> int:
     return ts
 
 
+def check_headers(headers: Any) -> dict[str, bytes] | None:
+    """``headers`` of a record: None or a dict of str names to bytes values (the envelope's
+    shape); InvalidArgument otherwise."""
+    if headers is None:
+        return None
+    if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, bytes) for k, v in headers.items()):
+        raise errors.InvalidArgument(f"headers must be a dict of str names to bytes values, got {headers!r:.80}")
+    return headers
+
+
 def pack_envelope(key: bytes | None, value: bytes | None, timestamp: int, headers: dict[str, bytes] | None) -> bytes:
     data: bytes = _packer.pack([key, value, timestamp, headers])
     return _MARK + data
 
 
 def unpack_envelope(item: bytes) -> tuple[bytes | None, bytes | None, int, dict[str, bytes] | None] | None:
-    """The fields of an envelope item, or None if ``item`` is not one."""
+    """The fields of an envelope item, or None if ``item`` is not one. SerdeError if it is a
+    damaged one: not a msgpack array of four, or a field of the wrong type (a key or value
+    that is not bytes or nil, a timestamp that is not an int, headers that are not a map of
+    str to bytes): bad data, under the app's record-error policy."""
     if not item or item[0] != ENVELOPE_MARK:
         return None
     try:
         key, value, ts, headers = msgpack.unpackb(memoryview(item)[1:], raw=False, strict_map_key=False)
     except Exception as exc:  # noqa: BLE001 - a damaged envelope is bad data
         raise errors.SerdeError(f"damaged record envelope {item[:40]!r}: {exc}") from None
+    if not ((key is None or type(key) is bytes) and (value is None or type(value) is bytes)
+            and type(ts) is int and (headers is None or _header_map(headers))):
+        raise errors.SerdeError(
+            f"damaged record envelope {item[:40]!r}: its fields must be [key bytes or nil, value bytes or nil, "
+            f"timestamp int, headers map of str to bytes or nil], got [{_kind(key)}, {_kind(value)}, {_kind(ts)}, "
+            f"{_kind(headers)}]")
     return key, value, ts, headers
+
+
+def _header_map(headers: Any) -> bool:
+    return type(headers) is dict and all(type(k) is str and type(v) is bytes for k, v in headers.items())
+
+
+def _kind(value: Any) -> str:
+    return "nil" if value is None else type(value).__name__
 
 
 def partition_of(key: bytes, partitions: int) -> int:

@@ -1,6 +1,7 @@
 """Serdes: how keys and values become bytes and back.
 
-A serde is given by name (``"json"``, ``"msgpack"``, ``"str"``, ``"bytes"``), as a
+A serde is given by name (``"json"``, ``"msgpack"``, ``"str"``, ``"bytes"``; and
+``"windowed(<name>)"`` for the key of a windowed result, :class:`WindowedSerde`), as a
 ``dataclass`` or ``TypedDict`` class (typed JSON), or as any object with ``serialize`` and
 ``deserialize`` (:class:`Serde`). :func:`serde` resolves the specification once, when the
 topology is built. JSON uses ``orjson`` when it is installed, else the standard library.
@@ -147,7 +148,9 @@ class TypedDictSerde:
 
 
 class WindowedSerde:
-    """A :class:`~.windows.Windowed` key: msgpack ``[key bytes, start, end]``, the key by ``inner``."""
+    """A :class:`~.windows.Windowed` key: the msgpack array ``[key bytes, start, end]``, the
+    key's bytes by ``inner``, ``start`` and ``end`` the window's epoch ms (``[start, end)``).
+    By name: ``"windowed(str)"`` (any named serde inside)."""
 
     def __init__(self, inner: Serde) -> None:
         self.inner = inner
@@ -160,8 +163,9 @@ class WindowedSerde:
 
     def deserialize(self, data: bytes) -> Any:
         v = MsgpackSerde().deserialize(data)
-        if not isinstance(v, list) or len(v) != 3 or not isinstance(v[0], bytes):
-            raise errors.SerdeError(f"not a windowed key: {bytes(data)[:80]!r}")
+        if not isinstance(v, list) or len(v) != 3 or not isinstance(v[0], bytes) \
+                or not all(type(x) is int for x in v[1:]):
+            raise errors.SerdeError(f"not a windowed key ([key bytes, start, end]): {bytes(data)[:80]!r}")
         key = self.inner.deserialize(v[0])
         return Windowed(tuple(key) if isinstance(key, list) else key, v[1], v[2])
 
@@ -189,11 +193,12 @@ SerdeSpec = str | type | Serde
 def serde(spec: Any, what: str = "serde") -> Serde:
     """The serde of a specification (see the module docstring); :class:`SerdeError` if it is none."""
     if isinstance(spec, str):
-        make = NAMED.get(spec)
+        inner = spec[len("windowed("):-1] if spec.startswith("windowed(") and spec.endswith(")") else None
+        make = NAMED.get(spec if inner is None else inner)
         if make is None:
-            raise errors.SerdeError(f"unknown {what} {spec!r}; known: {', '.join(NAMED)}, a dataclass, a TypedDict "
-                                    "or an object with serialize/deserialize")
-        return make()
+            raise errors.SerdeError(f"unknown {what} {spec!r}; known: {', '.join(NAMED)}, windowed(<one of them>), "
+                                    "a dataclass, a TypedDict or an object with serialize/deserialize")
+        return make() if inner is None else WindowedSerde(make())
     if isinstance(spec, type):
         if dataclasses.is_dataclass(spec):
             return DataclassSerde(spec)

@@ -140,11 +140,13 @@ class KeyValueStore:
             self._remember(kb, value, len(kb) + len(data))
 
     def delete_range_raw(self, lo: bytes, hi: bytes | None) -> None:
-        """Delete every key in ``[lo, hi)`` (committed with the next commit)."""
+        """Delete every key in ``[lo, hi)`` (committed with the next commit). The keys leave
+        the cache (a read sees the pending range until the commit), so that deleted keys are
+        not kept, and walked again by the next range, as known-missing entries."""
         self._ranges.append([lo, hi])
         for kb in [k for k in self._cache if k >= lo and (hi is None or k < hi)]:
             self._dirty.pop(kb, None)
-            self._remember(kb, _ABSENT, len(kb))
+            self.cached_bytes -= self._cache.pop(kb)[1]
 
     def scan_raw(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
         """Entries in ``[lo, hi)`` in key order, this commit's changes included."""

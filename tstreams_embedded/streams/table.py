@@ -306,12 +306,15 @@ class Table:
         return Table(b, node, getter, None)
 
     def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]], *, key_serde: SerdeSpec = "msgpack",
-                 value_serde: SerdeSpec = "msgpack") -> GroupedTable:
+                 value_serde: SerdeSpec = "msgpack", name: str | None = None) -> GroupedTable:
         """Regroup rows by ``selector(key, value) -> (new key, new value)`` (through a
-        repartition stream); aggregate with an adder and a subtractor."""
+        repartition stream, ``<application_id>-<name>-repartition`` when ``name`` is given,
+        like Kafka's ``Grouped.as``; else numbered); aggregate with an adder and a subtractor."""
         check_callable(selector, "selector")
+        if name is not None:
+            check_name(name, "repartition name")
         node = self._b.add_node("table-group-by", lambda n: GroupMapNode(n, selector), [self._node])
-        stream = KStream(self._b, node, key_changed=True).repartition(key_serde=key_serde,
+        stream = KStream(self._b, node, key_changed=True).repartition(name=name, key_serde=key_serde,
                                                                       value_serde=FlaggedSerde(value_serde))
         return GroupedTable(stream, key_serde)
 

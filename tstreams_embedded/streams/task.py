@@ -50,7 +50,7 @@ from . import nodes as N
 from .appview import AppView
 from .metrics import AppMetrics, TaskMetrics
 from .processor import STREAM_TIME, WALL_CLOCK
-from .record_errors import RecordErrors
+from .record_errors import DEAD_LETTERED_METRIC, RecordErrors, dead_letter
 from .records import (
     ENVELOPE_MARK,
     MAX_TIMESTAMP,
@@ -95,6 +95,14 @@ class TaskHost(AppView, Protocol):
     def max_task_idle_ms(self) -> int:
         """How long a task waits for an empty source while others have data (ms)."""
 
+    @property
+    def dead_letter_stream(self) -> str | None:
+        """Where bad records go under ``on_record_error="dead_letter"`` (None: other policies)."""
+
+    @property
+    def max_future_ms(self) -> int | None:
+        """How far ahead of the wall clock a record may be stamped (None: any distance)."""
+
     def resolve(self, stream: str) -> str: ...
 
     def partitions_of(self, stream: str) -> int: ...
@@ -121,6 +129,8 @@ class SourceReader:
     passed_to: int = 0  # position after the buffered transactions (passes cancelled ones)
     table: bool = False  # read as a table: first on equal timestamps
     head: tuple[int, int] | None = None  # (transaction ID, timestamp of its first record) of the next one
+    #: the engine's commit sequence when a fetch last found nothing (not fetched again before it moves)
+    empty_at: int | None = None
 
 
 @dataclass
@@ -194,6 +204,11 @@ class Task:
         for node in self.nodes.values():  # parents of a fused sink call the internal source's children
             if any(c in fused for c in node.children):
                 node.children = [g for c in node.children for g in fused.get(c, [c])]
+        #: the streams this task writes that the application reads back (repartition and
+        #: ``through`` streams, not fused ones): see :meth:`feeds_back`
+        self._read_back = {app.resolve(s) for s in app.topology.sources if s in app.topology.sinks} - set(app.fused)
+        #: the engine's commit sequence as the app last read it (see :meth:`next_time`)
+        self.commit_seq: int | None = None
         self.records_since_commit = 0
         #: when the task last committed, on the app's clock (epoch ms; the commit interval's start)
         self.last_commit = app.clock()
@@ -237,6 +252,9 @@ class Task:
     def stream_time(self) -> int | None:
         return self._stream_time
 
+    def source_partitions(self, stream: str) -> int:
+        return self.app.partitions_of(self.app.resolve(stream))
+
     def wall_clock_ms(self) -> int:
         return self.app.clock()
 
@@ -248,9 +266,11 @@ class Task:
 
     # -- processing ----------------------------------------------------------------------
     def _fill(self) -> None:
+        seq = self.commit_seq
         for r in self.readers:
-            if not r.buffer:
+            if not r.buffer and (seq is None or r.empty_at != seq):
                 f = self.backend.fetch(r.stream, r.partition, r.fetched_to, FETCH_TXNS)
+                r.empty_at = seq if not f.txns else None
                 if f.stream_id is not None and f.stream_id != r.stream_id:
                     raise errors.StreamNotFound(f"stream {r.stream!r} was deleted while application "
                                                 f"{self.application_id!r} was reading it")
@@ -259,6 +279,26 @@ class Task:
                 r.passed_to = r.fetched_to
                 if not f.txns and r.passed_to > r.offset:
                     r.offset = r.passed_to
+
+    def next_time(self, commit_seq: int | None = None) -> int | None:
+        """The timestamp of the next record the task would process (None: no input now).
+        ``commit_seq`` (the engine's commit sequence, ``backend.wait_for_commit(-1, 0)``):
+        sources found empty at that sequence are not fetched again until it moves."""
+        if commit_seq is not None:
+            self.commit_seq = commit_seq
+        self._fill()
+        heads = [self._head_time(r) for r in self.readers if r.buffer]
+        return min(heads) if heads else None
+
+    def feeds_back(self) -> bool:
+        """Whether output buffered since the last commit goes to a stream the application
+        reads back (tasks downstream see it only once committed)."""
+        return any(stream in self._read_back for stream, _ in self.outputs)
+
+    def feeds_back_only(self) -> bool:
+        """Whether every output buffered since the last commit goes to streams the
+        application reads back (none leaves it)."""
+        return all(stream in self._read_back for stream, _ in self.outputs)
 
     def step(self) -> int | None:
         """Process one transaction (the next in timestamp order of the task's sources, see
@@ -280,7 +320,7 @@ class Task:
             ready, key=lambda r: (self._head_time(r), not r.table, r.buffer[0].id))
         txn = best.buffer.popleft()
         started = time.time()
-        self._process_txn(best.node, txn)
+        self._process_txn(best.node, best.partition, txn)
         done = time.time()
         self.metrics.process(done - started)
         self.metrics.end_to_end(max(0.0, started - txn.id / (ID_MULTIPLIER * 1000)))
@@ -297,6 +337,13 @@ class Task:
         return r.head[1]
 
     def _first_timestamp(self, node: N.SourceNode, txn: TxnData) -> int:
+        """(The transaction's time when its first record is bad data: processing refuses it.)"""
+        try:
+            return self._first_record_timestamp(node, txn)
+        except (errors.SerdeError, errors.InvalidArgument):
+            return txn.id // ID_MULTIPLIER
+
+    def _first_record_timestamp(self, node: N.SourceNode, txn: TxnData) -> int:
         txn_ts = txn.id // ID_MULTIPLIER
         if not txn.items:
             return txn_ts
@@ -310,33 +357,57 @@ class Task:
         return _extracted(node, None if kb is None else node.key_serde.deserialize(kb),
                           None if vb is None else node.value_serde.deserialize(vb), txn)
 
-    def _process_txn(self, node: N.SourceNode, txn: TxnData) -> None:
+    def _process_txn(self, node: N.SourceNode, partition: int, txn: TxnData) -> None:
         txn_ts = txn.id // ID_MULTIPLIER
         ks, vs, extract = node.key_serde, node.value_serde, node.extract
         punctuate = bool(self._punctuators)
-        for item in txn.items:
-            if item and item[0] == ENVELOPE_MARK:
-                env = unpack_envelope(item)
-                assert env is not None
-                kb, vb, ts, headers = env
-                key = None if kb is None else ks.deserialize(kb)
-                value = None if vb is None else vs.deserialize(vb)
-            else:
-                key, value, ts, headers = None, vs.deserialize(item), txn_ts, None
-            if extract is not None:
-                ts = _extracted(node, key, value, txn)
-            elif type(ts) is not int or not MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP:
-                check_timestamp(ts, f"the timestamp of the record with key {key!r:.40} in transaction {txn.id} "
-                                    f"of {node.stream!r}")
+        ahead = self.app.max_future_ms
+        now = self.app.clock() if ahead is not None else 0  # the bound holds for the whole transaction
+        latest = MAX_TIMESTAMP if ahead is None else now + ahead
+        for index, item in enumerate(txn.items):
+            try:  # bad data (see record_errors): a damaged envelope, undecodable key or value, bad timestamp
+                if item and item[0] == ENVELOPE_MARK:
+                    env = unpack_envelope(item)
+                    assert env is not None
+                    kb, vb, ts, headers = env
+                    key = None if kb is None else ks.deserialize(kb)
+                    value = None if vb is None else vs.deserialize(vb)
+                else:
+                    key, value, ts, headers = None, vs.deserialize(item), txn_ts, None
+                if extract is not None:
+                    ts = _extracted(node, key, value, txn)
+                elif type(ts) is not int or not MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP:
+                    check_timestamp(ts, f"the timestamp of the record with key {key!r:.40} in transaction "
+                                        f"{txn.id} of {node.stream!r}")
+                if ts > latest:
+                    raise errors.TimestampTooFarAhead(
+                        f"the record with key {key!r:.40} in transaction {txn.id} of {node.stream!r} is stamped "
+                        f"{ts}, more than max_future_ms={ahead} ahead of the wall clock ({now})")
+            except (errors.SerdeError, errors.InvalidArgument) as exc:
+                if not self.app.record_errors.skip("task"):
+                    raise
+                self._dead_letter(item, node.stream, partition, txn, index, exc)
+                continue
             if self._stream_time is None or ts > self._stream_time:
                 self._stream_time = ts
             try:
                 node.forward(Record(key, value, ts, headers))
-            except errors.StoreKeyTooLong:
+            except errors.StoreKeyTooLong as exc:
                 if not self.app.record_errors.skip("task"):
                     raise
+                self._dead_letter(item, node.stream, partition, txn, index, exc)
             if punctuate:
                 self._punctuate_stream_time()
+
+    def _dead_letter(self, item: bytes, stream: str, partition: int, txn: TxnData, index: int,
+                     error: BaseException) -> None:
+        """Under ``on_record_error="dead_letter"``: the record to the dead-letter stream, with
+        this commit (see :mod:`.record_errors`)."""
+        target = self.app.dead_letter_stream
+        if target is not None:
+            self.send(target, None, dead_letter(item, stream, partition, txn.id, index, error),
+                      txn.id // ID_MULTIPLIER, None)
+            self.count(DEAD_LETTERED_METRIC)
 
     def _punctuate_stream_time(self) -> None:
         now = self._stream_time

@@ -182,6 +182,11 @@ class TopologyGraph:
         self._sinks.setdefault(stream, (ks, vs))
         return ks, vs
 
+    def writes(self, stream: str) -> bool:
+        """Whether the topology writes ``stream`` (a sink, ``through`` or repartition stream):
+        its records are on their key's partition."""
+        return stream in self._sinks
+
     def add_internal_stream(self, name: str | None, partitions: int | None) -> str:
         """Declare the internal stream ``<application_id>-<name or a number>-repartition``
         with ``partitions`` (None: the task count); its topology name."""

@@ -8,6 +8,7 @@ from typing import Any
 from .. import errors
 from ..engine import state
 from .nodes import Aggregation, Node, TaskContext
+from .record_slices import RecordSlices
 from .records import Record
 from .serdes import Serde
 from .windows import SessionWindows, SlidingWindows, Windowed, Windows
@@ -47,6 +48,8 @@ class WindowAggregateNode(Node):
         self.finals = [c for c in self.children if isinstance(c, SuppressNode)]
         self.store = ctx.store(self.store_name)
         self.raw = ctx.store(self.raw_store_name) if self.raw_store_name is not None else None
+        if self.raw is not None:
+            self.slices = RecordSlices(self.raw, self.windows.size_ms)  # type: ignore[attr-defined]
         self.key_serde = self.store.key_serde
         self.meta_key = ("observed/" + self.name).encode()
         self.observed: int | None = ctx.meta().get_raw(self.meta_key)
@@ -145,8 +148,8 @@ class WindowAggregateNode(Node):
 
     def _slide(self, rec: Record, kb: bytes, observed: int) -> bool:
         """Sliding windows: the record's own window aggregates every record of the key in
-        ``[t - size, t]`` (the records are kept in a second store, by time); the windows
-        that contain ``t`` get the record added."""
+        ``[t - size, t]`` (read from the key's record slices, see :class:`RecordSlices`); the
+        windows that contain ``t`` get the record added."""
         t = rec.timestamp
         size = self.windows.size_ms  # type: ignore[attr-defined]
         late = True
@@ -161,31 +164,14 @@ class WindowAggregateNode(Node):
             wk = state.window_key(end, start, kb)
             if wk not in self.open:
                 value = self.agg.initializer()
-                raw = self._raw_records(kb, start, t)
-                for key, v in raw:
+                for key, v in self.slices.records(kb, start, t):
                     value = self.agg.aggregator(key, v, value)
                 self._put(rec, wk, kb, start, end, self.agg.aggregator(rec.key, rec.value, value))
             else:
                 self._add(rec, kb, start, end)
         if not late:  # a late record is dropped: no window made later may count it either
-            self._keep_raw(rec, kb)
+            self.slices.keep(kb, t, rec.key, rec.value)
         return late
-
-    def _raw_records(self, kb: bytes, lo: int, hi: int) -> list[tuple[Any, Any]]:
-        assert self.raw is not None
-        out = []
-        for rk, values in self.raw.scan_raw(state.window_bound(lo), state.window_bound(hi + 1)):
-            if state.split_window_key(rk)[2] == kb:
-                out.extend(values)
-        return out
-
-    def _keep_raw(self, rec: Record, kb: bytes) -> None:
-        assert self.raw is not None
-        t = rec.timestamp
-        wk = state.window_key(t, t, kb)
-        values = list(self.raw.get_raw(wk) or [])
-        values.append([rec.key, rec.value])
-        self.raw.put_raw(wk, values)
 
     def _late(self, rec: Record) -> None:
         if self.late_to is None:
@@ -216,6 +202,8 @@ class WindowAggregateNode(Node):
             for store in (self.store, self.raw):
                 if store is not None:
                     store.delete_range_raw(state.window_bound(state.MIN_TIME), state.window_bound(cutoff + 1))
+            if self.raw is not None:
+                self.slices.retire(cutoff)
             self.retired_to = cutoff
 
 

@@ -15,8 +15,16 @@ from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .. import errors
+from .records import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 DAY_MS = 86_400_000
+#: the longest window size, gap, grace or retention: the span of the valid record timestamps
+#: (the years 1 to 9999; a longer one would change nothing), so window bounds fit in 64 bits
+MAX_DURATION_MS = MAX_TIMESTAMP - MIN_TIMESTAMP
+#: the most windows one record may fall in: hopping ``TimeWindows`` with ``size_ms /
+#: advance_ms`` above it are refused (``TopologyError``), as every window of a record is a
+#: store update of its own
+MAX_WINDOWS_PER_RECORD = 10_000
 
 
 class Windowed(NamedTuple):
@@ -28,8 +36,9 @@ class Windowed(NamedTuple):
 
 
 def _ms(value: Any, what: str, lo: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise errors.InvalidArgument(f"{what} must be an integer number of milliseconds >= {lo}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= MAX_DURATION_MS:
+        raise errors.InvalidArgument(f"{what} must be an integer number of milliseconds in [{lo}, "
+                                     f"{MAX_DURATION_MS}] (the span of the valid timestamps), got {value!r:.40}")
     return value
 
 
@@ -56,7 +65,8 @@ class Windows:
 @dataclass(init=False, frozen=True)
 class TimeWindows(Windows):
     """Tumbling windows of ``size_ms`` (aligned to the epoch); hopping when ``advance_ms`` is
-    smaller than the size (a record then belongs to ``size / advance`` windows)."""
+    smaller than the size (a record then belongs to ``size / advance`` windows, at most
+    :data:`MAX_WINDOWS_PER_RECORD`: :class:`~tstreams_embedded.errors.TopologyError` beyond)."""
 
     size_ms: int
     advance_ms: int
@@ -69,6 +79,13 @@ class TimeWindows(Windows):
         advance = size_ms if advance_ms is None else _ms(advance_ms, "advance_ms", 1)
         if advance > size_ms:
             raise errors.InvalidArgument(f"advance_ms ({advance}) must not exceed size_ms ({size_ms})")
+        per_record = -(-size_ms // advance)
+        if per_record > MAX_WINDOWS_PER_RECORD:
+            raise errors.TopologyError(
+                f"TimeWindows(size_ms={size_ms}, advance_ms={advance}) would put each record in {per_record} "
+                f"windows; at most {MAX_WINDOWS_PER_RECORD} windows per record (MAX_WINDOWS_PER_RECORD) are "
+                f"allowed: use a larger advance_ms (at least {-(-size_ms // MAX_WINDOWS_PER_RECORD)}) or a "
+                f"smaller size_ms")
         object.__setattr__(self, "advance_ms", advance)
         object.__setattr__(self, "grace_ms", _ms(grace_ms, "grace_ms"))
         object.__setattr__(self, "retention_ms", self._retention(retention_ms, size_ms))
@@ -131,7 +148,9 @@ CALENDAR_UNITS = ("day", "week", "month")
 @dataclass(init=False, frozen=True)
 class CalendarWindows(Windows):
     """Calendar windows in a time zone: a local day (23 or 25 hours across a daylight-saving
-    change), an ISO week (Monday to Monday) or a month, computed with :mod:`zoneinfo`."""
+    change), an ISO week (Monday to Monday) or a month, computed with :mod:`zoneinfo`. Every
+    valid record timestamp is placed, the first and last days of the years 1 to 9999
+    included (their windows may start in the year 0 or end in the year 10000)."""
 
     unit: str
     tz: str
@@ -154,19 +173,69 @@ class CalendarWindows(Windows):
 
     def windows_for(self, t: int) -> list[tuple[int, int]]:
         zone = ZoneInfo(self.tz)
-        local = dt.datetime.fromtimestamp(t // 1000, zone).date()
+        day = _local_day(t, zone)
         if self.unit == "day":
-            first, nxt = local, local + dt.timedelta(days=1)
+            first, nxt = day, day + 1
         elif self.unit == "week":
-            first = local - dt.timedelta(days=local.weekday())
-            nxt = first + dt.timedelta(days=7)
+            first = day - (day + 6) % 7  # back to Monday (ordinal 1, 0001-01-01, is a Monday)
+            nxt = first + 7
         else:
-            first = local.replace(day=1)
-            nxt = (first + dt.timedelta(days=32)).replace(day=1)
+            year, month = _year_month(day)
+            first = _ordinal(year, month)
+            nxt = _ordinal(year + month // 12, month % 12 + 1)
         return [(_midnight(first, zone), _midnight(nxt, zone))]
 
 
-def _midnight(day: dt.date, zone: ZoneInfo) -> int:
-    """Epoch ms of the local start of ``day`` (where midnight does not exist, the moment the
-    clocks jump)."""
-    return int(dt.datetime(day.year, day.month, day.day, tzinfo=zone).timestamp()) * 1000
+# Calendar arithmetic on proleptic Gregorian day ordinals (``date.toordinal()``: 1 is
+# 0001-01-01), so that every valid timestamp is placed: a window may start before the year 1
+# (0001-01-01 00:00 UTC is still 0000-12-31 west of Greenwich) or end in the year 10000,
+# which ``datetime`` cannot represent. Days outside its range are mapped by whole 400-year
+# cycles (146,097 days, a whole number of weeks), and take the UTC offset of the nearest
+# day it can represent (a zone's offset does not change there: local mean time in the year
+# 1, the zone's standing rule in December 9999).
+_EPOCH_DAY = dt.date(1970, 1, 1).toordinal()
+_CYCLE_DAYS = 146_097
+_CYCLE_YEARS = 400
+_LAST_DAY = dt.date.max.toordinal()
+_UTC_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+#: instants whose local time is a ``datetime`` in every zone (offsets are under a day)
+_SAFE_FIRST_MS = (1 + 2 - _EPOCH_DAY) * DAY_MS
+_SAFE_LAST_MS = (_LAST_DAY - 2 - _EPOCH_DAY) * DAY_MS
+
+
+def _offset_ms(t: int, zone: ZoneInfo) -> int:
+    """The UTC offset of ``zone`` at the instant ``t`` (epoch ms)."""
+    clamped = min(max(t, _SAFE_FIRST_MS), _SAFE_LAST_MS)
+    offset = (_UTC_EPOCH + dt.timedelta(milliseconds=clamped)).astimezone(zone).utcoffset()
+    assert offset is not None
+    return offset // dt.timedelta(milliseconds=1)
+
+
+def _local_day(t: int, zone: ZoneInfo) -> int:
+    """The day ordinal of the local date of instant ``t`` in ``zone``."""
+    return (t + _offset_ms(t, zone)) // DAY_MS + _EPOCH_DAY
+
+
+def _year_month(day: int) -> tuple[int, int]:
+    """The (year, month) of day ordinal ``day`` (the year may be 0 or 10000)."""
+    shift = 0 if 1 <= day <= _LAST_DAY else (1 if day < 1 else -1)
+    date = dt.date.fromordinal(day + shift * _CYCLE_DAYS)
+    return date.year - shift * _CYCLE_YEARS, date.month
+
+
+def _ordinal(year: int, month: int) -> int:
+    """The day ordinal of the first of ``month`` of ``year`` (the year may be 0 or 10000)."""
+    shift = 0 if 1 <= year <= dt.MAXYEAR else (1 if year < 1 else -1)
+    return dt.date(year + shift * _CYCLE_YEARS, month, 1).toordinal() - shift * _CYCLE_DAYS
+
+
+def _midnight(day: int, zone: ZoneInfo) -> int:
+    """Epoch ms of the local start of day ordinal ``day`` (where midnight does not exist, the
+    moment the clocks jump)."""
+    if 1 <= day <= _LAST_DAY:
+        date = dt.date.fromordinal(day)
+        return int(dt.datetime(date.year, date.month, date.day, tzinfo=zone).timestamp()) * 1000
+    edge = dt.datetime.min if day < 1 else dt.datetime.combine(dt.date.max, dt.time())
+    offset = zone.utcoffset(edge)
+    assert offset is not None
+    return (day - _EPOCH_DAY) * DAY_MS - offset // dt.timedelta(milliseconds=1)

@@ -17,8 +17,18 @@ import click
 
 from ..engine.consumer import Transaction
 from ..engine.validate import check_partition
+from ..ids import ID_MULTIPLIER
 from . import report
-from .formats import INPUT_FORMATS, OUTPUT_FORMATS, decode_item, item_line, to_json
+from .formats import (
+    INPUT_FORMATS,
+    OUTPUT_FORMATS,
+    RECORD_SERDES,
+    RecordSerdes,
+    decode_item,
+    item_line,
+    record_serdes,
+    to_json,
+)
 from .output import Output, duration, id_time, ms_time, output_failed, silence_stdout, size
 from .positions import Position, PositionType
 from .produce import produce as produce_items
@@ -52,8 +62,10 @@ def partition_option(help_text: str) -> Callable[[F], F]:
 @json_option
 def streams_describe(target: Target, name: str, as_json: bool) -> None:
     """Describe stream NAME: per partition its head (last checkpointed transaction) and its
-    time, the transactions and items it holds, open transactions (ID, age, time left before
-    they expire), and the bytes it uses."""
+    time, the transactions and items it holds, the expired transactions still stored
+    (checkpointed ones past the stream's TTL, and open ones past their deadline: a writer
+    that died), open transactions (ID, age, time left before they expire), and the bytes it
+    uses."""
     out = Output(as_json)
     with target.open() as engine:
         info = report.stream_info(engine.backend, name)
@@ -95,17 +107,29 @@ def streams_describe(target: Target, name: str, as_json: bool) -> None:
 @click.option("--max", "max_txns", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop after N transactions.")
 @click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default="raw", show_default=True,
-              help="How to show items: raw bytes, JSON or msgpack documents (shown as JSON), or hex.")
+              help="How to show items: raw bytes, JSON or msgpack documents (shown as JSON), hex, or the "
+                   "records of a streams app's stream (record envelopes: key, value, timestamp, headers as "
+                   "JSON; see --key-serde, --value-serde).")
+@click.option("--key-serde", type=click.Choice(RECORD_SERDES), default=None, metavar="SERDE",
+              help="With --format record: how keys were written (msgpack, the DSL's default; json, str, bytes; "
+                   "windowed(msgpack|json|str|bytes) for the keys of windowed results, shown as "
+                   "{key, start, end}).  [default: msgpack]")
+@click.option("--value-serde", type=click.Choice(RECORD_SERDES), default=None, metavar="SERDE",
+              help="With --format record: how values were written (as --key-serde).  [default: msgpack]")
 @click.option("--group", default=None, metavar="NAME", help="Read as the named consumer NAME.")
 @click.option("--commit", is_flag=True, help="Store the group's offsets after each transaction printed.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON line per transaction (stream, partition, id, time, items).")
 def consume(target: Target, stream: str, start: Position | None, partitions: tuple[int, ...], follow: bool,
-            max_txns: int | None, fmt: str, group: str | None, commit: bool, as_json: bool) -> None:
+            max_txns: int | None, fmt: str, key_serde: str | None, value_serde: str | None, group: str | None,
+            commit: bool, as_json: bool) -> None:
     """Print the checkpointed transactions of STREAM, in order per partition: one line per
     item, or one JSON line per transaction with --json. Without --commit no offset is stored."""
     if commit and group is None:
         raise click.UsageError("--commit needs --group NAME")
+    if fmt != "record" and (key_serde or value_serde):
+        raise click.UsageError("--key-serde and --value-serde go with --format record")
+    serdes = record_serdes(key_serde or "msgpack", value_serde or "msgpack") if fmt == "record" else None
     out: BinaryIO = sys.stdout.buffer
     with target.open() as engine:
         consumer = engine.consumer(stream, ANONYMOUS if group is None else group,
@@ -123,7 +147,7 @@ def consume(target: Target, stream: str, start: Position | None, partitions: tup
                         break
                     waiter.wait(seen)
                     continue
-                _write_transaction(out, t, fmt, as_json)
+                _write_transaction(out, t, fmt, as_json, serdes)
                 printed += 1
                 if commit:
                     consumer.checkpoint()
@@ -135,13 +159,15 @@ def consume(target: Target, stream: str, start: Position | None, partitions: tup
             raise output_failed(exc) from None
 
 
-def _write_transaction(out: BinaryIO, t: Transaction, fmt: str, as_json: bool) -> None:
+def _write_transaction(out: BinaryIO, t: Transaction, fmt: str, as_json: bool,
+                       serdes: RecordSerdes | None) -> None:
+    ms = t.id // ID_MULTIPLIER  # the timestamp of a plain item under --format record
     if as_json:
         line = {"stream": t.stream, "partition": t.partition, "id": t.id, "time": id_time(t.id),
-                "items": [decode_item(i, fmt) for i in t.items]}
+                "items": [decode_item(i, fmt, serdes, ms) for i in t.items]}
         out.write(to_json(line).encode("utf-8") + b"\n")
     else:
-        out.write(b"".join(item_line(i, fmt) + b"\n" for i in t.items))
+        out.write(b"".join(item_line(i, fmt, serdes, ms) + b"\n" for i in t.items))
     out.flush()
 
 

@@ -40,7 +40,8 @@ from ..engine.backend import Backend, PartitionInfo
 from ..engine.consumer import Start
 from ..ids import ID_MULTIPLIER, MAX_ID, txn_id_at
 
-_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
+_RELATIVE = re.compile(r"^-([0-9]+(?:\.[0-9]+)?)([smhd])$")
+_DIGITS = re.compile(r"^[0-9]+$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -103,7 +104,7 @@ def parse_position(text: str, now: dt.datetime | None = None) -> Position:
     value = text.strip()
     if value in ("oldest", "newest"):
         return Position(value, value)
-    if value.isdigit():
+    if _DIGITS.match(value):
         txn_id = int(value)
         if txn_id > MAX_ID:
             raise errors.InvalidArgument(f"transaction ID {value} is above the largest ID {MAX_ID}")
@@ -111,7 +112,11 @@ def parse_position(text: str, now: dt.datetime | None = None) -> Position:
     m = _RELATIVE.match(value)
     if m:
         now = now or dt.datetime.now(dt.timezone.utc)
-        when = now - dt.timedelta(seconds=float(m.group(1)) * _UNIT_SECONDS[m.group(2)])
+        try:
+            when = now - dt.timedelta(seconds=float(m.group(1)) * _UNIT_SECONDS[m.group(2)])
+        except OverflowError:
+            raise errors.InvalidArgument(f"{text!r} is too far in the past: a time must be after "
+                                         "1970-01-01T00:00:00Z") from None
     else:
         try:
             when = dt.datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value)

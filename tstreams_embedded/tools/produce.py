@@ -2,7 +2,9 @@
 
 Input formats: ``lines`` (each line is an item, its line end removed), ``json`` (each
 non-blank line is a JSON document, stored as compact UTF-8 JSON), ``msgpack`` (a stream of
-msgpack documents, each stored packed). Memory is bounded: a line longer than the engine's
+msgpack documents, each stored packed). ``NaN`` and the infinities are refused in JSON (they are
+not JSON, whatever Python's ``json`` accepts), and a msgpack document cut short by the end of
+the input is an error naming its byte offset. Memory is bounded: a line longer than the engine's
 ``max_item_size`` fails with ItemTooLarge before it is read whole, and items go to the engine
 in the producer's chunks. A transaction is checkpointed after every ``txn_size`` items and
 at the end of the input; if an item is bad, the transaction in progress is cancelled (the
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import msgpack
 
@@ -22,21 +24,14 @@ from .. import errors
 from ..engine.engine import Engine
 from .formats import to_json
 
+#: bytes read from the input at a time for ``--format msgpack``
+READ_SIZE = 64 * 1024
+
 
 def read_items(source: BinaryIO, fmt: str, max_item_size: int) -> Iterator[bytes]:
     """The items of ``source`` in input format ``fmt``."""
     if fmt == "msgpack":
-        unpacker = msgpack.Unpacker(source, raw=False, strict_map_key=False, max_buffer_size=max_item_size + 1024)
-        n = 0
-        try:
-            for value in unpacker:
-                n += 1
-                yield msgpack.packb(value, use_bin_type=True)
-        except msgpack.BufferFull:
-            raise errors.ItemTooLarge(f"msgpack document {n + 1} is larger than max_item_size ({max_item_size} bytes)"
-                                      ) from None
-        except (ValueError, msgpack.UnpackException) as exc:
-            raise errors.InvalidArgument(f"msgpack document {n + 1} is malformed: {exc}") from None
+        yield from _msgpack_items(source, max_item_size)
         return
     n = 0
     while True:
@@ -53,10 +48,45 @@ def read_items(source: BinaryIO, fmt: str, max_item_size: int) -> Iterator[bytes
             if not item.strip():
                 continue
             try:
-                item = to_json(json.loads(item)).encode("utf-8")
+                item = to_json(json.loads(item, parse_constant=_not_json)).encode("utf-8")
             except ValueError as exc:
                 raise errors.InvalidArgument(f"line {n} is not JSON: {exc}") from None
         yield item
+
+
+def _not_json(constant: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity``, which Python's ``json`` accepts, are not JSON
+    (RFC 8259), and other readers of the stream would refuse them."""
+    raise ValueError(f"{constant} is not a JSON value (RFC 8259 has no NaN or infinities)")
+
+
+def _msgpack_items(source: BinaryIO, max_item_size: int) -> Iterator[bytes]:
+    """The msgpack documents of ``source``, each packed again; a document cut short by the
+    end of the input is an error naming its byte offset, never dropped."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max_item_size + 1024 + READ_SIZE)
+    n = 0
+    fed = 0
+    end = 0  # where the last whole document ended
+    try:
+        while True:
+            chunk = source.read(READ_SIZE)
+            if not chunk:
+                break
+            unpacker.feed(chunk)
+            fed += len(chunk)
+            for value in unpacker:
+                n += 1
+                end = unpacker.tell()
+                yield msgpack.packb(value, use_bin_type=True)
+    except msgpack.BufferFull:
+        raise errors.ItemTooLarge(f"msgpack document {n + 1} is larger than max_item_size ({max_item_size} bytes)"
+                                  ) from None
+    except (ValueError, msgpack.UnpackException) as exc:
+        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise errors.InvalidArgument(f"msgpack document {n + 1} is malformed at byte offset {end}: {why}") from None
+    if end < fed:
+        raise errors.InvalidArgument(f"msgpack document {n + 1} at byte offset {end} is truncated: the input ends "
+                                     f"after {fed - end} of its bytes")
 
 
 @dataclass

@@ -172,7 +172,9 @@ def apply_reset(backend: Backend, info: StreamInfo, consumer: str, stored: dict[
 
 
 def delete_consumer(backend: Backend, info: StreamInfo, consumer: str) -> int:
-    """Delete a consumer's offsets; ConsumerNotFound if it had none."""
+    """Delete a consumer's offsets; ConsumerNotFound if it had none (checked first, so that
+    deleting an unknown consumer writes nothing, not even a commit-log entry)."""
+    stored_offsets(backend, info, consumer)
     (removed,) = backend.submit([O.DeleteConsumer(info.name, check_name(consumer, "consumer name"), info.id)])
     if not removed:
         raise errors.ConsumerNotFound(f"consumer {consumer!r} has no stored offsets on stream {info.name!r}")

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import click
 
 from ..engine.engine import Engine
+from .params import MAX_TIMEOUT, seconds
 
 F = TypeVar("F", bound=Callable[..., Any])
 SCHEMES = ("tcp://", "ipc://", "inproc://", "zk://")
@@ -70,7 +71,7 @@ def _options(create: bool) -> Callable[[F], F]:
                          help="A server (tcp://host:port) or a cluster (zk://host:port/path) instead of --data."),
             click.option("--curve-dir", type=click.Path(file_okay=False, exists=True), default=None,
                          help="CURVE keys directory for --connect (made by 'tstreams keys generate')."),
-            click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+            click.option("--timeout", type=seconds(0, MAX_TIMEOUT, min_open=True), default=10.0, show_default=True,
                          metavar="SECONDS",
                          help="Seconds each request to --connect may take (connecting included)."),
         ]):
