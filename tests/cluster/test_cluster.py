@@ -50,7 +50,17 @@ def converged(c: Cluster, timeout: float = 20) -> dict[str, Any]:
     return state
 
 
-def test_durable_write_needs_a_quorum(cluster: Cluster) -> None:
+def test_durable_write_needs_a_quorum(zk: Any, tmp_path: Any) -> None:
+    # (a long session: the leader keeps leading without followers for seconds, which
+    # CheckQuorum allows only for an election timeout, 3/4 of the session)
+    cluster = Cluster(zk, tmp_path, session=9.0).start()
+    try:
+        _durable_write_needs_a_quorum(cluster)
+    finally:
+        cluster.stop()
+
+
+def _durable_write_needs_a_quorum(cluster: Cluster) -> None:
     leader = cluster.leader()
     engine = cluster.connect(timeout=60)
     engine.create_stream("s")

@@ -201,3 +201,53 @@ def test_index_to_fit(tmp_path: Any) -> None:
         assert sum(sizes[upto:]) <= budget
         assert upto == 0 or sum(sizes[upto - 1:]) > budget  # the smallest such index
     log.close()
+
+
+class _HookedEnv:
+    """The log's LMDB environment with ``hook()`` run right after each write transaction
+    commits: inside :meth:`ReplicatedLog.append`, before the log records its new last index
+    (the window a concurrent fetch ran into)."""
+
+    def __init__(self, env: Any, hook: Any) -> None:
+        self.env = env
+        self.hook = hook
+
+    def begin(self, write: bool = False, **kwargs: Any) -> Any:
+        txn = self.env.begin(write=write, **kwargs)
+        if not write:
+            return txn
+        hook = self.hook
+
+        class Txn:
+            def __enter__(self) -> Any:
+                return txn.__enter__()
+
+            def __exit__(self, *exc: Any) -> Any:
+                out = txn.__exit__(*exc)
+                hook()
+                return out
+
+        return Txn()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+
+def test_a_read_during_an_append_never_goes_past_the_last_index(tmp_path: Any) -> None:
+    """Bug (#20, "truncated 1 uncommitted log entries" on a caught-up follower of a stable
+    leader): a fetch answered while the leader appended read the new entry from LMDB before
+    the log had moved its last index; the follower then asked from one past the leader's
+    last index and was told to truncate that entry. The schedule: append commits, a fetch
+    reads, then the append updates the index. Reads now stop at the last index."""
+    log = ReplicatedLog(str(tmp_path / "log"))
+    try:
+        log.append(1, 1, [])
+        seen: list[tuple[list[int], int]] = []
+        log.env = _HookedEnv(log.env, lambda: seen.append(([e.index for e in log.read(1)], log.last_index)))
+        log.append(1, 2, [])
+        [(indexes, last)] = seen
+        assert last == 1 and indexes == [1], "the read went past the log's last index"
+        assert [e.index for e in log.read(1)] == [1, 2]  # once appended, it is read
+    finally:
+        log.env = getattr(log.env, "env", log.env)
+        log.close()

@@ -62,7 +62,9 @@ def writing(c: Cluster) -> tuple[ClusterNode, Any, ItemWriter]:
 
 
 def test_grow_from_3_to_4_with_writes_running(zk: ZooKeeperServer, tmp_path: Path) -> None:
-    c = Cluster(zk, tmp_path).start()
+    # (a long session: the leader keeps leading without a quorum for seconds at the end,
+    # which CheckQuorum allows only for an election timeout, 3/4 of the session)
+    c = Cluster(zk, tmp_path, session=9.0).start()
     try:
         leader, engine, writer = writing(c)
         init_cluster(c.url, 4)  # grow: first the configuration, then the new node

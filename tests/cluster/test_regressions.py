@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pytest
 
 from tstreams_embedded import errors
 from tstreams_embedded.cluster.zk import ZkAddress
 from tstreams_embedded.net.client import RemoteBackend
 from tstreams_embedded.testing import ZooKeeperServer, eventually
 
-from .conftest import SESSION, Cluster
+from .conftest import SESSION, Cluster, ClusterNode
 from .test_cluster import converged, items_on
 
 #: A session long enough that a restart always comes before it expires, even on a loaded
@@ -51,14 +52,25 @@ def test_a_node_restarted_within_the_session_timeout_owns_its_membership_node(zk
         cluster.stop()
 
 
-def test_expiry_seen_by_a_read_agrees_with_the_replicated_apply(cluster: Cluster) -> None:
+def test_expiry_seen_by_a_read_agrees_with_the_replicated_apply(zk: ZooKeeperServer, tmp_path: Path) -> None:
     """Bug: readers judged an open transaction's expiry by the leader's wall clock, and the
     leader marked it INVALID in its own state, while the apply step judges it by the time of
     the log entry. A checkpoint logged before the deadline but applied after a read past the
     deadline (here: the followers are paused meanwhile) then failed on the leader and
     succeeded on the followers: diverged nodes, and a transaction visible behind a consumer
     that had skipped it. Reads now use the state machine's clock (the time of the last
-    applied entry), which every later entry is at or past."""
+    applied entry), which every later entry is at or past.
+
+    (A long session: the leader must keep leading for seconds without hearing a follower,
+    which CheckQuorum allows only for an election timeout, 3/4 of the session.)"""
+    cluster = Cluster(zk, tmp_path, session=LONG_SESSION).start()
+    try:
+        _expiry_seen_by_a_read(cluster)
+    finally:
+        cluster.stop()
+
+
+def _expiry_seen_by_a_read(cluster: Cluster) -> None:
     leader = cluster.leader()
     engine = cluster.connect(timeout=60, txn_ttl=2.0, keepalive_interval=None)
     engine.create_stream("s")
@@ -243,3 +255,49 @@ def test_an_oversized_frame_to_the_replication_port_is_dropped(cluster: Cluster)
     engine.producer("s").instant([b"x"])
     eventually(lambda: follower.status()["applied"] >= leader.status()["commit"] > 0, 30, 0.05,
                message="the follower still replicates")
+
+
+def test_a_data_directory_of_another_cluster_is_refused(zk: ZooKeeperServer, tmp_path: Path) -> None:
+    """Bug (#20): a node started on a data directory from another cluster followed this one
+    silently (its log happened to pass the consistency check) and held items no other node
+    had. The id of the cluster a directory joined (``P/id``) is now kept in the directory
+    (``cluster-id``), and a node of another cluster refuses to start on it."""
+    first = Cluster(zk, tmp_path / "a", n=1).start()
+    try:
+        engine = first.connect(timeout=60)
+        first.closers.append(engine.close)
+        engine.create_stream("s")
+        engine.producer("s").instant([b"first-cluster-only"])
+    finally:
+        first.stop()
+    data = first.nodes[0].data
+    assert (Path(data) / "cluster-id").exists()
+    second = Cluster(zk, tmp_path / "b", n=1)
+    stranger = second.add_node("n9")
+    stranger.data = data
+    try:
+        with pytest.raises(RuntimeError, match="belongs to another cluster"):
+            stranger.start(timeout=60)
+    finally:
+        second.stop()
+    first.nodes[0].start(timeout=60)  # its own cluster still takes it
+    first.nodes[0].stop()
+
+
+def test_a_duplicate_node_id_refuses_to_start(cluster: Cluster) -> None:
+    """Bug (#20): a second process started with a running node's ``--node-id`` was
+    accepted, the leader counted its acknowledgements as the real node's, and 888
+    acknowledged writes were lost after a failover. A node now claims its id with its
+    ZooKeeper session (``P/nodes/<id>``); a duplicate waits for the holder's session to end
+    (that of a crashed process would, within the session timeout) and refuses to start."""
+    leader = cluster.leader(timeout=60)
+    taken = cluster.followers(leader)[0].node_id
+    duplicate = ClusterNode(taken, cluster.root / "duplicate", cluster.root / "logs", cluster.url,
+                            session_timeout=cluster.session)
+    with pytest.raises(RuntimeError, match="in use by another running node"):
+        duplicate.start(timeout=60)
+    engine = cluster.connect(timeout=60)
+    cluster.closers.append(engine.close)
+    engine.create_stream("s")
+    engine.producer("s").instant([b"after"])
+    converged(cluster)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import select
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tstreams_embedded import errors
 from tstreams_embedded.cluster import snapshot as snap
+from tstreams_embedded.cluster.messages import SnapshotBegin, decode_request, pack
 from tstreams_embedded.cluster.serve import state_digest
 from tstreams_embedded.engine.core import Core
 
@@ -123,28 +125,32 @@ def test_reopen_needs_an_engine_without_maintenance(tmp_path: Path) -> None:
 def test_snapshot_server_answers_bad_chunk_requests_with_gone(tmp_path: Path) -> None:
     leader = make_core(tmp_path / "leader")
     replies: list[dict[str, object]] = []
-    server = snap.SnapshotServer(lambda ident, rep: replies.append(rep))
+    server = snap.SnapshotServer(lambda ident, rep: replies.append(rep.to_wire()))
+
+    def request(**wire: object) -> Any:
+        return decode_request(pack({"op": "snapshot", "node": "n2", **wire}))
+
     try:
         load(leader, 3)
         set_position(leader, snap.Position(5, 2, 9))
         cdb = leader.store.env.open_db(b"cluster")
         for bad in ({"sid": "nope", "offset": 0}, {"sid": None}):
             if bad["sid"] is None:
-                server.begin(b"f", {"rid": 1, "node": "n2"}, 2, leader.store, cdb, None, None)
+                server.begin(b"f", request(rid=1, sid=None), 2, leader.store, cdb, None, None)
                 assert replies[-1]["status"] == "ok" and replies[-1]["index"] == 5
                 sid = replies[-1]["sid"]
                 for wrong in (7, "x", None, -1):
-                    server.chunk(b"f", {"rid": 2, "sid": sid, "offset": wrong})
+                    server.chunk(b"f", request(rid=2, sid=sid, offset=wrong))
                     assert replies[-1]["status"] == "gone", wrong
             else:
-                server.chunk(b"f", {"rid": 3, **bad})
+                server.chunk(b"f", request(rid=3, **bad))
                 assert replies[-1]["status"] == "gone"
         assert server.needed_from() == [6, 6]  # the transfer in flight, and n2's install
         server.fetched("n2")
         assert server.needed_from() == [6]
         while len(server.transfers) < snap.MAX_TRANSFERS:
-            server.begin(b"g", {"rid": 4, "node": "n3"}, 2, leader.store, cdb, None, None)
-        server.begin(b"h", {"rid": 5, "node": "n4"}, 2, leader.store, cdb, None, None)
+            server.begin(b"g", SnapshotBegin("n3", 0, rid=4), 2, leader.store, cdb, None, None)
+        server.begin(b"h", SnapshotBegin("n4", 0, rid=5), 2, leader.store, cdb, None, None)
         assert replies[-1]["status"] == "busy"
     finally:
         server.close()

@@ -216,17 +216,26 @@ class ReplicatedLog:
 
     # ------------------------------------------------------------------ reads
     def read(self, start: int, limit: int = 256, max_bytes: int = 8 << 20) -> list[Entry]:
-        """Entries ``start, start+1, …`` (at most ``limit`` / about ``max_bytes``); empty if
-        ``start`` is not in the log."""
+        """Entries ``start, start+1, …`` up to :attr:`last_index` as it was when called (at
+        most ``limit`` / about ``max_bytes``); empty if ``start`` is not in the log.
+
+        Never past that index: an append commits its entry before it moves the index, and a
+        fetch answered in between must not hand a follower an entry the leader's own index
+        does not have yet (the follower's next fetch would look ahead of the leader, and be
+        told to truncate it)."""
         out: list[Entry] = []
         size = 0
+        upto = self._last[0]
         with self.env.begin() as txn:
             cur = txn.cursor(db=self.entries)
             if not cur.set_key(U64.pack(start)):
                 return out
             for k, v in cur.iternext():
                 raw = v
-                out.append(_unpack(U64.unpack(k)[0], raw))
+                index = U64.unpack(k)[0]
+                if index > upto:
+                    break
+                out.append(_unpack(index, raw))
                 size += len(raw)
                 if len(out) >= limit or size >= max_bytes:
                     break

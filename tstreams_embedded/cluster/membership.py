@@ -3,7 +3,7 @@ Ongaro's thesis).
 
 The **size** quorums are counted on is replicated state, not a ZooKeeper setting read at
 start-up: ``tstreams cluster init --nodes N±1`` rewrites ``P/config``; the leader, which
-watches it, appends a **membership entry** (a log call of kind :data:`MEMBERSHIP` holding the
+watches it, appends a **membership entry** (a :class:`~.messages.MembershipCall` holding the
 new size) and counts acknowledgements on the new size from that entry on. Every node
 records the size in its state (the ``cluster`` database, key :data:`MEMBERS_KEY`) in the same
 LMDB transaction as it applies the entry, so the size travels with snapshots and survives
@@ -24,23 +24,8 @@ from typing import Any
 
 import lmdb
 
-#: The fifth field of a log entry's call that holds a membership change ``[size]``.
-MEMBERSHIP = "membership"
-
 MEMBERS_KEY = b"\x00members"
 _SIZE = struct.Struct(">Q")
-
-
-def membership_call(nodes: int) -> list[Any]:
-    """The log call that sets the cluster's size to ``nodes`` (see :mod:`.log`'s ``Call``)."""
-    return [None, 0, False, [], MEMBERSHIP, int(nodes)]
-
-
-def membership_size(call: list[Any]) -> int | None:
-    """The size a call sets, or ``None`` if it is not a membership call."""
-    if len(call) >= 6 and call[4] == MEMBERSHIP:
-        return int(call[5])
-    return None
 
 
 def read_members(txn: lmdb.Transaction, cdb: Any) -> int | None:

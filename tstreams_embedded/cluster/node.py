@@ -1,39 +1,31 @@
-"""One cluster node: election, replication, commit, deterministic apply, fencing.
+"""One cluster node: a small coordinator of role objects (see ``docs/CLUSTER.md``).
 
-See ``docs/CLUSTER.md`` for the design. In short:
+A :class:`Node` owns the node's log, its injected I/O (a :class:`~.coordinator.Coordinator`
+for ZooKeeper, a :class:`~.transport.Transport` for its peers, a
+:class:`~.timesource.TimeSource`) and the lifecycle of its parts, each doing one job:
 
-* The **leader** (the holder of a kazoo ``Lock`` under ``P/election`` that bumped the epoch
-  and passed the handshake) appends each burst of client submits as ONE log entry
-  ``[epoch, now_ms, calls]`` to its replicated log (synced), and answers the clients once
-  the entry is **committed** (held durably by ``--acks`` nodes) and **applied**.
-* **Followers** pull entries from the leader over the replication channel (a ZeroMQ ROUTER
-  on ``--repl``, separate from the client port): ``fetch(from, last_epoch)``. A fetch also
-  acknowledges everything before ``from``: the follower syncs what it received before it
-  asks for more.
-* **Every node** applies committed entries in log order with
-  :meth:`~tstreams_embedded.engine.core.Core.apply_committed` at the entry's ``now_ms``, so
-  all nodes compute the same transaction IDs, deadlines and results. Nothing uncommitted
-  is ever applied, so nothing uncommitted is ever readable (no dirty reads) and a deposed
-  leader only has to truncate its log.
+* :class:`~.election.Election` -- take the lock, bump the epoch, check the others' logs,
+  lead (building a fresh :class:`~.leader.LeaderState` for the epoch);
+* :class:`~.replication.ReplicationService` -- the replication endpoint: hellos, fetches,
+  snapshot requests;
+* :class:`~.follower.Follower` -- pull entries from the leader, or catch up by snapshot;
+* :class:`~.applier.Applier` -- apply committed entries in log order, deterministically,
+  with the replicated de-duplication window;
+* :class:`~.writes.Writes` -- client writes on the leader (one log entry per burst,
+  answered once committed and applied);
+* the coordinator loop here -- publish this node's position, learn the leader and the
+  newest epoch, renew the leader's lease.
+
+The role is one :class:`~.roles.Role` value; leader-only state exists only while leading
+(:attr:`Node.leader_state`).
+
 * **Fencing**: the epoch is bumped in ZooKeeper (versioned set) by every new leader and
   carried by every entry and message; nodes refuse older epochs. A leader stops
-  acknowledging and serving at once when kazoo reports ``SUSPENDED``/``LOST``, and in any
-  case when its *lease* ran out: the lease is renewed by reading the epoch from ZooKeeper
-  and lasts ``0.75 × session timeout`` from the moment the read was sent, a time before
-  which ZooKeeper cannot have expired its session (so no other leader can exist). The
-  session timeout is the one ZooKeeper *granted* (it clamps the requested one to its
-  ``[minSessionTimeout, maxSessionTimeout]``), learned when the session is created.
-* **Epochs from peers are checked against ZooKeeper**: a ``hello`` or ``fetch`` naming an
-  epoch newer than this node knows is believed only if ``P/epoch`` in ZooKeeper has reached
-  it, so a forged message cannot make the nodes refuse every real election.
-* **Election safety**: after bumping the epoch the candidate asks every live node for its
-  log position (``hello``; a node that answers refuses the older epochs from then on). It
-  leads only if a majority answered (itself included) and no answer is ahead of its own
-  ``(last epoch, last index)``; otherwise it releases the lock for a better node.
-* **Idempotent retries**: client submits carry ``(client_id, seq)``; the apply step keeps
-  the outcomes of the last :data:`DEDUP_WINDOW` requests of each client in the replicated
-  state (a named database of the state environment, written in the same LMDB transaction
-  as the effects) and answers a repeated request with its first outcome.
+  acknowledging and serving at once when the coordinator reports the session
+  ``SUSPENDED``/``LOST``, and in any case when its *lease* ran out: the lease is renewed by
+  reading the epoch from ZooKeeper and lasts ``0.75 × session timeout`` from the moment the
+  read was sent, a time before which ZooKeeper cannot have expired its session (so no other
+  leader can exist). The session timeout is the one ZooKeeper *granted*.
 """
 
 from __future__ import annotations
@@ -41,86 +33,56 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
-import lmdb
-import msgpack
 import zmq
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.core import Core, wall_clock_ms
-from ..net.auth import PeerKeys, secure_replication_client, secure_replication_server
+from ..engine.core import Core
+from ..net.auth import PeerKeys
 from . import snapshot as snap
-from .channel import Channel
+from .applier import DEDUP_WINDOW, Applier, Outcome
 from .clock import StateClock
+from .coordinator import Coordinator, ElectionLock, KazooCoordinator, NodeIdInUse, SessionState
 from .counters import NodeCounters
-from .log import Call, Entry, ReplicatedLog
-from .membership import membership_call, membership_size, read_members, settings_changed, write_members
-from .retention import Retention, trim_point
-from .zk import ACKS, BoundedZk, SessionLogger, ZkAddress, decode_json, encode_json, quorum_of, required_acks
+from .election import CLOCK_TICK, Election
+from .follower import FETCH_TIMEOUT, Follower
+from .leader import LeaderState, commit_candidate
+from .log import ReplicatedLog
+from .membership import settings_changed
+from .replication import ReplicationService
+from .retention import Retention
+from .roles import Role
+from .timesource import SystemTime, TimeSource
+from .transport import ReplicationServer, Transport, ZmqTransport
+from .writes import Writes
+from .zk import ACKS, ZkAddress, required_acks
+
+__all__ = ["CLOCK_TICK", "DEDUP_WINDOW", "Node", "Role"]
 
 log = logging.getLogger(__name__)
 
-DEDUP_WINDOW = 64
+CLUSTER_ID_FILE = "cluster-id"  # in the data directory: the id of the cluster it joined
+SESSION_FILE = "node-session"  # in the data directory: the ZooKeeper session of its last process
+READY_SLACK = 1000  # committed entries a ready follower may still have to apply
 LOG_MAP_SIZE = 1 << 34  # address space for the log (sparse; its size is bounded by the retention)
-CLOCK_TICK = 1.0  # seconds: an idle leader appends an empty entry this often (the state clock moves on)
-FETCH_PARK = 0.25  # seconds a fetch with nothing new waits on the leader
-FETCH_TIMEOUT = 2.0  # seconds a follower waits for a fetch reply before reconnecting
-#: Bytes of the largest request the replication port accepts: requests (hello, fetch, a
-#: snapshot chunk request) are small maps of numbers and names; a larger frame is dropped by
-#: ZeroMQ together with its connection (the bulk data flows the other way, in replies).
-REPL_MAX_REQUEST_BYTES = 64 << 10
-REPL_RCVHWM = 64  # requests queued per peer connection (x REPL_MAX_REQUEST_BYTES: 4 MiB at most)
-#: Replies queued per peer connection: a follower has one fetch (a reply of at most about
-#: 8 MiB, ReplicatedLog.read) or a few snapshot chunks (snapshot.CHUNK_BYTES) outstanding;
-#: a reply beyond this is dropped and the follower asks again after its timeout.
-REPL_SNDHWM = 8
-MAX_PARKED = 256  # parked fetches (at most one per peer connection); beyond, a fetch is answered at once
-EPOCH_CHECK_TIMEOUT = 2.0  # seconds to read P/epoch when a peer names a newer epoch
 #: Acknowledgement levels from the weakest to the strongest (a node's ``--acks`` may only strengthen).
 ACKS_STRENGTH = {"leader": 0, "quorum": 1, "all": 2}
-
-
-def _pack(value: Any) -> bytes:
-    return cast(bytes, msgpack.packb(value, use_bin_type=True))
-
-
-def _unpack(raw: bytes | memoryview) -> Any:
-    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
-
-
-def outcome_to_wire(ok: bool, value: Any) -> list[Any]:
-    if ok:
-        return [True, value]
-    name, message = errors.error_to_wire(value)
-    return [False, name, message]
-
-
-def outcome_from_wire(w: Sequence[Any]) -> tuple[bool, Any]:
-    if w[0]:
-        return True, w[1]
-    return False, errors.error_from_wire(str(w[1]), str(w[2]))
-
-
-#: The fifth field of a log entry's call that holds engine maintenance (a
-#: :class:`~tstreams_embedded.engine.ops.MaintenanceBatch`) instead of a client's batch.
-MAINTENANCE = "maintenance"
-
-
-def _plain(row: list[Any]) -> list[Any]:
-    return [bytes(v) if isinstance(v, (memoryview, bytearray)) else v for v in row]
 
 
 class Node:
     """A cluster member around one :class:`Core` (see the module docstring)."""
 
-    def __init__(self, core: Core, zk_url: str, node_id: str, endpoint: str, repl_bind: str,
+    def __init__(self, core: Core, zk_url: str | Coordinator, node_id: str, endpoint: str, repl_bind: str,
                  http: str | None = None, acks: str | None = None, session_timeout: float = 4.0,
                  ack_timeout: float = 10.0, context: zmq.Context[Any] | None = None,
-                 peer_keys: PeerKeys | None = None) -> None:
+                 peer_keys: PeerKeys | None = None, transport: Transport | None = None,
+                 timer: TimeSource | None = None) -> None:
+        """``zk_url`` is the cluster's ``zk://`` address, or a :class:`.coordinator.Coordinator`
+        (tests pass an in-memory one); ``transport`` the peer transport (by default ZeroMQ on
+        ``context``, CURVE with ``peer_keys``); ``timer`` the clocks (by default the system's)."""
         if not isinstance(node_id, str) or not node_id or "/" in node_id:
             raise errors.InvalidArgument(f"node id must be a non-empty name without '/', got {node_id!r}")
         if acks is not None and acks not in ACKS:
@@ -132,114 +94,80 @@ class Node:
                                          "Core(path, clock=StateClock())")
         self.core = core
         self.clock: StateClock = core.clock
-        self.addr = ZkAddress.parse(zk_url)
+        self.coordinator: Coordinator = (KazooCoordinator(ZkAddress.parse(zk_url), float(session_timeout))
+                                         if isinstance(zk_url, str) else zk_url)
+        self.timer: TimeSource = timer or SystemTime()
+        self.transport: Transport = transport or ZmqTransport(context, peer_keys)
         self.node_id = node_id
         self.endpoint = endpoint
         self.http = http
         self.acks_override = acks
         self.session_timeout = float(session_timeout)
         self.ack_timeout = float(ack_timeout)
-        self.ctx = context or zmq.Context.instance()
-        self.peer_keys = peer_keys  # CURVE on the replication port (net/auth.py), or None
         if snap.discard_partial(core.path):
             log.warning("deleted an unfinished snapshot download (the node stopped during a transfer)")
         self.log = ReplicatedLog(os.path.join(core.path, "cluster-log"), map_size=LOG_MAP_SIZE)
-        self.cdb = core.store.env.open_db(b"cluster")
-        with core.store.read() as txn:
-            self.applied, position = snap.read_applied(txn, self.cdb)
-            #: the size quorums are counted on, from the last applied membership entry
-            #: (:mod:`.membership`; ``None`` until one was applied: then ``P/config``'s)
-            self.members: int | None = read_members(txn, self.cdb)
-        self.pending_members: tuple[int, int] | None = None  # leader: (index, size) of a membership entry
+        self.applier = Applier(self)
+        position = self.applier.position
         if position is not None and self.log.epoch_at(position.index) != position.epoch:
             # the state came from a snapshot and the node stopped before its log restarted after it
             log.warning("state installed from a snapshot at index %d: the log restarts after it", position.index)
             self.log.reset(position.index, position.epoch, position.now_ms)
         elif self.applied > self.log.last_index:
+            self.log.close()
             raise errors.NodeDiverged(f"state applied up to {self.applied} but the log ends at {self.log.last_index}")
         self.log.set_commit(self.applied)
-        # catch-up and trimming (docs/CLUSTER.md, "Snapshots and log trimming")
-        self.retention = Retention()
+        # reads judge time as apply does: by the last applied entry (cluster/clock.py)
+        self.clock.advance(position.now_ms if position is not None else (self.log.now_at(self.applied) or 0))
+        self.retention = Retention()  # catch-up and trimming (docs/CLUSTER.md, "Snapshots and log trimming")
         self.need_snapshot = False  # the leader's log cannot bring this node up to date
-        self.live_nodes: set[str] | None = None  # leader: nodes with a ZooKeeper session (None: unknown yet)
-        self._apply_lock = threading.Lock()  # applying entries / swapping the state for a snapshot
+        self.diverged = False
         self.snapshots_installed = 0
         self.last_snapshot: dict[str, float] = {}  # bytes and seconds of the last snapshot installed
-        self.log_trimmed = 0
-        # reads judge time as apply does: by the last applied entry (cluster/clock.py)
-        self.clock.advance(position.now_ms if position is not None else self._entry_now(self.applied))
-        # roles and epochs (guarded by self.log.lock for known_epoch / appends)
+        # role and epochs (known_epoch, role and leader_state change under self.log.lock)
         self.known_epoch = 0
-        self.epoch = 0  # the epoch this node leads, 0 when not leading
-        self.role = "follower"
-        self.leading = False
-        self.epoch_start = 0  # index of this leadership's first entry
-        self.lease_until = 0.0
-        self.diverged = False
+        self.role = Role.FOLLOWER
+        self.leader_state: LeaderState | None = None
         self.config: dict[str, Any] = {"nodes": 1, "acks": "quorum"}
         self.leader_info: dict[str, Any] = {}
-        self.match: dict[str, int] = {}
-        self._last_now = 0
-        self._last_append = 0.0  # monotonic time of this leader's last append
-        self._cv = threading.Condition()  # commit / applied / leadership changes
-        self._waiting: dict[int, list[tuple[bool, Any]] | None] = {}
-        self._inflight: dict[tuple[str, int], int] = {}
-        self._stop = threading.Event()
-        self._closed = False
-        self._stepdown = threading.Event()
-        self._zk_ok = False
+        self.last_now = 0  # the latest entry time this node appended (never decreases)
+        self.cv = threading.Condition()  # commit / applied / leadership changes
+        self.stopping = threading.Event()
+        self.zk_ok = False
         self.elections = 0
         self.commits = 0
         self.counters = NodeCounters()  # histograms for /metrics
         self.last_contact = 0.0  # follower: monotonic time of the leader's last fetch answer (follower reads)
-        # replication channel
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._router = self.ctx.socket(zmq.ROUTER)
-        self._router.setsockopt(zmq.LINGER, 0)
-        self._router.setsockopt(zmq.MAXMSGSIZE, REPL_MAX_REQUEST_BYTES)
-        self._router.setsockopt(zmq.RCVHWM, REPL_RCVHWM)
-        self._router.setsockopt(zmq.SNDHWM, REPL_SNDHWM)
-        if peer_keys is not None:
-            secure_replication_server(self._router, peer_keys)
+        self.lock_attempt: ElectionLock | None = None
+        self._closed = False
+        self._published: dict[str, Any] = {}
+        #: another running node holds this node's id: it neither leads nor follows
+        self.identity_conflict = False
         try:
-            self._router.bind(repl_bind)
-        except zmq.ZMQError as exc:
-            self._router.close(0)
+            with open(os.path.join(core.path, SESSION_FILE), encoding="ascii") as f:
+                self.previous_session: str | None = f.read().strip() or None
+        except FileNotFoundError:
+            self.previous_session = None
+        try:
+            self.server: ReplicationServer = self.transport.listen(repl_bind)
+        except BaseException:
             self.log.close()
-            reason = zmq.strerror(exc.errno or 0)
-            raise errors.BindFailed(f"cannot listen for replication on {repl_bind}: {reason}") from None
-        self.repl_endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._parked: dict[bytes, tuple[dict[str, Any], float]] = {}  # peer identity -> (fetch, deadline)
-        self._epoch_refusals = 0  # hello/fetch epochs refused because ZooKeeper never reached them
-        self.snapshot_server = snap.SnapshotServer(self._send)  # leader: snapshots being sent
-        from kazoo.client import KazooClient
-
-        self._zk_log = SessionLogger()  # learns the session timeout ZooKeeper granted
-        self.zk = KazooClient(hosts=self.addr.hosts, timeout=self.session_timeout, logger=self._zk_log)
-        self.bzk = BoundedZk(self.zk)  # calls that cannot hang (start-up, election)
-        self.zk.add_listener(self._zk_state)
+            raise
+        self.repl_endpoint = self.server.endpoint
+        self.replication = ReplicationService(self)
+        self.snapshot_server = snap.SnapshotServer(self.replication.send)  # leader: snapshots being sent
+        self.election = Election(self)
+        self.follower = Follower(self)
+        self.writes = Writes(self)
+        self.coordinator.add_state_listener(self._on_session)
         self._threads: list[threading.Thread] = []
-        self._lock_recipe: Any = None
-
-    def _peer_socket(self) -> zmq.Socket[Any]:
-        """A DEALER for another node's replication port (CURVE when the cluster has keys)."""
-        sock: zmq.Socket[Any] = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        if self.peer_keys is not None:
-            secure_replication_client(sock, self.peer_keys)
-        return sock
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 30.0) -> None:
+        self.coordinator.start(timeout)
+        self.zk_ok = True
         try:
-            self.zk.start(timeout=timeout)
-        except Exception as exc:  # noqa: BLE001
-            raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {self.addr.hosts}: {exc}") from exc
-        self._zk_ok = True
-        try:
-            granted = self._zk_log.granted
+            granted = self.coordinator.granted_session_timeout
             if granted is None:
                 raise errors.ClusterUnavailable(
                     "cannot learn the session timeout ZooKeeper granted (the leader's lease depends on it)")
@@ -247,22 +175,24 @@ class Node:
                 log.warning("ZooKeeper granted a %g s session for the %g s asked (its minSessionTimeout/"
                             "maxSessionTimeout): the leader's lease is %g s", granted, self.session_timeout,
                             self.lease_seconds)
-            if self.bzk.exists(self.addr.config) is None:
-                raise errors.InvalidArgument(f"no cluster at {self.addr}: run 'tstreams cluster init' first")
-            self.config = decode_json(self.bzk.get(self.addr.config)[0])
+            config = self.coordinator.read_config()
+            if config is None:
+                raise errors.InvalidArgument(
+                    f"no cluster at {self.coordinator.description}: run 'tstreams cluster init' first")
+            self.config = config
+            self._check_cluster_id(self.coordinator.cluster_id())
             self._check_acks_override()
             self.retention = Retention.from_config(self.config)
-            if self.members is None:  # no membership entry applied yet: the size the cluster was made with
-                self.members = int(self.config.get("nodes", 1))
-            self.zk.DataWatch(self.addr.config, self._on_config)
-            self.known_epoch = int(self.bzk.get(self.addr.epoch)[0] or b"0")
-            self._publish(force=True)
+            if self.applier.members is None:  # no membership entry applied yet: the size the cluster was made with
+                self.applier.members = int(self.config.get("nodes", 1))
+            self.coordinator.watch_config(self._on_config)
+            self.known_epoch = self.coordinator.read_epoch()
+            self._claim_node_id()
         except BaseException:
-            self.zk.stop()
-            self.zk.close()
+            self.coordinator.close()
             raise
-        for name, fn in (("repl", self._repl_loop), ("fetch", self._follow_loop), ("apply", self._apply_loop),
-                         ("zk", self._zk_loop), ("election", self._election_loop)):
+        for name, fn in (("repl", self.replication.run), ("fetch", self.follower.run), ("apply", self.applier.run),
+                         ("zk", self._coordinator_loop), ("election", self.election.run)):
             t = threading.Thread(target=fn, name=f"cluster-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -273,75 +203,64 @@ class Node:
         if self._closed:
             return
         self._closed = True
-        self._stop.set()
-        self._step_down("stopping")
-        if self._lock_recipe is not None:
+        self.stopping.set()
+        self.step_down("stopping")
+        if self.lock_attempt is not None:
             try:
-                self._lock_recipe.cancel()
+                self.lock_attempt.cancel()
             except Exception:  # noqa: BLE001
                 pass
-        self._wake()
-        with self._cv:
-            self._cv.notify_all()
+        self.wake()
+        with self.cv:
+            self.cv.notify_all()
         for t in self._threads:
             t.join(5)
-        try:
-            self.zk.stop()
-            self.zk.close()
-        except Exception:  # noqa: BLE001
-            pass
+        self.coordinator.close()
         self.snapshot_server.close()
-        self._router.close(0)
+        self.server.close()
         self.log.close()
-        for fd in (self._wake_r, self._wake_w):
-            os.close(fd)
+
+    # ------------------------------------------------------------------ role and state
+    @property
+    def leading(self) -> bool:
+        return self.leader_state is not None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch this node leads, 0 when not leading."""
+        state = self.leader_state
+        return state.epoch if state is not None else 0
+
+    @property
+    def match(self) -> dict[str, int]:
+        """Leader: what each follower holds (empty when not leading)."""
+        state = self.leader_state
+        return state.match if state is not None else {}
+
+    @property
+    def parked_fetches(self) -> int:
+        """Leader: fetches waiting for new entries (at most :data:`.replication.MAX_PARKED`)."""
+        state = self.leader_state
+        return len(state.parked) if state is not None else 0
+
+    @property
+    def applied(self) -> int:
+        return self.applier.applied
+
+    @property
+    def log_trimmed(self) -> int:
+        return self.applier.log_trimmed
 
     @property
     def nodes(self) -> int:
         """The size quorums are counted on: a leader's own membership entry from the moment
-        it is in its log, else the last applied one, else ``P/config``'s (:mod:`.membership`)."""
-        pending = self.pending_members
-        if pending is not None and self.leading:
-            return pending[1]
-        if self.members is not None:
-            return self.members
+        it is in its log, else the last applied one, else the configuration's (:mod:`.membership`)."""
+        state = self.leader_state
+        if state is not None and state.pending_members is not None:
+            return state.pending_members[1]
+        if self.applier.members is not None:
+            return self.applier.members
         return int(self.config.get("nodes", 1))
-
-    def _on_config(self, raw: bytes | None, _stat: Any) -> bool:
-        """kazoo's ``DataWatch`` on ``P/config`` (its own thread: no ZooKeeper calls here).
-        ``acks``, retention and the compaction interval apply at once; a new size is
-        replicated by the leader as a membership entry (:meth:`_change_membership`)."""
-        if self._closed:
-            return False
-        config = decode_json(raw)
-        if config:
-            changed = settings_changed(self.config, config)
-            if changed:
-                log.info("cluster configuration changed: %s", ", ".join(changed))
-            self.config = config
-            self.retention = Retention.from_config(config)
-        return True
-
-    def _change_membership(self, epoch: int) -> None:
-        """Leader: if ``P/config`` asks for another size and no change is under way, append a
-        membership entry one node towards it; acks are counted on the new size from then on."""
-        wanted = int(self.config.get("nodes", 0) or 0)
-        current = self.nodes
-        if wanted < 1 or wanted == current or not self.serving():
-            return
-        pending = self.pending_members
-        if pending is not None and self.applied < pending[0]:
-            return  # one change at a time: the previous one is not applied yet
-        size = current + 1 if wanted > current else current - 1
-        with self.log.lock:
-            if not self.leading or self.epoch != epoch:
-                return
-            index = self.log.append(epoch, self._next_now(), [membership_call(size)])
-            self.pending_members = (index, size)
-            self._last_append = time.monotonic()
-        log.info("membership: %d -> %d nodes at log index %d", current, size, index)
-        self._wake()
-        self._advance_commit()
 
     @property
     def acks(self) -> str:
@@ -353,6 +272,31 @@ class Node:
             return configured
         return override
 
+    def _check_cluster_id(self, cluster_id: str) -> None:
+        """Refuse a data directory of another cluster: the id of the cluster a directory
+        joined is kept in ``DATA/cluster-id`` (written on its first join; a directory from
+        before this file existed is taken as this cluster's, with a warning)."""
+        path = os.path.join(self.core.path, CLUSTER_ID_FILE)
+        try:
+            with open(path, encoding="ascii") as f:
+                recorded = f.read().strip()
+        except FileNotFoundError:
+            if self.log.last_index > 0 or self.applied > 0:
+                log.warning("the data directory %s records no cluster id but holds log entries: it is taken as "
+                            "the directory of cluster %s", self.core.path, cluster_id)
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="ascii") as f:
+                f.write(cluster_id + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            return
+        if recorded != cluster_id:
+            raise errors.InvalidArgument(
+                f"the data directory {self.core.path} belongs to another cluster (id {recorded}, its "
+                f"{CLUSTER_ID_FILE} file) than {self.coordinator.description} (id {cluster_id}): start this node "
+                f"on an empty directory (it catches up from the leader), or on this cluster's own")
+
     def _check_acks_override(self) -> None:
         configured = str(self.config.get("acks", "quorum"))
         override = self.acks_override
@@ -362,15 +306,10 @@ class Node:
                 f"strengthen it (else the guarantee would depend on which node leads)")
 
     @property
-    def parked_fetches(self) -> int:
-        """Leader: fetches waiting for new entries (at most :data:`MAX_PARKED`)."""
-        return len(self._parked)
-
-    @property
     def granted_session_timeout(self) -> float:
         """Seconds of the ZooKeeper session as granted by the server (the requested timeout
         until a session exists)."""
-        granted = self._zk_log.granted
+        granted = self.coordinator.granted_session_timeout
         return self.session_timeout if granted is None else granted
 
     @property
@@ -379,19 +318,69 @@ class Node:
         *granted* session timeout, before which ZooKeeper cannot have expired the session."""
         return 0.75 * self.granted_session_timeout
 
-    # ------------------------------------------------------------------ ZooKeeper
-    def _zk_state(self, state: str) -> None:
-        """kazoo's state listener (its own thread: no ZooKeeper calls here)."""
-        if state in ("SUSPENDED", "LOST"):
-            self._zk_ok = False
+    def step_down(self, why: str) -> None:
+        """Stop leading (if leading): the epoch's :class:`LeaderState` is dropped."""
+        with self.log.lock:
+            state = self.leader_state
+            self.leader_state = None
+            self.role = Role.FOLLOWER
+            if state is not None:
+                state.ended.set()
+        if state is not None:
+            log.warning("stepped down: %s", why)
+            if self.zk_ok and not self.stopping.is_set():
+                threading.Thread(target=self.coordinator.drop_leader, args=(self.node_id,), daemon=True).start()
+        with self.cv:
+            self.cv.notify_all()
+
+    def advance_commit(self) -> None:
+        """Leader: commit the highest index held by ``required_acks`` nodes, if of this epoch."""
+        state = self.leader_state
+        if state is None:
+            return
+        n = self.nodes
+        candidate = commit_candidate(self.log.durable_index, state.match, n, required_acks(self.acks, n))
+        if candidate > self.log.commit_index and self.log.epoch_at(candidate) == state.epoch:
+            if self.log.set_commit(candidate):
+                self.commits += 1
+                with self.cv:
+                    self.cv.notify_all()
+                self.wake()
+
+    def wake(self) -> None:
+        """Wake the replication loop (new entries or a new commit index for parked fetches)."""
+        self.server.wake()
+
+    def next_now(self) -> int:
+        """The time of the next entry this node appends: the wall clock, never decreasing."""
+        self.last_now = max(self.last_now, self.timer.wall_ms())
+        return self.last_now
+
+    # ------------------------------------------------------------------ coordinator
+    def _on_config(self, config: dict[str, Any]) -> None:
+        """The coordinator's watch on the configuration (its own thread: no coordinator calls
+        here). ``acks``, retention and the compaction interval apply at once; a new size is
+        replicated by the leader as a membership entry (:meth:`.Election.change_membership`)."""
+        if self._closed:
+            return
+        changed = settings_changed(self.config, config)
+        if changed:
+            log.info("cluster configuration changed: %s", ", ".join(changed))
+        self.config = config
+        self.retention = Retention.from_config(config)
+
+    def _on_session(self, state: SessionState) -> None:
+        """The coordinator's session listener (its own thread: no coordinator calls here)."""
+        if state is not SessionState.CONNECTED:
+            self.zk_ok = False
             if self.leading:
-                log.warning("ZooKeeper session %s: stepping down at once", state.lower())
-                self._step_down(f"ZooKeeper session {state.lower()}")
+                log.warning("ZooKeeper session %s: stepping down at once", state.value)
+                self.step_down(f"ZooKeeper session {state.value}")
         else:
-            self._zk_ok = True
+            self.zk_ok = True
 
     def info(self) -> dict[str, Any]:
-        return {"node": self.node_id, "role": self.role, "endpoint": self.endpoint, "repl": self.repl_endpoint,
+        return {"node": self.node_id, "role": str(self.role), "endpoint": self.endpoint, "repl": self.repl_endpoint,
                 "http": self.http, "epoch": self.epoch or self.known_epoch, "last_index": self.log.last_index,
                 "last_epoch": self.log.last_epoch, "commit": self.log.commit_index, "applied": self.applied,
                 "members": self.nodes, "clock_ms": self.log.now_at(self.log.last_index) or 0,
@@ -400,645 +389,77 @@ class Node:
                 "last_snapshot": self.last_snapshot, "session_timeout": self.session_timeout,
                 "session_timeout_granted": self.granted_session_timeout, "lease_seconds": self.lease_seconds}
 
-    _published: dict[str, Any] = {}
+    def _claim_node_id(self) -> None:
+        """Publish this node's record, claiming its id: if another session holds it (not
+        this directory's previous process, whose record is replaced), wait for that session
+        to end (a crashed process's expires within the session timeout); a live one is a
+        duplicate ``--node-id``: refuse to start."""
+        deadline = self.timer.monotonic() + self.granted_session_timeout + 1.0
+        while True:
+            try:
+                self._publish(force=True)
+                return
+            except NodeIdInUse as exc:
+                if self.timer.monotonic() >= deadline:
+                    raise NodeIdInUse(self.node_id, exc.owner) from None
+                self.stopping.wait(0.1)
 
     def _publish(self, force: bool = False) -> None:
         # (the time of the last log entry changes with every entry: /status only)
         info = {k: v for k, v in self.info().items() if k != "clock_ms"}
-        if not force and info == self._published:
+        token = self.coordinator.session_token
+        if not force and info == self._published and token == self.previous_session:
             return
-        from kazoo.exceptions import NodeExistsError, NoNodeError
-
-        path = self.addr.node(self.node_id)
-        data = encode_json(info)
-        try:
-            stat = self.bzk.set(path, data)
-            session = self.zk.client_id
-            mine = session is not None and stat.ephemeralOwner == session[0]
-        except NoNodeError:  # not there (a new session): create it
-            mine = False
-        if not mine:
-            # Missing, or the ephemeral node of this node's previous process (a restart within
-            # the session timeout): a node of an old session vanishes when that session
-            # expires, and elections (which ask the nodes listed here) would then miss this one.
-            try:
-                self.bzk.create(path, data, ephemeral=True, makepath=True)
-            except NodeExistsError:
-                try:
-                    self.bzk.delete(path)
-                except NoNodeError:
-                    pass
-                self.bzk.create(path, data, ephemeral=True, makepath=True)
+        self.coordinator.publish_node(self.node_id, info, self.previous_session)
         self._published = info
+        if token is not None and token != self.previous_session:
+            path = os.path.join(self.core.path, SESSION_FILE)
+            with open(path + ".tmp", "w", encoding="ascii") as f:
+                f.write(token + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(path + ".tmp", path)
+            self.previous_session = token
 
-    def _zk_loop(self) -> None:
+    def _coordinator_loop(self) -> None:
         """Publish this node's position, learn the leader and the newest epoch, renew the lease."""
-        while not self._stop.wait(0.1):
+        while not self.stopping.wait(0.1):
             renew = max(0.1, self.granted_session_timeout / 8)
-            if not self._zk_ok:
+            if not self.zk_ok:
                 continue
+            state = self.leader_state
             try:
-                if self.leading:
-                    sent = time.monotonic()
-                    self.live_nodes = set(self.zk.get_children(self.addr.nodes))
-                    self.zk.sync(self.addr.epoch)
-                    current = int(self.zk.get(self.addr.epoch)[0] or b"0")
-                    if current != self.epoch:
-                        self._step_down(f"epoch moved to {current}")
-                    elif self._zk_ok:
-                        self.lease_until = sent + self.lease_seconds
+                if state is not None:
+                    sent = self.timer.monotonic()
+                    live = self.coordinator.live_nodes()
+                    state.live_nodes = live
+                    state.owners = self.coordinator.node_owners()
+                    for gone in [f for f in list(state.match) if f not in live]:
+                        # a removed or stopped node leaves the lag tracking (it is added back
+                        # by its next fetch; commit indexes never move back)
+                        state.match.pop(gone, None)
+                    current = self.coordinator.read_epoch(fresh=True)
+                    if current != state.epoch:
+                        self.step_down(f"epoch moved to {current}")
+                    elif self.zk_ok:
+                        state.lease_until = sent + self.lease_seconds
                 else:
-                    raw = self.zk.get(self.addr.leader)[0] if self.zk.exists(self.addr.leader) else None
-                    self.leader_info = decode_json(raw)
-                    epoch = int(self.zk.get(self.addr.epoch)[0] or b"0")
+                    self.leader_info = self.coordinator.read_leader()
+                    epoch = self.coordinator.read_epoch()
                     with self.log.lock:
                         self.known_epoch = max(self.known_epoch, epoch)
                 self._publish()
+            except NodeIdInUse as exc:
+                if not self.identity_conflict:
+                    log.error("%s; this node stops leading and following", exc)
+                    self.identity_conflict = True
+                    self.step_down("node id in use by another node")
             except Exception as exc:  # noqa: BLE001 - connection trouble: the listener handles it
                 log.debug("ZooKeeper loop: %s", exc)
             if self.leading:
-                self._stop.wait(renew - 0.1 if renew > 0.1 else 0)
+                self.stopping.wait(renew - 0.1 if renew > 0.1 else 0)
 
-    # ------------------------------------------------------------------ election
-    def _election_loop(self) -> None:
-        while not self._stop.is_set():
-            if not self._zk_ok or self.diverged or self.need_snapshot:
-                self._stop.wait(0.1)
-                continue
-            lock = self.zk.Lock(self.addr.election, self.node_id)
-            self._lock_recipe = lock
-            try:
-                if not lock.acquire():
-                    continue
-            except Exception as exc:  # noqa: BLE001 - session trouble or cancelled
-                log.debug("election: %s", exc)
-                self._stop.wait(0.1)
-                continue
-            stepped_aside = False
-            try:
-                if not self._stop.is_set():
-                    stepped_aside = not self._lead()
-            except Exception:  # noqa: BLE001
-                log.exception("leadership failed")
-            finally:
-                self._step_down("leadership ended")
-                for _ in range(3):
-                    try:
-                        lock.release()
-                        break
-                    except Exception:  # noqa: BLE001
-                        if not self._zk_ok:
-                            break
-                        self._stop.wait(0.1)
-            if stepped_aside:
-                self._stop.wait(0.3)  # let the better node take the lock
-
-    def _lead(self) -> bool:
-        """Holding the election lock: become leader. False if this node must step aside."""
-        from kazoo.exceptions import BadVersionError, NoNodeError
-
-        self.config = decode_json(self.bzk.get(self.addr.config)[0])
-        self.retention = Retention.from_config(self.config)
-        while True:
-            raw, stat = self.bzk.get(self.addr.epoch)
-            new = int(raw or b"0") + 1
-            try:
-                self.bzk.set(self.addr.epoch, str(new).encode(), version=stat.version)
-                break
-            except BadVersionError:
-                continue
-        with self.log.lock:
-            self.known_epoch = max(self.known_epoch, new)
-            self.role = "candidate"
-        self.elections += 1
-        answers = self._handshake(new)
-        mine = self.log.position()
-        need = quorum_of(self.nodes)
-        if 1 + len(answers) < need:
-            log.info("epoch %d: only %d of %d nodes answered; not leading", new, 1 + len(answers), self.nodes)
-            return False
-        ahead = [n for n, pos in answers.items() if pos > mine]
-        if ahead:
-            log.info("epoch %d: %s hold newer log entries; stepping aside", new, ahead)
-            return False
-        if self._stop.is_set() or not self._zk_ok:
-            return True
-        with self.log.lock:
-            if self.known_epoch != new or self.need_snapshot:
-                return False
-            self._last_now = max(self._last_now, self._entry_now(self.log.last_index))
-            now = self._next_now()
-            self.epoch_start = self.log.append(new, now, [])  # commits every older entry with it
-            self._last_append = time.monotonic()
-            self.match = {}
-            self.snapshot_server.reset()
-            self.live_nodes = None
-            self.epoch = new
-            self.pending_members = None
-            self.lease_until = time.monotonic() + 0.5 * self.granted_session_timeout
-            self._stepdown.clear()
-            self.leading = True
-            self.role = "leader"
-        try:
-            self.bzk.delete(self.addr.leader)
-        except NoNodeError:
-            pass
-        self.bzk.create(self.addr.leader, encode_json({"node": self.node_id, "epoch": new, "endpoint": self.endpoint,
-                                                      "repl": self.repl_endpoint, "http": self.http}),
-                       ephemeral=True)
-        log.info("leading epoch %d from log index %d", new, self.epoch_start)
-        self._advance_commit()
-        self._wake()
-        while not self._stepdown.wait(min(0.2, CLOCK_TICK)):
-            if self._stop.is_set():
-                break
-            self._change_membership(new)
-            self._tick(new)
-        return True
-
-    def _tick(self, epoch: int) -> None:
-        """Leader: append an empty entry if nothing was appended for :data:`CLOCK_TICK`
-        seconds, so that the state clock (see :mod:`.clock`) moves on without writes."""
-        if time.monotonic() - self._last_append < CLOCK_TICK or not self.serving():
-            return
-        with self.log.lock:
-            if not self.leading or self.epoch != epoch:
-                return
-            self.log.append(epoch, self._next_now(), [])
-            self._last_append = time.monotonic()
-        self._wake()
-        self._advance_commit()
-
-    def _step_down(self, why: str) -> None:
-        with self.log.lock:
-            was = self.leading
-            self.leading = False
-            self.lease_until = 0.0
-            self.epoch = 0
-            if self.role != "follower":
-                self.role = "follower"
-            self._stepdown.set()
-        if was:
-            log.warning("stepped down: %s", why)
-            if self._zk_ok and not self._stop.is_set():
-                threading.Thread(target=self._drop_leader_node, daemon=True).start()
-        with self._cv:
-            self._cv.notify_all()
-
-    def _drop_leader_node(self) -> None:
-        try:
-            raw = self.zk.get(self.addr.leader)[0]
-            if decode_json(raw).get("node") == self.node_id:
-                self.zk.delete(self.addr.leader)
-        except Exception:  # noqa: BLE001
-            pass
-
-    def _handshake(self, epoch: int) -> dict[str, tuple[int, int]]:
-        """Send ``hello(epoch)`` to every other live node; return their log positions."""
-        peers: dict[str, str] = {}
-        for child in self.bzk.get_children(self.addr.nodes):
-            if child == self.node_id:
-                continue
-            try:
-                info = decode_json(self.bzk.get(self.addr.node(child))[0])
-            except Exception:  # noqa: BLE001
-                continue
-            if info.get("repl"):
-                peers[child] = str(info["repl"])
-        answers: dict[str, tuple[int, int]] = {}
-        socks: dict[zmq.Socket[Any], str] = {}
-        poller = zmq.Poller()
-        try:
-            for node, ep in peers.items():
-                s = self._peer_socket()
-                s.connect(ep)
-                s.send(_pack({"op": "hello", "epoch": epoch, "node": self.node_id}))
-                socks[s] = node
-                poller.register(s, zmq.POLLIN)
-            deadline = time.monotonic() + min(2.0, self.granted_session_timeout / 2)
-            while len(answers) < len(socks):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                for s, _ in poller.poll(int(remaining * 1000) + 1):
-                    rep = _unpack(cast("zmq.Socket[Any]", s).recv())
-                    if rep.get("ok"):
-                        answers[socks[cast("zmq.Socket[Any]", s)]] = (int(rep["last_epoch"]), int(rep["last_index"]))
-        finally:
-            for s in socks:
-                s.close(0)
-        return answers
-
-    # ------------------------------------------------------------------ replication server
-    def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
-
-    def _repl_loop(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._router, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
-        self.snapshot_server.attach(poller)
-        while not self._stop.is_set():
-            try:
-                events = dict(poller.poll(50))
-            except zmq.ZMQError:
-                return
-            self.snapshot_server.serve()
-            if self._wake_r in events:
-                try:
-                    while os.read(self._wake_r, 4096):
-                        pass
-                except OSError:
-                    pass
-            if self._router in events:
-                while True:
-                    try:
-                        ident, body = self._router.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    except ValueError:
-                        continue
-                    try:
-                        self._on_repl(ident, _unpack(body))
-                    except Exception:  # noqa: BLE001
-                        log.exception("replication request failed")
-            self._answer_parked()
-
-    def _send(self, ident: bytes, value: dict[str, Any]) -> None:
-        try:
-            self._router.send_multipart([ident, _pack(value)], zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
-
-    def _on_repl(self, ident: bytes, req: dict[str, Any]) -> None:
-        op = req.get("op")
-        if op == "hello":
-            epoch = int(req["epoch"])
-            if epoch > self.known_epoch and not self._epoch_reached(epoch, f"a hello from {req.get('node')!r}"):
-                self._send(ident, {"ok": False, "known": self.known_epoch})
-                return
-            with self.log.lock:
-                if epoch < self.known_epoch:
-                    self._send(ident, {"ok": False, "known": self.known_epoch})
-                    return
-                self.known_epoch = epoch
-                position = self.log.position()
-            if self.leading and self.epoch < epoch:
-                self._step_down(f"{req.get('node')} runs for epoch {epoch}")
-            self._send(ident, {"ok": True, "last_epoch": position[0], "last_index": position[1]})
-        elif op == "fetch":
-            self._on_fetch(ident, req)
-        elif op == "snapshot":  # see snapshot.SnapshotServer
-            if req.get("sid") is not None:
-                self.snapshot_server.chunk(ident, req)
-            elif not self.leading:
-                self._send(ident, {"rid": req.get("rid"), "status": "not_leader"})
-            else:
-                self.snapshot_server.begin(ident, req, self.epoch, self.core.store, self.cdb,
-                                           self.log.epoch_at(self.applied), self.log.now_at(self.applied))
-        else:
-            self._send(ident, {"error": f"unknown replication operation {op!r}"})
-
-    def _on_fetch(self, ident: bytes, req: dict[str, Any]) -> None:
-        rid = req.get("rid")
-        if not self.leading:
-            self._send(ident, {"rid": rid, "status": "not_leader"})
-            return
-        if int(req["known"]) > self.epoch:
-            if not self._epoch_reached(int(req["known"]), f"a fetch from {req.get('node')!r}"):
-                return  # a forged epoch: no answer (the follower, if real, asks again)
-            self._send(ident, {"rid": rid, "status": "fenced"})
-            self._step_down(f"{req.get('node')} knows epoch {req['known']}")
-            return
-        start = int(req["from"])
-        prev = start - 1
-        last_epoch = int(req["last_epoch"])
-        if prev < self.log.base_index:  # trimmed: only a snapshot can bring this follower up to date
-            self.match.pop(str(req.get("node")), None)
-            self._send(ident, {"rid": rid, "status": "snapshot", "epoch": self.epoch, "first": self.log.first_index})
-            return
-        if prev > self.log.last_index or self.log.epoch_at(prev) != last_epoch:
-            bound = self.log.last_index if prev > self.log.last_index else prev - 1
-            to = max(0, min(bound, self.log.end_of_epoch(last_epoch)))
-            self._send(ident, {"rid": rid, "status": "truncate", "to": to, "epoch": self.epoch})
-            return
-        node = str(req.get("node"))
-        self.match[node] = prev
-        self.snapshot_server.fetched(node)
-        self._advance_commit()
-        self._parked.pop(ident, None)  # a newer fetch from the same peer replaces its parked one
-        if not self._reply_fetch(ident, req, force=len(self._parked) >= MAX_PARKED):
-            self._parked[ident] = (req, time.monotonic() + FETCH_PARK)
-
-    def _epoch_reached(self, epoch: int, what: str) -> bool:
-        """Whether ZooKeeper's ``P/epoch`` has reached ``epoch`` (named by ``what``, a peer's
-        message): a real candidate bumps it before it says hello, so a larger one is forged
-        (or from another cluster) and is ignored. Unknown (ZooKeeper unreachable): False."""
-        try:
-            zk = BoundedZk(self.zk, EPOCH_CHECK_TIMEOUT)
-            zk.sync(self.addr.epoch)
-            current = int(zk.get(self.addr.epoch)[0] or b"0")
-        except Exception as exc:  # noqa: BLE001 - ZooKeeper unreachable: believe nothing new
-            log.debug("cannot check epoch %d of %s: %s", epoch, what, exc)
-            return False
-        if epoch <= current:
-            return True
-        self._epoch_refusals += 1
-        if self._epoch_refusals & (self._epoch_refusals - 1) == 0:  # 1st, 2nd, 4th, 8th…: bounded logging
-            log.warning("ignored %s naming epoch %d: ZooKeeper's epoch is %d (%d such messages so far)",
-                        what, epoch, current, self._epoch_refusals)
-        return False
-
-    def _reply_fetch(self, ident: bytes, req: dict[str, Any], force: bool = False) -> bool:
-        start = int(req["from"])
-        entries = self.log.read(start) if start <= self.log.last_index else []
-        commit = self.log.commit_index
-        if not entries and commit <= int(req.get("commit", 0)) and not force:
-            return False
-        self._send(ident, {"rid": req.get("rid"), "status": "ok", "epoch": self.epoch, "commit": commit,
-                           "entries": [e.to_wire() for e in entries]})
-        return True
-
-    def _answer_parked(self) -> None:
-        if not self._parked:
-            return
-        now = time.monotonic()
-        for ident, (req, deadline) in list(self._parked.items()):
-            if not self.leading:
-                self._send(ident, {"rid": req.get("rid"), "status": "not_leader"})
-            elif not self._reply_fetch(ident, req, force=now >= deadline):
-                continue
-            del self._parked[ident]
-
-    def _advance_commit(self) -> None:
-        """Leader: the highest index held by ``required_acks`` nodes, if of this epoch."""
-        if not self.leading:
-            return
-        n = self.nodes
-        positions = sorted([self.log.durable_index, *self.match.values()], reverse=True)
-        positions += [0] * max(0, n - len(positions))
-        need = required_acks(self.acks, n)
-        candidate = positions[need - 1]
-        if candidate > self.log.commit_index and self.log.epoch_at(candidate) == self.epoch:
-            if self.log.set_commit(candidate):
-                self.commits += 1
-                with self._cv:
-                    self._cv.notify_all()
-                self._wake()
-
-    # ------------------------------------------------------------------ follower
-    def _follow_loop(self) -> None:
-        sock: zmq.Socket[Any] | None = None
-        target: tuple[str, int] | None = None
-        rid = 0
-        try:
-            while not self._stop.is_set():
-                info = self.leader_info
-                if (self.leading or self.role == "candidate" or not info
-                        or info.get("node") == self.node_id or int(info.get("epoch", 0)) < self.known_epoch):
-                    self._stop.wait(0.05)
-                    continue
-                want = self._leader_target(info)
-                if sock is None or target != want:
-                    if sock is not None:
-                        sock.close(0)
-                    sock = self._peer_socket()
-                    sock.connect(want[0])
-                    target = want
-                if self.need_snapshot:
-                    def next_rid() -> int:
-                        nonlocal rid
-                        rid += 1
-                        return rid
-
-                    try:
-                        installed = self._resync(Channel(sock, next_rid, self._stop))
-                    except Exception:  # noqa: BLE001 - e.g. a damaged copy: start the transfer again
-                        log.exception("installing a snapshot failed")
-                        installed = False
-                    if not installed:
-                        sock.close(0)
-                        sock, target = None, None
-                        self._stop.wait(0.2)
-                    continue
-                rid += 1
-                with self.log.lock:
-                    req = {"op": "fetch", "rid": rid, "node": self.node_id, "known": self.known_epoch,
-                           "from": self.log.last_index + 1, "last_epoch": self.log.last_epoch,
-                           "commit": self.log.commit_index}
-                sock.send(_pack(req))
-                rep = None
-                deadline = time.monotonic() + FETCH_TIMEOUT
-                while rep is None and not self._stop.is_set():
-                    if self._leader_target() != target:
-                        break  # a new leader: ask it at once, not after this fetch's timeout
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or not sock.poll(int(min(remaining, 0.2) * 1000) + 1):
-                        if remaining <= 0:
-                            break
-                        continue
-                    got = _unpack(sock.recv())
-                    if got.get("rid") == rid:
-                        rep = got
-                if rep is None:
-                    sock.close(0)
-                    sock, target = None, None
-                    continue
-                self._on_fetched(req, rep)
-        finally:
-            if sock is not None:
-                sock.close(0)
-
-    def _resync(self, channel: Channel) -> bool:
-        """Receive a snapshot of the leader's state (:func:`.snapshot.receive`) and swap it in;
-        the log then restarts after the snapshot's position. False if the transfer failed
-        (it is retried from the start)."""
-        sink = snap.receive(channel, self.core.path, self.node_id, self.known_epoch)
-        if sink is None:
-            return False
-        position = sink.position
-        try:
-            with self._apply_lock:
-                with self.log.lock:
-                    if self.leading or self.role == "candidate":
-                        sink.abort()
-                        return False
-                snap.install(self.core, sink)
-                self.cdb = self.core.store.env.open_db(b"cluster")
-                with self.core.store.read() as txn:
-                    self.members = read_members(txn, self.cdb) or self.members
-                with self.log.lock:
-                    self.log.reset(position.index, position.epoch, position.now_ms)
-                self.clock.advance(position.now_ms)
-                with self._cv:
-                    self.applied = position.index
-                    self._cv.notify_all()
-                self.need_snapshot = False
-                self.diverged = False
-                self.snapshots_installed += 1
-                self.last_snapshot = {"index": position.index, "bytes": sink.received,
-                                      "seconds": time.monotonic() - sink.started,
-                                      "transfer_seconds": sink.transferred - sink.started}
-        except BaseException:
-            sink.abort()
-            raise
-        log.info("installed a snapshot at index %d (%d bytes); following from there", position.index,
-                 sink.received)
-        return True
-
-    def _leader_target(self, info: dict[str, Any] | None = None) -> tuple[str, int]:
-        """``(replication endpoint, epoch)`` of the leader published in ZooKeeper."""
-        info = self.leader_info if info is None else info
-        return str(info.get("repl")), int(info.get("epoch", 0))
-
-    def _on_fetched(self, req: dict[str, Any], rep: dict[str, Any]) -> None:
-        status = rep.get("status")
-        if status not in ("ok", "truncate", "snapshot"):
-            self._stop.wait(0.05)
-            return
-        with self.log.lock:
-            if int(rep.get("epoch", 0)) < self.known_epoch or self.leading:
-                return  # a deposed leader's answer
-            self.last_contact = time.monotonic()
-            if self.log.last_index + 1 != int(req["from"]):
-                return
-            if status == "snapshot":
-                log.info("the leader's log starts at %s, after this node's %d: catching up by snapshot",
-                         rep.get("first"), self.log.last_index)
-                self.need_snapshot = True
-                return
-            if status == "truncate":
-                to = int(rep["to"])
-                if to < self.applied:
-                    self.diverged = True
-                    self.need_snapshot = True
-                    log.error("the leader's log diverges below this node's applied index %d (at %d): this "
-                              "node re-syncs from a snapshot", self.applied, to)
-                    return
-                removed = self.log.truncate_after(to)
-                log.warning("truncated %d uncommitted log entries after index %d", removed, to)
-                return
-            entries = [Entry.from_wire(w) for w in rep.get("entries", [])]
-            self.log.append_entries(entries)
-            moved = self.log.set_commit(int(rep.get("commit", 0)))
-        if moved:
-            with self._cv:
-                self._cv.notify_all()
-
-    # ------------------------------------------------------------------ apply
-    def _apply_loop(self) -> None:
-        while not self._stop.is_set():
-            with self._cv:
-                if self.log.commit_index <= self.applied:
-                    self._cv.wait(0.5)
-                    continue
-            with self._apply_lock:
-                commit = self.log.commit_index
-                failed = False
-                for e in self.log.read(self.applied + 1, limit=256):
-                    if e.index > commit or self._stop.is_set():
-                        break
-                    try:
-                        outcomes = self._apply_entry(e)
-                    except Exception:  # noqa: BLE001 - e.g. the engine closed under us
-                        log.exception("applying log entry %d failed", e.index)
-                        failed = True
-                        break
-                    self.clock.advance(e.now_ms)
-                    with self._cv:
-                        self.applied = e.index
-                        if e.index in self._waiting:
-                            self._waiting[e.index] = outcomes
-                        self._cv.notify_all()
-                try:
-                    self._trim_log()
-                except Exception:  # noqa: BLE001 - trimming is retried after the next apply
-                    log.exception("trimming the log failed")
-            if failed:
-                self._stop.wait(0.5)
-
-    def _trim_log(self) -> None:
-        """Trim the log to the retention (:mod:`.retention`): never past the applied index;
-        on the leader, keep what live followers and snapshots in flight still need."""
-        r = self.retention
-        lg = self.log
-        needed: list[int] = []
-        if self.leading:
-            live = self.live_nodes
-            needed = [m + 1 for n, m in list(self.match.items()) if live is None or n in live]
-            needed += self.snapshot_server.needed_from()
-        bytes_upto = lg.index_to_fit(r.bytes - r.bytes // 8) if lg.size_bytes > r.bytes else None
-        upto = trim_point(r, lg.base_index, lg.last_index, lg.size_bytes, self.applied, needed, bytes_upto)
-        if upto > lg.base_index:
-            self.log_trimmed += lg.trim_upto(upto)
-
-    def _apply_entry(self, e: Entry) -> list[tuple[bool, Any]]:
-        """Apply one committed entry; deterministic from the state and the entry alone."""
-        windows: dict[str, dict[int, Any]] = {}
-        outcomes: list[tuple[bool, Any] | None] = [None] * len(e.calls)
-        same_as: dict[int, int] = {}  # a repeat inside the entry -> the call it repeats
-        first: dict[tuple[str, int], int] = {}
-        todo: list[tuple[int, list[O.Operation] | O.MaintenanceBatch]] = []
-        members: int | None = None
-        with self.core.store.read() as txn:
-            for i, call in enumerate(e.calls):
-                size = membership_size(call)
-                if size is not None:
-                    members = size
-                    outcomes[i] = (True, size)
-                    continue
-                cid, seq = call[0], int(call[1])
-                if cid:
-                    if cid not in windows:
-                        raw = txn.get(b"c" + cid.encode(), db=self.cdb)
-                        windows[cid] = dict(_unpack(raw)) if raw else {}
-                    w = windows[cid]
-                    if (cid, seq) in first:
-                        same_as[i] = first[(cid, seq)]
-                        continue
-                    if seq in w:
-                        outcomes[i] = outcome_from_wire(w[seq])
-                        continue
-                    if len(w) >= DEDUP_WINDOW and seq < min(w):
-                        outcomes[i] = (False, errors.RetryWindowExceeded(
-                            f"request {seq} of client {cid} is older than its last {DEDUP_WINDOW} requests"))
-                        continue
-                    first[(cid, seq)] = i
-                try:
-                    ops = O.decode_all(call[3])
-                    todo.append((i, O.MaintenanceBatch(tuple(ops)) if call[4:5] == [MAINTENANCE] else ops))
-                except errors.TStreamsError as exc:
-                    outcomes[i] = (False, exc)
-
-        def finish(wtxn: lmdb.Transaction, results: list[tuple[bool, Any]]) -> None:
-            touched = set()
-            for (i, _), (ok, value) in zip(todo, results, strict=True):
-                cid = e.calls[i][0]
-                if cid:
-                    windows[cid][int(e.calls[i][1])] = outcome_to_wire(ok, value)
-                    touched.add(cid)
-            for cid in touched:
-                w = windows[cid]
-                keep = dict(sorted(w.items())[-DEDUP_WINDOW:])
-                wtxn.put(b"c" + cid.encode(), _pack(keep), db=self.cdb)
-            if members is not None:
-                write_members(wtxn, self.cdb, members)
-            wtxn.put(snap.APPLIED_KEY, snap.encode_applied(snap.Position(e.index, e.epoch, e.now_ms)), db=self.cdb)
-
-        results = self.core.apply_committed(e.now_ms, [ops for _, ops in todo], finish)
-        if members is not None:
-            self.members = members
-            log.info("membership: %d nodes from log index %d", members, e.index)
-        for (i, _), res in zip(todo, results, strict=True):
-            outcomes[i] = res
-        for i, j in same_as.items():
-            outcomes[i] = outcomes[j]
-        return [o if o is not None else (False, errors.TStreamsError("no outcome")) for o in outcomes]
-
-    # ------------------------------------------------------------------ client side (leader)
+    # ------------------------------------------------------------------ client side
     def leader_hint(self) -> str:
         info = self.leader_info
         if self.leading:
@@ -1049,137 +470,33 @@ class Node:
 
     def serving(self) -> bool:
         """Whether this node may serve reads now: leader, lease valid, own epoch applied."""
-        return (self.leading and self._zk_ok and time.monotonic() < self.lease_until
-                and self.applied >= self.epoch_start)
+        state = self.leader_state
+        return (state is not None and self.zk_ok and self.timer.monotonic() < state.lease_until
+                and self.applied >= state.start_index)
+
+    def ready(self) -> bool:
+        """``/health/ready``: the serving leader, or a follower that heard from its leader
+        within :data:`.follower.FETCH_TIMEOUT` and has applied to within
+        :data:`READY_SLACK` entries of the commit index that leader told it then (a node that
+        never reached its leader is not ready, even with nothing to apply)."""
+        if self.serving():
+            return True
+        return (self.role is Role.FOLLOWER and not self.diverged and not self.need_snapshot
+                and not self.identity_conflict and bool(self.leader_info) and self.last_contact > 0
+                and self.timer.monotonic() - self.last_contact < FETCH_TIMEOUT
+                and self.log.commit_index - self.applied < READY_SLACK)
 
     def check_serving(self) -> None:
         if not self.serving():
             raise errors.NotLeader(f"node {self.node_id} is not the leader ({self.role}); {self.leader_hint()}")
 
-    def _entry_now(self, index: int) -> int:
-        return self.log.now_at(index) or 0
+    def submit_batch(self, calls: Sequence[Sequence[Any]]) -> list[Outcome]:
+        """The server's ``submit`` batch function (:meth:`.writes.Writes.submit_batch`)."""
+        return self.writes.submit_batch(calls)
 
-    def _next_now(self) -> int:
-        self._last_now = max(self._last_now, wall_clock_ms())
-        return self._last_now
+    def submit_maintenance(self, ops: Sequence[O.Compact]) -> Outcome:
+        """Replicate engine maintenance (:meth:`.writes.Writes.submit_maintenance`)."""
+        return self.writes.submit_maintenance(ops)
 
-    def submit_batch(self, calls: Sequence[Sequence[Any]]) -> list[tuple[bool, Any]]:
-        """The server's ``submit`` batch function: ``[ops, durable, client_id, seq]`` per call.
-        Appends them as one log entry, waits for it to be committed and applied."""
-        out: list[tuple[bool, Any] | None] = [None] * len(calls)
-        rows_of: list[tuple[int, Call]] = []
-        waits: list[tuple[int, int, str, int]] = []  # (call, index, client, seq) of calls already in the log
-        for i, args in enumerate(calls):
-            try:
-                if not args:
-                    raise errors.InvalidArgument("submit takes (ops, durable, client_id, seq)")
-                ops = O.check_client_batch(O.decode_all(args[0]))
-                durable = args[1] if len(args) > 1 else True
-                if not isinstance(durable, bool):
-                    raise errors.InvalidArgument(f"durable must be a boolean, got {type(durable).__name__}")
-                cid = args[2] if len(args) > 2 else None
-                seq = args[3] if len(args) > 3 else 0
-                if cid is not None and (not isinstance(cid, str) or not cid or len(cid) > 128):
-                    raise errors.InvalidArgument("client_id must be a non-empty string of at most 128 characters")
-                if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**63:
-                    raise errors.InvalidArgument("seq must be a non-negative integer")
-                if not ops:
-                    out[i] = (True, [])
-                    continue
-                if cid is not None and (cid, seq) in self._inflight:
-                    waits.append((i, self._inflight[(cid, seq)], cid, seq))
-                    continue
-                rows_of.append((i, [cid, seq, durable, [_plain(O.encode(op)) for op in ops]]))
-            except errors.TStreamsError as exc:
-                out[i] = (False, exc)
-        if rows_of or waits:
-            try:
-                self._replicate(rows_of, waits, out)
-            except errors.TStreamsError as exc:
-                for i in [r[0] for r in rows_of] + [w[0] for w in waits]:
-                    if out[i] is None:
-                        out[i] = (False, exc)
-        return [o if o is not None else (False, errors.ClusterUnavailable("no outcome")) for o in out]
-
-    def submit_maintenance(self, ops: Sequence[O.Compact]) -> tuple[bool, Any]:
-        """Leader: replicate engine maintenance (``Compact`` records) as one log entry that
-        every node applies alike; wait until it is committed and applied here. Returns
-        ``(True, results)`` or ``(False, exception)``; raises ``NotLeader`` or
-        ``ClusterUnavailable`` as a client write would."""
-        row: Call = [None, 0, False, [_plain(O.encode(op)) for op in O.check_maintenance_batch(ops)], MAINTENANCE]
-        out: list[tuple[bool, Any] | None] = [None]
-        self._replicate([(0, row)], [], out)
-        return out[0] if out[0] is not None else (False, errors.ClusterUnavailable("no outcome"))
-
-    def _replicate(self, rows_of: list[tuple[int, Call]], waits: list[tuple[int, int, str, int]],
-                   out: list[tuple[bool, Any] | None]) -> None:
-        self.check_serving()
-        epoch = self.epoch
-        index = 0
-        started = time.monotonic()
-        if rows_of:
-            with self.log.lock:
-                if not self.leading or self.epoch != epoch:
-                    raise errors.NotLeader(f"node {self.node_id} stopped leading; {self.leader_hint()}")
-                with self._cv:
-                    self._waiting[self.log.last_index + 1] = None
-                index = self.log.append(epoch, self._next_now(), [c for _, c in rows_of], sync=False)
-                self._last_append = time.monotonic()
-            self.counters.group_size.observe(len(rows_of))
-            for _, c in rows_of:
-                if c[0] is not None:
-                    self._inflight[(c[0], c[1])] = index
-            self._wake()  # followers fetch the entry while this node syncs it
-            self.log.sync()
-            self._advance_commit()
-        indexes = {index} if index else set()
-        indexes.update(w[1] for w in waits)
-        for ix in indexes:
-            with self._cv:
-                self._waiting.setdefault(ix, None)
-        deadline = time.monotonic() + self.ack_timeout
-        try:
-            with self._cv:
-                while not all(self.applied >= ix for ix in indexes):
-                    if not self.leading or self.epoch != epoch:
-                        raise errors.ClusterUnavailable(
-                            f"node {self.node_id} stopped leading before the write was committed; its outcome is "
-                            f"unknown (retry it); {self.leader_hint()}")
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise errors.ClusterUnavailable(
-                            f"the write was not acknowledged by {required_acks(self.acks, self.nodes)} of "
-                            f"{self.nodes} nodes within {self.ack_timeout:g} s; its outcome is unknown (retry it)")
-                    self._cv.wait(min(remaining, 0.2))
-                # acknowledge only while this node surely still leads (lease from ZooKeeper)
-                if not (self.leading and self._zk_ok and time.monotonic() < self.lease_until):
-                    raise errors.ClusterUnavailable(
-                        f"node {self.node_id} cannot confirm its leadership; the outcome is unknown (retry it)")
-                results = {ix: self._waiting.get(ix) for ix in indexes}
-            self.counters.ack_seconds.observe(time.monotonic() - started)
-        finally:
-            with self._cv:
-                for ix in indexes:
-                    self._waiting.pop(ix, None)
-            for _, c in rows_of:
-                if c[0] is not None and self._inflight.get((c[0], c[1])) == index:
-                    del self._inflight[(c[0], c[1])]
-        if index:
-            got = results.get(index)
-            if got is None:  # applied before we registered: read the outcome from the window
-                got = [self.stored_outcome(c[0], c[1]) for _, c in rows_of]
-            for (i, _), res in zip(rows_of, got, strict=True):
-                out[i] = res
-        for i, _, cid, seq in waits:
-            out[i] = self.stored_outcome(cid, seq)
-
-    def stored_outcome(self, cid: str | None, seq: int) -> tuple[bool, Any]:
-        if cid is None:
-            return (False, errors.ClusterUnavailable("the outcome of this write is not known; retry it"))
-        with self.core.store.read() as txn:
-            raw = txn.get(b"c" + cid.encode(), db=self.cdb)
-        w = dict(_unpack(raw)) if raw else {}
-        if seq in w:
-            return outcome_from_wire(w[seq])
-        return (False, errors.ClusterUnavailable("the outcome of this write is not known; retry it"))
-
+    def stored_outcome(self, cid: str | None, seq: int) -> Outcome:
+        return self.applier.stored_outcome(cid, seq)

@@ -151,9 +151,8 @@ class _Health(RequestHandler):
         node = self.node
         if self.what == "leader":
             ok = node.serving()
-        else:  # ready: leader serving, or a follower that follows and is not far behind
-            ok = node.serving() or (not node.diverged and not node.need_snapshot and bool(node.leader_info)
-                                    and node.role == "follower" and node.log.commit_index - node.applied < 1000)
+        else:  # ready: leader serving, or a follower in contact with its leader and caught up
+            ok = node.ready()
         self.set_status(200 if ok else 503)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"ok": ok, **node.info()}))
@@ -246,7 +245,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         raise
     compaction = ReplicatedCompaction(node)
     registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id,
-                                                "cluster": str(node.addr)}, compaction,
+                                                "cluster": node.coordinator.description}, compaction,
                                 max_reply_bytes)
     server = Server(registry, binds, opts, commit_watch=core.wait_for_commit, context=ctx)
 

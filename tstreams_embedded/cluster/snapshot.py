@@ -49,13 +49,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import lmdb
-import zmq
 
 from .. import errors
 from ..engine import directory
 from ..engine.core import Core
 from ..engine.store import Store
 from .channel import Channel
+from .messages import Reply, ReplyStatus, SnapshotBegin, SnapshotChunk, SnapshotData, SnapshotHead
+from .transport import ReplicationServer
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ class SnapshotSource:
         self.finished = False
         self.error: BaseException | None = None
         self.touched = time.monotonic()
-        self.waiting: tuple[bytes, dict[str, Any]] | None = None  # a parked chunk request
+        self.waiting: tuple[bytes, SnapshotChunk] | None = None  # a parked chunk request
         self._ready: queue.Queue[bytes] = queue.Queue(READY_CHUNKS)
         self._closing = threading.Event()
         self._copier = threading.Thread(target=self._copy, args=(store.env, txn, w), name=f"snapshot-copy-{sid}",
@@ -240,43 +241,38 @@ class SnapshotServer:
     fetches again (:meth:`fetched`): :meth:`needed_from` tells the log trimming to keep the
     entries after it."""
 
-    def __init__(self, send: Callable[[bytes, dict[str, Any]], None]) -> None:
+    def __init__(self, send: Callable[[bytes, Reply], None]) -> None:
         self.send = send
-        self.poller: Any = None
+        self.server: ReplicationServer | None = None
         self.transfers: dict[str, SnapshotSource] = {}
         self.installing: dict[str, tuple[int, float]] = {}  # node -> (snapshot index, sent at)
         self.started = 0
 
-    def attach(self, poller: Any) -> None:
-        """The replication loop's poller (a ``zmq.Poller``): transfers register their fd in it."""
-        self.poller = poller
+    def attach(self, server: ReplicationServer) -> None:
+        """The replication endpoint whose poll the transfers' descriptors wake."""
+        self.server = server
 
-    def begin(self, ident: bytes, req: dict[str, Any], epoch: int, store: Store, cdb: Any,
+    def begin(self, ident: bytes, req: SnapshotBegin, epoch: int, store: Store, cdb: Any,
               fallback_epoch: int | None, fallback_now: int | None) -> None:
-        rid = req.get("rid")
+        rid = req.rid
         if len(self.transfers) >= MAX_TRANSFERS:
-            self.send(ident, {"rid": rid, "status": "busy"})
+            self.send(ident, SnapshotHead(rid, ReplyStatus.BUSY))
             return
         self.started += 1
         sid = f"{epoch}-{self.started}"
         source = SnapshotSource(sid, store, cdb, fallback_epoch, fallback_now)
         self.transfers[sid] = source
-        self.installing[str(req.get("node"))] = (source.position.index, time.monotonic())
-        if self.poller is not None:
-            self.poller.register(source.fileno(), zmq.POLLIN)
+        self.installing[req.node] = (source.position.index, time.monotonic())
+        if self.server is not None:
+            self.server.watch(source.fileno())
         p = source.position
-        log.info("sending a snapshot at index %d to %s", p.index, req.get("node"))
-        self.send(ident, {"rid": rid, "status": "ok", "sid": sid, "epoch": epoch, "index": p.index,
-                          "index_epoch": p.epoch, "now_ms": p.now_ms})
+        log.info("sending a snapshot at index %d to %s", p.index, req.node)
+        self.send(ident, SnapshotHead(rid, ReplyStatus.OK, sid, epoch, p.index, p.epoch, p.now_ms))
 
-    def chunk(self, ident: bytes, req: dict[str, Any]) -> None:
-        running = self.transfers.get(str(req.get("sid")))
-        try:
-            offset = int(req.get("offset", -1))
-        except (TypeError, ValueError):
-            offset = -1
-        if running is None or offset != running.sent or running.waiting is not None:
-            self.send(ident, {"rid": req.get("rid"), "status": "gone"})
+    def chunk(self, ident: bytes, req: SnapshotChunk) -> None:
+        running = self.transfers.get(req.sid)
+        if running is None or req.offset != running.sent or running.waiting is not None:
+            self.send(ident, SnapshotData(req.rid, ReplyStatus.GONE))
             return
         running.waiting = (ident, req)
         self._serve(running)
@@ -289,22 +285,19 @@ class SnapshotServer:
             data = source.read_chunk()
         except errors.ClusterUnavailable as exc:
             log.warning("snapshot %s: %s", source.sid, exc)
-            self.send(ident, {"rid": req.get("rid"), "status": "gone"})
+            self.send(ident, SnapshotData(req.rid, ReplyStatus.GONE))
             self._end(source)
             return
         if data is None:
             return  # parked until the pump signals
         source.waiting = None
-        self.send(ident, {"rid": req.get("rid"), "status": "ok", "data": data, "done": source.finished})
+        self.send(ident, SnapshotData(req.rid, ReplyStatus.OK, data, source.finished))
         if source.finished:
             self._end(source)
 
     def _end(self, source: SnapshotSource) -> None:
-        if self.poller is not None:
-            try:
-                self.poller.unregister(source.fileno())
-            except KeyError:
-                pass
+        if self.server is not None:
+            self.server.unwatch(source.fileno())
         self.transfers.pop(source.sid, None)
         source.close()
 
@@ -425,28 +418,30 @@ def receive(channel: Channel, data: str, node_id: str, known_epoch: int) -> Snap
     then deleted; the caller starts again). The request for the next chunk goes out before
     the current one is written, so the leader cuts and sends it meanwhile."""
     started = time.monotonic()
-    head = channel.ask({"op": "snapshot", "sid": None, "node": node_id, "known": known_epoch}, 2.0)
-    if head is None or head.get("status") != "ok" or int(head.get("epoch", 0)) < known_epoch:
+    raw = channel.ask(SnapshotBegin(node_id, known_epoch), 2.0)
+    head = SnapshotHead.from_wire(raw) if raw is not None else None
+    if head is None or head.status is not ReplyStatus.OK or head.epoch < known_epoch:
         return None
-    position = Position(int(head["index"]), int(head["index_epoch"]), int(head["now_ms"]))
+    position = Position(head.at_index, head.index_epoch, head.now_ms)
     log.info("receiving a snapshot at index %d", position.index)
     sink = SnapshotSink(data, position)
     sink.started = started
     try:
         offset = 0
-        pending = channel.send({"op": "snapshot", "sid": head["sid"], "offset": offset, "node": node_id})
+        pending = channel.send(SnapshotChunk(head.sid, offset, node_id))
         while True:
-            rep = channel.wait(pending, TRANSFER_IDLE / 2)
-            if rep is None or rep.get("status") != "ok":
+            got = channel.wait(pending, TRANSFER_IDLE / 2)
+            rep = SnapshotData.from_wire(got) if got is not None else None
+            if rep is None or rep.status is not ReplyStatus.OK:
                 log.warning("snapshot transfer interrupted after %d bytes; starting again", sink.received)
                 sink.abort()
                 return None
-            chunk: bytes = rep["data"]
+            chunk = rep.data
             offset += len(chunk)
-            if not rep.get("done"):
-                pending = channel.send({"op": "snapshot", "sid": head["sid"], "offset": offset, "node": node_id})
+            if not rep.done:
+                pending = channel.send(SnapshotChunk(head.sid, offset, node_id))
             sink.write(chunk)
-            if rep.get("done"):
+            if rep.done:
                 break
         sink.transferred = time.monotonic()
         sink.finish()

@@ -28,7 +28,6 @@ from tornado.web import RequestHandler, StaticFileHandler
 from ..engine.appgroups import AppLimits, app_overview
 from ..engine.overview import OverviewLimits, stream_overview
 from .node import Node
-from .zk import read_status
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 
@@ -39,7 +38,7 @@ def overview(node: Node, limits: OverviewLimits = OverviewLimits(),
     out: dict[str, Any] = {"time": time.time(), "this": {**node.info(), "serving": node.serving(),
                                                           "leader": node.leader_hint()}}
     try:
-        out["cluster"] = read_status(node.zk, node.addr)
+        out["cluster"] = node.coordinator.status()
     except Exception as exc:  # noqa: BLE001 - ZooKeeper unreachable: the page says so
         out["cluster"] = None
         out["cluster_error"] = f"{type(exc).__name__}: {exc}"

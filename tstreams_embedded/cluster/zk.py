@@ -5,6 +5,7 @@ Layout under the cluster path ``P`` (``zk://hosts/P``)::
     P/config          JSON {"nodes": N, "acks": "quorum",         written by `cluster init`
                             "log_retain_entries": R, "log_retain_bytes": B}
     P/epoch           the current epoch, a decimal integer        bumped with a version check
+    P/id              the cluster's unique id (hex)               created once; kept in each data directory
     P/election/…      kazoo Lock nodes (the election)
     P/leader          ephemeral JSON {node, epoch, endpoint, repl, http}   the serving leader
     P/nodes/<id>      ephemeral JSON {node, role, endpoint, repl, http, epoch,
@@ -72,6 +73,10 @@ class ZkAddress:
     @property
     def epoch(self) -> str:
         return self.path + "/epoch"
+
+    @property
+    def cluster_id(self) -> str:
+        return self.path + "/id"
 
     @property
     def election(self) -> str:
@@ -251,6 +256,20 @@ def zk_error(exc: Exception, addr: ZkAddress, what: str) -> errors.TStreamsError
     return errors.ClusterUnavailable(f"ZooKeeper failed to {what} at {addr}: {name} {exc}".rstrip())
 
 
+def ensure_cluster_id(zk: BoundedZk, addr: ZkAddress) -> str:
+    """The cluster's unique id in ``P/id``, created (a random hex string) if missing."""
+    import uuid
+
+    from kazoo.exceptions import NodeExistsError
+
+    if zk.exists(addr.cluster_id) is None:
+        try:
+            zk.create(addr.cluster_id, uuid.uuid4().hex.encode())
+        except NodeExistsError:
+            pass  # created meanwhile
+    return zk.get(addr.cluster_id)[0].decode("ascii", "replace")
+
+
 def quorum_of(nodes: int) -> int:
     return nodes // 2 + 1
 
@@ -332,6 +351,7 @@ def init_cluster(url: str, nodes: int | None = None, acks: str | None = None, ti
             zk.ensure_path(p)
         if zk.exists(addr.epoch) is None:
             zk.create(addr.epoch, b"0")
+        ensure_cluster_id(zk, addr)
         if zk.exists(addr.config) is None:
             if "nodes" not in given:
                 raise errors.InvalidArgument(f"{addr} has no cluster yet: give its size (--nodes) to create it")

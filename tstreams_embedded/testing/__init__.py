@@ -8,6 +8,11 @@
   :class:`ZooKeeperServer`, :class:`RedisServer`; :class:`ClusterNodeProcess` and
   :class:`LocalCluster` (``tstreams serve --cluster`` nodes).
 * :mod:`tstreams_embedded.testing.history`: the Jepsen-style history and its checker.
+* :mod:`tstreams_embedded.testing.coordinator` (an in-memory ZooKeeper whose sessions can
+  be expired), :mod:`tstreams_embedded.testing.network` (an in-memory peer network that
+  partitions any link either way, drops, delays, duplicates and reorders) and
+  :mod:`tstreams_embedded.testing.memory_cluster` (real cluster nodes in one process over
+  both); import them by module.
 * :class:`FakeClock`: a controllable engine clock (``ts.open(path, clock=...)``).
 * :func:`engine_on`: one engine, embedded or served.
 * :mod:`tstreams_embedded.testing.strategies`: hypothesis strategies (transactions,

@@ -1,0 +1,225 @@
+"""Cluster nodes in one process over the in-memory coordinator and network
+(tstreams_embedded.testing.{coordinator,network,memory_cluster}): the node's I/O is injected."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tstreams_embedded import errors
+from tstreams_embedded.cluster.coordinator import SessionState
+from tstreams_embedded.cluster.messages import Fetch, FetchReply, ReplyStatus, pack, unpack
+from tstreams_embedded.testing import eventually
+from tstreams_embedded.testing.coordinator import MemoryCoordinator, MemoryZooKeeper
+from tstreams_embedded.testing.memory_cluster import MemoryCluster
+from tstreams_embedded.testing.network import Faults, MemoryNetwork
+
+
+def test_network_cuts_links_one_way(tmp_path: Path) -> None:
+    net = MemoryNetwork(seed=1)
+    server = net.transport("a").listen("mem://a")
+    link = net.transport("b").connect("mem://a")
+    net.partition(["b"], ["a"], both_ways=False)
+    link.send(b"lost")
+    assert server.poll(0.05) == []
+    net.heal()
+    link.send(b"req")
+    [(peer, body)] = server.poll(1.0)
+    assert body == b"req"
+    net.partition(["a"], ["b"], both_ways=False)  # replies cut, requests pass
+    server.reply(peer, b"rep")
+    assert link.receive(0.05) is None
+    link.send(b"req2")
+    assert [b for _, b in server.poll(1.0)] == [b"req2"]
+
+
+def test_network_drops_duplicates_and_reorders_from_its_seed() -> None:
+    def run(seed: int) -> list[bytes]:
+        net = MemoryNetwork(seed=seed)
+        server = net.transport("a").listen("mem://a")
+        link = net.transport("b").connect("mem://a")
+        net.set_faults(Faults(drop=0.2, duplicate=0.2, reorder=0.3))
+        for i in range(200):
+            link.send(b"%d" % i)
+        got: list[bytes] = []
+        while batch := server.poll(0.01):
+            got += [b for _, b in batch]
+        return got
+
+    got = run(7)
+    assert got == run(7)  # the same seed, the same faults
+    assert len(set(got)) < 200  # some lost
+    assert len(got) > len(set(got))  # some twice
+    assert got != sorted(got, key=int)  # some out of order
+
+
+def test_coordinator_session_expiry_drops_what_it_owned() -> None:
+    zk = MemoryZooKeeper(nodes=3)
+    a, b = MemoryCoordinator(zk, "a"), MemoryCoordinator(zk, "b")
+    states: list[SessionState] = []
+    a.add_state_listener(states.append)
+    for c in (a, b):
+        c.start(1.0)
+    a.publish_node("a", {"x": 1})
+    assert a.election_lock("a").acquire()
+    a.publish_leader({"node": "a"})
+    assert b.read_leader() == {"node": "a"} and b.live_nodes() == {"a"}
+    zk.expire("a")
+    assert states == [SessionState.LOST, SessionState.CONNECTED]
+    assert b.read_leader() == {} and b.live_nodes() == set()
+    assert b.election_lock("b").acquire()  # the lock went with the session
+    zk.cut("b")
+    with pytest.raises(errors.ClusterUnavailable):
+        b.read_epoch()
+
+
+def test_writes_replicate_and_nodes_converge(tmp_path: Path) -> None:
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        ids = [c.instant("s", 0, [b"x%d" % i]) for i in range(10)]
+        assert ids == sorted(set(ids))
+        c.converged()
+
+
+def test_leader_session_expiry_fails_over_without_losing_acknowledged_writes(tmp_path: Path) -> None:
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        acked = [c.instant("s", 0, [b"before"])]
+        old = c.leader()
+        epoch = old.epoch
+        c.zk.expire(old.node_id)
+        assert not old.serving()  # at once, not after its lease
+        new = eventually(lambda: (n := c.leader()).epoch > epoch and n, 20)  # (it may be the old one again)
+        acked.append(c.instant("s", 0, [b"after"], node=new))
+        c.converged()
+        for node in c.nodes.values():
+            got = [t.id for t in node.core.transactions_range("s", 0, 0, 2**63 - 1)]
+            assert got == acked
+
+
+def test_a_stopped_node_catches_up_from_its_disk(tmp_path: Path) -> None:
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        leader = c.leader()
+        follower = c.others(leader.node_id)[0]
+        c.stop(follower)
+        for i in range(5):
+            c.instant("s", 0, [b"%d" % i])
+        c.start(follower)
+        c.converged()
+
+
+def test_check_quorum_a_leader_cut_from_its_followers_only_steps_down(tmp_path: Path) -> None:
+    """The leader reaches ZooKeeper but no follower: it must step down and release the lock
+    so that the majority elects another leader within the session timeout + 1 s (#20)."""
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        acked = [c.instant("s", 0, [b"before"])]
+        old = c.leader()
+        epoch = old.epoch
+        c.network.isolate(old.node_id, c.others(old.node_id))  # both ways, ZooKeeper untouched
+        cut = time.monotonic()
+        new = c.leader(timeout=c.session_timeout + 1, exclude=old.node_id)
+        acked.append(c.instant("s", 0, [b"during"], node=new))
+        assert time.monotonic() - cut < c.session_timeout + 1
+        assert new.epoch > epoch and not old.leading
+        c.network.heal()
+        acked.append(c.instant("s", 0, [b"after"]))
+        c.converged()
+        assert old.role == "follower"
+        for node in c.nodes.values():
+            assert [t.id for t in node.core.transactions_range("s", 0, 0, 2**63 - 1)] == acked
+
+
+def test_check_quorum_a_leader_that_still_hears_one_follower_keeps_leading(tmp_path: Path) -> None:
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        leader = c.leader()
+        epoch = leader.epoch
+        a, b = c.others(leader.node_id)
+        c.network.isolate(a, [leader.node_id, b])
+        until = time.monotonic() + 3 * leader.lease_seconds  # three election timeouts of writes
+        while time.monotonic() < until:
+            c.instant("s", 0, [b"x"], node=leader)
+        assert leader.serving() and leader.epoch == epoch
+
+
+def test_a_data_directory_of_another_cluster_is_refused(tmp_path: Path) -> None:
+    """#20: a directory from another cluster was followed silently (its log happened to pass
+    the consistency check). The cluster's id is now kept in the directory on first join."""
+    with MemoryCluster(tmp_path / "a", 3) as a:
+        a.create_stream("s")
+        a.instant("s", 0, [b"a-only"])
+        moved = a.others(a.leader().node_id)[0]
+        a.stop(moved)
+        with MemoryCluster(tmp_path / "b", 3) as b:
+            with pytest.raises(errors.InvalidArgument, match="belongs to another cluster"):
+                b.start("n4", data=tmp_path / "a" / moved)
+            assert "n4" not in b.nodes
+        a.start(moved)  # its own cluster takes it back
+        a.converged()
+
+
+def test_a_stopped_node_leaves_the_leaders_lag_tracking(tmp_path: Path) -> None:
+    """#20: after a shrink the leader kept reporting a growing replication lag for the
+    removed node until the next leader change. A node without a ZooKeeper session now
+    leaves ``match`` (the lag of /status and /metrics); its next fetch brings it back."""
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        leader = c.leader()
+        gone = c.others(leader.node_id)[0]
+        eventually(lambda: gone in leader.match, 10)
+        c.stop(gone)
+        c.instant("s", 0, [b"x"])
+        eventually(lambda: gone not in leader.match, 10)
+        c.start(gone)
+        eventually(lambda: gone in leader.match, 10)
+
+
+def test_a_duplicate_node_id_refuses_to_start(tmp_path: Path) -> None:
+    """#20: a second process with a running node's ``--node-id`` was accepted, and the
+    leader counted its acknowledgements as the real node's (888 acknowledged writes lost).
+    A node claims its id with its ZooKeeper session; a duplicate waits for the holder's
+    session to end (a crashed process's would) and refuses to start."""
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        taken = c.others(c.leader().node_id)[0]
+        with pytest.raises(errors.InvalidArgument, match="in use by another running node"):
+            c.start(taken, data=tmp_path / "copy", endpoint="copy")
+        c.instant("s", 0, [b"still-fine"])
+        c.converged()
+
+
+def test_a_fetch_from_a_session_that_does_not_own_the_node_id_is_not_counted(tmp_path: Path) -> None:
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        leader = c.leader()
+        victim = c.others(leader.node_id)[0]
+        before = eventually(lambda: leader.match.get(victim), 10)
+        link = c.network.transport("forger").connect(leader.repl_endpoint)
+        forged = Fetch(victim, leader.epoch, leader.log.last_index + 1, leader.log.last_epoch, 0, 1, "bogus")
+        link.send(pack(forged.to_wire()))
+        reply = FetchReply.from_wire(unpack(eventually(lambda: link.receive(0.1), 10)))
+        assert reply.status is ReplyStatus.NOT_LEADER
+        assert leader.match.get(victim, 0) <= max(before, leader.log.last_index)
+        assert leader.replication.foreign_fetches == 1
+
+
+def test_a_follower_is_ready_only_once_it_reached_its_leader(tmp_path: Path) -> None:
+    """#20: a brand-new node reported ready before it had applied anything (it knew the
+    leader from ZooKeeper, and had no commit index to lag behind)."""
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        leader = c.leader()
+        late = c.others(leader.node_id)[0]
+        c.stop(late)
+        c.instant("s", 0, [b"x"])
+        c.network.isolate(late, c.others(late))
+        node = c.start(late)
+        eventually(lambda: node.leader_info.get("node") == leader.node_id, 10)
+        assert not node.ready()
+        c.network.heal()
+        eventually(node.ready, 10)
+        assert node.applied > 0

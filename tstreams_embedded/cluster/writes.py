@@ -1,0 +1,150 @@
+"""Client writes on the leader: each burst of submits becomes ONE log entry; the clients
+are answered once it is committed (held durably by ``--acks`` nodes) and applied here, and
+only while this node surely still leads (its lease from ZooKeeper).
+
+A retried request still in flight on this leader waits for the first one; one already
+applied is answered from the replicated de-duplication window (:mod:`.applier`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..engine import ops as O
+from .applier import Outcome
+from .messages import ClientCall, MaintenanceCall
+from .zk import required_acks
+
+if TYPE_CHECKING:
+    from .node import Node
+
+
+def _plain(row: list[Any]) -> list[Any]:
+    return [bytes(v) if isinstance(v, (memoryview, bytearray)) else v for v in row]
+
+
+class Writes:
+    """``node``'s client write path (any number of threads; see the module docstring)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.inflight: dict[tuple[str, int], int] = {}  # (client, seq) -> log index, while in flight here
+
+    def submit_batch(self, calls: Sequence[Sequence[Any]]) -> list[Outcome]:
+        """The server's ``submit`` batch function: ``[ops, durable, client_id, seq]`` per call.
+        Appends them as one log entry, waits for it to be committed and applied."""
+        out: list[Outcome | None] = [None] * len(calls)
+        rows_of: list[tuple[int, ClientCall]] = []
+        waits: list[tuple[int, int, str, int]] = []  # (call, index, client, seq) of calls already in the log
+        for i, args in enumerate(calls):
+            try:
+                if not args:
+                    raise errors.InvalidArgument("submit takes (ops, durable, client_id, seq)")
+                ops = O.check_client_batch(O.decode_all(args[0]))
+                durable = args[1] if len(args) > 1 else True
+                if not isinstance(durable, bool):
+                    raise errors.InvalidArgument(f"durable must be a boolean, got {type(durable).__name__}")
+                cid = args[2] if len(args) > 2 else None
+                seq = args[3] if len(args) > 3 else 0
+                if cid is not None and (not isinstance(cid, str) or not cid or len(cid) > 128):
+                    raise errors.InvalidArgument("client_id must be a non-empty string of at most 128 characters")
+                if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**63:
+                    raise errors.InvalidArgument("seq must be a non-negative integer")
+                if not ops:
+                    out[i] = (True, [])
+                    continue
+                if cid is not None and (cid, seq) in self.inflight:
+                    waits.append((i, self.inflight[(cid, seq)], cid, seq))
+                    continue
+                rows_of.append((i, ClientCall(cid, seq, durable, [_plain(O.encode(op)) for op in ops])))
+            except errors.TStreamsError as exc:
+                out[i] = (False, exc)
+        if rows_of or waits:
+            try:
+                self.replicate(rows_of, waits, out)
+            except errors.TStreamsError as exc:
+                for i in [r[0] for r in rows_of] + [w[0] for w in waits]:
+                    if out[i] is None:
+                        out[i] = (False, exc)
+        return [o if o is not None else (False, errors.ClusterUnavailable("no outcome")) for o in out]
+
+    def submit_maintenance(self, ops: Sequence[O.Compact]) -> Outcome:
+        """Leader: replicate engine maintenance (``Compact`` records) as one log entry that
+        every node applies alike; wait until it is committed and applied here. Returns
+        ``(True, results)`` or ``(False, exception)``; raises ``NotLeader`` or
+        ``ClusterUnavailable`` as a client write would."""
+        row = MaintenanceCall([_plain(O.encode(op)) for op in O.check_maintenance_batch(ops)])
+        out: list[Outcome | None] = [None]
+        self.replicate([(0, row)], [], out)
+        return out[0] if out[0] is not None else (False, errors.ClusterUnavailable("no outcome"))
+
+    def replicate(self, rows_of: Sequence[tuple[int, ClientCall | MaintenanceCall]],
+                  waits: list[tuple[int, int, str, int]], out: list[Outcome | None]) -> None:
+        n = self.node
+        n.check_serving()
+        state = n.leader_state
+        if state is None:
+            raise errors.NotLeader(f"node {n.node_id} stopped leading; {n.leader_hint()}")
+        applier = n.applier
+        cv = n.cv
+        index = 0
+        started = n.timer.monotonic()
+        if rows_of:
+            with n.log.lock:
+                if n.leader_state is not state:
+                    raise errors.NotLeader(f"node {n.node_id} stopped leading; {n.leader_hint()}")
+                with cv:
+                    applier.waiting[n.log.last_index + 1] = None
+                index = n.log.append(state.epoch, n.next_now(), [c.to_wire() for _, c in rows_of], sync=False)
+                state.last_append = n.timer.monotonic()
+            n.counters.group_size.observe(len(rows_of))
+            for _, c in rows_of:
+                if isinstance(c, ClientCall) and c.client_id is not None:
+                    self.inflight[(c.client_id, c.seq)] = index
+            n.wake()  # followers fetch the entry while this node syncs it
+            n.log.sync()
+            n.advance_commit()
+        indexes = {index} if index else set()
+        indexes.update(w[1] for w in waits)
+        for ix in indexes:
+            with cv:
+                applier.waiting.setdefault(ix, None)
+        deadline = n.timer.monotonic() + n.ack_timeout
+        try:
+            with cv:
+                while not all(applier.applied >= ix for ix in indexes):
+                    if n.leader_state is not state:
+                        raise errors.ClusterUnavailable(
+                            f"node {n.node_id} stopped leading before the write was committed; its outcome is "
+                            f"unknown (retry it); {n.leader_hint()}")
+                    remaining = deadline - n.timer.monotonic()
+                    if remaining <= 0:
+                        raise errors.ClusterUnavailable(
+                            f"the write was not acknowledged by {required_acks(n.acks, n.nodes)} of "
+                            f"{n.nodes} nodes within {n.ack_timeout:g} s; its outcome is unknown (retry it)")
+                    cv.wait(min(remaining, 0.2))
+                # acknowledge only while this node surely still leads (lease from ZooKeeper)
+                if not (n.leader_state is state and n.zk_ok and n.timer.monotonic() < state.lease_until):
+                    raise errors.ClusterUnavailable(
+                        f"node {n.node_id} cannot confirm its leadership; the outcome is unknown (retry it)")
+                results = {ix: applier.waiting.get(ix) for ix in indexes}
+            n.counters.ack_seconds.observe(n.timer.monotonic() - started)
+        finally:
+            with cv:
+                for ix in indexes:
+                    applier.waiting.pop(ix, None)
+            for _, c in rows_of:
+                if isinstance(c, ClientCall) and c.client_id is not None \
+                        and self.inflight.get((c.client_id, c.seq)) == index:
+                    del self.inflight[(c.client_id, c.seq)]
+        if index:
+            got = results.get(index)
+            if got is None:  # applied before we registered: read the outcome from the window
+                got = [applier.stored_outcome(c.client_id, c.seq) if isinstance(c, ClientCall)
+                       else applier.stored_outcome(None, 0) for _, c in rows_of]
+            for (i, _), res in zip(rows_of, got, strict=True):
+                out[i] = res
+        for i, _, cid, seq in waits:
+            out[i] = applier.stored_outcome(cid, seq)

@@ -1,0 +1,137 @@
+"""A replicated cluster in one process: real :class:`~tstreams_embedded.cluster.node.Node`
+objects on real engines (each in its own directory) over the in-memory coordinator
+(:mod:`.coordinator`) and network (:mod:`.network`), in the spirit of hashicorp/raft's
+``MakeCluster``. Nodes can be stopped and restarted on their disk, partitioned, cut from
+ZooKeeper and have their sessions expired, all without subprocesses or sockets.
+
+    with MemoryCluster(tmp_path, 3) as c:
+        leader = c.leader()
+        txn_id = c.instant("s", 0, [b"x"])
+        c.network.isolate(leader.node_id, c.others(leader.node_id))
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+from typing import Any
+
+from .. import errors
+from ..cluster.clock import StateClock
+from ..cluster.node import Node
+from ..cluster.serve import state_digest
+from ..engine import ops as O
+from ..engine.core import Core
+from .coordinator import MemoryCoordinator, MemoryZooKeeper
+from .network import MemoryNetwork
+from .polling import eventually
+
+
+class MemoryCluster:
+    """``n`` nodes ``n1 … nN`` under ``root`` (see the module docstring)."""
+
+    def __init__(self, root: str | os.PathLike[str], n: int = 3, *, seed: int = 0, session_timeout: float = 1.0,
+                 ack_timeout: float = 5.0, acks: str = "quorum") -> None:
+        self.root = Path(root)
+        self.zk = MemoryZooKeeper(nodes=n, acks=acks, session_timeout=session_timeout)
+        self.network = MemoryNetwork(seed)
+        self.session_timeout = session_timeout
+        self.ack_timeout = ack_timeout
+        self.ids = [f"n{i}" for i in range(1, n + 1)]
+        self.nodes: dict[str, Node] = {}
+        self._seq = itertools.count(1)
+        for node_id in self.ids:
+            self.start(node_id)
+
+    def __enter__(self) -> MemoryCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------- lifecycle
+    def start(self, node_id: str, data: str | os.PathLike[str] | None = None, endpoint: str | None = None) -> Node:
+        """Start node ``node_id`` on its directory (kept from an earlier run, if any), or on
+        ``data``; its replication endpoint is ``mem://<endpoint>`` (by default the node id)."""
+        name = endpoint or node_id
+        core = Core(os.fspath(data if data is not None else self.root / node_id), "sync", clock=StateClock(),
+                    compaction_interval=None)
+        try:
+            node = Node(core, MemoryCoordinator(self.zk, node_id), node_id, f"mem-client://{name}",
+                        f"mem://{name}", session_timeout=self.session_timeout, ack_timeout=self.ack_timeout,
+                        transport=self.network.transport(name))
+        except BaseException:
+            core.close()
+            raise
+        try:
+            node.start()
+        except BaseException:
+            node.stop()
+            core.close()
+            raise
+        self.nodes[node_id] = node
+        return node
+
+    def stop(self, node_id: str) -> None:
+        """Stop node ``node_id`` (its session closes; its disk stays)."""
+        node = self.nodes.pop(node_id)
+        node.stop()
+        node.core.close()
+
+    def close(self) -> None:
+        for node_id in list(self.nodes):
+            self.stop(node_id)
+
+    # -------------------------------------------------------------- roles
+    def others(self, node_id: str) -> list[str]:
+        return [n for n in self.ids if n != node_id]
+
+    def leader(self, timeout: float = 20.0, exclude: str | None = None) -> Node:
+        """The node serving as leader (waiting up to ``timeout`` seconds for one)."""
+        def serving() -> Node | None:
+            leaders = [n for n in self.nodes.values() if n.serving() and n.node_id != exclude]
+            return leaders[0] if len(leaders) == 1 else None
+
+        node = eventually(serving, timeout, 0.02, message="one node serves as leader")
+        assert node is not None
+        return node
+
+    # -------------------------------------------------------------- writes and state
+    def submit(self, ops: list[O.Operation], node: Node | None = None, client_id: str = "test") -> Any:
+        """Submit ``ops`` as one durable client call on ``node`` (the leader by default);
+        the outcome's value, or its exception raised."""
+        target = node or self.leader()
+        ok, value = target.submit_batch([[[O.encode(op) for op in ops], True, client_id, next(self._seq)]])[0]
+        if not ok:
+            raise value
+        return value
+
+    def create_stream(self, name: str, partitions: int = 1) -> None:
+        try:
+            self.submit([O.CreateStream(name, partitions, 3600)])
+        except errors.StreamExists:
+            pass
+
+    def instant(self, stream: str, partition: int, items: list[bytes], node: Node | None = None) -> int:
+        """Write ``items`` as one instant transaction; its acknowledged transaction ID."""
+        got = self.submit([O.Instant(stream, partition, O.pack_items(items))], node)
+        txn_id: int = got[0]
+        return txn_id
+
+    def digests(self) -> dict[str, str]:
+        return {node_id: state_digest(node.core)["digest"] for node_id, node in self.nodes.items()}
+
+    def converged(self, timeout: float = 20.0) -> str:
+        """Wait until every running node applied the same log and holds the same state."""
+        def same() -> str | None:
+            applied = {n.applied for n in self.nodes.values()}
+            last = {n.log.last_index for n in self.nodes.values()}
+            if len(applied) != 1 or last != applied:
+                return None
+            digests = set(self.digests().values())
+            return digests.pop() if len(digests) == 1 else None
+
+        digest = eventually(same, timeout, 0.05, message="all nodes reach the same state")
+        assert digest is not None
+        return digest

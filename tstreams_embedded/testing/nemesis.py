@@ -1,0 +1,190 @@
+"""Seeded nemesis runs over an in-process cluster (:mod:`.memory_cluster`), with a checker.
+
+One run starts a cluster of real nodes over the in-memory coordinator and network, writes
+unique items one at a time through whichever node leads, and meanwhile applies faults drawn
+from a seeded random generator: the leader isolated (both ways, or cut from its followers
+only, one way), a follower partitioned, a session expired, a node cut from ZooKeeper,
+frames lost, duplicated and reordered, a node stopped and restarted on its disk. Then it
+heals everything and checks:
+
+* every acknowledged write is present exactly once on every node, with the transaction ID
+  it was acknowledged with; no item is present twice (acknowledged or not);
+* per partition, acknowledged IDs increase in acknowledgement order;
+* no two nodes acknowledged in one epoch;
+* all nodes reach the same state digest.
+
+The schedule of faults comes from the seed; the nodes' threads run on the real clock, so a
+run is *not* replayed step for step (this is not a deterministic simulation), but a
+failing seed is re-run with::
+
+    python -m tstreams_embedded.testing.nemesis --seed N
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import errors
+from .memory_cluster import MemoryCluster
+from .network import Faults
+
+STREAM = "sim"
+PARTITIONS = 2
+
+
+@dataclass
+class RunResult:
+    seed: int
+    acked: int = 0
+    unknown: int = 0
+    faults: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def replay(self) -> str:
+        return f"python -m tstreams_embedded.testing.nemesis --seed {self.seed}"
+
+
+def _fault(c: MemoryCluster, rng: random.Random) -> tuple[str, Any]:
+    """Apply one fault; return its name and the function that heals it."""
+    leader = next((n for n in c.nodes.values() if n.serving()), None)
+    lead = leader.node_id if leader is not None else rng.choice(c.ids)
+    others = c.others(lead)
+    kind = rng.choice(["isolate-leader", "leader-cut-from-followers-one-way", "partition-follower", "expire",
+                       "cut-from-zookeeper", "lossy-network", "restart-follower", "restart-leader"])
+    if kind == "isolate-leader":
+        c.network.isolate(lead, others)
+        return kind, c.network.heal
+    if kind == "leader-cut-from-followers-one-way":
+        c.network.partition(others, [lead], both_ways=False)  # the followers' requests are lost
+        return kind, c.network.heal
+    if kind == "partition-follower":
+        f = rng.choice(others)
+        c.network.isolate(f, c.others(f))
+        return f"{kind} {f}", c.network.heal
+    if kind == "expire":
+        node = rng.choice(c.ids)
+        if node in c.nodes:
+            c.zk.expire(node)
+        return f"{kind} {node}", lambda: None
+    if kind == "cut-from-zookeeper":
+        node = lead if node_running(c, lead) else rng.choice(c.ids)
+
+        def heal_zk() -> None:
+            if node in c.nodes:
+                c.zk.expire(node)  # out longer than the session: it expired meanwhile
+                c.zk.heal(node)
+
+        if node in c.nodes:
+            c.zk.cut(node)
+        return f"{kind} {node}", heal_zk
+    if kind == "lossy-network":
+        c.network.set_faults(Faults(drop=0.2, duplicate=0.2, reorder=0.3, delay=(0.0, 0.02)))
+        return kind, c.network.heal
+    node = rng.choice(others) if kind == "restart-follower" else lead
+    if node in c.nodes:
+        c.stop(node)
+    return f"{kind} {node}", lambda: None if node in c.nodes else c.start(node)
+
+
+def node_running(c: MemoryCluster, node_id: str) -> bool:
+    return node_id in c.nodes
+
+
+def run(seed: int, root: str, faults: int = 4, nodes: int = 3) -> RunResult:
+    """One run (see the module docstring) in directory ``root``."""
+    rng = random.Random(seed)
+    result = RunResult(seed)
+    acked: list[tuple[bytes, int, int]] = []  # (item, partition, txn id) in acknowledgement order
+    epochs: dict[int, set[str]] = {}
+    with MemoryCluster(root, nodes, seed=seed, session_timeout=1.0, ack_timeout=2.0) as c:
+        c.create_stream(STREAM, PARTITIONS)
+        seq = 0
+
+        def write(until: float) -> None:
+            nonlocal seq
+            while time.monotonic() < until:
+                leader = next((n for n in c.nodes.values() if n.serving()), None)
+                if leader is None:
+                    time.sleep(0.01)  # (a simulated client's back-off, not a synchronisation)
+                    continue
+                seq += 1
+                item = b"w%d" % seq
+                partition = seq % PARTITIONS
+                epoch = leader.epoch
+                try:
+                    txn_id = c.instant(STREAM, partition, [item], node=leader)
+                except errors.TStreamsError:
+                    result.unknown += 1
+                    continue
+                acked.append((item, partition, txn_id))
+                if epoch and leader.epoch == epoch:
+                    epochs.setdefault(epoch, set()).add(leader.node_id)
+
+        for _ in range(faults):
+            write(time.monotonic() + rng.uniform(0.1, 0.4))
+            name, heal = _fault(c, rng)
+            result.faults.append(name)
+            write(time.monotonic() + rng.uniform(0.5, 1.5))
+            heal()
+        c.network.heal()
+        for node_id in c.ids:
+            if node_id not in c.nodes:
+                c.start(node_id)
+            c.zk.heal(node_id)
+        write(time.monotonic() + 0.5)
+        c.converged(timeout=30)
+        result.acked = len(acked)
+        _check(c, acked, epochs, result)
+    return result
+
+
+def _check(c: MemoryCluster, acked: list[tuple[bytes, int, int]], epochs: dict[int, set[str]],
+           result: RunResult) -> None:
+    for epoch, leaders in epochs.items():
+        if len(leaders) > 1:
+            result.problems.append(f"epoch {epoch} was acknowledged by {sorted(leaders)}")
+    last: dict[int, int] = {}
+    for item, partition, txn_id in acked:
+        if txn_id <= last.get(partition, -1):
+            result.problems.append(f"partition {partition}: ID {txn_id} of {item!r} after {last[partition]}")
+        last[partition] = txn_id
+    for node_id, node in c.nodes.items():
+        where: dict[bytes, list[int]] = {}
+        for p in range(PARTITIONS):
+            for t in node.core.transactions_range(STREAM, p, 0, 2**63 - 1):
+                for it in t.items:
+                    where.setdefault(bytes(it), []).append(t.id)
+        for item, ids in where.items():
+            if len(ids) > 1:
+                result.problems.append(f"{node_id}: {item!r} present {len(ids)} times")
+        for item, _, txn_id in acked:
+            if where.get(item) != [txn_id]:
+                result.problems.append(f"{node_id}: acknowledged {item!r} (ID {txn_id}) found as {where.get(item)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--faults", type=int, default=4)
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR)
+    with tempfile.TemporaryDirectory() as root:
+        result = run(args.seed, root, args.faults, args.nodes)
+    print(f"seed {result.seed}: {result.acked} acknowledged, {result.unknown} unknown; faults: "
+          f"{', '.join(result.faults)}")
+    for problem in result.problems:
+        print("PROBLEM:", problem)
+    return 1 if result.problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
