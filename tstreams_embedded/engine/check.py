@@ -318,8 +318,8 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
         counts["log_entries"] += 1
         entry_key = keys.U64.pack(seq)  # an entry is sealed whole, under its u64 key (.commitlog)
         if store.sealed and not seals.is_sealed(entry_key, raw):
-            report.problem(f"{seals.describe('log', entry_key)}: checksum mismatch (the entry of {len(raw)} bytes "
-                           "is damaged)")
+            report.problem(f"{seals.describe('log', entry_key)}: checksum mismatch (the 'log' value of {len(raw)} "
+                           "bytes is damaged)")
             continue
         v = store.unseal("log", entry_key, raw)
         try:
