@@ -43,8 +43,9 @@ class App:
       ``commit_bytes`` of output are buffered, whichever comes first (at transaction
       boundaries), and whenever it runs out of input. The interval is measured on ``clock``
       (the app's wall clock, which a test may inject). Memory per task is bounded by that and
-      by its stores' caches: ``store_cache_bytes`` (default 32 MiB) of keys and values as
-      stored, per store of each task (a task whose changes fill a cache commits).
+      by its stores' caches: ``store_cache_bytes`` (default 32 MiB) per store of each task,
+      what the cached entries take in memory (:mod:`.store_cache`; a task whose changes fill
+      a cache commits).
     * A running app (``start()``) without input waits for the next commit: at once when it is
       made in this process, by a served engine's server, or by another process writing the
       same directory (inotify, :mod:`tstreams_embedded.engine.commit_waker`; without it,
