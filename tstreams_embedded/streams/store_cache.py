@@ -14,9 +14,10 @@ an earlier commit) or *dirty* (changed since the last commit: a put, or None for
   (which cost more than the entries under churn). Dirty entries stay until the commit, and
   while they alone pass the bound :meth:`full` is true (the task commits).
 * **Commit.** :meth:`changes` gives the puts and deletes of the commit; :meth:`committed`
-  turns the puts into clean entries and forgets the deletes (a deleted key stays known
-  absent only where a clean copy of it is cached, counted in full, until its generation
-  goes: no tombstone piles up).
+  turns the puts into clean entries and forgets the deletes, clean copies included (no
+  tombstone outlives its commit: the engine has the truth, and a later read finds the key
+  absent there). A removal leaves a deleted slot in its generation's dict, which goes with
+  the generation.
 * **Ranges.** The keys are also kept in order (:class:`~.sorted_keys.SortedKeys`), so
   :meth:`drop_range` and :meth:`dirty_in` cost the cached keys in their range, not the
   whole cache.
@@ -85,10 +86,12 @@ class StoreCache:
         if value is MISSING:
             value = self._young.get(key, MISSING)
             if value is MISSING:
-                value = self._old.get(key, MISSING)
+                value = self._old.pop(key, MISSING)
                 if value is not MISSING:  # used again: into the young generation
+                    cost = entry_cost(key, value)
+                    self.old_bytes -= cost
                     self._young[key] = value
-                    self.young_bytes += entry_cost(key, value)
+                    self.young_bytes += cost
                     self._evict()
         return value
 
@@ -145,21 +148,23 @@ class StoreCache:
         return bool(self._dirty)
 
     def committed(self) -> None:
-        """The changes are committed: puts become clean entries; deletes are forgotten, unless
-        a clean copy of the key is still cached (then the key is known absent until its
-        generation goes)."""
+        """The changes are committed: puts become clean entries (young), deletes are forgotten
+        (with any clean copy of their keys)."""
         dirty, self._dirty = self._dirty, {}
         self.dirty_bytes = 0
         young, old = self._young, self._old
         for key, value in dirty.items():
-            stale = young.get(key, MISSING)
+            stale = young.pop(key, MISSING)
             if stale is not MISSING:
                 self.young_bytes -= entry_cost(key, stale)
-            elif value is None and key not in old:
+            stale = old.pop(key, MISSING)
+            if stale is not MISSING:
+                self.old_bytes -= entry_cost(key, stale)
+            if value is None:
                 self._keys.discard(key)
-                continue
-            young[key] = value
-            self.young_bytes += entry_cost(key, value)
+            else:
+                young[key] = value
+                self.young_bytes += entry_cost(key, value)
         self._evict()
 
     def _uncount(self, entries: dict[bytes, bytes | None], cost: int) -> None:
