@@ -72,10 +72,11 @@ class KeyValueStore:
     entry counted for its key and value bytes plus a measured per-entry overhead. A put
     serializes its value at once (what is committed, and what a later get in the same commit
     returns, is the value as it was put, as in Kafka Streams). Past the bound, entries not
-    changed since the last commit are dropped, least recently used first; changed ones stay
-    until the commit, and while they alone pass the bound :meth:`full` is true (the task then
-    commits at the end of its transaction). A commit's deletes are forgotten once committed.
-    Range deletes and scans cost the cached keys in their range (the keys are kept in order)."""
+    changed since the last commit are dropped, the least recently used generation first;
+    changed ones stay until the commit, and while they alone pass the bound :meth:`full` is
+    true (the task then commits at the end of its transaction). A commit's deletes are
+    forgotten once committed. Range deletes and scans cost the cached keys in their range
+    (the keys are kept in order)."""
 
     def __init__(self, backend: Backend, namespace: str, name: str, key_serde: Serde, value_serde: Serde,
                  max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
