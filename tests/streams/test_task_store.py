@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.streams.serdes import MsgpackSerde, StrSerde
+from tstreams_embedded.streams.store_cache import entry_cost
 from tstreams_embedded.streams.stores import KeyValueStore
 
 keys = st.text(alphabet="abcd", max_size=3)
@@ -49,6 +50,10 @@ class TaskStore(RuleBasedStateMachine):
     @rule(key=keys)
     def get(self, key: str) -> None:
         assert self.store.get(key) == self.current.get(key)
+
+    @rule(lo=keys, hi=keys)
+    def range(self, lo: str, hi: str) -> None:
+        assert list(self.store.range(lo, hi)) == sorted((k, v) for k, v in self.current.items() if lo <= k < hi)
 
     @rule()
     def commit(self) -> None:
@@ -122,3 +127,22 @@ class TinyCacheTaskStore(TaskStore):
 
 TestTinyCacheTaskStore = TinyCacheTaskStore.TestCase
 TestTinyCacheTaskStore.settings = settings(max_examples=30, stateful_step_count=20, deadline=None)
+
+
+class SmallCacheTaskStore(TinyCacheTaskStore):
+    """The same with room for a few entries (:func:`~tstreams_embedded.streams.store_cache.entry_cost`):
+    generations turn over, clean copies of changed keys are hidden, then dropped."""
+
+    BOUND = 5 * entry_cost(b"abc", b"\x09")
+
+    def _open(self) -> KeyValueStore:
+        return KeyValueStore(self.engine.backend, "app/0/s", "s", StrSerde(), MsgpackSerde(), max_bytes=self.BOUND)
+
+    @rule()
+    def commit(self) -> None:
+        TaskStore.commit(self)
+        assert self.store.cached_bytes <= self.BOUND
+
+
+TestSmallCacheTaskStore = SmallCacheTaskStore.TestCase
+TestSmallCacheTaskStore.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)

@@ -47,8 +47,9 @@ class App:
       boundaries), whenever it runs out of input, and at the end of its turn if it wrote to a
       stream the application reads back (below). The interval is measured on ``clock``
       (the app's wall clock, which a test may inject). Memory per task is bounded by that and
-      by its stores' caches: ``store_cache_bytes`` (default 32 MiB) of keys and values as
-      stored, per store of each task (a task whose changes fill a cache commits).
+      by its stores' caches: ``store_cache_bytes`` (default 32 MiB) per store of each task,
+      what the cached entries take in memory (:mod:`.store_cache`; a task whose changes fill
+      a cache commits).
     * **Order across tasks, and backlogs** (:mod:`.turns`). A worker thread runs its tasks in
       *turns*, merging them by event time: the task whose next record has the smallest
       timestamp goes next, and keeps its turn while its next transaction's first record is

@@ -23,6 +23,7 @@ from ..engine import ops as O
 from ..engine import state
 from ..engine.backend import Backend, StoreScan
 from .serdes import BytesSerde, Serde, StrSerde
+from .store_cache import MISSING, StoreCache
 from .windows import Windowed
 
 
@@ -37,9 +38,8 @@ def time_of(key: bytes) -> int:
     return int.from_bytes(key[:8], "big") - (1 << 63)
 
 
-_ABSENT = object()
-#: the default bound of a task's store cache (``App(store_cache_bytes=…)``): keys and values
-#: as stored, per store of each task
+#: the default bound of a task's store cache (``App(store_cache_bytes=…)``), per store of each
+#: task: what its entries take in memory (:func:`~.store_cache.entry_cost`)
 DEFAULT_CACHE_BYTES = 32 << 20
 PAGE = 4096
 
@@ -67,13 +67,16 @@ def pages(backend: Backend, store: str, lo: bytes | None, hi: bytes | None) -> I
 class KeyValueStore:
     """A task's key-value store: ``get``, ``put``, ``delete``, ``range``, ``all``.
 
-    Its cache holds deserialized values, and is bounded by bytes: at most ``max_bytes`` of
-    keys and values as stored (serialized) are counted in it. A put serializes its value at
-    once (what is committed is the value as it was put, as in Kafka Streams) and keeps the
-    bytes for the commit. Past the bound, entries not changed since the last commit are
-    dropped, oldest first, down to half of it; changed ones stay until the commit, and while
-    they alone pass the bound :meth:`full` is true (the task then commits at the end of its
-    transaction)."""
+    Its cache (:class:`~.store_cache.StoreCache`) keeps keys and values as stored
+    (serialized) and is bounded by what they take in memory: at most ``max_bytes``, each
+    entry counted for its key and value bytes plus a measured per-entry overhead. A put
+    serializes its value at once (what is committed, and what a later get in the same commit
+    returns, is the value as it was put, as in Kafka Streams). Past the bound, entries not
+    changed since the last commit are dropped, the least recently used generation first;
+    changed ones stay until the commit, and while they alone pass the bound :meth:`full` is
+    true (the task then commits at the end of its transaction). A commit's deletes are
+    forgotten once committed. Range deletes and scans cost the cached keys in their range
+    (the keys are kept in order)."""
 
     def __init__(self, backend: Backend, namespace: str, name: str, key_serde: Serde, value_serde: Serde,
                  max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
@@ -82,90 +85,57 @@ class KeyValueStore:
         self.name = name
         self.key_serde = key_serde
         self.value_serde = value_serde
-        self.max_bytes = max_bytes
-        #: key bytes -> (value or _ABSENT for a known missing/deleted key, its bytes as stored)
-        self._cache: dict[bytes, tuple[Any, int]] = {}
-        #: bytes of the keys and values in the cache, as stored
-        self.cached_bytes = 0
-        self._dirty: dict[bytes, bytes | None] = {}  # changed since the last commit: value bytes, None: deleted
-        self._ranges: list[list[bytes | None]] = []
-        self._stuck = False  # eviction found nothing to drop: only changed entries (until the commit)
+        self.cache = StoreCache(max_bytes)
+        self._ranges: list[tuple[bytes, bytes | None]] = []  # range deletes since the last commit
 
-    # -- the cache ----------------------------------------------------------------------
-    def _remember(self, kb: bytes, value: Any, size: int) -> None:
-        old = self._cache.get(kb)
-        self._cache[kb] = (value, size)
-        self.cached_bytes += size if old is None else size - old[1]
-        if self.cached_bytes > self.max_bytes and not self._stuck:
-            self._evict()
+    @property
+    def max_bytes(self) -> int:
+        return self.cache.max_bytes
 
-    def _evict(self) -> None:
-        """Drop unchanged entries, oldest first, until the cache holds half its bound."""
-        target = self.max_bytes // 2
-        for kb in [k for k in self._cache if k not in self._dirty]:
-            if self.cached_bytes <= target:
-                return
-            self.cached_bytes -= self._cache.pop(kb)[1]
-        self._stuck = self.cached_bytes > self.max_bytes
+    @property
+    def cached_bytes(self) -> int:
+        """What the cache's entries take (:func:`~.store_cache.entry_cost`)."""
+        return self.cache.cached_bytes
 
     def full(self) -> bool:
         """Whether this commit's changes alone fill the cache (commit soon)."""
-        return self.cached_bytes > self.max_bytes
+        return self.cache.full()
 
     # -- raw (key bytes) interface used by the processors ----------------------------------
     def get_raw(self, kb: bytes) -> Any:
-        e = self._cache.get(kb)
-        if e is None:  # (a key a pending range deletion covers is gone, whatever is stored)
+        data = self.cache.lookup(kb)
+        if data is MISSING:  # (a key a pending range deletion covers is gone, whatever is stored)
             if len(kb) > state.MAX_STORE_KEY:
                 return None  # cannot be stored, so it is not there (a put raises StoreKeyTooLong)
             data = None if self._ranges and self._deleted_by_range(kb) else self.backend.store_get(self.namespace, kb)
-            v = _ABSENT if data is None else self.value_serde.deserialize(data)
-            if not self._stuck:  # else the cache holds only changes, past its bound: not this
-                self._remember(kb, v, len(kb) + (0 if data is None else len(data)))
-            return None if data is None else v
-        v = e[0]
-        return None if v is _ABSENT else v
+            self.cache.remember(kb, data)
+        return None if data is None else self.value_serde.deserialize(data)
 
     def put_raw(self, kb: bytes, value: Any) -> None:
         if len(kb) > state.MAX_STORE_KEY:
             raise errors.StoreKeyTooLong(f"store {self.name!r}: a key is at most {state.MAX_STORE_KEY} bytes "
                                          f"serialized (16 fewer in a windowed store), got {len(kb)} "
                                          "(App(on_record_error='skip') skips such records)")
-        if value is None:
-            self._dirty[kb] = None
-            self._remember(kb, _ABSENT, len(kb))
-        else:
-            data = self.value_serde.serialize(value)
-            self._dirty[kb] = data
-            self._remember(kb, value, len(kb) + len(data))
+        self.cache.write(kb, None if value is None else self.value_serde.serialize(value))
 
     def delete_range_raw(self, lo: bytes, hi: bytes | None) -> None:
-        """Delete every key in ``[lo, hi)`` (committed with the next commit). The keys leave
-        the cache (a read sees the pending range until the commit), so that deleted keys are
-        not kept, and walked again by the next range, as known-missing entries."""
-        self._ranges.append([lo, hi])
-        for kb in [k for k in self._cache if k >= lo and (hi is None or k < hi)]:
-            self._dirty.pop(kb, None)
-            self.cached_bytes -= self._cache.pop(kb)[1]
+        """Delete every key in ``[lo, hi)`` (committed with the next commit)."""
+        self._ranges.append((lo, hi))
+        self.cache.drop_range(lo, hi)
 
     def scan_raw(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
-        """Entries in ``[lo, hi)`` in key order, this commit's changes included."""
-        stored: dict[bytes, Any] = {}
-        for k, v in pages(self.backend, self.namespace, lo, hi):
-            if not self._deleted_by_range(k):
-                stored[k] = v
-        merged: dict[bytes, Any] = {k: _RAW(v) for k, v in stored.items()}
-        for k, (v, _) in self._cache.items():
-            if (lo is None or k >= lo) and (hi is None or k < hi) and (k in self._dirty or k in merged):
-                merged[k] = v
-        for k in sorted(merged):
-            v = merged[k]
-            if v is _ABSENT:
-                continue
-            yield k, (self.value_serde.deserialize(v.data) if isinstance(v, _RAW) else v)
+        """Entries in ``[lo, hi)`` in key order, this commit's changes included (as they
+        were when the scan began)."""
+        changes = self.cache.dirty_in(lo, hi)
+        ranges = list(self._ranges)
+        stored = ((k, v) for k, v in pages(self.backend, self.namespace, lo, hi)
+                  if not (ranges and _covered(k, ranges)))
+        deserialize = self.value_serde.deserialize
+        for k, v in _overlay(stored, changes):
+            yield k, deserialize(v)
 
     def _deleted_by_range(self, k: bytes) -> bool:
-        return any(k >= lo and (hi is None or k < hi) for lo, hi in self._ranges)  # type: ignore[operator]
+        return _covered(k, self._ranges)
 
     # -- the user interface -------------------------------------------------------------
     def get(self, key: Any) -> Any:
@@ -192,25 +162,41 @@ class KeyValueStore:
     # -- commit ---------------------------------------------------------------------
     def changes(self) -> O.StoreWrite | None:
         """This commit's changes as one record (None if nothing changed)."""
-        if not self._dirty and not self._ranges:
+        if not self.cache.has_changes() and not self._ranges:
             return None
-        puts = [[kb, data] for kb, data in self._dirty.items() if data is not None]
-        deletes = [kb for kb, data in self._dirty.items() if data is None]
-        return O.StoreWrite(self.namespace, puts, deletes or None, self._ranges or None)
+        puts, deletes = self.cache.changes()
+        ranges = [[lo, hi] for lo, hi in self._ranges]
+        return O.StoreWrite(self.namespace, puts, deletes or None, ranges or None)
 
     def committed(self) -> None:
-        self._dirty.clear()
+        self.cache.committed()
         self._ranges = []
-        self._stuck = False
-        if self.cached_bytes > self.max_bytes:
-            self._evict()
 
 
-class _RAW:
-    __slots__ = ("data",)
+def _covered(k: bytes, ranges: list[tuple[bytes, bytes | None]]) -> bool:
+    return any(k >= lo and (hi is None or k < hi) for lo, hi in ranges)
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+
+def _overlay(stored: Iterator[tuple[bytes, bytes]],
+             changes: list[tuple[bytes, bytes | None]]) -> Iterator[tuple[bytes, bytes]]:
+    """``stored`` (sorted) with ``changes`` (sorted; None: deleted) laid over it, in key order."""
+    i, n = 0, len(changes)
+    for k, v in stored:
+        while i < n and changes[i][0] < k:
+            ck, cv = changes[i]
+            i += 1
+            if cv is not None:
+                yield ck, cv
+        if i < n and changes[i][0] == k:
+            cv = changes[i][1]
+            i += 1
+            if cv is not None:
+                yield k, cv
+            continue
+        yield k, v
+    for ck, cv in changes[i:]:
+        if cv is not None:
+            yield ck, cv
 
 
 def _read(backend: Backend, scans: list[StoreScan], max_bytes: int | None) -> list[list[tuple[bytes, bytes]]]:

@@ -89,7 +89,7 @@ class TaskHost(AppView, Protocol):
 
     @property
     def store_cache_bytes(self) -> int:
-        """The bound of each store's cache, bytes of keys and values as stored."""
+        """The bound of each store's cache: what its entries take in memory (:mod:`.store_cache`)."""
 
     @property
     def max_task_idle_ms(self) -> int:
