@@ -167,3 +167,17 @@ def test_overview_reports_nodes_roles_lag_and_streams(cluster: Cluster, connect:
     fo = eventually(lambda: complete(f), 20, 0.1, message="a follower's overview is complete")
     assert fo["this"]["role"] == "follower" and "replication" not in fo
     engine.close()
+
+
+def test_health_checks_log_at_debug(cluster: Cluster) -> None:
+    """A follower answers HAProxy's ``/health/leader`` check with 503; Tornado logged each one
+    at ERROR, a few times a second. Health checks now log at DEBUG (absent from the node's
+    INFO log), while other requests still log as before."""
+    follower = cluster.followers(cluster.leader())[0]
+    for _ in range(5):
+        assert follower.http_get("/health/leader")[0] == 503
+        follower.http_get("/health/ready")
+    assert follower.http_get("/status")[0] == 200
+    eventually(lambda: "GET /status" in follower.log(), 10, 0.05, message="the access log shows /status")
+    health_lines = [line for line in follower.log().splitlines() if "/health/" in line]
+    assert health_lines == []

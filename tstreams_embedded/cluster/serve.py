@@ -19,6 +19,7 @@ from collections.abc import Generator, Sequence
 from typing import Any, cast
 
 import zmq
+from tornado.log import access_log
 from tornado.web import Application, RequestHandler
 
 from .. import errors
@@ -184,9 +185,33 @@ class _State(RequestHandler):
         self.finish(json.dumps({**out, "applied": self.node.applied, "node": self.node.node_id}))
 
 
+#: Paths polled by load balancers (HAProxy checks every node a few times a second).
+HEALTH_PATHS = ("/health/leader", "/health/ready")
+
+
+def log_request(handler: RequestHandler) -> None:
+    """Tornado's access log, except that health checks log at DEBUG whatever they answer:
+    a follower answers every HAProxy check of ``/health/leader`` with 503, which Tornado
+    would log at ERROR a few times a second. Other requests log as Tornado does (INFO below
+    400, WARNING below 500, ERROR above)."""
+    request = handler.request
+    status = handler.get_status()
+    if request.path in HEALTH_PATHS:
+        level = logging.DEBUG
+    elif status < 400:
+        level = logging.INFO
+    elif status < 500:
+        level = logging.WARNING
+    else:
+        level = logging.ERROR
+    access_log.log(level, "%d %s %s (%s) %.2fms", status, request.method, request.uri, request.remote_ip,
+                   1000.0 * request.request_time())
+
+
 def http_app(node: Node, server_stats: ServerStats | None = None) -> Application:
     """The ``--http`` endpoints: health checks, ``/status``, ``/state``, ``/metrics``
-    (:mod:`.metrics`) and the status page at ``/`` (:mod:`.status_page`)."""
+    (:mod:`.metrics`) and the status page at ``/`` (:mod:`.status_page`). Requests are
+    logged by :func:`log_request` (health checks at DEBUG)."""
     return Application([
         (r"/health/leader", _Health, {"node": node, "what": "leader"}),
         (r"/health/ready", _Health, {"node": node, "what": "ready"}),
@@ -194,7 +219,7 @@ def http_app(node: Node, server_stats: ServerStats | None = None) -> Application
         (r"/state", _State, {"node": node}),
         metrics_route(node_registry(node, server_stats)),
         *page_routes(node),
-    ])
+    ], log_function=log_request)
 
 
 def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], cluster: str, node_id: str,
