@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,10 @@ import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.cli import main
 from tstreams_embedded.cluster import ZkAddress, init_cluster
+from tstreams_embedded.cluster.coordinator import CONNECT_TIMEOUT
 from tstreams_embedded.cluster.zk import BoundedZk, required_acks
 from tstreams_embedded.testing import ZooKeeperServer, free_port
+from tstreams_embedded.testing.serve import child_environment
 
 
 @pytest.mark.parametrize("url", ["", "tcp://h:1/x", "zk://", "zk://h:1", "zk://h:1/", "zk://h/x", "zk://h:p/x", 7])
@@ -218,3 +222,19 @@ def test_a_refused_zookeeper_connection_says_refused() -> None:
     port = free_port()
     line = _one_line_error(["cluster", "status", f"zk://127.0.0.1:{port}/x", "--timeout", "2"])
     assert "ClusterUnavailable" in line and "refused" in line, line
+
+
+def test_a_node_on_a_refused_zookeeper_port_fails_fast_saying_refused(tmp_path: Path) -> None:
+    """``tstreams serve --cluster`` on a port nobody listens on took ~33 s and said
+    "time-out": it exits non-zero within its connect timeout (``CONNECT_TIMEOUT``, see
+    docs/CLUSTER.md) naming the connection as refused, in one line."""
+    port = free_port()
+    command = [sys.executable, "-m", "tstreams_embedded.cli", "serve", "--data", str(tmp_path / "d"),
+               "--cluster", f"zk://127.0.0.1:{port}/x", "--node-id", "n1", "--bind", f"tcp://127.0.0.1:{free_port()}"]
+    done = subprocess.run(command, env=child_environment(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=CONNECT_TIMEOUT + 20)  # generous: the bound plus start-up on a loaded machine
+    assert done.returncode != 0, done.stderr
+    errors_out = [line for line in done.stderr.splitlines() if line.startswith("Error:")]  # (kazoo logs retries)
+    assert len(errors_out) == 1, done.stderr
+    assert "ClusterUnavailable" in errors_out[0] and "refused" in errors_out[0], done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

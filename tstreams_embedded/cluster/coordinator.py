@@ -19,9 +19,23 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .. import errors
-from .zk import BoundedZk, SessionLogger, ZkAddress, decode_json, encode_json, ensure_cluster_id, read_status
+from .zk import (
+    BoundedZk,
+    SessionLogger,
+    ZkAddress,
+    decode_json,
+    encode_json,
+    ensure_cluster_id,
+    read_status,
+    unreachable_reason,
+)
 
 log = logging.getLogger(__name__)
+
+#: Seconds a node waits for its first coordinator session at start (``tstreams serve
+#: --cluster``) before it exits with :class:`~tstreams_embedded.errors.ClusterUnavailable`
+#: (saying "connection refused" when that is why).
+CONNECT_TIMEOUT = 10.0
 
 
 class SessionState(enum.Enum):
@@ -145,8 +159,9 @@ class KazooCoordinator:
         try:
             self.client.start(timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - kazoo raises its own timeout class
-            self.close()
-            raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {self.addr.hosts}: {exc}") from exc
+            self.close()  # (no retries left running)
+            raise errors.ClusterUnavailable(f"cannot reach ZooKeeper at {self.addr.hosts} within {timeout:g} s: "
+                                            f"{unreachable_reason(self.addr, exc)}") from None
 
     def close(self) -> None:
         try:

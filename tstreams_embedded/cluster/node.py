@@ -45,7 +45,7 @@ from ..net.auth import PeerKeys
 from . import snapshot as snap
 from .applier import DEDUP_WINDOW, Applier, Outcome
 from .clock import StateClock
-from .coordinator import Coordinator, ElectionLock, KazooCoordinator, NodeIdInUse, SessionState
+from .coordinator import CONNECT_TIMEOUT, Coordinator, ElectionLock, KazooCoordinator, NodeIdInUse, SessionState
 from .counters import NodeCounters
 from .election import CLOCK_TICK, Election
 from .follower import FETCH_TIMEOUT, Follower
@@ -163,7 +163,9 @@ class Node:
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = CONNECT_TIMEOUT) -> None:
+        """Open the coordinator session (waiting at most ``timeout`` seconds: then
+        ``ClusterUnavailable``), check the cluster and this node's identity, start the threads."""
         self.coordinator.start(timeout)
         self.zk_ok = True
         try:
