@@ -15,6 +15,7 @@ from tstreams_embedded.cluster.zk import cluster_status
 from tstreams_embedded.testing import ZooKeeperServer, eventually
 
 from .conftest import SESSION, Cluster, ClusterNode
+from .test_observe import scrape, value
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -86,6 +87,14 @@ def test_follower_behind_the_trimmed_log_catches_up_by_snapshot(small_log: Clust
     assert status["log_first"] > held + 1  # its log restarted after the snapshot's position
     assert leader.status()["snapshots_sent"] == sent + 1
     assert "installed a snapshot at index" in follower.log()
+    # /metrics: the snapshot's progress on both sides
+    got_metrics, sent_metrics = scrape(follower), scrape(leader)
+    assert value(got_metrics, "tstreams_cluster_snapshots_installed_total") == 1
+    assert value(got_metrics, "tstreams_cluster_last_snapshot_index") == status["last_snapshot"]["index"] > held
+    received = value(got_metrics, "tstreams_cluster_snapshot_received_bytes_total")
+    assert received == status["last_snapshot"]["bytes"] > 0
+    assert value(sent_metrics, "tstreams_cluster_snapshots_sent_total") == sent + 1
+    assert (value(sent_metrics, "tstreams_cluster_snapshot_sent_bytes_total") or 0) >= received
     assert sorted(items_on(follower)) == sorted(written)
     assert state["offsets"] == 2 and state["transactions"] == len(written)
     producer.instant([b"after"])  # and the log carries on from the snapshot's position

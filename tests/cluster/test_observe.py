@@ -53,6 +53,9 @@ def test_metrics_follow_traffic_and_failover(cluster: Cluster, connect: Callable
     epoch = value(before, "tstreams_cluster_epoch")
     assert epoch is not None and epoch >= 1
     assert (value(before, "tstreams_cluster_elections_total") or 0) >= 1  # it ran at least the one it won
+    sessions = {state: value(before, "tstreams_cluster_zookeeper_session", state=state)
+                for state in ("connected", "suspended", "lost")}
+    assert sessions == {"connected": 1, "suspended": 0, "lost": 0}
 
     engine = connect()
     engine.create_stream("orders", partitions=1)

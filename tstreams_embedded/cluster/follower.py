@@ -126,6 +126,7 @@ class Follower:
                 n.need_snapshot = False
                 n.diverged = False
                 n.snapshots_installed += 1
+                n.snapshot_bytes_received += sink.received
                 n.last_snapshot = {"index": position.index, "bytes": sink.received,
                                    "seconds": n.timer.monotonic() - sink.started,
                                    "transfer_seconds": sink.transferred - sink.started}

@@ -3,7 +3,8 @@
 The node's registry holds the single-node collectors (:mod:`tstreams_embedded.net.metrics`:
 engine counters, partition heads, consumer lag, server counters), :class:`NodeCollector`
 (role, epochs, elections, log positions, commits, log syncs, replication lag per follower,
-all read from the node on each scrape) and the two histograms the node observes as it
+the ZooKeeper session state, snapshots sent and installed, all read from the node on each
+scrape) and the two histograms the node observes as it
 runs (:class:`~.counters.NodeCounters`: log-entry group sizes, acknowledgement latency).
 """
 
@@ -18,6 +19,7 @@ from prometheus_client.registry import Collector
 from ..engine.overview import OverviewLimits
 from ..net.metrics import engine_registry
 from ..net.stats import ServerStats
+from .coordinator import SessionState
 from .node import Node
 
 ROLES = ("leader", "candidate", "follower")
@@ -61,6 +63,30 @@ class NodeCollector(Collector):
             for follower, match in sorted(dict(node.match).items()):
                 lag.add_metric([follower], max(0, last - match))
         yield lag
+        session = GaugeMetricFamily("tstreams_cluster_zookeeper_session",
+                                    "1 for the current state of this node's ZooKeeper session "
+                                    "(connected, suspended: connection lost, lost: session expired)",
+                                    labels=["state"])
+        for state in SessionState:
+            session.add_metric([state.value], int(node.session_state is state))
+        yield session
+        yield from snapshot_metrics(node)
+
+
+def snapshot_metrics(node: Node) -> Iterator[Metric]:
+    """Snapshot progress: sent (as leader) and installed (as follower) by this process."""
+    yield CounterMetricFamily("tstreams_cluster_snapshots_sent", "snapshot transfers this node began as leader",
+                              value=node.snapshot_server.started)
+    yield CounterMetricFamily("tstreams_cluster_snapshot_sent_bytes", "bytes of snapshot chunks this node sent",
+                              value=node.snapshot_server.bytes_sent)
+    yield CounterMetricFamily("tstreams_cluster_snapshots_installed", "snapshots this node received and installed",
+                              value=node.snapshots_installed)
+    yield CounterMetricFamily("tstreams_cluster_snapshot_received_bytes",
+                              "bytes of the snapshots this node received and installed",
+                              value=node.snapshot_bytes_received)
+    yield GaugeMetricFamily("tstreams_cluster_last_snapshot_index",
+                            "log index of the last snapshot this node installed (0: none)",
+                            value=node.last_snapshot.get("index", 0))
 
 
 def node_registry(node: Node, server_stats: ServerStats | None = None,

@@ -123,6 +123,7 @@ class Node:
         self.need_snapshot = False  # the leader's log cannot bring this node up to date
         self.diverged = False
         self.snapshots_installed = 0
+        self.snapshot_bytes_received = 0  # bytes of the snapshots installed by this process
         self.last_snapshot: dict[str, float] = {}  # bytes and seconds of the last snapshot installed
         # role and epochs (known_epoch, role and leader_state change under self.log.lock)
         self.known_epoch = 0
@@ -134,6 +135,8 @@ class Node:
         self.cv = threading.Condition()  # commit / applied / leadership changes
         self.stopping = threading.Event()
         self.zk_ok = False
+        #: the coordinator session as last reported (LOST before :meth:`start`: no session yet)
+        self.session_state = SessionState.LOST
         self.elections = 0
         self.commits = 0
         self.counters = NodeCounters()  # histograms for /metrics
@@ -168,6 +171,7 @@ class Node:
         ``ClusterUnavailable``), check the cluster and this node's identity, start the threads."""
         self.coordinator.start(timeout)
         self.zk_ok = True
+        self.session_state = SessionState.CONNECTED
         try:
             granted = self.coordinator.granted_session_timeout
             if granted is None:
@@ -373,6 +377,7 @@ class Node:
 
     def _on_session(self, state: SessionState) -> None:
         """The coordinator's session listener (its own thread: no coordinator calls here)."""
+        self.session_state = state
         if state is not SessionState.CONNECTED:
             self.zk_ok = False
             if self.leading:

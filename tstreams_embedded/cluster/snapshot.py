@@ -246,7 +246,8 @@ class SnapshotServer:
         self.server: ReplicationServer | None = None
         self.transfers: dict[str, SnapshotSource] = {}
         self.installing: dict[str, tuple[int, float]] = {}  # node -> (snapshot index, sent at)
-        self.started = 0
+        self.started = 0  # transfers begun
+        self.bytes_sent = 0  # bytes of snapshot chunks sent, all transfers
 
     def attach(self, server: ReplicationServer) -> None:
         """The replication endpoint whose poll the transfers' descriptors wake."""
@@ -291,6 +292,7 @@ class SnapshotServer:
         if data is None:
             return  # parked until the pump signals
         source.waiting = None
+        self.bytes_sent += len(data)
         self.send(ident, SnapshotData(req.rid, ReplyStatus.OK, data, source.finished))
         if source.finished:
             self._end(source)
