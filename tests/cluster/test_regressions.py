@@ -19,6 +19,7 @@ from tstreams_embedded.testing import ZooKeeperServer, eventually
 
 from .conftest import SESSION, Cluster, ClusterNode
 from .test_cluster import converged, items_on
+from .test_observe import scrape, value
 
 #: A session long enough that a restart always comes before it expires, even on a loaded
 #: machine (the test ZooKeeper's tickTime of 500 ms allows up to 10 s).
@@ -301,3 +302,33 @@ def test_a_duplicate_node_id_refuses_to_start(cluster: Cluster) -> None:
     engine.create_stream("s")
     engine.producer("s").instant([b"after"])
     converged(cluster)
+
+
+def test_a_write_during_a_zookeeper_outage_fails_naming_it(cluster: Cluster, zk: ZooKeeperServer) -> None:
+    """After a ZooKeeper outage, a ``zk://`` client's write timed out naming as leader a node
+    that was not leading (the last one its node had seen). With ZooKeeper SIGSTOPped, the
+    nodes report their session suspended in ``/metrics``, and the write fails saying that
+    ZooKeeper is unavailable and no leader can be confirmed; after SIGCONT writes resume."""
+    engine = cluster.connect(timeout=SESSION + 3)
+    cluster.closers.append(engine.close)
+    engine.create_stream("s")
+    producer = engine.producer("s")
+    producer.instant([b"before"])
+    zk.pause()
+    try:
+        def suspended(node: ClusterNode) -> bool:
+            return value(scrape(node), "tstreams_cluster_zookeeper_session", state="suspended") == 1
+
+        eventually(lambda: all(suspended(n) for n in cluster.nodes), SESSION + 15, 0.05,
+                   message="every node reports its ZooKeeper session suspended")
+        assert not any(n.is_leader() for n in cluster.nodes)
+        with pytest.raises(errors.ClusterUnavailable) as caught:
+            producer.instant([b"during"])
+        message = str(caught.value)
+        assert "ZooKeeper" in message and "unavailable" in message and "no leader" in message, message
+        assert "leader: n" not in message, message  # names no node as the leader
+    finally:
+        zk.resume()
+    cluster.ready(60)
+    producer.instant([b"after"])
+    assert value(scrape(cluster.leader()), "tstreams_cluster_zookeeper_session", state="connected") == 1

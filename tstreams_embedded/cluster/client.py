@@ -143,7 +143,8 @@ class ClusterBackend:
             while not self._leader.get("endpoint"):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
-                    raise errors.ClusterUnavailable(f"no leader in {self.addr} within {self.timeout:g} s")
+                    raise errors.ClusterUnavailable(
+                        f"no leader in {self.addr} within {self.timeout:g} s{self._zookeeper_trouble()}")
                 self._changed.wait(min(remaining, 0.2))
             endpoint = str(self._leader["endpoint"])
         with self._lock:
@@ -174,9 +175,18 @@ class ClusterBackend:
                 last = exc
             if time.monotonic() >= deadline:
                 raise errors.ClusterUnavailable(
-                    f"the cluster {self.addr} did not answer within {self.timeout:g} s; last error: "
-                    f"{type(last).__name__}: {last}") from last
+                    f"the cluster {self.addr} did not answer within {self.timeout:g} s"
+                    f"{self._zookeeper_trouble()}; last error: {type(last).__name__}: {last}") from last
             time.sleep(0.05)  # a back-off between attempts, not a synchronisation
+
+    def _zookeeper_trouble(self) -> str:
+        """``": ZooKeeper … unavailable …"`` while this client has no ZooKeeper connection
+        (then the leader it knows may be stale and no new one can be learnt), else ``""``."""
+        state = str(self._zk.state)
+        if state == "CONNECTED":
+            return ""
+        return (f": ZooKeeper at {self.addr.hosts} is unavailable (this client's session is {state.lower()}), "
+                f"so no leader can be found")
 
     def _await_connection(self, remote: RemoteBackend, deadline: float) -> bool:
         """Wait (at most 0.5 s) for ``remote`` to connect; False if the leader changed or it

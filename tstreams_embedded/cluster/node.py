@@ -468,9 +468,14 @@ class Node:
 
     # ------------------------------------------------------------------ client side
     def leader_hint(self) -> str:
+        """Who leads, as this node knows it, for error messages. Without a ZooKeeper session
+        it names no leader: the one it last saw may have lost its lease meanwhile."""
         info = self.leader_info
         if self.leading:
             return f"leader: {self.node_id} at {self.endpoint}"
+        if not self.zk_ok:
+            return (f"ZooKeeper unavailable to this node (session {self.session_state.value}): "
+                    f"no leader can be confirmed")
         if info.get("node") and info.get("node") != self.node_id:
             return f"leader: {info.get('node')} at {info.get('endpoint')}"
         return "no leader is known yet"
