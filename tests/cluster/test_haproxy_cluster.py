@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 import tstreams_embedded as ts
-from tstreams_embedded.testing import HAProxyProcess, eventually
+from tstreams_embedded import errors
+from tstreams_embedded.testing import HAProxyProcess, ZooKeeperServer, eventually
 from tstreams_embedded.testing.haproxy import haproxy_executable, write_leader_only_config
 
-from .conftest import Cluster
+from .conftest import SESSION, Cluster
 from .writers import ItemWriter, items_on
 
 pytestmark = [pytest.mark.timeout(180),
@@ -50,6 +51,43 @@ def test_tcp_client_behind_haproxy_carries_on_after_leader_sigkill(cluster: Clus
         leader.start()
         state = eventually(cluster.converged, 30, 0.1, message="all nodes reach the same state", ignore=(OSError,))
         assert state is not None
+    finally:
+        if engine is not None:
+            engine.close()
+        proxy.stop()
+
+
+def test_tcp_client_behind_haproxy_during_a_zookeeper_outage_is_told_no_leader(
+        cluster: Cluster, zk: ZooKeeperServer, tmp_path: Path) -> None:
+    """With ZooKeeper SIGSTOPped no node leads, so HAProxy has no server up and closes every
+    connection at once. A ``tcp://`` client's write used to time out saying only "protocol
+    error"; it now fails with ``ClusterUnavailable`` saying the cluster has no leader
+    (ZooKeeper unavailable), and carries on once ZooKeeper is back."""
+    cluster.ready()
+    config = write_leader_only_config(tmp_path / "haproxy-leader.cfg", [n.http_port for n in cluster.nodes])
+    proxy = HAProxyProcess([n.port for n in cluster.nodes], tmp_path / "haproxy", config=config).start()
+    engine: Any = None
+    try:
+        eventually(lambda: "UP" in proxy.server_status().values(), 20, 0.05, message="HAProxy routes to the leader")
+        engine = ts.connect(proxy.endpoint, timeout=SESSION + 3)
+        assert engine.backend.cluster_node
+        engine.create_stream("s")
+        producer = engine.producer("s")
+        producer.instant([b"before"])
+        zk.pause()
+        try:
+            eventually(lambda: "UP" not in proxy.server_status().values(), SESSION + 15, 0.05,
+                       message=lambda: f"HAProxy has no server up: {proxy.server_status()}")
+            with pytest.raises(errors.ClusterUnavailable) as caught:
+                producer.instant([b"during"])
+            message = str(caught.value)
+            assert "no leader" in message and "ZooKeeper unavailable" in message, message
+            assert "protocol error" not in message, message
+        finally:
+            zk.resume()
+        cluster.ready(60)
+        eventually(lambda: "UP" in proxy.server_status().values(), 30, 0.05, message="HAProxy routes again")
+        producer.instant([b"after"])
     finally:
         if engine is not None:
             engine.close()

@@ -239,15 +239,22 @@ class RemoteBackend:
             time.sleep(BUSY_BACKOFF)  # a back-off between attempts, not a synchronisation
 
     def _again_after_failover(self, attempt: Callable[[float], T], timeout: float) -> T:
-        """``attempt(seconds left)`` until it succeeds, a non-retryable error, or ``timeout``."""
+        """``attempt(seconds left)`` until it succeeds, a non-retryable error, or ``timeout``
+        (then :class:`~tstreams_embedded.errors.ClusterUnavailable` saying no node led,
+        with the last error)."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             try:
                 return attempt(max(left, 0.1))
-            except FAILOVER_RETRYABLE:
-                if self._closed or time.monotonic() + FAILOVER_BACKOFF >= deadline:
+            except FAILOVER_RETRYABLE as exc:
+                if self._closed:
                     raise
+                if time.monotonic() + FAILOVER_BACKOFF >= deadline:
+                    raise errors.ClusterUnavailable(
+                        f"no cluster node at {self.endpoint} served the request as leader within {timeout:g} s: "
+                        f"the cluster has no leader (an election, or ZooKeeper unavailable) or it cannot be "
+                        f"reached; last error: {type(exc).__name__}: {exc}") from exc
             time.sleep(FAILOVER_BACKOFF)  # a back-off between attempts, not a synchronisation
 
     def server_info(self) -> dict[str, Any]:

@@ -71,6 +71,14 @@ _MONITOR_EVENTS = (
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
     | zmq.EVENT_MONITOR_STOPPED
 )
+#: Why a handshake failed, by monitor event (the others: "protocol error").
+HANDSHAKE_FAILURES: dict[int, str] = {
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "authentication refused",
+    # the peer closed the connection before the handshake ended: e.g. a proxy (HAProxy) with
+    # no server up, such as a cluster's leader-only backend while the cluster has no leader
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "the connection was closed during the handshake (behind a proxy: "
+                                          "no server up, e.g. a cluster without a leader)",
+}
 
 
 class _Req:
@@ -532,7 +540,7 @@ class Connection:
             elif event == zmq.EVENT_MONITOR_STOPPED:
                 return
             else:
-                why = "authentication refused" if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH else "protocol error"
+                why = HANDSHAKE_FAILURES.get(int(event), "protocol error")
                 self._last_failure = f" (last handshake with {endpoint} failed: {why})"
 
     def _connection_lost(self, endpoint: str) -> None:
