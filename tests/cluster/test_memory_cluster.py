@@ -223,3 +223,15 @@ def test_a_follower_is_ready_only_once_it_reached_its_leader(tmp_path: Path) -> 
         c.network.heal()
         eventually(node.ready, 10)
         assert node.applied > 0
+
+
+def test_faults_reach_a_restarted_node_not_its_stopped_process(tmp_path: Path) -> None:
+    """The nemesis expires and cuts nodes by id: after a restart that must be the new session."""
+    with MemoryCluster(tmp_path, 3) as c:
+        c.stop("n3")
+        c.start("n3")
+        eventually(lambda: "n3" in c.zk.nodes, 5.0, message="n3 publishes its record")
+        c.zk.expire("n3")
+        assert c.zk.client_of("n3") is c.zk.clients[-1]
+        c.zk.cut("n3")
+        eventually(lambda: not c.nodes["n3"].zk_ok, 5.0, message="n3 hears its session is suspended")

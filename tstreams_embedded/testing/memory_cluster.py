@@ -25,6 +25,7 @@ from ..engine import ops as O
 from ..engine.core import Core
 from .coordinator import MemoryCoordinator, MemoryZooKeeper
 from .network import MemoryNetwork
+from .node_time import NemesisTime
 from .polling import eventually
 
 
@@ -40,6 +41,8 @@ class MemoryCluster:
         self.ack_timeout = ack_timeout
         self.ids = [f"n{i}" for i in range(1, n + 1)]
         self.nodes: dict[str, Node] = {}
+        #: each node's clocks (kept over restarts), which a nemesis jumps or pauses
+        self.times = {node_id: NemesisTime() for node_id in self.ids}
         self._seq = itertools.count(1)
         for node_id in self.ids:
             self.start(node_id)
@@ -60,7 +63,7 @@ class MemoryCluster:
         try:
             node = Node(core, MemoryCoordinator(self.zk, node_id), node_id, f"mem-client://{name}",
                         f"mem://{name}", session_timeout=self.session_timeout, ack_timeout=self.ack_timeout,
-                        transport=self.network.transport(name))
+                        transport=self.network.transport(name), timer=self.times.setdefault(node_id, NemesisTime()))
         except BaseException:
             core.close()
             raise
