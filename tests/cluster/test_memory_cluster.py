@@ -235,3 +235,21 @@ def test_faults_reach_a_restarted_node_not_its_stopped_process(tmp_path: Path) -
         assert c.zk.client_of("n3") is c.zk.clients[-1]
         c.zk.cut("n3")
         eventually(lambda: not c.nodes["n3"].zk_ok, 5.0, message="n3 hears its session is suspended")
+
+
+def test_a_leader_whose_fsync_fails_does_not_acknowledge_and_steps_down(tmp_path: Path) -> None:
+    with MemoryCluster(tmp_path, 3, ack_timeout=2.0) as c:
+        c.create_stream("s", 1)
+        old = c.leader()
+        c.disks[old.node_id].failing = True
+        with pytest.raises(errors.ClusterUnavailable, match="could not sync its log"):
+            c.instant("s", 0, [b"unsynced"], node=old)
+        new = c.leader(exclude=old.node_id)
+        txn_id = c.instant("s", 0, [b"after"], node=new)
+        assert not old.serving() and not old.leading
+        c.disks[old.node_id].failing = False
+        c.stop(old.node_id)
+        c.start(old.node_id)  # restarted, it follows again
+        c.converged()
+        got = c.nodes[old.node_id].core.get_transaction("s", 0, txn_id)
+        assert got is not None and [bytes(i) for i in got.items] == [b"after"]

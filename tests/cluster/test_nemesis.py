@@ -1,7 +1,7 @@
 """Seeded nemesis runs over an in-process cluster (tstreams_embedded.testing.nemesis): faults
 (partitions either way, the leader cut from its followers only, session expiry, a node cut
 from ZooKeeper, loss/duplication/reordering, restarts on disk, clock jumps, the leader paused
-for longer than its session) while one client writes and reads each acknowledged write back;
+for longer than its session, a failing fsync) while one client writes and reads each acknowledged write back;
 the checker's findings are the failure message, with the command that re-runs the seed."""
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ def test_nemesis_clock_jumps(seed: int, tmp_path: Path) -> None:
 @pytest.mark.parametrize("seed", [21, 22])
 def test_nemesis_leader_paused_longer_than_its_session(seed: int, tmp_path: Path) -> None:
     check(seed, tmp_path, faults=2, kinds=("pause-leader",))
+
+
+@pytest.mark.parametrize("seed", [31, 32])
+def test_nemesis_failing_fsync(seed: int, tmp_path: Path) -> None:
+    check(seed, tmp_path, faults=3, kinds=("failing-fsync",))
 
 
 def test_read_back_reports_an_acknowledged_write_the_leader_does_not_return(tmp_path: Path) -> None:

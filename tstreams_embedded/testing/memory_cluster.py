@@ -24,6 +24,7 @@ from ..cluster.serve import state_digest
 from ..engine import ops as O
 from ..engine.core import Core
 from .coordinator import MemoryCoordinator, MemoryZooKeeper
+from .disk import FaultyDisk
 from .network import MemoryNetwork
 from .node_time import NemesisTime
 from .polling import eventually
@@ -43,6 +44,8 @@ class MemoryCluster:
         self.nodes: dict[str, Node] = {}
         #: each node's clocks (kept over restarts), which a nemesis jumps or pauses
         self.times = {node_id: NemesisTime() for node_id in self.ids}
+        #: each node's log fsync, which a nemesis makes fail
+        self.disks = {node_id: FaultyDisk() for node_id in self.ids}
         self._seq = itertools.count(1)
         for node_id in self.ids:
             self.start(node_id)
@@ -63,7 +66,8 @@ class MemoryCluster:
         try:
             node = Node(core, MemoryCoordinator(self.zk, node_id), node_id, f"mem-client://{name}",
                         f"mem://{name}", session_timeout=self.session_timeout, ack_timeout=self.ack_timeout,
-                        transport=self.network.transport(name), timer=self.times.setdefault(node_id, NemesisTime()))
+                        transport=self.network.transport(name), timer=self.times.setdefault(node_id, NemesisTime()),
+                        log_fsync=self.disks.setdefault(node_id, FaultyDisk()).fsync)
         except BaseException:
             core.close()
             raise

@@ -8,7 +8,8 @@ frames lost, duplicated and reordered, a node stopped and restarted on its disk,
 clocks jumped (wall clock forward or back, monotonic clock forward), and the leader paused for
 longer than its session (clocks frozen, cut from its peers and from ZooKeeper without being
 told, its session expired meanwhile; on resuming, a stale client's write reaches it before it
-learns the session was lost). After each acknowledgement the write is read back from the
+learns the session was lost), and a node's log fsync failing (EIO) until it is restarted.
+After each acknowledgement the write is read back from the
 serving leader (the one that acknowledged it, or the next one). Then it heals everything and
 checks:
 
@@ -76,6 +77,18 @@ def _fault(c: MemoryCluster, rng: random.Random, kinds: Sequence[str]) -> tuple[
         seconds = rng.choice([-1, 1]) * rng.uniform(0.5, 3.0) * c.session_timeout
         c.times[node].jump(seconds)
         return f"{kind} {node} {seconds:+.1f}s", lambda: None
+    if kind == "failing-fsync":
+        node = lead if rng.random() < 0.5 else rng.choice(others)
+        c.disks[node].failing = True
+
+        def restart_failed() -> None:
+            c.disks[node].failing = False
+            running = c.nodes.get(node)
+            if running is not None and running.log.failed is not None:
+                c.stop(node)  # a log whose fsync failed is not trusted again: the node restarts
+                c.start(node)
+
+        return f"{kind} {node}", restart_failed
     if kind == "pause-leader":
         if lead not in c.nodes:
             return f"{kind} {lead} (not running)", lambda: None
@@ -119,7 +132,8 @@ def _fault(c: MemoryCluster, rng: random.Random, kinds: Sequence[str]) -> tuple[
 
 
 KINDS = ["isolate-leader", "leader-cut-from-followers-one-way", "partition-follower", "expire",
-         "cut-from-zookeeper", "lossy-network", "restart-follower", "restart-leader", "clock-jump", "pause-leader"]
+         "cut-from-zookeeper", "lossy-network", "restart-follower", "restart-leader", "clock-jump", "pause-leader",
+         "failing-fsync"]
 
 
 def node_running(c: MemoryCluster, node_id: str) -> bool:
