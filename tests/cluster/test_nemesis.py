@@ -1,8 +1,9 @@
 """Seeded nemesis runs over an in-process cluster (tstreams_embedded.testing.nemesis): faults
 (partitions either way, the leader cut from its followers only, session expiry, a node cut
 from ZooKeeper, loss/duplication/reordering, restarts on disk, clock jumps, the leader paused
-for longer than its session, a failing fsync) while one client writes and reads each acknowledged write back;
-the checker's findings are the failure message, with the command that re-runs the seed."""
+for longer than its session, a failing fsync, a crash losing unsynced log entries) while one
+client writes and reads each acknowledged write back; the checker's findings are the failure
+message, with the command that re-runs the seed."""
 
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ def test_nemesis_leader_paused_longer_than_its_session(seed: int, tmp_path: Path
 @pytest.mark.parametrize("seed", [31, 32])
 def test_nemesis_failing_fsync(seed: int, tmp_path: Path) -> None:
     check(seed, tmp_path, faults=3, kinds=("failing-fsync",))
+
+
+@pytest.mark.parametrize("seed", [41, 42])
+def test_nemesis_leader_crash_loses_what_it_had_not_synced(seed: int, tmp_path: Path) -> None:
+    check(seed, tmp_path, faults=3, kinds=("crash-leader",))
 
 
 def test_read_back_reports_an_acknowledged_write_the_leader_does_not_return(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 
 from .. import errors
 from ..cluster.clock import StateClock
-from ..cluster.node import Node
+from ..cluster.log import ReplicatedLog
+from ..cluster.node import LOG_MAP_SIZE, Node
 from ..cluster.serve import state_digest
 from ..engine import ops as O
 from ..engine.core import Core
@@ -85,6 +86,19 @@ class MemoryCluster:
         node = self.nodes.pop(node_id)
         node.stop()
         node.core.close()
+
+    def crash(self, node_id: str) -> int:
+        """Stop node ``node_id`` as a power loss would: log entries it wrote but had not
+        synced (after :attr:`~..cluster.log.ReplicatedLog.durable_index`) are lost. Returns how
+        many were. (The engine's state is written with ``sync`` durability: nothing to lose.)"""
+        node = self.nodes[node_id]
+        durable = node.log.durable_index
+        self.stop(node_id)
+        log = ReplicatedLog(node.log.path, map_size=LOG_MAP_SIZE)
+        try:
+            return log.truncate_after(max(durable, log.base_index))
+        finally:
+            log.close()
 
     def close(self) -> None:
         for node_id in list(self.nodes):

@@ -8,7 +8,8 @@ frames lost, duplicated and reordered, a node stopped and restarted on its disk,
 clocks jumped (wall clock forward or back, monotonic clock forward), and the leader paused for
 longer than its session (clocks frozen, cut from its peers and from ZooKeeper without being
 told, its session expired meanwhile; on resuming, a stale client's write reaches it before it
-learns the session was lost), and a node's log fsync failing (EIO) until it is restarted.
+learns the session was lost), a node's log fsync failing (EIO) until it is restarted, and
+the leader crashing (log entries it had not synced lost).
 After each acknowledgement the write is read back from the
 serving leader (the one that acknowledged it, or the next one). Then it heals everything and
 checks:
@@ -85,7 +86,7 @@ def _fault(c: MemoryCluster, rng: random.Random, kinds: Sequence[str]) -> tuple[
             c.disks[node].failing = False
             running = c.nodes.get(node)
             if running is not None and running.log.failed is not None:
-                c.stop(node)  # a log whose fsync failed is not trusted again: the node restarts
+                c.crash(node)  # what it could not sync is lost; it restarts on what is left
                 c.start(node)
 
         return f"{kind} {node}", restart_failed
@@ -127,13 +128,16 @@ def _fault(c: MemoryCluster, rng: random.Random, kinds: Sequence[str]) -> tuple[
         return kind, c.network.heal
     node = rng.choice(others) if kind == "restart-follower" else lead
     if node in c.nodes:
-        c.stop(node)
+        if kind == "crash-leader":
+            c.crash(node)
+        else:
+            c.stop(node)
     return f"{kind} {node}", lambda: None if node in c.nodes else c.start(node)
 
 
 KINDS = ["isolate-leader", "leader-cut-from-followers-one-way", "partition-follower", "expire",
          "cut-from-zookeeper", "lossy-network", "restart-follower", "restart-leader", "clock-jump", "pause-leader",
-         "failing-fsync"]
+         "failing-fsync", "crash-leader"]
 
 
 def node_running(c: MemoryCluster, node_id: str) -> bool:
