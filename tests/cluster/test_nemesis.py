@@ -22,27 +22,33 @@ def check(seed: int, root: Path, faults: int, kinds: tuple[str, ...] = ()) -> No
                                  f"re-run with: {result.replay}")
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+#: seeds of every kind of fault run by ``make test`` (about 4-5 s each on two cores; see docs/CLUSTER.md)
+QUICK_SEEDS = range(1, 13)
+#: seeds run under ``-m soak`` (about 7 s each with 6 faults: some two hours)
+SOAK_SEEDS = range(1000, 2000)
+
+
+@pytest.mark.parametrize("seed", QUICK_SEEDS)
 def test_nemesis_seed(seed: int, tmp_path: Path) -> None:
     check(seed, tmp_path, faults=3)
 
 
-@pytest.mark.parametrize("seed", [11, 12])
+@pytest.mark.parametrize("seed", [11])
 def test_nemesis_clock_jumps(seed: int, tmp_path: Path) -> None:
     check(seed, tmp_path, faults=3, kinds=("clock-jump",))
 
 
-@pytest.mark.parametrize("seed", [21, 22])
+@pytest.mark.parametrize("seed", [21])
 def test_nemesis_leader_paused_longer_than_its_session(seed: int, tmp_path: Path) -> None:
     check(seed, tmp_path, faults=2, kinds=("pause-leader",))
 
 
-@pytest.mark.parametrize("seed", [31, 32])
+@pytest.mark.parametrize("seed", [31])
 def test_nemesis_failing_fsync(seed: int, tmp_path: Path) -> None:
     check(seed, tmp_path, faults=3, kinds=("failing-fsync",))
 
 
-@pytest.mark.parametrize("seed", [41, 42])
+@pytest.mark.parametrize("seed", [41])
 def test_nemesis_leader_crash_loses_what_it_had_not_synced(seed: int, tmp_path: Path) -> None:
     check(seed, tmp_path, faults=3, kinds=("crash-leader",))
 
@@ -60,12 +66,13 @@ def test_read_back_reports_an_acknowledged_write_the_leader_does_not_return(tmp_
 
 def test_replay_command_names_the_seed_and_the_kinds(tmp_path: Path) -> None:
     result = run(5, str(tmp_path), faults=0, kinds=("clock-jump",))
-    assert result.replay == "python -m tstreams_embedded.testing.nemesis --seed 5 --kind clock-jump"
+    assert result.replay == ("python -m tstreams_embedded.testing.nemesis --seed 5 --faults 0 --nodes 3 "
+                             "--kind clock-jump")
     with pytest.raises(ValueError, match="unknown fault kinds"):
         run(5, str(tmp_path), faults=0, kinds=("meteor",))
 
 
 @pytest.mark.soak
-@pytest.mark.parametrize("seed", range(100, 300))
+@pytest.mark.parametrize("seed", SOAK_SEEDS)
 def test_nemesis_soak(seed: int, tmp_path: Path) -> None:
-    check(seed, tmp_path, faults=8)
+    check(seed, tmp_path, faults=6)

@@ -60,11 +60,15 @@ class RunResult:
     problems: list[str] = field(default_factory=list)
 
     kinds: list[str] = field(default_factory=list)  # the faults drawn from (empty: all)
+    fault_count: int = 4
+    nodes: int = 3
 
     @property
     def replay(self) -> str:
+        """The one command that re-runs this seed's schedule."""
         only = "".join(f" --kind {k}" for k in self.kinds)
-        return f"python -m tstreams_embedded.testing.nemesis --seed {self.seed}{only}"
+        return (f"python -m tstreams_embedded.testing.nemesis --seed {self.seed} --faults {self.fault_count} "
+                f"--nodes {self.nodes}{only}")
 
 
 def _fault(c: MemoryCluster, rng: random.Random, kinds: Sequence[str]) -> tuple[str, Any]:
@@ -172,7 +176,7 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
         raise ValueError(f"unknown fault kinds {sorted(unknown_kinds)}; they are {KINDS}")
     kinds = list(kinds) or KINDS
     rng = random.Random(seed)
-    result = RunResult(seed, kinds=list(kinds) if kinds != KINDS else [])
+    result = RunResult(seed, kinds=list(kinds) if kinds != KINDS else [], fault_count=faults, nodes=nodes)
     acked: list[tuple[bytes, int, int]] = []  # (item, partition, txn id) in acknowledgement order
     epochs: dict[int, set[str]] = {}
     unread: list[tuple[bytes, int, int]] = []  # acknowledged, not yet read back
@@ -225,7 +229,9 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
             write(time.monotonic() + rng.uniform(0.1, 0.4))
             name, heal = _fault(c, rng, kinds)
             result.faults.append(name)
-            write(time.monotonic() + rng.uniform(1.0, 2.0) * SESSION_TIMEOUT)
+            # faults last 0.6-1.2 session timeouts (a pause longer than the session, so its lease lapses)
+            least = 1.1 if name.startswith("pause-leader") else 0.6
+            write(time.monotonic() + rng.uniform(least, 1.2) * SESSION_TIMEOUT)
             resume_paused()
             heal()
         c.network.heal()
@@ -233,7 +239,7 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
             if node_id not in c.nodes:
                 c.start(node_id)
             c.zk.heal(node_id)
-        write(time.monotonic() + 0.5)
+        write(time.monotonic() + 0.3)
         c.converged(timeout=30)
         leader = c.leader()
         read_back(leader, unread, result.problems)
@@ -284,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(result.faults)}")
     for problem in result.problems:
         print("PROBLEM:", problem)
+    if result.problems:
+        print("replay with:", result.replay)
     return 1 if result.problems else 0
 
 
