@@ -24,7 +24,7 @@ def check(seed: int, root: Path, faults: int, kinds: tuple[str, ...] = ()) -> No
 
 #: seeds of every kind of fault run by ``make test`` (about 4-5 s each on two cores; see docs/CLUSTER.md)
 QUICK_SEEDS = range(1, 13)
-#: seeds run under ``-m soak`` (about 7 s each with 6 faults: some two hours)
+#: seeds run under ``-m soak`` (about 8.5 s each with 6 faults: some two and a half hours)
 SOAK_SEEDS = range(1000, 2000)
 
 
