@@ -251,3 +251,28 @@ def test_a_read_during_an_append_never_goes_past_the_last_index(tmp_path: Any) -
     finally:
         log.env = getattr(log.env, "env", log.env)
         log.close()
+
+
+def test_a_failed_fsync_poisons_the_log(tmp_path: Any) -> None:
+    """After a failed fsync what was written may be lost although a later fsync succeeds
+    ("fsyncgate"): the log takes no more writes and never counts the entry as durable."""
+    from tstreams_embedded.testing.disk import FaultyDisk
+
+    disk = FaultyDisk()
+    log = ReplicatedLog(str(tmp_path / "log"), fsync=disk.fsync)
+    try:
+        log.append(1, 1, [])
+        disk.failing = True
+        with pytest.raises(OSError):
+            log.append(1, 2, [])
+        disk.failing = False
+        assert log.durable_index == 1
+        with pytest.raises(OSError):
+            log.sync()
+        with pytest.raises(OSError):
+            log.append(1, 3, [])
+        with pytest.raises(OSError):
+            log.append_entries([Entry(3, 1, 3, [])])
+        assert log.durable_index == 1 and log.failed is not None
+    finally:
+        log.close()

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -223,3 +225,67 @@ def test_a_follower_is_ready_only_once_it_reached_its_leader(tmp_path: Path) -> 
         c.network.heal()
         eventually(node.ready, 10)
         assert node.applied > 0
+
+
+def test_faults_reach_a_restarted_node_not_its_stopped_process(tmp_path: Path) -> None:
+    """The nemesis expires and cuts nodes by id: after a restart that must be the new session."""
+    with MemoryCluster(tmp_path, 3) as c:
+        c.stop("n3")
+        c.start("n3")
+        eventually(lambda: "n3" in c.zk.nodes, 5.0, message="n3 publishes its record")
+        c.zk.expire("n3")
+        assert c.zk.client_of("n3") is c.zk.clients[-1]
+        c.zk.cut("n3")
+        eventually(lambda: not c.nodes["n3"].zk_ok, 5.0, message="n3 hears its session is suspended")
+
+
+def test_a_leader_whose_fsync_fails_does_not_acknowledge_and_steps_down(tmp_path: Path) -> None:
+    with MemoryCluster(tmp_path, 3, ack_timeout=2.0) as c:
+        c.create_stream("s", 1)
+        old = c.leader()
+        c.disks[old.node_id].failing = True
+        with pytest.raises(errors.ClusterUnavailable, match="could not sync its log"):
+            c.instant("s", 0, [b"unsynced"], node=old)
+        new = c.leader(exclude=old.node_id)
+        txn_id = c.instant("s", 0, [b"after"], node=new)
+        assert not old.serving() and not old.leading
+        c.disks[old.node_id].failing = False
+        c.stop(old.node_id)
+        c.start(old.node_id)  # restarted, it follows again
+        c.converged()
+        got = c.nodes[old.node_id].core.get_transaction("s", 0, txn_id)
+        assert got is not None and [bytes(i) for i in got.items] == [b"after"]
+
+
+def test_a_leader_crashed_after_applying_what_its_log_had_not_synced_restarts_and_converges(tmp_path: Path) -> None:
+    """Its followers committed the entry while its own fsync stalled; the crash loses the
+    entry from its log but not from its (synced) state: it restarts from the state."""
+    with MemoryCluster(tmp_path, 3, ack_timeout=2.0) as c:
+        c.create_stream("s", 1)
+        old = c.leader()
+        disk = c.disks[old.node_id]
+        disk.stalled.set()
+        before = old.applied
+        outcome: list[object] = []
+        writer = threading.Thread(target=lambda: outcome.append(_try(lambda: c.instant("s", 0, [b"x"], node=old))))
+        writer.start()
+        eventually(lambda: old.applied > before, 5.0, message="the leader applies the entry its log is syncing")
+        assert old.log.durable_index < old.applied
+        disk.failing = True
+        disk.release()
+        writer.join(10)
+        assert isinstance(outcome[0], errors.ClusterUnavailable)  # not acknowledged
+        assert c.crash(old.node_id) >= 1
+        disk.failing = False
+        c.start(old.node_id)
+        c.converged()
+        for node in c.nodes.values():
+            [txn] = node.core.transactions_range("s", 0, 0, 2**63 - 1)
+            assert [bytes(i) for i in txn.items] == [b"x"]
+
+
+def _try(fn: Callable[[], object]) -> object:
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - the outcome under test
+        return exc

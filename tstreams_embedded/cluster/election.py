@@ -42,7 +42,7 @@ class Election:
     def run(self) -> None:
         n = self.node
         while not n.stopping.is_set():
-            if not n.zk_ok or n.diverged or n.need_snapshot or n.identity_conflict:
+            if not n.zk_ok or n.diverged or n.need_snapshot or n.identity_conflict or n.log.failed is not None:
                 n.stopping.wait(0.1)
                 continue
             lock = n.coordinator.election_lock(n.node_id)

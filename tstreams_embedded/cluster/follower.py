@@ -42,7 +42,7 @@ class Follower:
         try:
             while not n.stopping.is_set():
                 info = n.leader_info
-                if (n.leading or n.role is Role.CANDIDATE or n.identity_conflict or not info
+                if (n.leading or n.role is Role.CANDIDATE or n.identity_conflict or not info or n.log.failed is not None
                         or info.get("node") == n.node_id or int(info.get("epoch", 0)) < n.known_epoch):
                     n.stopping.wait(0.05)
                     continue
@@ -95,7 +95,10 @@ class Follower:
                     sock.close()
                     sock, target = None, None
                     continue
-                self.on_fetched(req, rep)
+                try:
+                    self.on_fetched(req, rep)
+                except OSError:  # the log could not be synced: it follows no more (n.log.failed)
+                    log.exception("appending fetched entries failed: this node stops following until restarted")
         finally:
             if sock is not None:
                 sock.close()

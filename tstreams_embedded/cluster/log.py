@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import lmdb
@@ -75,10 +75,17 @@ def _unpack(index: int, raw: bytes) -> Entry:
     return Entry(index, epoch, now_ms, calls)
 
 
+def _env_fsync(env: lmdb.Environment) -> None:
+    env.sync(True)
+
+
 class ReplicatedLog:
     """The node's log. Thread-safe; one writer at a time (an internal lock)."""
 
-    def __init__(self, path: str, map_size: int = 1 << 30) -> None:
+    def __init__(self, path: str, map_size: int = 1 << 30,
+                 fsync: Callable[[lmdb.Environment], None] | None = None) -> None:
+        """``fsync`` flushes the environment to disk (by default ``env.sync(True)``; tests
+        inject one that fails)."""
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.env = lmdb.open(path, map_size=map_size, max_dbs=4, sync=False, metasync=False)
@@ -92,6 +99,10 @@ class ReplicatedLog:
         self._commit = 0
         self._bytes = 0
         self.syncs = 0  # synced write transactions (appends, truncations): for /metrics
+        self._fsync = fsync or _env_fsync
+        #: the error of a failed fsync: the log takes no more writes until the node restarts
+        #: (after a failed fsync, what was written may be lost although a later one succeeds)
+        self.failed: OSError | None = None
         with self.env.begin() as txn:
             raw = txn.get(_BASE, db=self.meta)
             if raw:
@@ -250,6 +261,8 @@ class ReplicatedLog:
         """Append one new entry (leader); return its index once it is on disk (with
         ``sync=False``: once written; call :meth:`sync` before counting it as held)."""
         with self.lock:
+            if self.failed is not None:
+                raise self.failed
             index = self._last[0] + 1
             raw = _pack(epoch, now_ms, calls)
             with self.env.begin(write=True) as txn:
@@ -264,8 +277,14 @@ class ReplicatedLog:
     def sync(self) -> None:
         """Flush every written entry to disk (one fdatasync) and raise :attr:`durable_index`."""
         with self._sync_lock:
+            if self.failed is not None:
+                raise self.failed
             target = self._last[0]
-            self.env.sync(True)
+            try:
+                self._fsync(self.env)
+            except OSError as exc:
+                self.failed = exc
+                raise
             self.syncs += 1
             self._durable = max(self._durable, target)
 
@@ -274,6 +293,8 @@ class ReplicatedLog:
         if not entries:
             return
         with self.lock:
+            if self.failed is not None:
+                raise self.failed
             expect = self._last[0] + 1
             added = 0
             for e in entries:

@@ -33,9 +33,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import lmdb
 import zmq
 
 from .. import errors
@@ -79,10 +80,12 @@ class Node:
                  http: str | None = None, acks: str | None = None, session_timeout: float = 4.0,
                  ack_timeout: float = 10.0, context: zmq.Context[Any] | None = None,
                  peer_keys: PeerKeys | None = None, transport: Transport | None = None,
-                 timer: TimeSource | None = None) -> None:
+                 timer: TimeSource | None = None, log_fsync: Callable[[lmdb.Environment], None] | None = None) -> None:
         """``zk_url`` is the cluster's ``zk://`` address, or a :class:`.coordinator.Coordinator`
         (tests pass an in-memory one); ``transport`` the peer transport (by default ZeroMQ on
-        ``context``, CURVE with ``peer_keys``); ``timer`` the clocks (by default the system's)."""
+        ``context``, CURVE with ``peer_keys``); ``timer`` the clocks (by default the system's);
+        ``log_fsync`` flushes the log to disk (tests inject one that fails: a node whose log
+        could not be synced stops leading and following until restarted)."""
         if not isinstance(node_id, str) or not node_id or "/" in node_id:
             raise errors.InvalidArgument(f"node id must be a non-empty name without '/', got {node_id!r}")
         if acks is not None and acks not in ACKS:
@@ -106,7 +109,7 @@ class Node:
         self.ack_timeout = float(ack_timeout)
         if snap.discard_partial(core.path):
             log.warning("deleted an unfinished snapshot download (the node stopped during a transfer)")
-        self.log = ReplicatedLog(os.path.join(core.path, "cluster-log"), map_size=LOG_MAP_SIZE)
+        self.log = ReplicatedLog(os.path.join(core.path, "cluster-log"), map_size=LOG_MAP_SIZE, fsync=log_fsync)
         self.applier = Applier(self)
         position = self.applier.position
         if position is not None and self.log.epoch_at(position.index) != position.epoch:
@@ -484,7 +487,7 @@ class Node:
         """Whether this node may serve reads now: leader, lease valid, own epoch applied."""
         state = self.leader_state
         return (state is not None and self.zk_ok and self.timer.monotonic() < state.lease_until
-                and self.applied >= state.start_index)
+                and self.applied >= state.start_index and self.log.failed is None)
 
     def ready(self) -> bool:
         """``/health/ready``: the serving leader, or a follower that heard from its leader

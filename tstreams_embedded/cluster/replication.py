@@ -115,6 +115,9 @@ class ReplicationService:
                 return
             n.known_epoch = epoch
             last_epoch, last_index = n.log.position()
+            if n.log.failed is not None:  # what it wrote after the last good fsync may be lost: not held
+                last_index = n.log.durable_index
+                last_epoch = n.log.epoch_at(last_index) or 0
         state = n.leader_state
         if state is not None and state.epoch < epoch:
             n.step_down(f"{req.node} runs for epoch {epoch}")

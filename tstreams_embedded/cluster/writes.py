@@ -104,7 +104,12 @@ class Writes:
                 if isinstance(c, ClientCall) and c.client_id is not None:
                     self.inflight[(c.client_id, c.seq)] = index
             n.wake()  # followers fetch the entry while this node syncs it
-            n.log.sync()
+            try:
+                n.log.sync()
+            except OSError as exc:
+                n.step_down(f"its log could not be synced ({exc}): restart the node")
+                raise errors.ClusterUnavailable(
+                    f"node {n.node_id} could not sync its log ({exc}); the outcome is unknown (retry it)") from exc
             n.advance_commit()
         indexes = {index} if index else set()
         indexes.update(w[1] for w in waits)

@@ -66,7 +66,8 @@ class MemoryZooKeeper:
         self.lock.notify_all()
 
     def client_of(self, node_id: str) -> MemoryCoordinator:
-        return next(c for c in self.clients if c.node_id == node_id)
+        """The newest coordinator of node ``node_id`` (a restarted node's, not its stopped one's)."""
+        return next(c for c in reversed(self.clients) if c.node_id == node_id)
 
     def expire(self, node_id: str) -> None:
         """Expire the session of node ``node_id``'s coordinator (see the module docstring)."""
@@ -78,6 +79,23 @@ class MemoryZooKeeper:
 
     def heal(self, node_id: str) -> None:
         self.client_of(node_id).set_reachable(True)
+
+    def pause(self, node_id: str) -> None:
+        """Node ``node_id`` stops hearing from ZooKeeper *without being told* (a paused
+        process: no ``SUSPENDED``), and its session is expired meanwhile, as ZooKeeper does
+        to a client silent for longer than the session timeout. :meth:`resume` ends it."""
+        client = self.client_of(node_id)
+        with self.lock:
+            client.reachable = False
+            if client.session is not None:
+                self.drop_session(client.session)
+            client.session = None
+
+    def resume(self, node_id: str) -> None:
+        """The paused node runs again: it learns its session was ``LOST`` and reconnects."""
+        client = self.client_of(node_id)
+        client.expire()
+        client.set_reachable(True)
 
     def holder(self) -> str | None:
         """The node id holding the election lock."""

@@ -19,12 +19,15 @@ from typing import Any
 
 from .. import errors
 from ..cluster.clock import StateClock
-from ..cluster.node import Node
+from ..cluster.log import ReplicatedLog
+from ..cluster.node import LOG_MAP_SIZE, Node
 from ..cluster.serve import state_digest
 from ..engine import ops as O
 from ..engine.core import Core
 from .coordinator import MemoryCoordinator, MemoryZooKeeper
+from .disk import FaultyDisk
 from .network import MemoryNetwork
+from .node_time import NemesisTime
 from .polling import eventually
 
 
@@ -40,6 +43,10 @@ class MemoryCluster:
         self.ack_timeout = ack_timeout
         self.ids = [f"n{i}" for i in range(1, n + 1)]
         self.nodes: dict[str, Node] = {}
+        #: each node's clocks (kept over restarts), which a nemesis jumps or pauses
+        self.times = {node_id: NemesisTime() for node_id in self.ids}
+        #: each node's log fsync, which a nemesis makes fail
+        self.disks = {node_id: FaultyDisk() for node_id in self.ids}
         self._seq = itertools.count(1)
         for node_id in self.ids:
             self.start(node_id)
@@ -60,7 +67,8 @@ class MemoryCluster:
         try:
             node = Node(core, MemoryCoordinator(self.zk, node_id), node_id, f"mem-client://{name}",
                         f"mem://{name}", session_timeout=self.session_timeout, ack_timeout=self.ack_timeout,
-                        transport=self.network.transport(name))
+                        transport=self.network.transport(name), timer=self.times.setdefault(node_id, NemesisTime()),
+                        log_fsync=self.disks.setdefault(node_id, FaultyDisk()).fsync)
         except BaseException:
             core.close()
             raise
@@ -78,6 +86,19 @@ class MemoryCluster:
         node = self.nodes.pop(node_id)
         node.stop()
         node.core.close()
+
+    def crash(self, node_id: str) -> int:
+        """Stop node ``node_id`` as a power loss would: log entries it wrote but had not
+        synced (after :attr:`~..cluster.log.ReplicatedLog.durable_index`) are lost. Returns how
+        many were. (The engine's state is written with ``sync`` durability: nothing to lose.)"""
+        node = self.nodes[node_id]
+        durable = node.log.durable_index
+        self.stop(node_id)
+        log = ReplicatedLog(node.log.path, map_size=LOG_MAP_SIZE)
+        try:
+            return log.truncate_after(max(durable, log.base_index))
+        finally:
+            log.close()
 
     def close(self) -> None:
         for node_id in list(self.nodes):
