@@ -7,9 +7,8 @@ retention long enough to keep every window) -> the list of values in aggregation
 
 from __future__ import annotations
 
-import sys
+from app_worker import run_worker  # a sibling: the script's directory is on sys.path
 
-import tstreams_embedded as ts
 from tstreams_embedded.streams import App, SlidingWindows, StreamsBuilder
 
 SIZE_MS = 50
@@ -25,17 +24,8 @@ def topology() -> object:
 
 
 def main() -> None:
-    data, mode = sys.argv[1], sys.argv[2]
-    with ts.open(data, compaction_interval=None) as engine:
-        app = App(engine, application_id="slide", topology=topology(),  # type: ignore[arg-type]
-                  commit_records=9, commit_interval_ms=5, static_id="slide-worker", store_cache_bytes=4096)
-        if mode == "finish":
-            app.run(until_idle=True)
-            print("done", flush=True)
-            return
-        app.start()
-        print("started", flush=True)
-        app.stop() if sys.stdin.read() is None else app.stop()  # runs until killed (stdin stays open)
+    run_worker(lambda engine: App(engine, application_id="slide", topology=topology(),  # type: ignore[arg-type]
+        commit_records=9, commit_interval_ms=5, static_id="slide-worker", store_cache_bytes=4096))
 
 
 if __name__ == "__main__":
