@@ -348,14 +348,6 @@ def discard_partial(data: str) -> bool:
     return True
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class SnapshotSink:
     """One snapshot being received into ``DATA/cluster-snapshot.tmp/data.mdb``."""
 
@@ -458,7 +450,7 @@ def install(core: Core, sink: SnapshotSink) -> None:
 
     def replace() -> None:
         os.replace(sink.file, os.path.join(core.path, directory.DATA_FILE))
-        _fsync_dir(core.path)
+        directory.sync_dir(core.path)
 
     core.reopen(replace)
     discard_partial(sink.data)

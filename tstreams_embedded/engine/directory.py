@@ -186,7 +186,7 @@ def begin_creation(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _sync_dir(path)
+    sync_dir(path)
 
 
 def end_creation(path: str) -> None:
@@ -195,10 +195,11 @@ def end_creation(path: str) -> None:
         os.unlink(os.path.join(path, CREATING))
     except FileNotFoundError:
         return
-    _sync_dir(path)
+    sync_dir(path)
 
 
-def _sync_dir(path: str) -> None:
+def sync_dir(path: str) -> None:
+    """fsync the directory ``path`` itself (its entries: files created, renamed or removed)."""
     dfd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(dfd)
