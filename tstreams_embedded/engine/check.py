@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,14 +157,21 @@ def _counted(txn: lmdb.Transaction, store: Store, report: Report, db: str, found
                        "(damaged pages hide or invent entries)")
 
 
+def _verified(txn: lmdb.Transaction, store: Store, report: Report, db: str) -> Iterator[tuple[bytes, bytes]]:
+    """``(key, payload)`` of every entry of the database named ``db`` whose seal holds (the
+    others are reported), then a report if its header counts other entries than were found."""
+    found = 0
+    for k, raw in entries(txn.cursor(db=store.dbs[db]).iternext()):
+        found += 1
+        v = _opened(txn, store, report, db, k, raw)
+        if v is not None:
+            yield k, v
+    _counted(txn, store, report, db, found)
+
+
 def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
     streams: dict[int, tuple[str, int]] = {}  # id -> (name, partitions)
-    n_streams = 0
-    for k, raw in entries(txn.cursor(db=store.streams).iternext()):
-        n_streams += 1
-        v = _opened(txn, store, report, "streams", k, raw)
-        if v is None:
-            continue
+    for k, v in _verified(txn, store, report, "streams"):
         try:
             info = decode_stream(k.decode("utf-8"), v)
         except Exception as exc:  # noqa: BLE001
@@ -172,7 +180,6 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
         if info.id in streams:
             report.problem(f"streams {streams[info.id][0]!r} and {info.name!r} share id {info.id}")
         streams[info.id] = (info.name, info.partitions)
-    _counted(txn, store, report, "streams", n_streams)
     meta: dict[bytes, bytes | None] = {}
     for k, raw in entries(txn.cursor(db=store.meta).iternext()):
         meta[k] = raw if k in directory.UNSEALED_META else _opened(txn, store, report, "meta", k, raw)
@@ -194,16 +201,16 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
     n_parts = 0
     for k, raw in entries(txn.cursor(db=store.parts).iternext()):
         n_parts += 1
-        v = _opened(txn, store, report, "parts", k, raw)
-        if v is None:
+        head = _opened(txn, store, report, "parts", k, raw)
+        if head is None:
             if len(k) == keys.PART_LEN:  # reported: its records are not compared with it
                 parts[struct.unpack(">QI", k)] = 2**64
             continue
-        if len(k) != keys.PART_LEN or len(v) != 8:
+        if len(k) != keys.PART_LEN or len(head) != 8:
             report.problem(f"malformed parts key {k.hex()}")
             continue
         sid, part = struct.unpack(">QI", k)
-        parts[(sid, part)] = keys.U64.unpack(v)[0]
+        parts[(sid, part)] = keys.U64.unpack(head)[0]
         if not known(sid, part):
             report.problem(f"parts key of {where(sid, part)}, which does not exist")
     _counted(txn, store, report, "parts", n_parts)
@@ -234,12 +241,7 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
             return -1
 
     chunk, value = next_chunk()
-    n_txns = 0
-    for k, raw in entries(txn.cursor(db=store.txns).iternext()):
-        n_txns += 1
-        v = _opened(txn, store, report, "txns", k, raw)
-        if v is None:
-            continue
+    for k, v in _verified(txn, store, report, "txns"):
         if len(k) != keys.TXN_LEN or len(v) != keys.STATE.size:
             report.problem(f"malformed txns record {k.hex()}")
             continue
@@ -278,15 +280,9 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
         verify_chunk(chunk, value)
         report.problem(f"{where(*chunk[:3])} chunk {chunk[3]}: no such transaction (orphan chunk)")
         chunk, value = next_chunk()
-    _counted(txn, store, report, "txns", n_txns)
     _counted(txn, store, report, "data", counts["chunks"])
 
-    n_offsets = 0
-    for k, raw in entries(txn.cursor(db=store.offsets).iternext()):
-        n_offsets += 1
-        v = _opened(txn, store, report, "offsets", k, raw)
-        if v is None:
-            continue
+    for k, v in _verified(txn, store, report, "offsets"):
         if len(k) < 13 or len(v) != 8:
             report.problem(f"malformed offsets key {k.hex()}")
             continue
@@ -295,15 +291,10 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
         if not known(sid, part):
             consumer = k[8:-5].decode("utf-8", "replace")
             report.problem(f"offset of consumer {consumer!r} for {where(sid, part)}, which does not exist")
-    _counted(txn, store, report, "offsets", n_offsets)
 
-    n_markers = 0
-    for k, raw in entries(txn.cursor(db=store.markers).iternext()):
-        n_markers += 1
-        v = _opened(txn, store, report, "markers", k, raw)
-        if v is not None and len(v) != 8:
+    for k, v in _verified(txn, store, report, "markers"):
+        if len(v) != 8:
             report.problem(f"malformed marker {k!r:.60}")
-    _counted(txn, store, report, "markers", n_markers)
 
     counter = meta.get(reads.LOG_SEQ)
     log_seq = max(keys.U64.unpack(counter)[0] if counter and len(counter) == 8 else 0, _last_log_key(txn, store))
