@@ -19,7 +19,7 @@ def _last_ops(core: Core) -> list[type]:
 
 
 def test_every_state_change_appends_one_entry(make_engine, clock) -> None:
-    engine = make_engine(clock=clock, txn_ttl=1.0, keepalive_interval=None)
+    engine = make_engine(clock=clock, txn_ttl=1.0, keepalive_interval=None, fire_schedules=False)
     core: Core = engine.backend
     state: dict = {}
 
@@ -65,10 +65,15 @@ def test_every_state_change_appends_one_entry(make_engine, clock) -> None:
     step(O.Lease, lambda: core.submit([O.Lease("app/__group", b"task/0", "me", 1, 1000)]))
     step(O.CheckLease, lambda: core.submit([O.CheckLease("app/__group", b"task/0", "me", 1),
                                            O.StoreWrite("app/0/counts", [[b"k", b"w"]])]))
+    state["due"] = engine.schedule("s", [b"due"], delay=1)
+    step(O.Schedule, lambda: engine.schedule("s", [b"cancelled"], delay=1))
+    step(O.CancelSchedule, lambda: engine.cancel_schedule(state["due"] + 1))
+    clock.advance(1_000)
+    step(O.FireSchedule, lambda: core.fire_due_schedules())
     step(O.DeleteStream, lambda: engine.delete_stream("s"))
     covered = {O.CreateStream, O.Open, O.Data, O.Checkpoint, O.Instant, O.CancelIfOpen, O.KeepAlive, O.Invalidate,
                O.SetOffsets, O.SetMarker, O.Compact, O.Cancel, O.DeleteStream, O.ResetOffsets, O.DeleteConsumer,
-               O.StoreWrite, O.Lease, O.CheckLease}
+               O.StoreWrite, O.Lease, O.CheckLease, O.Schedule, O.CancelSchedule, O.FireSchedule}
     assert covered == set(O.RECORDS), "every operation record has a step here"
 
 

@@ -45,6 +45,10 @@ RECORD_STRATEGIES: dict[type, Any] = {
                                                           max_size=2), min_size=1, max_size=2)),
     O.Lease: st.builds(O.Lease, names, st.binary(max_size=8), names, small, small, st.booleans(), optional),
     O.CheckLease: st.builds(O.CheckLease, names, st.binary(max_size=8), names, small),
+    O.Schedule: st.builds(O.Schedule, names, small, chunks, st.none() | ints, st.none() | ints, optional, optional,
+                          optional, stream_id=optional),
+    O.CancelSchedule: st.builds(O.CancelSchedule, ints),
+    O.FireSchedule: st.builds(O.FireSchedule, ints, optional),
 }
 any_record = st.one_of(*RECORD_STRATEGIES.values())
 

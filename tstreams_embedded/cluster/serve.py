@@ -256,6 +256,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
     auth = start_security(ctx, curve_dir, [*binds, repl], opts, peers)
     try:
         core_options.setdefault("compaction_interval", None)  # the leader replicates it (.compaction)
+        core_options["fire_schedules"] = False  # the leader fires (.schedules)
         core = Core(os.fspath(data), durability, clock=StateClock(), **core_options)  # reads judge time as apply does
         try:
             node = Node(core, cluster, node_id, binds[0], repl, http=http, acks=acks, session_timeout=session_timeout,

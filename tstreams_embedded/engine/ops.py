@@ -79,6 +79,10 @@ class Opcode(IntEnum):
     STORE_WRITE = 30
     LEASE = 31
     CHECK_LEASE = 32
+    # 40..49: scheduled delivery (:mod:`.schedules`)
+    SCHEDULE = 40
+    CANCEL_SCHEDULE = 41
+    FIRE_SCHEDULE = 42
 
 
 class TxnState(IntEnum):
@@ -401,9 +405,45 @@ class CheckLease(NamedTuple):
     epoch: int
 
 
+@operation(Opcode.SCHEDULE, resolved=("schedule_id", "due_ms", "created_ms"))
+class Schedule(NamedTuple):
+    """Store a transaction to write to ``stream`` partition ``partition`` at ``at_ms``
+    (epoch ms) or ``delay_ms`` after the engine's clock now (exactly one of them); result:
+    the schedule's ID (:mod:`.schedules`). It is not a transaction until it fires."""
+
+    stream: str
+    partition: int
+    chunk: Chunk
+    at_ms: int | None = None
+    delay_ms: int | None = None
+    schedule_id: int | None = None  # resolved: the next schedule ID
+    due_ms: int | None = None  # resolved: at_ms, or now + delay_ms
+    created_ms: int | None = None  # resolved: the engine's clock
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
+
+
+@operation(Opcode.CANCEL_SCHEDULE)
+class CancelSchedule(NamedTuple):
+    """Delete a schedule that has not fired; result: True if it was pending (False: no such
+    schedule, or it fired or was cancelled already)."""
+
+    schedule_id: int
+
+
+@operation(Opcode.FIRE_SCHEDULE, client=False, resolved=("txn_id",))
+class FireSchedule(NamedTuple):
+    """Turn a due schedule into one checkpointed transaction of its stream and delete it, in
+    this one write (engine only: the firer, or a cluster's leader); result: the new
+    transaction's ID, or None when there was nothing to fire (fired already, cancelled, not
+    due yet on this batch's clock; a schedule whose stream was deleted is dropped)."""
+
+    schedule_id: int
+    txn_id: int | None = None  # resolved: the transaction's ID (None: nothing fired)
+
+
 Operation = (CreateStream | DeleteStream | Open | Data | Checkpoint | Cancel | Instant | KeepAlive | Invalidate
              | SetOffsets | Compact | SetMarker | CancelIfOpen | DeleteConsumer | ResetOffsets | StoreWrite
-             | Lease | CheckLease)
+             | Lease | CheckLease | Schedule | CancelSchedule | FireSchedule)
 """Any operation record."""
 
 RECORDS: tuple[type, ...] = tuple(_SPECS)
