@@ -289,10 +289,6 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
                 seen = current
                 yield current
 
-    @reg.call("ping")
-    def ping(session: Session) -> str:
-        return "pong"
-
     @reg.call("server_info")
     def get_server_info(session: Session) -> dict[str, Any]:
         return {
