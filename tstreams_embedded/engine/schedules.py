@@ -39,7 +39,6 @@ from typing import Any
 import msgpack
 
 from .. import errors
-from . import ops as O
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +107,7 @@ class ScheduleInfo:
 def info_of(key: bytes, value: bytes) -> ScheduleInfo:
     due, sid = split_due_key(key)
     stream, partition, _, chunk, created = unpack_schedule(value)
-    return ScheduleInfo(sid, stream, partition, due, len(O.unpack_items(chunk)), created)
+    return ScheduleInfo(sid, stream, partition, due, len(msgpack.unpackb(chunk, raw=False)), created)
 
 
 def check_schedule_id(value: Any) -> int:
