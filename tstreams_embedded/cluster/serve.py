@@ -37,6 +37,7 @@ from .compaction import ReplicatedCompaction
 from .follower_reads import READ_METHODS, FollowerReads
 from .metrics import node_registry
 from .node import Node
+from .schedules import ReplicatedSchedules
 from .status_page import page_routes
 
 log = logging.getLogger(__name__)
@@ -270,6 +271,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         ctx.term()
         raise
     compaction = ReplicatedCompaction(node)
+    firing = ReplicatedSchedules(node)
     registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id,
                                                 "cluster": node.coordinator.description}, compaction,
                                 max_reply_bytes)
@@ -280,8 +282,10 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
             listen_http(http_app(node, server.stats), http_host, http_port)
         node.start()
         compaction.start()
+        firing.start()
 
     def on_stop() -> None:
+        firing.stop()
         compaction.stop()
         node.stop()
 

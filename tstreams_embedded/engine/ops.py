@@ -506,19 +506,23 @@ def check_client_batch(batch: Any) -> list[Operation]:
 class MaintenanceBatch:
     """Engine maintenance that a cluster leader replicates so that every node applies the
     same: :class:`Compact` records computed from the streams' TTL
-    (:meth:`~tstreams_embedded.engine.core.Core.expired_compactions`). Clients cannot
+    (:meth:`~tstreams_embedded.engine.core.Core.expired_compactions`), or
+    :class:`FireSchedule` records of the due schedules
+    (:meth:`~tstreams_embedded.engine.core.Core.due_schedule_firings`). Clients cannot
     submit it; only the cluster's log carries it."""
 
     ops: tuple[Operation, ...]
 
 
 def check_maintenance_batch(batch: Any) -> list[Operation]:
-    """Validate a :class:`MaintenanceBatch`'s records: :class:`Compact` only. Returns a list."""
+    """Validate a :class:`MaintenanceBatch`'s records: :class:`Compact` and
+    :class:`FireSchedule` only. Returns a list."""
     if not isinstance(batch, (list, tuple)):
-        raise errors.InvalidArgument("a maintenance batch is a list of Compact records")
+        raise errors.InvalidArgument("a maintenance batch is a list of Compact or FireSchedule records")
     for op in batch:
-        if not isinstance(op, Compact):
-            raise errors.InvalidArgument(f"a maintenance batch holds Compact records only, not {describe(op)}")
+        if not isinstance(op, (Compact, FireSchedule)):
+            raise errors.InvalidArgument(f"a maintenance batch holds Compact and FireSchedule records only, "
+                                         f"not {describe(op)}")
     return list(batch)
 
 
