@@ -191,6 +191,44 @@ def test_thousands_of_schedules_against_a_model(ops: list[tuple[Any, ...]]) -> N
             engine.close()
 
 
+def test_three_thousand_schedules_at_random_times_fire_once_each_in_due_order(tmp_path: Path) -> None:
+    """3,000 schedules due at random times within a minute of the fake clock, some cancelled;
+    the clock moves in random steps with a firing pass after each: after every pass the
+    stream holds exactly those due by then, each once, and the firing order follows the due
+    times (a transaction fired in a later pass has a later ID)."""
+    rng = random.Random(3000)
+    clock = FakeClock()
+    with ts.open(tmp_path / "db", durability="async", compaction_interval=None, clock=clock,
+                 fire_schedules=False) as engine:
+        engine.create_stream("s", partitions=4)
+        start = clock()
+        due: dict[bytes, int] = {}
+        ids: dict[bytes, int] = {}
+        for k in range(3_000):
+            item = b"%d" % k
+            ms = rng.randint(0, 60_000)
+            ids[item] = engine.schedule("s", [item], delay=ms / 1000)
+            due[item] = start + ms
+        cancelled = set(rng.sample(sorted(due), 300))
+        for item in cancelled:
+            assert engine.cancel_schedule(ids[item])
+        passes: list[set[bytes]] = []
+        while clock() < start + 61_000:
+            clock.advance(rng.randint(1, 5_000))
+            engine.backend.fire_due_schedules()  # type: ignore[attr-defined]
+            got = delivered(engine, "s")
+            items = [t[2][0] for t in got]
+            assert len(items) == len(set(items))  # each once
+            assert set(items) == {i for i, d in due.items() if d <= clock() and i not in cancelled}
+            assert all(txn_id // ID_MULTIPLIER >= due[txn[0]] for _, txn_id, txn in got)
+            passes.append(set(items) - set().union(*passes) if passes else set(items))
+        first_id = {t[2][0]: t[1] for t in delivered(engine, "s")}
+        for earlier, later in zip(passes, passes[1:], strict=False):
+            if earlier and later:
+                assert max(first_id[i] for i in earlier) < min(first_id[i] for i in later)
+        assert engine.schedules() == []
+
+
 # --------------------------------------------------------------------------- SIGKILL
 @pytest.mark.timeout(240)
 def test_each_schedule_fires_exactly_once_across_sigkills_of_the_firing_process(tmp_path: Path) -> None:
