@@ -292,7 +292,14 @@ class Core:
         batch = O.check_client_batch(ops)
         if not batch:
             return []
-        return self.committer.submit(batch, bool(durable))
+        results = self.committer.submit(batch, bool(durable))
+        self._wake_firer(batch)
+        return results
+
+    def _wake_firer(self, batch: Sequence[Operation]) -> None:
+        """A batch that stored a schedule wakes the firer: it may be due first."""
+        if self._firer is not None and any(type(op) is O.Schedule for op in batch):
+            self._firer.wake()
 
     def submit_many(self, calls: Sequence[tuple[Sequence[Operation], bool]]) -> list[tuple[bool, Any]]:
         """Several independent client ``(ops, durable)`` requests in one commit group and one
@@ -307,6 +314,8 @@ class Core:
             except errors.TStreamsError as exc:
                 checked.append((False, exc))
         done = iter(self.committer.submit_many(todo))
+        for ops, _ in todo:
+            self._wake_firer(ops)
         return [c if c is not None else next(done) for c in checked]
 
     def apply_committed(self, now_ms: int, calls: Sequence[Sequence[Operation] | O.MaintenanceBatch],
@@ -342,9 +351,6 @@ class Core:
     def _notify_commit(self) -> None:
         with self._commit_cv:
             self._commit_cv.notify_all()
-        firer = self._firer
-        if firer is not None:
-            firer.wake()  # a new schedule may be due first
 
     def _notify_external_commit(self) -> None:
         with self._commit_cv:

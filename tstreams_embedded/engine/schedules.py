@@ -19,8 +19,8 @@ due time. So the earliest due schedule is the namespace's first ``d`` key, and t
 log (and a cluster's replicated log) carries schedules like any other state.
 
 **Who fires.** :class:`Firer`, a thread of every embedded engine (``ts.open``, and so of
-``tstreams serve``): it sleeps until the earliest due time (woken at once by new commits,
-within :data:`MAX_SLEEP` otherwise) and submits :class:`~.ops.FireSchedule` records; two
+``tstreams serve``): it sleeps until the earliest due time (woken at once by a new
+schedule written through this engine, within :data:`MAX_SLEEP` otherwise) and submits :class:`~.ops.FireSchedule` records; two
 processes on one directory may both try, only one write fires. A cluster's nodes do not run
 it: the leader fires (see ``docs/SCHEDULES.md``).
 """
@@ -143,7 +143,9 @@ class Firer:
     docstring): ``next_due()`` is the earliest due time (None: none), ``fire_due()`` fires
     every schedule due now. It sleeps until the earliest due time, at most
     :data:`MAX_SLEEP` (schedules written by other processes are seen within that), and
-    :meth:`wake` (the engine calls it on each commit of its own) wakes it at once."""
+    :meth:`wake` (the engine calls it after each write of its own that stored a schedule)
+    wakes it at once. Ordinary commits do not wake it: under a write load it costs nothing
+    but its sleeps."""
 
     def __init__(self, clock: Callable[[], int], next_due: Callable[[], int | None],
                  fire_due: Callable[[], int]) -> None:
