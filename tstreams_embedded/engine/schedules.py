@@ -20,8 +20,9 @@ log (and a cluster's replicated log) carries schedules like any other state.
 
 **Who fires.** :class:`Firer`, a thread of every embedded engine (``ts.open``, and so of
 ``tstreams serve``): it sleeps until the earliest due time (woken at once by a new
-schedule written through this engine, within :data:`MAX_SLEEP` otherwise) and submits :class:`~.ops.FireSchedule` records; two
-processes on one directory may both try, only one write fires. A cluster's nodes do not run
+schedule written through this engine, within :data:`MAX_SLEEP` otherwise) and submits
+:class:`~.ops.FireSchedule` records; two processes on one directory may both try, only one
+write fires. A cluster's nodes do not run
 it: the leader fires (see ``docs/SCHEDULES.md``).
 """
 
