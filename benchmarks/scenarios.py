@@ -621,6 +621,7 @@ SUITES: dict[str, tuple[tuple[Scenario, ...], tuple[Goal, ...]]] = {
     "cluster-catchup": (CATCHUP_SCENARIOS, CATCHUP_GOALS),
     "cluster": (CLUSTER_SCENARIOS, CLUSTER_GOALS),
     "aio": _assemble(("benchmarks.aio",)),
+    "queues": _assemble(("benchmarks.queues",)),
     "schedules": _assemble(("benchmarks.schedules",)),
 }
 SCENARIOS = PEER_SCENARIOS
