@@ -54,6 +54,7 @@ def test_a_schedule_becomes_one_checkpointed_transaction_at_its_time(engine: ts.
 def test_at_takes_a_datetime_naive_meaning_utc(engine: ts.Engine) -> None:
     engine.create_stream("s")
     at = dt.datetime.now(UTC) + dt.timedelta(milliseconds=150)
+    at = at.replace(microsecond=at.microsecond // 1000 * 1000)  # whole milliseconds
     aware = engine.schedule("s", [b"aware"], at=at)
     naive = engine.schedule("s", [b"naive"], at=at.replace(tzinfo=None))
     assert {i.id: i.due_ms for i in engine.schedules()} == {aware: int(at.timestamp() * 1000),
@@ -99,6 +100,20 @@ def test_bad_schedules_are_refused_and_write_nothing(engine: ts.Engine) -> None:
         with pytest.raises(error, match=match):
             engine.schedule(args.pop("stream"), args.pop("items"), **args)
     assert engine.schedules() == []
+
+
+def test_due_times_are_exact_milliseconds_rounded_up(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with ts.open(tmp_path / "db", compaction_interval=None, clock=clock, fire_schedules=False) as engine:
+        engine.create_stream("s")
+        now = clock()
+        base = dt.datetime.fromtimestamp(now / 1000, UTC)
+        cases = [(dict(delay=4.041), now + 4041), (dict(delay=0.0001), now + 1), (dict(delay=0), now),
+                 (dict(at=base + dt.timedelta(microseconds=1)), now + 1), (dict(at=base), now),
+                 (dict(at=(base + dt.timedelta(milliseconds=7)).replace(tzinfo=None)), now + 7)]
+        for kwargs, due in cases:
+            sid = engine.schedule("s", [b"x"], **kwargs)  # type: ignore[arg-type]
+            assert {i.id: i.due_ms for i in engine.schedules()}[sid] == due, kwargs
 
 
 def test_schedule_records_are_guarded(engine: ts.Engine) -> None:

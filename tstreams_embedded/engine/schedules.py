@@ -50,6 +50,7 @@ BY_ID = b"i"
 _U64 = struct.Struct(">Q")
 #: the latest due time (epoch ms): the end of the year 9999
 MAX_DUE_MS = 253_402_300_799_999
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 #: the longest a firer sleeps without a commit waking it (seconds)
 MAX_SLEEP = 0.5
 #: the most schedules one fire write turns into transactions
@@ -127,13 +128,15 @@ def due_ms_of(at: Any, delay: Any) -> tuple[int | None, int | None]:
         if not isinstance(at, _dt.datetime):
             raise errors.InvalidArgument(f"at must be a datetime (naive means UTC), got {type(at).__name__}")
         aware = at if at.tzinfo is not None else at.replace(tzinfo=_dt.timezone.utc)
-        ms = math.floor(aware.timestamp() * 1000)
+        delta = aware - _EPOCH
+        micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        ms = -(-micros // 1000)  # rounded up: never before the time asked for
         if not 0 <= ms <= MAX_DUE_MS:
             raise errors.InvalidArgument(f"at must be between the epoch and the end of the year 9999, got {at!r}")
         return ms, None
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay) or delay < 0:
         raise errors.InvalidArgument(f"delay must be a non-negative number of seconds, got {delay!r:.40}")
-    ms = math.ceil(delay * 1000)
+    ms = math.ceil(round(delay * 1000, 3))  # 4.041 s is 4041 ms (not 4041.0000000000005 -> 4042)
     if ms > MAX_DUE_MS:
         raise errors.InvalidArgument(f"delay must be at most {MAX_DUE_MS // 1000} seconds, got {delay!r}")
     return None, ms
