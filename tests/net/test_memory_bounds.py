@@ -396,7 +396,8 @@ def test_large_requests_in_transit_are_the_documented_remainder(served: Callable
     more (here 1). Asserted: peak <= --max-server-bytes + 32 x 2 x 16 MiB + 100 MiB (1,813 MiB
     for 16 such clients before)."""
     budget = 128 * MiB
-    srv = served("--max-server-bytes", str(budget), "--rcvhwm", "1", durability="sync")
+    srv = served("--max-server-bytes", str(budget), "--max-request-size", str(32 * MiB), "--rcvhwm", "1",
+                 durability="sync")  # (16 MiB requests: over the default limit of 16 MiB with their header)
     with srv.connect(timeout=20) as e:
         e.create_stream("m", partitions=1)
     with RssSampler(srv.pid) as rss:
