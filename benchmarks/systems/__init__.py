@@ -28,6 +28,7 @@ REGISTRY: dict[str, str] = {
     "moebius-server": "benchmarks.systems.net_servers:MoebiusServer",
     "ours-serve": "benchmarks.systems.net_servers:OursServe",
     "ours-serve-sync": "benchmarks.systems.net_servers:OursServeSync",
+    "ours-serve-before": "benchmarks.systems.net_servers:OursServeBefore",
     "ours-haproxy": "benchmarks.systems.net_servers:OursHAProxy",
     # cluster
     "ours-cluster": "benchmarks.systems.cluster:OursCluster",
