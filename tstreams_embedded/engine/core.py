@@ -572,16 +572,8 @@ class Core:
         self._check()
         check_int(from_seq, "from_seq", 0, 2**63 - 1)
         check_int(limit, "limit", 1, 1 << 20)
-        out = []
         with self.store.read() as txn:
-            cur = txn.cursor(db=self.store.log)
-            if cur.set_range(keys.U64.pack(from_seq)):
-                for seq, v in commitlog.iter_entries(cur.iternext(), self.store):
-                    now_ms, ops = O.unpack_batch(v)
-                    out.append((seq, now_ms, reads.resolve_chunks(txn, self.store, ops)))
-                    if len(out) >= limit:
-                        break
-        return out
+            return commitlog.log_entries(txn, self.store, from_seq, limit)
 
     def apply_log(self, entries: Sequence[tuple[int, int, Sequence[Operation]]], durable: bool = True) -> int:
         """Replay another engine's log entries (a replica catching up): the privileged path
