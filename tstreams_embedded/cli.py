@@ -21,6 +21,7 @@ from .tools.backups import archive, backup, restore
 from .tools.commands import consume, consumers, produce, streams_describe
 from .tools.output import Output, ms_time
 from .tools.queues import queues
+from .tools.schedules import schedules
 from .tools.target import Target, creating_target_options, target_options
 
 
@@ -174,6 +175,7 @@ main.add_command(backup)
 main.add_command(restore)
 main.add_command(archive)
 main.add_command(queues)
+main.add_command(schedules)
 main.add_command(quickstart)
 _attach("tstreams_embedded.net.cli", ["serve", "keys"])
 _attach("tstreams_embedded.demo.cli", ["demo"])

@@ -152,3 +152,26 @@ def test_archive_command_and_a_trimmed_log_gap(tmp_path: Path) -> None:
         e.backend.trim_log_to_retention()
     r = tstreams("archive", "--data", str(data), "--to", str(archive), "--once")
     assert r.returncode != 0 and "ArchiveGap" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_backup_through_a_server(tmp_path: Path) -> None:
+    """``tstreams backup --connect``: the copy is made by the server and streamed in pieces;
+    it restores to the same data, and an unknown copy token is refused clearly."""
+    from tstreams_embedded.testing import ServeProcess
+
+    with ServeProcess(tmp_path / "data", tmp_path, durability="sync") as server:
+        e = server.connect(timeout=20.0)
+        try:
+            e.create_stream("s", partitions=2)
+            for k in range(50):
+                e.producer("s").instant([b"%d" % k, b"x" * 5000])
+            r = tstreams("backup", "--connect", server.endpoint, str(tmp_path / "b"), "--json")
+            assert r.returncode == 0, r.stderr
+            with pytest.raises(errors.InvalidArgument, match="no backup copy"):
+                e.backend.backup_read("nope", 0, 10)
+            expected = read_all(e, "s")
+        finally:
+            e.close()
+    B.restore(str(tmp_path / "b"), str(tmp_path / "r"))
+    with ts.open(tmp_path / "r") as r2:
+        assert sorted(read_all(r2, "s")) == sorted(expected)

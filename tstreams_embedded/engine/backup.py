@@ -39,21 +39,19 @@ from typing import Any
 from crc32c import crc32c
 
 from .. import errors
-from . import commitlog, directory
+from . import directory
 from . import ops as O
+from .backup_copies import DATA_FILE, MAX_BACKUP_READ, file_crc, newest_entry
 from .core import Core
-from .reads import log_seq
 from .store import Store
 
 MANIFEST = "backup.json"
-DATA_FILE = "data.mdb"
 BACKUP_FORMAT = 1
 SEGMENT_MAGIC = b"TSSEG1"
 _SEGMENT = re.compile(r"^(\d{20})-(\d{20})\.seg$")
 _CRC = struct.Struct(">I")
 #: entries per archive segment at most (a busy log is cut into segments of this size)
 SEGMENT_ENTRIES = 1000
-_COPY_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -91,16 +89,6 @@ def _empty_target(out: str, what: str) -> None:
     os.makedirs(out, exist_ok=True)
 
 
-def _file_crc(path: str) -> tuple[int, int]:
-    crc = 0
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_COPY_CHUNK):
-            crc = crc32c(chunk, crc)
-            size += len(chunk)
-    return crc, size
-
-
 def backup(source: str | Core, out: str) -> BackupManifest:
     """Write a consistent, compacted, checksummed copy of ``source`` (a data directory —
     which may be open in other processes meanwhile — or an open :class:`Core`) into the new
@@ -119,27 +107,12 @@ def backup(source: str | Core, out: str) -> BackupManifest:
             store.env.copy(out, compact=True)
         finally:
             store.close()
-    seq, at = _newest_entry(out)
-    crc, size = _file_crc(os.path.join(out, DATA_FILE))
+    seq, at = newest_entry(out)
+    crc, size = file_crc(os.path.join(out, DATA_FILE))
     manifest = BackupManifest(BACKUP_FORMAT, int(time.time() * 1000), seq, at, size, crc, str(label))
     _write_synced(os.path.join(out, MANIFEST), json.dumps(manifest.to_json(), indent=1).encode())
     directory.sync_dir(out)
     return manifest
-
-
-def _newest_entry(path: str) -> tuple[int, int | None]:
-    """The newest commit-log sequence number of the copy at ``path`` and that entry's time."""
-    store = Store(path, "sync", readonly=True)
-    try:
-        with store.read() as txn:
-            seq = log_seq(txn, store)
-            found = commitlog.log_entries(txn, store, seq, 1) if seq else []
-    finally:
-        store.close()
-        lock = os.path.join(path, "lock.mdb")
-        if os.path.exists(lock):
-            os.unlink(lock)
-    return seq, (found[0][1] if found and found[0][0] == seq else None)
 
 
 def read_manifest(backup_dir: str, verify: bool = True) -> BackupManifest:
@@ -159,7 +132,7 @@ def read_manifest(backup_dir: str, verify: bool = True) -> BackupManifest:
         data = os.path.join(os.fspath(backup_dir), DATA_FILE)
         if not os.path.exists(data):
             raise errors.DataCorrupted(f"{data} is missing")
-        crc, size = _file_crc(data)
+        crc, size = file_crc(data)
         if (crc, size) != (manifest.crc32c, manifest.bytes):
             raise errors.DataCorrupted(f"{data} is damaged: its checksum or size ({size} bytes) does not match "
                                        f"{MANIFEST} ({manifest.bytes} bytes)")
@@ -313,3 +286,36 @@ class Archiver:
         while not stop.is_set():
             self.step()
             seen = self.core.wait_for_commit(seen, idle)
+
+
+def backup_from(backend: Any, out: str, source: str) -> BackupManifest:
+    """:func:`backup` through any Backend (a server or a cluster: ``backup_begin``,
+    ``backup_read``, ``backup_end``): the copy is made where the data is and streamed here
+    in pieces, its checksum verified."""
+    out = os.fspath(out)
+    _empty_target(out, "the backup directory")
+    copy = backend.backup_begin()
+    try:
+        crc = 0
+        done = 0
+        partial = os.path.join(out, DATA_FILE + ".partial")
+        with open(partial, "wb") as f:
+            while done < copy.bytes:
+                piece = backend.backup_read(copy.token, done, min(MAX_BACKUP_READ, copy.bytes - done))
+                if not piece:
+                    raise errors.DataCorrupted(f"the backup copy ended at {done} of {copy.bytes} bytes")
+                f.write(piece)
+                crc = crc32c(piece, crc)
+                done += len(piece)
+            f.flush()
+            os.fsync(f.fileno())
+        if crc != copy.crc32c:
+            raise errors.DataCorrupted("the backup copy arrived damaged (its checksum does not match); run it again")
+        os.replace(partial, os.path.join(out, DATA_FILE))
+    finally:
+        backend.backup_end(copy.token)
+    manifest = BackupManifest(BACKUP_FORMAT, int(time.time() * 1000), copy.log_seq, copy.log_time_ms, copy.bytes,
+                              copy.crc32c, source)
+    _write_synced(os.path.join(out, MANIFEST), json.dumps(manifest.to_json(), indent=1).encode())
+    directory.sync_dir(out)
+    return manifest

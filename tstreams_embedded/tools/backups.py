@@ -12,6 +12,7 @@ import click
 from .. import errors
 from ..engine import backup as B
 from .output import Output, ms_time
+from .target import Target, target_options
 
 
 def _until(value: str | None) -> int | None:
@@ -30,15 +31,20 @@ def _until(value: str | None) -> int | None:
 
 
 @click.command("backup")
-@click.option("--data", required=True, type=click.Path(file_okay=False, exists=True),
-              help="The data directory to copy (writers may keep running).")
+@target_options
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as one JSON line.")
-def backup(data: str, out: str, as_json: bool) -> None:
-    """Write a consistent, compacted, checksummed copy of a data directory into OUT (a new or
-    empty directory) while its writers run. OUT holds data.mdb and backup.json (checksum,
-    size, the newest commit-log entry it contains)."""
-    manifest = B.backup(data, out)
+def backup(target: Target, out: str, as_json: bool) -> None:
+    """Write a consistent, compacted, checksummed copy of a data directory (--data; its
+    writers may keep running) or of a server's or cluster's data (--connect: the copy is
+    made on the server, or on the cluster's leader, and streamed here) into OUT (a new or
+    empty directory). OUT holds data.mdb and backup.json (checksum, size, the newest
+    commit-log entry it contains)."""
+    if target.data is not None:
+        manifest = B.backup(target.data, out)
+    else:
+        with target.open() as engine:
+            manifest = B.backup_from(engine.backend, out, str(target.connect))
     o = Output(as_json)
     if as_json:
         o.json(manifest.to_json())
