@@ -77,6 +77,11 @@ class ConsumerNotFound(TStreamsError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ArchiveGap(TStreamsError):
+    """Commit-log entries are missing from an archive (they were trimmed before the archiver
+    read them): a restore past them is impossible. Take a new base backup."""
+
+
 class WorkQueueNotFound(TStreamsError, KeyError):
     """The work queue group does not exist on the stream (``engine.work_queue`` creates it)."""
 

@@ -32,6 +32,7 @@ import msgpack
 from .. import errors
 from ..engine import ops as O
 from ..engine.backend import (
+    BackupCopy,
     ConsumerInfo,
     Fetched,
     IndexScan,
@@ -346,6 +347,17 @@ class ClusterBackend:
 
     def list_consumers(self, stream: str | None = None, limit: int | None = None) -> list[ConsumerInfo]:
         return self._retry(lambda r: r.list_consumers(stream, limit))
+
+    def backup_begin(self) -> BackupCopy:
+        """A copy made by the node that leads now; if another node leads before the copy is
+        read, :meth:`backup_read` says the token is unknown and the backup is started again."""
+        return self._retry(lambda r: r.backup_begin())
+
+    def backup_read(self, token: str, offset: int, size: int) -> bytes:
+        return self._retry(lambda r: r.backup_read(token, offset, size))
+
+    def backup_end(self, token: str) -> None:
+        self._retry(lambda r: r.backup_end(token))
 
     def queue_status(self, stream: str, group: str, full: bool = False) -> QueueStatus:
         return self._retry(lambda r: r.queue_status(stream, group, full))

@@ -642,3 +642,34 @@ def unpack_batch(value: bytes | memoryview) -> tuple[int, list[Operation]]:
     """Decode a commit-log value into ``(now_ms, records)``; chunks stay :class:`ChunkRef`."""
     now_ms, rows = msgpack.unpackb(value, raw=False, strict_map_key=False, ext_hook=_log_ext_hook)
     return now_ms, [decode(r) for r in rows]
+
+
+#: msgpack ext code of a :class:`GoneChunk` in a self-contained entry (its item count, u32)
+EXT_GONE_CHUNK = 3
+
+
+def _entry_ext(obj: Any) -> Any:
+    if type(obj) is GoneChunk:
+        return msgpack.ExtType(EXT_GONE_CHUNK, struct.pack(">I", obj.items))
+    raise TypeError(f"cannot pack {type(obj).__name__} into a self-contained log entry")
+
+
+def _entry_ext_hook(code: int, data: bytes) -> Any:
+    if code == EXT_GONE_CHUNK:
+        return GoneChunk(struct.unpack(">I", data)[0])
+    return msgpack.ExtType(code, data)
+
+
+def pack_entries(entries: Iterable[tuple[int, int, Sequence[Operation]]]) -> bytes:
+    """Encode log entries as ``Core.read_log`` returns them (``(seq, now_ms, records)``, with
+    chunks as bytes) into one self-contained value: what ``Core.apply_log`` takes back after
+    :func:`unpack_entries` (the archive's segments, :mod:`.backup`)."""
+    rows = [[seq, now_ms, [[_CODES[type(op)], *op] for op in ops]] for seq, now_ms, ops in entries]
+    packed: bytes = msgpack.packb(rows, use_bin_type=True, default=_entry_ext)
+    return packed
+
+
+def unpack_entries(value: bytes) -> list[tuple[int, int, list[Operation]]]:
+    """Inverse of :func:`pack_entries`."""
+    rows = msgpack.unpackb(value, raw=False, strict_map_key=False, ext_hook=_entry_ext_hook)
+    return [(seq, now_ms, [decode(r) for r in ops]) for seq, now_ms, ops in rows]

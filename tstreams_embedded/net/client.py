@@ -51,6 +51,7 @@ from .. import errors
 from ..engine import ops as O
 from ..engine.backend import (
     Backend,
+    BackupCopy,
     ConsumerInfo,
     Fetched,
     IndexScan,
@@ -426,6 +427,9 @@ class RemoteBackend:
     list_consumers = _remote(Backend.list_consumers, _each(ConsumerInfo.from_wire))
     describe_partitions = _remote(Backend.describe_partitions, _each(PartitionInfo.from_wire))
     queue_status = _remote(Backend.queue_status, QueueStatus.from_wire)
+    backup_begin = _remote(Backend.backup_begin, BackupCopy.from_wire)
+    backup_read = _remote(Backend.backup_read, bytes)
+    backup_end = _remote(Backend.backup_end, lambda reply: None)
     first_open_at = _remote(Backend.first_open_at, _as_is)
     store_get = _remote(Backend.store_get, _as_is)
     store_range = _remote(Backend.store_range, _pairs)
