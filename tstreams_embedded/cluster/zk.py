@@ -206,15 +206,52 @@ class SessionLogger(logging.Logger):
         super().log(level, msg, *args, **kwargs)
 
 
+#: Seconds at most between two attempts to reach ZooKeeper again (kazoo's own default
+#: doubles the pause up to an hour: after a 20 s outage a client came back up to 12 s late,
+#: its session expired meanwhile). The pause starts at 0.1 s and doubles up to this.
+RECONNECT_MAX_DELAY = 0.5
+
+
+#: Seconds at most a connection attempt waits for ZooKeeper's answer to its handshake.
+#: kazoo waits ``session timeout / number of hosts``; a server that accepted the connection
+#: but does not serve yet (a restarting ZooKeeper between binding its port and loading its
+#: data) would otherwise hold a reconnecting client for a whole session timeout.
+HANDSHAKE_TIMEOUT = 1.0
+
+
+def handshake_hosts(hosts: str, timeout: float) -> str:
+    """``hosts`` (``h1:p1,h2:p2``) repeated so that kazoo's wait for a handshake answer
+    (``timeout`` divided by the number of hosts it is given) is at most
+    :data:`HANDSHAKE_TIMEOUT`: each attempt then tries the next host (the same server again
+    after the last one) instead of waiting longer. The order stays as given; kazoo shuffles."""
+    listed = hosts.split(",")
+    repeat = max(1, math.ceil(timeout / (HANDSHAKE_TIMEOUT * len(listed))))
+    return ",".join(listed * repeat)
+
+
+def new_client(hosts: str, timeout: float, logger: logging.Logger | None = None) -> Any:
+    """A (not started) :class:`~kazoo.client.KazooClient` for ``hosts`` with a session of
+    ``timeout`` seconds, which tries to reconnect at least every :data:`RECONNECT_MAX_DELAY`
+    seconds while ZooKeeper is unreachable, retries its own calls as often, and waits at
+    most :data:`HANDSHAKE_TIMEOUT` for a server to answer a connection attempt
+    (:func:`handshake_hosts`)."""
+    from kazoo.client import KazooClient
+    from kazoo.retry import KazooRetry
+
+    def retry() -> KazooRetry:
+        return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.2, max_delay=RECONNECT_MAX_DELAY)
+
+    return KazooClient(hosts=handshake_hosts(hosts, timeout), timeout=timeout, logger=logger, connection_retry=retry(),
+                       command_retry=retry())
+
+
 def start_client(addr: ZkAddress, timeout: float, logger: logging.Logger | None = None,
                  connect_timeout: float | None = None) -> Any:
     """A started :class:`~kazoo.client.KazooClient` for ``addr`` (session timeout ``timeout``
     seconds; the connection waited for ``connect_timeout``, by default ``timeout``), or
     :class:`~tstreams_embedded.errors.ClusterUnavailable` (then no retries are left running)."""
-    from kazoo.client import KazooClient
-
     wait = timeout if connect_timeout is None else connect_timeout
-    client = KazooClient(hosts=addr.hosts, timeout=timeout, logger=logger)
+    client = new_client(addr.hosts, timeout, logger)
     try:
         client.start(timeout=wait)
     except Exception as exc:  # noqa: BLE001 - kazoo raises its own timeout class
