@@ -446,20 +446,18 @@ class QueueReceive(NamedTuple):
 
 @operation(Opcode.QUEUE_SETTLE, mergeable=False)
 class QueueSettle(NamedTuple):
-    """Settle delivery number ``delivery`` of item ``(partition, txn_id, item_index)`` of work
-    queue ``group``, made to ``consumer``: ``action`` is a :class:`.queuestate.Settle` (ack,
-    nak after ``delay_ms`` or the group's backoff when None, progress, term), ``error`` the
-    consumer's reason (kept for the dead-letter record). DeliveryExpired, and nothing
-    written, unless that delivery is still the item's current one. Result: None."""
+    """Settle deliveries of work queue ``group`` made to ``consumer``, all alike: ``action``
+    is a :class:`.queuestate.Settle` (ack, nak after ``delay_ms`` or the group's backoff
+    when None, progress, term), ``error`` the consumer's reason (kept for the dead-letter
+    record); ``deliveries`` lists ``[partition, txn id, item index, delivery number]``.
+    DeliveryExpired, and nothing written, unless each is still its item's current
+    delivery. Result: None."""
 
     stream: str
     group: str
-    partition: int
-    txn_id: int
-    item_index: int
     consumer: str
-    delivery: int
     action: int
+    deliveries: list[Any]
     delay_ms: int | None = None
     error: str | None = None
     stream_id: int | None = None
