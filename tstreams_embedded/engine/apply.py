@@ -574,9 +574,9 @@ def _lease(a: Applier, scope: BatchScope, op: O.Lease) -> tuple[int, O.Lease]:
     if scope.replay and op.deadline is not None:
         deadline = check_int(op.deadline, "lease deadline", 0, 2**62)
     else:
-        current = state.unpack_lease(a.store.get(scope.txn, "state", kb))
-        owner, epoch, held_until = current if current is not None else ("", 0, 0)
-        if (owner, epoch) == (op.owner, op.epoch) and op.epoch > 0:
+        current = state.unpack_lease(a.store.get(scope.txn, "state", kb)) or state.LeaseRecord("", 0, 0)
+        owner, epoch, held_until = current
+        if current.held_by(op.owner, op.epoch) and op.epoch > 0:
             pass  # renew or release
         elif ttl == 0:
             raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is not held by {op.owner!r} at epoch "
@@ -597,8 +597,8 @@ def _check_lease(a: Applier, scope: BatchScope, op: O.CheckLease) -> tuple[None,
     kb, key = _lease_args(op)
     if not scope.replay:
         current = state.unpack_lease(a.store.get(scope.txn, "state", kb))
-        if current is None or current[:2] != (op.owner, op.epoch):
-            held = "nobody" if current is None else f"{current[0] or 'nobody (released)'!r} at epoch {current[1]}"
+        if current is None or not current.held_by(op.owner, op.epoch):
+            held = "nobody" if current is None else f"{current.owner or 'nobody (released)'!r} at epoch {current.epoch}"
             raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is no longer {op.owner!r} at epoch "
                                        f"{op.epoch}: it is {held}; the fenced write was refused")
     return None, op

@@ -373,8 +373,8 @@ class StoreWrite(NamedTuple):
 @operation(Opcode.LEASE, mergeable=False, resolved=("deadline",))
 class Lease(NamedTuple):
     """Take, renew or release the lease ``key`` of state store ``store`` (its value there is
-    the msgpack array ``[owner, epoch, deadline_ms]``; see :mod:`.state`). Result: the new
-    deadline (epoch ms of the engine's clock; 0 after a release).
+    a :class:`.state.LeaseRecord`, the msgpack array ``[owner, epoch, deadline_ms]``).
+    Result: the new deadline (epoch ms of the engine's clock; 0 after a release).
 
     * **renew** (``ttl_ms > 0``): the stored lease is ``(owner, epoch)``; deadline = now + ttl;
     * **release** (``ttl_ms == 0``): the stored lease is ``(owner, epoch)``; it becomes free
