@@ -371,3 +371,29 @@ def test_many_threads_share_one_connection(ts_server, conn):
     assert not errors_seen, errors_seen[:3]
     assert conn.wait(gen, 30) == "end"
     assert stream_items == list(range(200))
+
+
+def test_a_single_request_frame_over_the_size_limit_is_refused_under_its_id():
+    """A version-2 request is one frame: over ``max_request_bytes`` only its head is kept
+    (not the whole frame), enough to answer RequestTooLarge under its request ID."""
+    reg, _ = stand_in_registry()
+    srv = ThreadServer(reg, ServerOptions(max_request_bytes=10_000))
+    s = zmq.Context.instance().socket(zmq.DEALER)
+    s.connect(srv.endpoint)
+    try:
+        big = framing.request_frame(77, "echo", 0, framing.pack([b"x" * 50_000]))
+        s.send_multipart([big])
+        legacy = framing.legacy_request(78, "echo", 0, [framing.pack([b"x" * 50_000])])
+        s.send_multipart(legacy)
+        s.send_multipart(framing.request_frames(79, "echo", 0, [framing.pack([b"ok"])]))
+        got = _replies(s, 3)
+        rid, flags, value = framing.unpack_reply(got[0])
+        assert (rid, flags, value[0]) == (77, framing.ERROR, "RequestTooLarge"), value
+        assert "more than 10000 bytes" in value[1]
+        rid, flags, value = framing.unpack_legacy_reply(got[1])
+        assert (rid, flags, value[0]) == (78, framing.ERROR, "RequestTooLarge"), value
+        assert framing.unpack_reply(got[2]) == (79, 0, [b"ok"])
+        assert srv.stats()["too_large"] == 2
+    finally:
+        s.close(0)
+        srv.stop()
