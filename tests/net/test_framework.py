@@ -397,3 +397,23 @@ def test_a_single_request_frame_over_the_size_limit_is_refused_under_its_id():
     finally:
         s.close(0)
         srv.stop()
+
+
+def test_a_version_1_client_gets_generator_responses_and_errors_in_version_1(ts_server):
+    """Replies follow the client's version wherever they are made: the generator scheduler
+    (MORE responses, the final one), a handler's error, an unknown method."""
+    s = zmq.Context.instance().socket(zmq.DEALER)
+    s.connect(ts_server.endpoint)
+    try:
+        s.send_multipart(framing.legacy_request(1, "range", 0, [framing.pack([3])]))
+        got = _replies(s, 4)
+        assert all(len(f) == 2 for f in got), got
+        assert [framing.unpack_legacy_reply(f) for f in got] == [
+            (1, framing.MORE, 0), (1, framing.MORE, 1), (1, framing.MORE, 2), (1, 0, "end")]
+        s.send_multipart(framing.legacy_request(2, "add", 0, [framing.pack(["x"])]))
+        s.send_multipart(framing.legacy_request(3, "nope", 0))
+        got = [framing.unpack_legacy_reply(f) for f in _replies(s, 2)]
+        assert [(rid, flags, v[0]) for rid, flags, v in got] == [
+            (2, framing.ERROR, "InvalidArgument"), (3, framing.ERROR, "ProtocolError")]
+    finally:
+        s.close(0)
