@@ -54,6 +54,7 @@ ID_FLOOR = b"id_floor"
 NEXT_STREAM_ID = b"next_stream_id"
 Handler = Callable[["Applier", "BatchScope", Any], tuple[Any, Any]]
 _HANDLERS: dict[type, Handler] = {}
+_new_record = tuple.__new__  # a record with every field given, without its Python-level __new__
 
 
 def handles(record: type) -> Callable[[Callable[[Applier, BatchScope, R], tuple[Any, R]]],
@@ -358,7 +359,8 @@ def _instant(a: Applier, scope: BatchScope, op: O.Instant) -> tuple[int, O.Insta
     txn_id = a.allocate(scope, info, op.partition, op.txn_id)
     a.put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.CHECKPOINTED, scope.now, 1, n)
     logged = a.put_chunk(scope, info, op.partition, txn_id, 0, op.chunk, n)
-    return txn_id, O.Instant(op.stream, op.partition, logged, txn_id, op.stream_id)
+    # (every field given: tuple.__new__ skips the record's Python-level __new__ and its defaults)
+    return txn_id, _new_record(O.Instant, (op.stream, op.partition, logged, txn_id, op.stream_id))
 
 
 @handles(O.KeepAlive)
