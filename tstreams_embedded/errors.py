@@ -183,6 +183,13 @@ class ProtocolError(TStreamsError):
     """A message on the wire was malformed."""
 
 
+class ProtocolVersionError(ProtocolError):
+    """The peer speaks a wire protocol version this side does not: a client newer than the
+    server (the server answers in an older version), or a request of an unknown version.
+    Nothing was executed; use a client and a server of the same release (a server also
+    answers clients of the previous protocol version)."""
+
+
 class RequestTooLarge(TStreamsError, ValueError):
     """A request is larger in total (all its frames) than the server accepts
     (``tstreams serve --max-request-size``, or has too many frames). It was not executed;

@@ -112,6 +112,8 @@ class OpSpec:
     mergeable: bool
     addresses_txn: bool
     resolved: tuple[str, ...]
+    #: The record's number of fields.
+    width: int = 0
 
     @property
     def name(self) -> str:
@@ -132,7 +134,7 @@ def operation(opcode: Opcode, *, client: bool = True, mergeable: bool = True, ad
         unknown = [f for f in resolved if f not in fields]
         if unknown or opcode in _BY_CODE:
             raise TypeError(f"bad operation declaration {cls.__name__}: {unknown or opcode}")
-        spec = OpSpec(opcode, cls, client, mergeable, addresses_txn, resolved)
+        spec = OpSpec(opcode, cls, client, mergeable, addresses_txn, resolved, len(fields))
         _SPECS[cls] = spec
         _BY_CODE[int(opcode)] = spec
         return cls
@@ -606,6 +608,9 @@ def decode(row: Any) -> Operation:
     if type(row) not in (list, tuple) or not row:
         raise errors.InvalidArgument(f"an operation must be a non-empty array, got {row!r:.80}")
     s = spec_of_code(row[0])
+    if len(row) == s.width + 1:  # every field present (what encode writes): no default to fill in,
+        fast: Operation = _new_tuple(s.record, row[1:])  # so no Python-level __new__
+        return fast
     try:
         op: Operation = s.record(*row[1:])
     except TypeError:

@@ -36,6 +36,7 @@ from ..engine import ops as O
 from ..engine.backend import Backend, StoreScan
 from ..engine.paging import ScanPage
 from ..engine.validate import check_int, check_wait
+from . import framing
 from .registry import Registry, WaitCommit
 from .session import Session
 
@@ -313,6 +314,7 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
             "max_item_size": core.max_item_size,
             "durability": core.durability,
             "methods": reg.names(),
+            "protocol_versions": list(framing.SUPPORTED_VERSIONS),
         }
 
     return reg
