@@ -91,12 +91,14 @@ class Applier:
                 for e in node.log.read(self.applied + 1, limit=256):
                     if e.index > commit or node.stopping.is_set():
                         break
+                    started = node.timer.monotonic()
                     try:
                         outcomes = self.apply_entry(e)
                     except Exception:  # noqa: BLE001 - e.g. the engine closed under us
                         log.exception("applying log entry %d failed", e.index)
                         failed = True
                         break
+                    self.note_applied(e.index, started)
                     node.clock.advance(e.now_ms)
                     with cv:
                         self.applied = e.index
@@ -109,6 +111,21 @@ class Applier:
                     log.exception("trimming the log failed")
             if failed:
                 node.stopping.wait(0.5)
+
+    def note_applied(self, index: int, started: float) -> None:
+        """Step timers: the apply of entry ``index`` began at ``started``; on the leader,
+        also the time from its commit to now."""
+        node = self.node
+        now = node.timer.monotonic()
+        steps = node.counters.steps
+        steps.observe("apply", now - started)
+        state = node.leader_state
+        if state is not None:
+            committed = state.committed_at.pop(index, None)
+            if committed is not None:
+                steps.observe("commit_to_applied", now - committed)
+            for ix in [ix for ix in state.committed_at if ix < index]:
+                del state.committed_at[ix]
 
     def trim_log(self) -> None:
         """Trim the log to the retention (:mod:`.retention`): never past the applied index;

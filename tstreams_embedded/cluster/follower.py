@@ -175,7 +175,12 @@ class Follower:
                 log.warning("truncated %d uncommitted log entries after index %d", removed, to)
                 return
             entries = [Entry.from_wire(w) for w in rep.entries]
-            n.log.append_entries(entries)
+            if entries:
+                started, synced = n.timer.monotonic(), n.log.sync_seconds
+                n.log.append_entries(entries)
+                sync = n.log.sync_seconds - synced
+                n.counters.steps.observe("follower_log_sync", sync)
+                n.counters.steps.observe("follower_append", n.timer.monotonic() - started - sync)
             moved = n.log.set_commit(rep.commit)
         if moved:
             with n.cv:

@@ -352,6 +352,8 @@ class Node:
         if candidate > self.log.commit_index and self.log.epoch_at(candidate) == state.epoch:
             if self.log.set_commit(candidate):
                 self.commits += 1
+                if len(state.committed_at) < 4096:
+                    state.committed_at[candidate] = self.timer.monotonic()
                 with self.cv:
                     self.cv.notify_all()
                 self.wake()

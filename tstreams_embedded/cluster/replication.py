@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .. import errors
-from .leader import LeaderState
+from .leader import LeaderState, note_acknowledged
 from .messages import (
     ErrorReply,
     Fetch,
@@ -157,7 +157,11 @@ class ReplicationService:
             to = max(0, min(bound, lg.end_of_epoch(req.last_epoch)))
             self.send(ident, FetchReply(rid, ReplyStatus.TRUNCATE, state.epoch, to=to))
             return
+        before = state.match.get(req.node, prev)
         state.match[req.node] = prev
+        if prev > before:
+            for seconds in note_acknowledged(state, before, prev, n.timer.monotonic()):
+                n.counters.steps.observe("replication", seconds)
         n.snapshot_server.fetched(req.node)
         n.advance_commit()
         self.take_parked(state)

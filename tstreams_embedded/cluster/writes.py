@@ -98,7 +98,10 @@ class Writes:
                 with cv:
                     applier.waiting[n.log.last_index + 1] = None
                 index = n.log.append(state.epoch, n.next_now(), [c.to_wire() for _, c in rows_of], sync=False)
-                state.last_append = n.timer.monotonic()
+                state.last_append = appended = n.timer.monotonic()
+                state.appended_at[index] = appended
+            steps = n.counters.steps
+            steps.observe("leader_append", appended - started)
             n.counters.group_size.observe(len(rows_of))
             for _, c in rows_of:
                 if isinstance(c, ClientCall) and c.client_id is not None:
@@ -106,6 +109,7 @@ class Writes:
             n.wake()  # followers fetch the entry while this node syncs it
             try:
                 n.log.sync()
+                steps.observe("leader_log_sync", n.timer.monotonic() - appended)
             except OSError as exc:
                 n.step_down(f"its log could not be synced ({exc}): restart the node")
                 raise errors.ClusterUnavailable(
@@ -135,7 +139,9 @@ class Writes:
                     raise errors.ClusterUnavailable(
                         f"node {n.node_id} cannot confirm its leadership; the outcome is unknown (retry it)")
                 results = {ix: applier.waiting.get(ix) for ix in indexes}
-            n.counters.ack_seconds.observe(n.timer.monotonic() - started)
+            acked = n.timer.monotonic() - started
+            n.counters.ack_seconds.observe(acked)
+            n.counters.steps.observe("ack", acked)
         finally:
             with cv:
                 for ix in indexes:
