@@ -17,6 +17,7 @@ Hand-kept headlines: ``benchmarks/results/cluster-notes.md``.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import subprocess
@@ -74,6 +75,30 @@ def produce(engine_of: Any, txns: int, clients: int) -> float:
     for e in engines:
         e.close()
     return seconds
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """``tid -> (thread name, CPU seconds)`` of every thread of ``pid`` (Linux /proc)."""
+    out: dict[int, tuple[str, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def thread_breakdown(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
+                     items: int) -> str:
+    """CPU µs per item by thread name (threads of one name summed), largest first."""
+    by: dict[str, float] = {}
+    for tid, (name, sec) in after.items():
+        by[name] = by.get(name, 0.0) + sec - before.get(tid, (name, 0.0))[1]
+    return ", ".join(f"{name} {sec / items * 1e6:.1f}" for name, sec in sorted(by.items(), key=lambda kv: -kv[1])
+                     if sec > 0)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -134,16 +159,20 @@ def main() -> None:
                   + ", ".join(f"{k} {v:.1%}" for k, v in sorted(idle.items())))
             before = {n.node_id: scrape_steps(n.http_port) for n in cluster.nodes}
             cpu0 = {n.node_id: cpu_seconds(n.pid) for n in cluster.nodes}
+            threads0 = {n.node_id: thread_cpu(n.pid) for n in cluster.nodes}
             spies = [spy(args.py_spy, name, pid) for name, pid in (("leader", leader.pid),
                                                                     ("follower", followers[0].pid))]
             t_cluster = produce(lambda: ts.connect(url, timeout=60), args.txns, args.clients)
             cpu1 = {n.node_id: cpu_seconds(n.pid) for n in cluster.nodes}
+            threads1 = {n.node_id: thread_cpu(n.pid) for n in cluster.nodes}
             stop_spies(spies)
             after = {n.node_id: scrape_steps(n.http_port) for n in cluster.nodes}
             s0 = cpu_seconds(single.pid)
+            st0 = thread_cpu(single.pid)
             spies = [spy(args.py_spy, "single", single.pid)]
             t_single = produce(lambda: ts.connect(single.endpoint, timeout=60), args.txns, args.clients)
             s1 = cpu_seconds(single.pid)
+            st1 = thread_cpu(single.pid)
             stop_spies(spies)
             items = args.txns // args.clients * args.clients * 100
             txns = items // 100
@@ -152,11 +181,12 @@ def main() -> None:
                   f"{items / t_single:,.0f} items/s ({t_single / txns * 1e3:.2f} ms/txn); "
                   f"ratio {t_single / t_cluster:.2f}x")
             single_cpu = (s1 - s0) / items * 1e6
-            print(f"one node: {single_cpu:.2f} CPU us/item")
+            print(f"one node: {single_cpu:.2f} CPU us/item; by thread: {thread_breakdown(st0, st1, items)}")
             for n in [leader, *followers]:
                 role = "leader" if n is leader else "follower"
                 cpu = (cpu1[n.node_id] - cpu0[n.node_id]) / items * 1e6
-                print(f"{n.node_id} ({role}): {cpu:.2f} CPU us/item ({cpu / single_cpu:.2f}x one node)")
+                print(f"{n.node_id} ({role}): {cpu:.2f} CPU us/item ({cpu / single_cpu:.2f}x one node); by thread: "
+                      f"{thread_breakdown(threads0[n.node_id], threads1[n.node_id], items)}")
                 for step, (sec, count) in sorted(after[n.node_id].items()):
                     sec0, count0 = before[n.node_id].get(step, (0.0, 0))
                     dn = count - count0

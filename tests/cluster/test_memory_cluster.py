@@ -289,3 +289,50 @@ def _try(fn: Callable[[], object]) -> object:
         return fn()
     except Exception as exc:  # noqa: BLE001 - the outcome under test
         return exc
+
+
+def test_a_node_that_lost_its_unsynced_applies_replays_them_from_its_log(tmp_path: Path) -> None:
+    """Applies are not synced (cluster/applier.py): a power loss of a follower loses its last
+    applies (StateDisk rolls its state back to its last fsync), and the log, trimmed to a
+    small retention meanwhile, must still hold every entry after that point. Here the
+    crashed follower and a stale node are all that is left when the leader is gone: only
+    the replay of the crashed follower's own log keeps the acknowledged writes."""
+    with MemoryCluster(tmp_path, 3, log_retain_entries=8) as c:
+        c.create_stream("s")
+        leader = c.leader()
+        holder, stale = c.others(leader.node_id)
+        c.stop(stale)
+        acked = [c.instant("s", 0, [b"%d" % i]) for i in range(30)]
+        node = c.nodes[holder]
+        eventually(lambda: node.applied >= leader.log.commit_index, 10)
+        while node.applier.synced_applied >= node.applied:  # a trim synced it just now: apply one more
+            acked.append(c.instant("s", 0, [b"more"]))
+            eventually(lambda: node.applied >= leader.log.commit_index, 10)
+        assert node.log.base_index > 0, "the log was trimmed"
+        applied, synced = node.applied, node.applier.synced_applied
+        c.stop(leader.node_id)  # gone for good
+        c.crash(holder)
+        restarted = c.start(holder)
+        assert restarted.applier.synced_applied == synced < applied  # the unsynced applies were lost
+        c.start(stale)
+        eventually(lambda: restarted.applied >= applied, 20, message="it replays its log")
+        assert restarted.snapshots_installed == 0
+        acked.append(c.instant("s", 0, [b"after"]))
+        c.converged()
+        for n in c.nodes.values():
+            got = [t.id for t in n.core.transactions_range("s", 0, 0, 2**63 - 1)]
+            assert got == acked
+
+
+def test_followers_learn_a_commit_index_that_no_later_entry_carries(tmp_path: Path) -> None:
+    """The commit index rides on the next entries to a follower (piggybacked); when none
+    follow, a parked fetch still brings it alone (after COMMIT_LINGER), so an idle
+    follower applies the last write."""
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        leader = c.leader()
+        c.instant("s", 0, [b"last"])
+        commit = leader.log.commit_index
+        for node_id in c.others(leader.node_id):
+            node = c.nodes[node_id]
+            eventually(lambda node=node: node.applied >= commit, 5, message=f"{node_id} applies the last write")

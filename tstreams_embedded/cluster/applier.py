@@ -10,8 +10,19 @@ outcomes of the last :data:`DEDUP_WINDOW` requests of each client in the replica
 named database of the state environment, written in the same LMDB transaction as the
 effects) and answers a repeated request with its first outcome.
 
-After applying, the log is trimmed to its retention (:mod:`.retention`), never past the
-applied index and, on a leader, keeping what live followers and snapshots in flight need.
+**No fsync on apply**: an entry is applied in an LMDB commit that is not synced (the state
+environment has ``sync=False, metasync=False``): the replicated log already holds it durably,
+here and on a quorum. A crash of the process loses nothing (the page cache keeps it); a
+power loss can lose the last applies, together with the applied index written in the same
+commit, so the node restarts from an older applied index and applies the entries after it
+again from its log (apply is deterministic, and the de-duplication windows roll back with
+the effects, so the replay ends in the same state).
+
+That is safe only while the log still holds every entry after the last *synced* applied
+index. So the log is trimmed to its retention (:mod:`.retention`) never past
+:attr:`Applier.synced_applied`: before a trim would pass it, the applier syncs the state
+(:meth:`Applier.sync_state`, one fsync per trim, not per entry). On a leader, the trim also
+keeps what live followers and snapshots in flight need.
 """
 
 from __future__ import annotations
@@ -70,9 +81,15 @@ class Applier:
         #: log index -> the outcomes of its calls once applied (None: not yet), for waiting writers
         self.waiting: dict[int, list[Outcome] | None] = {}
         self.log_trimmed = 0
+        #: the applied index as of the last fsync of the state (what a power loss cannot undo);
+        #: the log is never trimmed past it. At start, what the state holds was synced by the
+        #: last close, or is what survived a crash: either way it is on disk now.
+        self.synced_applied = self.applied
+        self.state_syncs = 0
 
     def reload(self) -> None:
-        """After a snapshot replaced the state: reopen the cluster database, read the size."""
+        """After a snapshot replaced the state: reopen the cluster database, read the size.
+        (The caller syncs it with :meth:`sync_state` once the applied index is the snapshot's.)"""
         self.cdb = self.node.core.store.env.open_db(b"cluster")
         with self.node.core.store.read() as txn:
             self.members = read_members(txn, self.cdb) or self.members
@@ -127,9 +144,18 @@ class Applier:
             for ix in [ix for ix in state.committed_at if ix < index]:
                 del state.committed_at[ix]
 
+    def sync_state(self) -> None:
+        """Fsync the state (with the node's ``state_fsync``); :attr:`synced_applied` becomes
+        the applied index. Called with :attr:`lock` held (no apply runs meanwhile)."""
+        applied = self.applied
+        self.node.state_fsync(self.node.core)
+        self.synced_applied = applied
+        self.state_syncs += 1
+
     def trim_log(self) -> None:
-        """Trim the log to the retention (:mod:`.retention`): never past the applied index;
-        on the leader, keep what live followers and snapshots in flight still need."""
+        """Trim the log to the retention (:mod:`.retention`): never past the applied index
+        as last synced (:meth:`sync_state` first if the trim would pass it); on the leader,
+        keep what live followers and snapshots in flight still need."""
         node = self.node
         r = node.retention
         lg = node.log
@@ -141,6 +167,9 @@ class Applier:
             needed += node.snapshot_server.needed_from()
         bytes_upto = lg.index_to_fit(r.bytes - r.bytes // 8) if lg.size_bytes > r.bytes else None
         upto = trim_point(r, lg.base_index, lg.last_index, lg.size_bytes, self.applied, needed, bytes_upto)
+        if upto > self.synced_applied:
+            self.sync_state()
+            upto = min(upto, self.synced_applied)
         if upto > lg.base_index:
             self.log_trimmed += lg.trim_upto(upto)
 

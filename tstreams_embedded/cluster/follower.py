@@ -126,6 +126,7 @@ class Follower:
                 with n.cv:
                     n.applier.applied = position.index
                     n.cv.notify_all()
+                n.applier.sync_state()  # (installed synced: this marks it, and lets the log be trimmed)
                 n.need_snapshot = False
                 n.diverged = False
                 n.snapshots_installed += 1

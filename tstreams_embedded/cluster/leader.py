@@ -51,6 +51,8 @@ class LeaderState:
     appended_at: dict[int, float] = field(default_factory=dict)
     #: log index -> monotonic time the commit index moved to it (for "commit_to_applied")
     committed_at: dict[int, float] = field(default_factory=dict)
+    #: monotonic time the commit index last moved (a commit-only fetch reply waits for entries)
+    commit_moved_at: float = 0.0
     #: set when this leadership ends
     ended: threading.Event = field(default_factory=threading.Event)
 
