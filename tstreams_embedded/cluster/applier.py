@@ -86,6 +86,7 @@ class Applier:
         #: last close, or is what survived a crash: either way it is on disk now.
         self.synced_applied = self.applied
         self.state_syncs = 0
+        self.trim_due = False  # an apply outside run() left the trim to it
 
     def reload(self) -> None:
         """After a snapshot replaced the state: reopen the cluster database, read the size.
@@ -99,35 +100,56 @@ class Applier:
         cv = node.cv
         while not node.stopping.is_set():
             with cv:
-                if node.log.commit_index <= self.applied:
+                if node.log.commit_index <= self.applied and not self.trim_due:
                     cv.wait(0.5)
                     continue
             with self.lock:
-                commit = node.log.commit_index
-                failed = False
-                for e in node.log.read(self.applied + 1, limit=256):
-                    if e.index > commit or node.stopping.is_set():
-                        break
-                    started = node.timer.monotonic()
-                    try:
-                        outcomes = self.apply_entry(e)
-                    except Exception:  # noqa: BLE001 - e.g. the engine closed under us
-                        log.exception("applying log entry %d failed", e.index)
-                        failed = True
-                        break
-                    self.note_applied(e.index, started)
-                    node.clock.advance(e.now_ms)
-                    with cv:
-                        self.applied = e.index
-                        if e.index in self.waiting:
-                            self.waiting[e.index] = outcomes
-                        cv.notify_all()
+                failed = not self.apply_committed()
+                self.trim_due = False
                 try:
                     self.trim_log()
                 except Exception:  # noqa: BLE001 - trimming is retried after the next apply
                     log.exception("trimming the log failed")
             if failed:
                 node.stopping.wait(0.5)
+
+    def apply_now(self) -> None:
+        """Apply what is committed in the calling thread, unless an apply is under way (a
+        leader's writer whose entry just committed: one thread hand-off fewer before its
+        answer). Trimming is left to :meth:`run`."""
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            self.apply_committed()
+        finally:
+            self.lock.release()
+        with self.node.cv:
+            self.trim_due = True
+            self.node.cv.notify_all()
+
+    def apply_committed(self) -> bool:
+        """Apply committed entries after the applied index (up to 256; :attr:`lock` held).
+        False if an entry failed to apply (it is retried)."""
+        node = self.node
+        cv = node.cv
+        commit = node.log.commit_index
+        for e in node.log.read(self.applied + 1, limit=256):
+            if e.index > commit or node.stopping.is_set():
+                break
+            started = node.timer.monotonic()
+            try:
+                outcomes = self.apply_entry(e)
+            except Exception:  # noqa: BLE001 - e.g. the engine closed under us
+                log.exception("applying log entry %d failed", e.index)
+                return False
+            self.note_applied(e.index, started)
+            node.clock.advance(e.now_ms)
+            with cv:
+                self.applied = e.index
+                if e.index in self.waiting:
+                    self.waiting[e.index] = outcomes
+                cv.notify_all()
+        return True
 
     def note_applied(self, index: int, started: float) -> None:
         """Step timers: the apply of entry ``index`` began at ``started``; on the leader,

@@ -121,9 +121,21 @@ class Writes:
             with cv:
                 applier.waiting.setdefault(ix, None)
         deadline = n.timer.monotonic() + n.ack_timeout
+        last = max(indexes, default=0)
         try:
+            if n.log.commit_index >= last > applier.applied:
+                applier.apply_now()
             with cv:
+                tried = True
                 while not all(applier.applied >= ix for ix in indexes):
+                    if not tried and n.log.commit_index >= last > applier.applied:
+                        tried = True  # (once per wake-up: the applier thread may hold the apply lock)
+                        cv.release()  # apply it here, without holding the condition
+                        try:
+                            applier.apply_now()
+                        finally:
+                            cv.acquire()
+                        continue
                     if n.leader_state is not state:
                         raise errors.ClusterUnavailable(
                             f"node {n.node_id} stopped leading before the write was committed; its outcome is "
@@ -134,6 +146,7 @@ class Writes:
                             f"the write was not acknowledged by {required_acks(n.acks, n.nodes)} of "
                             f"{n.nodes} nodes within {n.ack_timeout:g} s; its outcome is unknown (retry it)")
                     cv.wait(min(remaining, 0.2))
+                    tried = False
                 # acknowledge only while this node surely still leads (lease from ZooKeeper)
                 if not (n.leader_state is state and n.zk_ok and n.timer.monotonic() < state.lease_until):
                     raise errors.ClusterUnavailable(
