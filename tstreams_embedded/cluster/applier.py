@@ -114,18 +114,17 @@ class Applier:
                 node.stopping.wait(0.5)
 
     def apply_now(self) -> None:
-        """Apply what is committed in the calling thread, unless an apply is under way (a
-        leader's writer whose entry just committed: one thread hand-off fewer before its
-        answer). Trimming is left to :meth:`run`."""
-        if not self.lock.acquire(blocking=False):
+        """Apply what is committed in the calling thread, unless an apply is under way: a
+        leader's writer whose entry just committed (one thread hand-off fewer before its
+        answer), a follower's fetch loop once its acknowledging fetch is sent. Trimming is
+        left to :meth:`run` (within its 0.5 s wait)."""
+        if self.node.log.commit_index <= self.applied or not self.lock.acquire(blocking=False):
             return
         try:
             self.apply_committed()
+            self.trim_due = True
         finally:
             self.lock.release()
-        with self.node.cv:
-            self.trim_due = True
-            self.node.cv.notify_all()
 
     def apply_committed(self) -> bool:
         """Apply committed entries after the applied index (up to 256; :attr:`lock` held).
