@@ -363,3 +363,29 @@ def test_concurrent_writers_applying_on_their_own_threads_apply_each_entry_once(
             assert sorted(stored) == ids
             for w, per in got.items():
                 assert [stored[i] for i in per] == [b"%d-%d" % (w, i) for i in range(10)]
+
+
+def test_entries_in_flight_at_once_are_each_answered_with_their_own_outcome(tmp_path: Path) -> None:
+    """The leader's write path appends an entry and returns a Deferred (Writes.submit_deferred):
+    several entries replicate at once, and each call is answered with the transaction its
+    own entry made, in log order; a retry of a call still in flight gets the same answer."""
+    from tstreams_embedded.engine import ops as O
+    from tstreams_embedded.net.deferred import Deferred
+
+    with MemoryCluster(tmp_path, 3) as c:
+        c.create_stream("s")
+        leader = c.leader()
+
+        def call(i: int) -> list[object]:
+            return [[O.encode(O.Instant("s", 0, O.pack_items([b"%d" % i])))], True, "pipelined", i]
+
+        pending = [leader.writes.submit_deferred([call(i)]) for i in range(20)]
+        retry = leader.writes.submit_deferred([call(19)])
+        answers = [d.wait() if isinstance(d, Deferred) else d for d in [*pending, retry]]
+        ids = [value[0] for [(ok, value)] in answers[:20] if ok]
+        assert len(ids) == 20 and ids == sorted(set(ids))
+        assert answers[20] == answers[19]
+        c.converged()
+        for node in c.nodes.values():
+            stored = [(t.id, bytes(t.items[0])) for t in node.core.transactions_range("s", 0, 0, 2**63 - 1)]
+            assert stored == [(tid, b"%d" % i) for i, tid in enumerate(ids)]
