@@ -114,10 +114,9 @@ class Applier:
                 node.stopping.wait(0.5)
 
     def apply_now(self) -> None:
-        """Apply what is committed in the calling thread, unless an apply is under way: a
-        leader's writer whose entry just committed (one thread hand-off fewer before its
-        answer), a follower's fetch loop once its acknowledging fetch is sent. Trimming is
-        left to :meth:`run` (within its 0.5 s wait)."""
+        """Apply what is committed in the calling thread, unless an apply is under way: the
+        leader's acknowledging thread whose entry just committed (one thread hand-off fewer
+        before its answer). Trimming is left to :meth:`run` (within its 0.5 s wait)."""
         if self.node.log.commit_index <= self.applied or not self.lock.acquire(blocking=False):
             return
         try:

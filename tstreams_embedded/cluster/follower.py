@@ -73,10 +73,6 @@ class Follower:
                     req = Fetch(n.node_id, n.known_epoch, n.log.last_index + 1, n.log.last_epoch,
                                 n.log.commit_index, rid, n.coordinator.session_token or "")
                 sock.send(pack(req.to_wire()))
-                # apply what is committed while the leader holds this fetch (it is parked until
-                # the next entry): not on the applier thread, whose Python would hold the GIL
-                # when the next reply's fsync ends and this thread must send its acknowledgement
-                n.applier.apply_now()
                 rep: FetchReply | None = None
                 deadline = n.timer.monotonic() + FETCH_TIMEOUT
                 while rep is None and not n.stopping.is_set():
@@ -186,5 +182,7 @@ class Follower:
                 sync = n.log.sync_seconds - synced
                 n.counters.steps.observe("follower_log_sync", sync)
                 n.counters.steps.observe("follower_append", n.timer.monotonic() - started - sync)
-            n.log.set_commit(rep.commit)
-        # (no wake-up of the applier thread: this thread applies once its next fetch is sent)
+            moved = n.log.set_commit(rep.commit)
+        if moved:  # the applier thread applies it (here, it would delay the next acknowledgement)
+            with n.cv:
+                n.cv.notify_all()
