@@ -3,8 +3,8 @@
 The node's registry holds the single-node collectors (:mod:`tstreams_embedded.net.metrics`:
 engine counters, partition heads, consumer lag, server counters), :class:`NodeCollector`
 (role, epochs, elections, log positions, commits, log syncs, replication lag per follower,
-the ZooKeeper session state, snapshots sent and installed, all read from the node on each
-scrape) and the two histograms the node observes as it
+the ZooKeeper session state, snapshots sent and installed, the step timers of a replicated
+commit, all read from the node on each scrape) and the two histograms the node observes as it
 runs (:class:`~.counters.NodeCounters`: log-entry group sizes, acknowledgement latency).
 """
 

@@ -92,12 +92,14 @@ class Writes:
             fail(out, rows_of, waits, exc)
             return outcomes(out)
         deferred = Deferred()
-        self.start_acker()
         self.acking.put((ticket, deferred))
+        self.start_acker()
         return deferred
 
     def start_acker(self) -> None:
-        if self.acker is None:
+        """Start the acknowledging thread, or again if it ended (it ends once the node
+        stops and nothing is queued; a write queued just then still gets its answer)."""
+        if self.acker is None or not self.acker.is_alive():
             self.acker = threading.Thread(target=self.run_acker, name="cluster-ack", daemon=True)
             self.acker.start()
 
