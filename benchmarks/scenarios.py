@@ -604,8 +604,8 @@ CATCHUP_SCENARIOS = (
 )
 
 CATCHUP_GOALS = (
-    Goal("catchup", "empty-node catch-up >= 0.5x LMDB env.copy to local disk",
-         "ours: empty node catch-up (snapshot)", "LMDB env.copy to local disk", at_least=0.5),
+    Goal("catchup", "empty-node catch-up >= 0.6x LMDB env.copy to local disk",
+         "ours: empty node catch-up (snapshot)", "LMDB env.copy to local disk", at_least=0.6),
 )
 
 # --- cluster: assembled from parts, one module per figure group ---------------------------------

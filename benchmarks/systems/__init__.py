@@ -34,6 +34,7 @@ REGISTRY: dict[str, str] = {
     "ours-cluster": "benchmarks.systems.cluster:OursCluster",
     "ours-serve-node": "benchmarks.systems.cluster:OursServeNode",
     "redis-replicated": "benchmarks.systems.cluster:RedisReplicated",
+    "redis-replicated-always": "benchmarks.systems.cluster:RedisReplicatedAlways",
     # spark
     "spark-tstreams": "benchmarks.systems.spark_sources:SparkTstreams",
     "spark-parquet": "benchmarks.systems.spark_sources:SparkParquet",
