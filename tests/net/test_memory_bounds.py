@@ -439,8 +439,7 @@ def test_writes_held_back_for_the_write_queue_keep_their_order(served: Callable[
 
 # ---------------------------------------------------------------------------------- issue 19 item 4, defaults
 def submit_frames(rid: int, items: list[bytes]) -> list[Any]:
-    return [framing.pack_request_header(rid, "submit", 0),
-            *encode_submit([O.Instant("m", 0, O.pack_items(items))], False)]
+    return framing.request_frames(rid, "submit", 0, encode_submit([O.Instant("m", 0, O.pack_items(items))], False))
 
 
 #: The issue's shapes, sent by raw DEALERs that never read: (clients, requests per client,
@@ -450,8 +449,8 @@ ISSUE_SHAPES: dict[str, tuple[int, int, Callable[[int], list[Any]]]] = {
     "1 client pipelining 40 submits of 16 MiB": (1, 40, lambda rid: submit_frames(rid, [b"a" * (16 * MiB)])),
     "16 clients pipelining 8 submits of 16 MiB": (16, 8, lambda rid: submit_frames(rid, [b"b" * (16 * MiB)])),
     "32 clients each sending one 48 MiB write": (32, 1, lambda rid: submit_frames(rid, [b"c" * MiB] * 48)),
-    "1 request of 40 frames of 64 MiB": (1, 1, lambda rid: [framing.pack_request_header(rid, "submit", 0),
-                                                           framing.pack([[], True]), *[b"d" * (64 * MiB - 1024)] * 40]),
+    "1 request of 40 frames of 64 MiB": (1, 1, lambda rid: framing.request_frames(
+        rid, "submit", 0, [framing.pack([[], True]), *[b"d" * (64 * MiB - 1024)] * 40])),
 }
 
 
