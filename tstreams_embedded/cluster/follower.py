@@ -59,7 +59,7 @@ class Follower:
                         return rid
 
                     try:
-                        installed = self.resync(Channel(sock, next_rid, n.stopping))
+                        installed = self.resync(Channel(sock, next_rid, n.stopping, n.runtime.monotonic))
                     except Exception:  # noqa: BLE001 - e.g. a damaged copy: start the transfer again
                         log.exception("installing a snapshot failed")
                         installed = False

@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass, field
 
 from .messages import Fetch
+from .runtime import Event
 
 
 @dataclass
@@ -44,8 +45,8 @@ class LeaderState:
     owners: dict[str, str] = field(default_factory=dict)
     #: follower -> monotonic time of its last request in this epoch (CheckQuorum)
     heard: dict[str, float] = field(default_factory=dict)
-    #: set when this leadership ends
-    ended: threading.Event = field(default_factory=threading.Event)
+    #: set when this leadership ends (the node passes its runtime's event)
+    ended: Event = field(default_factory=threading.Event)
 
     def lost_quorum(self, now: float, timeout: float, quorum: int) -> bool:
         """CheckQuorum (Raft §6.2, etcd's ``checkQuorum``): whether fewer than ``quorum`` nodes

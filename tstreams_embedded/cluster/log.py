@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -35,6 +34,7 @@ import lmdb
 import msgpack
 
 from .. import errors
+from .runtime import REAL, Runtime
 
 U64 = struct.Struct(">Q")
 BASE = struct.Struct(">QQQ")  # index, epoch, now_ms of the last trimmed entry
@@ -83,7 +83,7 @@ class ReplicatedLog:
     """The node's log. Thread-safe; one writer at a time (an internal lock)."""
 
     def __init__(self, path: str, map_size: int = 1 << 30,
-                 fsync: Callable[[lmdb.Environment], None] | None = None) -> None:
+                 fsync: Callable[[lmdb.Environment], None] | None = None, runtime: Runtime = REAL) -> None:
         """``fsync`` flushes the environment to disk (by default ``env.sync(True)``; tests
         inject one that fails)."""
         os.makedirs(path, exist_ok=True)
@@ -91,9 +91,9 @@ class ReplicatedLog:
         self.env = lmdb.open(path, map_size=map_size, max_dbs=4, sync=False, metasync=False)
         self.entries = self.env.open_db(b"entries")
         self.meta = self.env.open_db(b"meta")
-        self.lock = threading.RLock()
+        self.lock = runtime.rlock()
         self._base = (0, 0, 0)
-        self._sync_lock = threading.Lock()
+        self._sync_lock = runtime.lock()
         self._last = (0, 0)
         self._last_now = 0
         self._commit = 0

@@ -12,24 +12,26 @@ expires it or :meth:`~MemoryZooKeeper.heal` reconnects it).
 from __future__ import annotations
 
 import itertools
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from .. import errors
 from ..cluster.coordinator import NodeIdInUse, SessionState
+from ..cluster.runtime import REAL, Runtime
 
 
 class MemoryZooKeeper:
     """The shared records of one cluster (see the module docstring). Thread-safe."""
 
     def __init__(self, nodes: int = 3, acks: str = "quorum", session_timeout: float = 2.0,
-                 **settings: Any) -> None:
-        self.lock = threading.Condition()
+                 runtime: Runtime = REAL, cluster_id: str | None = None, **settings: Any) -> None:
+        """``runtime``: whose condition the records are guarded by (the simulation's, under it);
+        ``cluster_id``: the cluster's id (by default a random one)."""
+        self.lock = runtime.condition()
         self.config: dict[str, Any] | None = {"nodes": nodes, "acks": acks, **settings}
         self.epoch = 0
-        self.cluster_id = uuid.uuid4().hex
+        self.cluster_id = cluster_id or uuid.uuid4().hex
         self.leader: tuple[int, dict[str, Any]] | None = None  # (owner session, record)
         self.nodes: dict[str, tuple[int, dict[str, Any]]] = {}  # node id -> (owner session, record)
         self.queue: list[tuple[int, str]] = []  # election contenders (session, node id), first holds it

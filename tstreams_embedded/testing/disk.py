@@ -5,19 +5,20 @@ makes every fsync fail with ``EIO`` while :attr:`FaultyDisk.failing` is set, and
 from __future__ import annotations
 
 import errno
-import threading
 
 import lmdb
+
+from ..cluster.runtime import REAL, Runtime
 
 
 class FaultyDisk:
     """See the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: Runtime = REAL) -> None:
         self.failing = False
         self.failures = 0
-        self.stalled = threading.Event()
-        self._released = threading.Event()
+        self.stalled = runtime.event()
+        self._released = runtime.event()
 
     def release(self) -> None:
         """End a stall: fsyncs waiting fail (the node crashed meanwhile) or go on."""

@@ -35,13 +35,14 @@ import argparse
 import logging
 import random
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import errors
 from ..cluster.node import Node
+from ..cluster.runtime import REAL, Runtime
+from ..cluster.timesource import TimeSource
 from .memory_cluster import MemoryCluster
 from .network import Faults
 
@@ -168,9 +169,14 @@ def _serving(c: MemoryCluster) -> Node | None:
     return next((n for i, n in c.nodes.items() if n.serving() and not c.times[i].paused), None)
 
 
-def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[str] = ()) -> RunResult:
+def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[str] = (), *,
+        runtime: Runtime = REAL, clock: TimeSource | None = None, map_size: int | None = None,
+        pace: float = 0.0) -> RunResult:
     """One run (see the module docstring) in directory ``root``, its faults drawn from
-    ``kinds`` (by default all of :data:`KINDS`)."""
+    ``kinds`` (by default all of :data:`KINDS`). ``runtime`` and ``clock``: the nodes' and
+    the workload's threads, waits and clocks (real by default; :mod:`.simulation` passes
+    simulated ones, which makes the run deterministic); ``map_size``: each engine's map;
+    ``pace``: seconds the client waits after each write (0: none)."""
     unknown_kinds = set(kinds) - set(KINDS)
     if unknown_kinds:
         raise ValueError(f"unknown fault kinds {sorted(unknown_kinds)}; they are {KINDS}")
@@ -180,7 +186,9 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
     acked: list[tuple[bytes, int, int]] = []  # (item, partition, txn id) in acknowledgement order
     epochs: dict[int, set[str]] = {}
     unread: list[tuple[bytes, int, int]] = []  # acknowledged, not yet read back
-    with MemoryCluster(root, nodes, seed=seed, session_timeout=SESSION_TIMEOUT, ack_timeout=ACK_TIMEOUT) as c:
+    now = runtime.monotonic
+    with MemoryCluster(root, nodes, seed=seed, session_timeout=SESSION_TIMEOUT, ack_timeout=ACK_TIMEOUT,
+                       runtime=runtime, clock=clock, cluster_id=f"cluster-{seed}", map_size=map_size) as c:
         c.create_stream(STREAM, PARTITIONS)
         seq = 0
 
@@ -201,14 +209,16 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
                 epochs.setdefault(epoch, set()).add(leader.node_id)
 
         def write(until: float) -> None:
-            while time.monotonic() < until:
+            while now() < until:
                 leader = _serving(c)
                 if leader is None:
-                    time.sleep(0.01)  # (a simulated client's back-off, not a synchronisation)
+                    runtime.sleep(0.01)  # (a simulated client's back-off, not a synchronisation)
                     continue
                 read_back(leader, unread, result.problems)
                 write_once(leader)
                 read_back(leader, unread, result.problems)
+                if pace:
+                    runtime.sleep(pace)
 
         def resume_paused() -> None:
             for node_id, clock in c.times.items():
@@ -226,12 +236,12 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
                     c.zk.resume(node_id)
 
         for _ in range(faults):
-            write(time.monotonic() + rng.uniform(0.1, 0.4))
+            write(now() + rng.uniform(0.1, 0.4))
             name, heal = _fault(c, rng, kinds)
             result.faults.append(name)
             # faults last 0.6-1.2 session timeouts (a pause longer than the session, so its lease lapses)
             least = 1.1 if name.startswith("pause-leader") else 0.6
-            write(time.monotonic() + rng.uniform(least, 1.2) * SESSION_TIMEOUT)
+            write(now() + rng.uniform(least, 1.2) * SESSION_TIMEOUT)
             resume_paused()
             heal()
         c.network.heal()
@@ -239,7 +249,7 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
             if node_id not in c.nodes:
                 c.start(node_id)
             c.zk.heal(node_id)
-        write(time.monotonic() + 0.3)
+        write(now() + 0.3)
         c.converged(timeout=30)
         leader = c.leader()
         read_back(leader, unread, result.problems)
