@@ -91,6 +91,7 @@ class ReplicatedLog:
         self.env = lmdb.open(path, map_size=map_size, max_dbs=4, sync=False, metasync=False)
         self.entries = self.env.open_db(b"entries")
         self.meta = self.env.open_db(b"meta")
+        self._runtime = runtime
         self.lock = runtime.rlock()
         self._base = (0, 0, 0)
         self._sync_lock = runtime.lock()
@@ -269,6 +270,8 @@ class ReplicatedLog:
                 txn.put(U64.pack(index), raw, db=self.entries)
                 self._bytes += len(raw)
                 self._put_meta(txn)
+            # a fetch answered here finds the entry in LMDB before last_index has it (see read)
+            self._runtime.preempt("log-appended")
             self._last, self._last_now = (index, epoch), now_ms
         if sync:
             self.sync()

@@ -11,7 +11,8 @@ Rules for code under ``cluster/`` (so that it keeps running under the simulation
 
 * start threads with :meth:`Runtime.spawn`; make events, locks and conditions with
   :meth:`Runtime.event`, :meth:`~Runtime.lock`, :meth:`~Runtime.rlock` and
-  :meth:`~Runtime.condition`; sleep with :meth:`Runtime.sleep`; read timeouts from
+  :meth:`~Runtime.condition`; sleep with :meth:`Runtime.sleep`; mark a point where a
+  preempted thread opens a race with :meth:`Runtime.preempt`; read timeouts from
   :meth:`Runtime.monotonic` (leases and entry times come from the node's
   :class:`~.timesource.TimeSource`, which a test may jump);
 * never hold an LMDB write transaction across one of these waits (the simulation parks the
@@ -98,6 +99,11 @@ class Runtime(Protocol):
 
     def condition(self, lock: Lock | None = None) -> Condition: ...
 
+    def preempt(self, point: str) -> None:
+        """A point where a real thread may lose the CPU for a while and a race with another
+        thread matters (named ``point``): nothing in production; the simulation may run other
+        tasks here, for a simulated while."""
+
 
 class ThreadingRuntime:
     """The production :class:`Runtime`: :mod:`threading` and :func:`time.monotonic`."""
@@ -124,6 +130,9 @@ class ThreadingRuntime:
 
     def condition(self, lock: Lock | None = None) -> Condition:
         return threading.Condition(lock)  # type: ignore[arg-type]  # (a runtime Lock is a threading one here)
+
+    def preempt(self, point: str) -> None:
+        pass
 
 
 #: The runtime of production nodes.

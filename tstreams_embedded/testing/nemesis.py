@@ -22,11 +22,14 @@ checks:
 * no two nodes acknowledged in one epoch;
 * all nodes reach the same state digest.
 
-The schedule of faults comes from the seed; the nodes' threads run on the real clock, so a
-run is *not* replayed step for step (this is not a deterministic simulation), but a
-failing seed is re-run with::
+The schedule of faults comes from the seed. Run from here, the nodes' threads run on the
+real clock, so a run is *not* replayed step for step; a failing seed is re-run with::
 
     python -m tstreams_embedded.testing.nemesis --seed N
+
+Given a simulated ``runtime`` and ``clock`` (:mod:`.simulation` passes its
+:class:`~.scheduler.Scheduler`), the same run is deterministic: the seed fixes every
+interleaving, and :mod:`.simulation` replays it exactly.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ import greenlet
 log = logging.getLogger(__name__)
 
 EPOCH_WALL_MS = 1_767_225_600_000  # the simulated wall clock at time 0 (2026-01-01T00:00:00Z)
+PREEMPT_MAX = 0.05  # simulated seconds a task may be held back at a preemption point
 
 
 class SimulationOver(BaseException):
@@ -93,8 +94,14 @@ class Scheduler:
     """See the module docstring. It is also the nodes' :class:`~..cluster.timesource.TimeSource`
     (:meth:`monotonic`, :meth:`wall_ms`: the simulated clock)."""
 
-    def __init__(self, seed: int, step_cost: float = 20e-6, max_time: float = 600.0) -> None:
+    def __init__(self, seed: int, step_cost: float = 20e-6, max_time: float = 600.0,
+                 preempt_chance: float = 0.05, preempt_delays: dict[str, float] | None = None) -> None:
+        """``preempt_chance``: how often a task at a :meth:`preempt` point is held back for a
+        random while (up to :data:`PREEMPT_MAX` simulated seconds); ``preempt_delays``: fixed
+        delays for named points instead (a scripted schedule)."""
         self.seed = seed
+        self.preempt_chance = preempt_chance
+        self.preempt_delays = dict(preempt_delays or {})
         self.random = random.Random(seed)
         self.step_cost = step_cost
         self.max_time = max_time
@@ -117,6 +124,14 @@ class Scheduler:
 
     def sleep(self, seconds: float) -> None:
         self.park(None, max(0.0, seconds))
+
+    def preempt(self, point: str) -> None:
+        """Let other tasks run here: for ``preempt_delays[point]`` simulated seconds if set,
+        else, drawn from the seed, now and then for a random while, otherwise just a yield."""
+        delay = self.preempt_delays.get(point)
+        if delay is None:
+            delay = self.random.uniform(0.0, PREEMPT_MAX) if self.random.random() < self.preempt_chance else 0.0
+        self.park(None, delay)
 
     def spawn(self, name: str, target: Callable[..., Any], *args: Any) -> SimTask:
         if self._hub is None:

@@ -21,11 +21,15 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from . import nemesis
+from .memory_cluster import MemoryCluster
 from .scheduler import Scheduler
+
+T = TypeVar("T")
 
 #: Engine map size of a simulated node (bytes): small, the runs write little.
 MAP_SIZE = 32 << 20
@@ -77,6 +81,32 @@ def simulate(seed: int, faults: int = FAULTS, nodes: int = 3, kinds: Sequence[st
     result = SimResult(seed, run.faults, list(run.problems), run.acked, run.unknown, sched.trace_digest,
                        sched.steps, sched.now, replay_command(seed, faults, nodes, kinds))
     result.problems += [f"task {name} failed: {exc!r}" for name, exc in sched.errors]
+    return result
+
+
+def scenario(seed: int, body: Callable[[MemoryCluster, Scheduler], T], nodes: int = 3,
+             session_timeout: float = nemesis.SESSION_TIMEOUT, preempt_delays: dict[str, float] | None = None,
+             cluster_id: str | None = None, root: str | None = None) -> T:
+    """Run ``body(cluster, scheduler)`` under a new :class:`~.scheduler.Scheduler` of
+    ``seed``, on a :class:`~.memory_cluster.MemoryCluster` of ``nodes`` simulated nodes (a
+    scripted schedule); return what it returns. ``preempt_delays``: see :class:`Scheduler`."""
+    own = root is None
+    where = scratch_root() if root is None else root
+    sched = Scheduler(seed, preempt_delays=preempt_delays)
+
+    def main() -> T:
+        with MemoryCluster(where, nodes, seed=seed, session_timeout=session_timeout, ack_timeout=nemesis.ACK_TIMEOUT,
+                           runtime=sched, clock=sched, cluster_id=cluster_id or f"cluster-{seed}",
+                           map_size=MAP_SIZE) as c:
+            return body(c, sched)
+
+    try:
+        result: T = sched.run(main)
+    finally:
+        if own:
+            shutil.rmtree(where, ignore_errors=True)
+    if sched.errors:
+        raise AssertionError(f"simulated tasks failed: {sched.errors}")
     return result
 
 
