@@ -191,11 +191,6 @@ class ClusterUnavailable(TStreamsError, ConnectionError):
     retry it with the same request ID (the cluster client does) to apply it at most once."""
 
 
-class StaleEpoch(TStreamsError):
-    """A replication message came from a leader of an older epoch (a deposed leader);
-    it was refused."""
-
-
 class RetryWindowExceeded(TStreamsError):
     """A retried request is older than the replicated de-duplication window of its client,
     so whether it was applied can no longer be told; it was not applied again."""

@@ -410,21 +410,12 @@ class Core:
     def scan_index(self, stream: str, partition: int, after: int, upto: int = 2**63 - 1,
                    max_txns: int = 4096) -> IndexScan:
         self._check()
-        check_int(after, "after", 0, 2**63 - 1)
-        check_int(upto, "upto", 0, 2**63 - 1)
-        check_int(max_txns, "max_txns", 1, MAX_FETCH)
-        entries: list[tuple[int, int]] = []
-        position = after
-        while True:
-            now = self.clock()
-            with self.store.read() as txn:
-                s = reads.scan(txn, self.store, stream, partition, position, upto, max_txns - len(entries), now,
-                               load=False)
-            entries.extend(s.index)
-            position = max(position, s.position)
-            if s.expired is None:
-                return IndexScan(entries, position, s.blocked, s.full)
-            self._invalidate(stream, partition, s.expired, s.stream_id)  # then scan on past it
+
+        def invalidate(s: reads.Scan) -> None:
+            assert s.expired is not None
+            self._invalidate(stream, partition, s.expired, s.stream_id)
+
+        return reads.scan_index(self.store, self.clock, stream, partition, after, upto, max_txns, invalidate)
 
     def last_transaction(self, stream: str, partition: int) -> TxnData | None:
         self._check()

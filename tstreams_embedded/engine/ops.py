@@ -522,12 +522,6 @@ def pack_items(items: Sequence[bytes]) -> bytes:
     return chunk
 
 
-def unpack_items(chunk: bytes) -> list[bytes]:
-    """Inverse of :func:`pack_items`."""
-    items: list[bytes] = msgpack.unpackb(chunk, raw=False)
-    return items
-
-
 _log_packer = msgpack.Packer(use_bin_type=True, default=_log_ext)
 
 

@@ -142,10 +142,6 @@ def _pairs(value: Any) -> list[tuple[bytes, bytes]]:
     return [(k, v) for k, v in value]
 
 
-def _optional(decode: Callable[[Any], T]) -> Callable[[Any], T | None]:
-    return lambda value: None if value is None else decode(value)
-
-
 class RemoteBackend:
     """A Backend served by ``tstreams serve`` at ``endpoint`` (or a list of endpoints).
 
