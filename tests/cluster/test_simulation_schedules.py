@@ -159,3 +159,29 @@ def test_a_data_directory_of_another_cluster_is_refused(shm_path: Path) -> None:
             == [b"a-only"]
 
     scenario(8, again, root=str(root / "a"), cluster_id="cluster-a")
+
+
+def test_a_leader_paused_longer_than_its_session_is_fenced() -> None:
+    """The leader's process stops (every task where it is, the clock going on) for longer
+    than its session: it still believes it leads (none of its tasks ran), but its lease has
+    lapsed, so it neither serves nor acknowledges; another node leads meanwhile. Resumed, a
+    stale client's write through it is refused, and it follows once it hears of its session."""
+    def body(c: MemoryCluster, sched: Scheduler) -> None:
+        c.create_stream(STREAM)
+        acked = [c.instant(STREAM, 0, [b"before"])]
+        old = c.leader()
+        c.pause(old.node_id)
+        new = c.leader(timeout=c.session_timeout + 2, exclude=old.node_id)
+        assert old.leading and not old.serving(), "a paused leader's tasks ran, or its lease did not lapse"
+        acked.append(c.instant(STREAM, 0, [b"during"], node=new))
+        c.resume(old.node_id)
+        with pytest.raises((errors.NotLeader, errors.ClusterUnavailable)):
+            c.instant(STREAM, 0, [b"stale"], node=old)
+        c.zk.resume(old.node_id)
+        acked.append(c.instant(STREAM, 0, [b"after"]))
+        c.converged()
+        assert not old.leading
+        for node in c.nodes.values():
+            assert [t.id for t in node.core.transactions_range(STREAM, 0, 0, 2**63 - 1)] == acked
+
+    scenario(9, body)

@@ -28,6 +28,7 @@ class MemoryZooKeeper:
                  runtime: Runtime = REAL, cluster_id: str | None = None, **settings: Any) -> None:
         """``runtime``: whose condition the records are guarded by (the simulation's, under it);
         ``cluster_id``: the cluster's id (by default a random one)."""
+        self.runtime = runtime
         self.lock = runtime.condition()
         self.config: dict[str, Any] | None = {"nodes": nodes, "acks": acks, **settings}
         self.epoch = 0
@@ -84,14 +85,22 @@ class MemoryZooKeeper:
 
     def pause(self, node_id: str) -> None:
         """Node ``node_id`` stops hearing from ZooKeeper *without being told* (a paused
-        process: no ``SUSPENDED``), and its session is expired meanwhile, as ZooKeeper does
-        to a client silent for longer than the session timeout. :meth:`resume` ends it."""
+        process: no ``SUSPENDED``), and ZooKeeper expires its session once it has been silent
+        for the session timeout (until then it holds its records and the election lock, as a
+        real session does). :meth:`resume` ends it."""
         client = self.client_of(node_id)
         with self.lock:
             client.reachable = False
-            if client.session is not None:
-                self.drop_session(client.session)
-            client.session = None
+            session = client.session
+
+        def expire_when_silent_for_the_session() -> None:
+            self.runtime.sleep(self.session_timeout)
+            with self.lock:
+                if session is not None and client.session == session and not client.reachable:
+                    self.drop_session(session)
+                    client.session = None
+
+        self.runtime.spawn(f"zookeeper-expires-{node_id}", expire_when_silent_for_the_session)
 
     def resume(self, node_id: str) -> None:
         """The paused node runs again: it learns its session was ``LOST`` and reconnects."""

@@ -61,6 +61,8 @@ class MemoryCluster:
         #: each node's log fsync, which a nemesis makes fail
         self.disks = {node_id: FaultyDisk(runtime) for node_id in self.ids}
         self._seq = itertools.count(1)
+        #: nodes whose process is paused (:meth:`pause`)
+        self.paused: set[str] = set()
         for node_id in self.ids:
             self.start(node_id)
 
@@ -87,8 +89,13 @@ class MemoryCluster:
         except BaseException:
             core.close()
             raise
+        grouped = getattr(self.runtime, "grouped", None)  # the simulation: the node's tasks are one process
         try:
-            node.start()
+            if grouped is not None:
+                with grouped(node_id):
+                    node.start()
+            else:
+                node.start()
         except BaseException:
             node.stop()
             core.close()
@@ -96,8 +103,37 @@ class MemoryCluster:
         self.nodes[node_id] = node
         return node
 
+    def pause(self, node_id: str) -> None:
+        """Node ``node_id``'s process stops (SIGSTOP, a long GC pause) and ZooKeeper expires
+        its session without telling it (:meth:`.coordinator.MemoryZooKeeper.pause`). Under
+        the simulation its tasks stop where they are (the clock goes on; frames to it queue
+        up); with real threads, which cannot be stopped, its clocks freeze instead and its
+        links are cut both ways. :meth:`resume` ends it; the node learns of its lost session
+        only at :meth:`.coordinator.MemoryZooKeeper.resume`."""
+        self.paused.add(node_id)
+        pause_group = getattr(self.runtime, "pause_group", None)
+        if pause_group is not None:
+            pause_group(node_id)
+        else:
+            self.times[node_id].pause()
+            self.network.isolate(node_id, self.others(node_id))
+        self.zk.pause(node_id)
+
+    def resume(self, node_id: str) -> None:
+        """The paused process runs again (before it hears from ZooKeeper; see :meth:`pause`)."""
+        if node_id not in self.paused:
+            return
+        self.paused.discard(node_id)
+        resume_group = getattr(self.runtime, "resume_group", None)
+        if resume_group is not None:
+            resume_group(node_id)
+        else:
+            self.times[node_id].resume()  # its clocks jump to the real time
+            self.network.heal()
+
     def stop(self, node_id: str) -> None:
         """Stop node ``node_id`` (its session closes; its disk stays)."""
+        self.resume(node_id)
         node = self.nodes.pop(node_id)
         node.stop()
         node.core.close()

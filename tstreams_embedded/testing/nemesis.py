@@ -101,9 +101,7 @@ def _fault(c: MemoryCluster, rng: random.Random, kinds: Sequence[str]) -> tuple[
     if kind == "pause-leader":
         if lead not in c.nodes:
             return f"{kind} {lead} (not running)", lambda: None
-        c.times[lead].pause()
-        c.network.isolate(lead, others)
-        c.zk.pause(lead)
+        c.pause(lead)
         return f"{kind} {lead}", lambda: None  # resumed by the run (a stale client writes first)
     if kind == "isolate-leader":
         c.network.isolate(lead, others)
@@ -169,7 +167,7 @@ def read_back(node: Node, unread: list[tuple[bytes, int, int]], problems: list[s
 
 def _serving(c: MemoryCluster) -> Node | None:
     """A node serving as leader that is not paused (a paused process takes no requests)."""
-    return next((n for i, n in c.nodes.items() if n.serving() and not c.times[i].paused), None)
+    return next((n for i, n in c.nodes.items() if n.serving() and i not in c.paused), None)
 
 
 def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[str] = (), *,
@@ -224,11 +222,8 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
                     runtime.sleep(pace)
 
         def resume_paused() -> None:
-            for node_id, clock in c.times.items():
-                if not clock.paused:
-                    continue
-                clock.resume()  # its clocks jump to the real time
-                c.network.heal()
+            for node_id in sorted(c.paused):
+                c.resume(node_id)
                 if node_id in c.nodes:
                     # stale clients reach it before it hears of its session: a read of the
                     # newest acknowledged write (made elsewhere while it was paused), and a write

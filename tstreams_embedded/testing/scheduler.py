@@ -26,7 +26,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -57,11 +58,12 @@ class _Queue:
 
 
 class _Task:
-    __slots__ = ("id", "name", "glet", "runnable", "deadline", "woken", "queue", "done", "joiners")
+    __slots__ = ("id", "name", "group", "glet", "runnable", "deadline", "woken", "queue", "done", "joiners")
 
-    def __init__(self, task_id: int, name: str) -> None:
+    def __init__(self, task_id: int, name: str, group: str | None) -> None:
         self.id = task_id
         self.name = name
+        self.group = group  # e.g. the node it belongs to (pause_group stops them all)
         self.glet: greenlet.greenlet | None = None
         self.runnable = True
         self.deadline: float | None = None
@@ -112,6 +114,8 @@ class Scheduler:
         #: exceptions that ended a task other than the main one (the run fails on them)
         self.errors: list[tuple[str, BaseException]] = []
         self._ids = 0
+        self._group: str | None = None  # the group of the tasks spawned now (grouped)
+        self._paused: set[str] = set()
         self._hub: greenlet.greenlet | None = None
         self._trace = hashlib.sha256()
 
@@ -154,6 +158,29 @@ class Scheduler:
 
     def event(self) -> SimEvent:
         return SimEvent(self)
+
+    # ------------------------------------------------------------------ processes
+    @contextmanager
+    def grouped(self, group: str) -> Iterator[None]:
+        """Tasks spawned inside (and the tasks they spawn) belong to ``group`` (a node: one
+        process, which :meth:`pause_group` stops)."""
+        previous, self._group = self._group, group
+        try:
+            yield
+        finally:
+            self._group = previous
+
+    def pause_group(self, group: str) -> None:
+        """Stop every task of ``group`` where it is, as SIGSTOP stops a process: none runs,
+        even woken or past its deadline, until :meth:`resume_group` (then late timeouts fire
+        at once). The clock goes on."""
+        self._paused.add(group)
+
+    def resume_group(self, group: str) -> None:
+        self._paused.discard(group)
+
+    def group_paused(self, group: str) -> bool:
+        return group in self._paused
 
     def lock(self) -> SimLock:
         return SimLock(self, reentrant=False)
@@ -221,6 +248,8 @@ class Scheduler:
 
     def wake(self, queue: _Queue, n: int | None = None) -> None:
         """Make the first ``n`` (all: None) tasks parked on ``queue`` runnable."""
+        if not queue.tasks:
+            return
         woken = queue.tasks if n is None else queue.tasks[:n]
         queue.tasks = [] if n is None else queue.tasks[n:]
         for t in woken:
@@ -231,7 +260,8 @@ class Scheduler:
 
     def _new_task(self, name: str) -> _Task:
         self._ids += 1
-        task = _Task(self._ids, name)
+        group = self._group if self._group is not None else (self.current.group if self.current else None)
+        task = _Task(self._ids, name, group)
         self.tasks.append(task)
         return task
 
@@ -247,7 +277,10 @@ class Scheduler:
         while True:
             runnable: list[_Task] = []
             earliest: float | None = None
+            paused = self._paused
             for t in self.tasks:
+                if paused and t.group in paused:
+                    continue
                 if not t.runnable and t.deadline is not None:
                     if t.deadline <= self.now:
                         self._expire(t)
