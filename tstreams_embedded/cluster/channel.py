@@ -3,11 +3,10 @@ matched to their replies by request id (``rid``); replies to older requests are 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from .messages import Request, Wire, pack, reply_rid, unpack
-from .runtime import Event
+from .runtime import REAL, Event
 from .transport import PeerLink
 
 
@@ -16,7 +15,7 @@ class Channel:
     with the link's other requests, so that ids never repeat on it)."""
 
     def __init__(self, link: PeerLink, next_rid: Callable[[], int], stop: Event,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = REAL.monotonic) -> None:
         self.link = link
         self.monotonic = monotonic
         self.next_rid = next_rid

@@ -13,11 +13,10 @@ number of nodes (the leader counts up to its *durable* index).
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 from .messages import Fetch
-from .runtime import Event
+from .runtime import REAL, Event
 
 
 @dataclass
@@ -46,7 +45,7 @@ class LeaderState:
     #: follower -> monotonic time of its last request in this epoch (CheckQuorum)
     heard: dict[str, float] = field(default_factory=dict)
     #: set when this leadership ends (the node passes its runtime's event)
-    ended: Event = field(default_factory=threading.Event)
+    ended: Event = field(default_factory=REAL.event)
 
     def lost_quorum(self, now: float, timeout: float, quorum: int) -> bool:
         """CheckQuorum (Raft §6.2, etcd's ``checkQuorum``): whether fewer than ``quorum`` nodes
