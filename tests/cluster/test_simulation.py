@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
+from tstreams_embedded.testing.nemesis import KINDS
 from tstreams_embedded.testing.scheduler import Deadlock, Scheduler
-from tstreams_embedded.testing.simulation import SimResult, simulate
+from tstreams_embedded.testing.simulation import RECOVERY, SimResult, simulate
 
 #: seeds run by ``make test`` (about 0.15 s of CPU each); every tenth on five nodes
 QUICK_SEEDS = range(1, 501)
@@ -135,6 +136,18 @@ def test_a_paused_group_does_not_run_until_resumed() -> None:
 
     sched.run(main)
     assert 5 <= len(ticks) <= 12
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("kind", KINDS)
+def test_writes_are_acknowledged_again_within_the_session_plus_one_second_after_each_fault(kind: str,
+                                                                                          seed: int) -> None:
+    """Liveness (#20 §3) under each fault on its own: a write is acknowledged within the
+    session timeout + 1 s of simulated time from the fault's start (the checker's
+    ``liveness`` problem otherwise)."""
+    result = simulate(seed, faults=1, kinds=[kind])
+    check(result)
+    assert result.recoveries[0] is not None and result.recoveries[0] <= RECOVERY, result.recoveries
 
 
 @pytest.mark.parametrize("seed", QUICK_SEEDS)

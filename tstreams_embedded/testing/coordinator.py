@@ -77,8 +77,27 @@ class MemoryZooKeeper:
         self.client_of(node_id).expire()
 
     def cut(self, node_id: str) -> None:
-        """Cut node ``node_id`` off from ZooKeeper (its session lives on until expired)."""
-        self.client_of(node_id).set_reachable(False)
+        """Cut node ``node_id`` off from ZooKeeper: it hears ``SUSPENDED``; its session (its
+        records and its place in the election queue) lives on until the test expires it, or
+        for the session timeout, when ZooKeeper expires it (the node hears ``LOST`` only once
+        it is reconnected, as with kazoo)."""
+        client = self.client_of(node_id)
+        client.set_reachable(False)
+        self._expire_when_silent(client)
+
+    def _expire_when_silent(self, client: MemoryCoordinator) -> None:
+        """Drop ``client``'s session once it has been unreachable for the session timeout."""
+        with self.lock:
+            session = client.session
+
+        def expire() -> None:
+            self.runtime.sleep(self.session_timeout)
+            with self.lock:
+                if session is not None and client.session == session and not client.reachable:
+                    self.drop_session(session)
+                    client.session = None
+
+        self.runtime.spawn(f"zookeeper-expires-{client.node_id}", expire)
 
     def heal(self, node_id: str) -> None:
         self.client_of(node_id).set_reachable(True)
@@ -91,16 +110,7 @@ class MemoryZooKeeper:
         client = self.client_of(node_id)
         with self.lock:
             client.reachable = False
-            session = client.session
-
-        def expire_when_silent_for_the_session() -> None:
-            self.runtime.sleep(self.session_timeout)
-            with self.lock:
-                if session is not None and client.session == session and not client.reachable:
-                    self.drop_session(session)
-                    client.session = None
-
-        self.runtime.spawn(f"zookeeper-expires-{node_id}", expire_when_silent_for_the_session)
+        self._expire_when_silent(client)
 
     def resume(self, node_id: str) -> None:
         """The paused node runs again: it learns its session was ``LOST`` and reconnects."""
@@ -139,8 +149,11 @@ class MemoryLock:
             return False
 
     def release(self) -> None:
+        """Remove this node from the queue; ``ClusterUnavailable`` without ZooKeeper (the
+        lock is then held until the session expires, as kazoo's is)."""
         zk = self.client.zk
         with zk.lock:
+            self.client.session_or_fail()
             if self.entry is not None and self.entry in zk.queue:
                 zk.queue.remove(self.entry)
                 zk.lock.notify_all()
@@ -161,6 +174,7 @@ class MemoryCoordinator:
         self.session: int | None = None
         self.reachable = True
         self.closed = False
+        self._had_session = False
         self._listeners: list[Callable[[SessionState], None]] = []
         zk.clients.append(self)
 
@@ -174,6 +188,7 @@ class MemoryCoordinator:
             raise errors.ClusterUnavailable("cannot reach ZooKeeper at memory://cluster: refused")
         with self.zk.lock:
             self.session = self.zk.new_session()
+        self._had_session = True
 
     def close(self) -> None:
         with self.zk.lock:
@@ -210,8 +225,11 @@ class MemoryCoordinator:
             self._tell(SessionState.SUSPENDED)
             return
         with self.zk.lock:
+            expired = self.session is None and not self.closed and self._had_session
             if self.session is None and not self.closed:
                 self.session = self.zk.new_session()
+        if expired:  # it expired while away: kazoo reports LOST before the new session
+            self._tell(SessionState.LOST)
         self._tell(SessionState.CONNECTED)
 
     def session_or_fail(self) -> int:

@@ -64,6 +64,10 @@ class RunResult:
     problems: list[str] = field(default_factory=list)
 
     kinds: list[str] = field(default_factory=list)  # the faults drawn from (empty: all)
+    #: per fault: seconds from its start to the next acknowledgement before the next fault
+    #: began (None: none), and how long that span was
+    recoveries: list[float | None] = field(default_factory=list)
+    spans: list[float] = field(default_factory=list)
     fault_count: int = 4
     nodes: int = 3
 
@@ -187,6 +191,7 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
     acked: list[tuple[bytes, int, int]] = []  # (item, partition, txn id) in acknowledgement order
     epochs: dict[int, set[str]] = {}
     unread: list[tuple[bytes, int, int]] = []  # acknowledged, not yet read back
+    ack_times: list[float] = []  # when each acknowledgement came (runtime clock)
     now = runtime.monotonic
     with MemoryCluster(root, nodes, seed=seed, session_timeout=SESSION_TIMEOUT, ack_timeout=ACK_TIMEOUT,
                        runtime=runtime, clock=clock, cluster_id=f"cluster-{seed}", map_size=map_size) as c:
@@ -205,6 +210,7 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
                 result.unknown += 1
                 return
             acked.append((item, partition, txn_id))
+            ack_times.append(now())
             unread.append((item, partition, txn_id))
             if epoch and leader.epoch == epoch:
                 epochs.setdefault(epoch, set()).add(leader.node_id)
@@ -233,8 +239,10 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
                     write_once(node)
                     c.zk.resume(node_id)
 
+        fault_times: list[float] = []
         for _ in range(faults):
             write(now() + rng.uniform(0.1, 0.4))
+            fault_times.append(now())
             name, heal = _fault(c, rng, kinds)
             result.faults.append(name)
             # faults last 0.6-1.2 session timeouts (a pause longer than the session, so its lease lapses)
@@ -254,6 +262,10 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
         if unread:
             result.problems.append(f"{len(unread)} acknowledged writes were never read back on a serving leader")
         result.acked = len(acked)
+        ends = [*fault_times[1:], now()]
+        result.spans = [end - start for start, end in zip(fault_times, ends, strict=True)]
+        result.recoveries = [next((t - start for t in ack_times if start <= t < end), None)
+                             for start, end in zip(fault_times, ends, strict=True)]
         _check(c, acked, epochs, result)
     return result
 

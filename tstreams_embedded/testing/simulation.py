@@ -35,6 +35,9 @@ T = TypeVar("T")
 MAP_SIZE = 32 << 20
 #: Faults per run in ``make test``.
 FAULTS = 2
+#: Liveness: after any fault a write is acknowledged within the session timeout + 1 s (#20),
+#: judged where the next fault did not begin earlier
+RECOVERY = nemesis.SESSION_TIMEOUT + 1.0
 #: Simulated seconds the client waits after each write (a run acknowledges some hundred writes).
 PACE = 0.05
 
@@ -50,6 +53,8 @@ class SimResult:
     steps: int = 0
     simulated_seconds: float = 0.0
     replay: str = ""
+    #: simulated seconds from each fault's start to the next acknowledgement
+    recoveries: list[float | None] = field(default_factory=list)
 
 
 def scratch_root() -> str:
@@ -79,8 +84,12 @@ def simulate(seed: int, faults: int = FAULTS, nodes: int = 3, kinds: Sequence[st
         if own:
             shutil.rmtree(where, ignore_errors=True)
     result = SimResult(seed, run.faults, list(run.problems), run.acked, run.unknown, sched.trace_digest,
-                       sched.steps, sched.now, replay_command(seed, faults, nodes, kinds))
+                       sched.steps, sched.now, replay_command(seed, faults, nodes, kinds), run.recoveries)
     result.problems += [f"task {name} failed: {exc!r}" for name, exc in sched.errors]
+    for fault, took, span in zip(run.faults, run.recoveries, run.spans, strict=True):
+        if (took is None and span >= RECOVERY) or (took is not None and took > RECOVERY):
+            result.problems.append(f"liveness: no write acknowledged within {RECOVERY:g} s of {fault} "
+                                   f"({'none' if took is None else f'the first after {took:.2f} s'})")
     return result
 
 
