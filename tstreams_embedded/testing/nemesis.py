@@ -262,7 +262,7 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
         if unread:
             result.problems.append(f"{len(unread)} acknowledged writes were never read back on a serving leader")
         result.acked = len(acked)
-        ends = [*fault_times[1:], now()]
+        ends = [*fault_times[1:], now()] if fault_times else []
         result.spans = [end - start for start, end in zip(fault_times, ends, strict=True)]
         result.recoveries = [next((t - start for t in ack_times if start <= t < end), None)
                              for start, end in zip(fault_times, ends, strict=True)]

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 EPOCH_WALL_MS = 1_767_225_600_000  # the simulated wall clock at time 0 (2026-01-01T00:00:00Z)
 PREEMPT_MAX = 0.05  # simulated seconds a task may be held back at a preemption point
+LOCK_PREEMPT_MAX = 0.005  # simulated seconds a task may be held back before taking a lock
 
 
 class SimulationOver(BaseException):
@@ -97,10 +98,13 @@ class Scheduler:
     (:meth:`monotonic`, :meth:`wall_ms`: the simulated clock)."""
 
     def __init__(self, seed: int, step_cost: float = 20e-6, max_time: float = 600.0,
-                 preempt_chance: float = 0.05, preempt_delays: dict[str, float] | None = None) -> None:
+                 preempt_chance: float = 0.05, preempt_delays: dict[str, float] | None = None,
+                 lock_preempt_chance: float = 0.0) -> None:
         """``preempt_chance``: how often a task at a :meth:`preempt` point is held back for a
         random while (up to :data:`PREEMPT_MAX` simulated seconds); ``preempt_delays``: fixed
-        delays for named points instead (a scripted schedule)."""
+        delays for named points instead (a scripted schedule); ``lock_preempt_chance``: how
+        often a task is held back (up to :data:`LOCK_PREEMPT_MAX`) before taking a lock."""
+        self.lock_preempt_chance = lock_preempt_chance
         self.seed = seed
         self.preempt_chance = preempt_chance
         self.preempt_delays = dict(preempt_delays or {})
@@ -368,6 +372,9 @@ class SimLock:
             self._count += 1
             return True
         deadline = None if timeout < 0 else self._s.now + timeout
+        s = self._s
+        if s.lock_preempt_chance and s.random.random() < s.lock_preempt_chance:
+            s.park(None, s.random.uniform(0.0, LOCK_PREEMPT_MAX))  # preempted before taking it
         while self._owner is not None:
             if not blocking:
                 return False

@@ -35,6 +35,8 @@ T = TypeVar("T")
 MAP_SIZE = 32 << 20
 #: Faults per run in ``make test``.
 FAULTS = 2
+#: How often a task is held back (up to 5 ms) before it takes a lock: more interleavings.
+LOCK_PREEMPT = 0.02
 #: Liveness: after any fault a write is acknowledged within the session timeout + 1 s (#20),
 #: judged where the next fault did not begin earlier
 RECOVERY = nemesis.SESSION_TIMEOUT + 1.0
@@ -76,7 +78,7 @@ def simulate(seed: int, faults: int = FAULTS, nodes: int = 3, kinds: Sequence[st
     fresh scratch directory, removed afterwards)."""
     own = root is None
     where = scratch_root() if root is None else root
-    sched = Scheduler(seed)
+    sched = Scheduler(seed, lock_preempt_chance=LOCK_PREEMPT)
     try:
         run = sched.run(lambda: nemesis.run(seed, where, faults, nodes, kinds, runtime=sched, clock=sched,
                                             map_size=MAP_SIZE, pace=PACE))
