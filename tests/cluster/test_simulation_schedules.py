@@ -185,3 +185,27 @@ def test_a_leader_paused_longer_than_its_session_is_fenced() -> None:
             assert [t.id for t in node.core.transactions_range(STREAM, 0, 0, 2**63 - 1)] == acked
 
     scenario(9, body)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_one_lost_fetch_per_follower_does_not_make_a_healthy_leader_step_down(seed: int) -> None:
+    """Found by the simulation (seed 158: a session expiry, then a lossy network): with the
+    shortest session (1 s: a 0.75 s election timeout), a follower whose fetch (or its reply)
+    was lost waited 2 s before asking again, so the leader, hearing from no follower, stepped
+    down (CheckQuorum), and its successor too. The follower now asks again within half the
+    election timeout. Here each follower's next request is lost, twice, while a client writes:
+    the leader keeps its epoch and every write is acknowledged."""
+    def body(c: MemoryCluster, sched: Scheduler) -> None:
+        c.create_stream(STREAM)
+        leader = c.leader()
+        epoch = leader.epoch
+        for _ in range(2):
+            for follower in c.others(leader.node_id):
+                c.network.drop_next(follower, leader.node_id)
+            until = sched.monotonic() + 2.0
+            while sched.monotonic() < until:
+                c.instant(STREAM, 0, [b"x"], node=leader)
+                sched.sleep(0.05)
+        assert leader.serving() and leader.epoch == epoch
+
+    scenario(seed, body)

@@ -70,6 +70,7 @@ class MemoryNetwork:
         self.random = random.Random(seed)
         self.faults = Faults()
         self.cut: set[tuple[str, str]] = set()  # (from, to) node names whose frames are lost
+        self.lose_next: dict[tuple[str, str], int] = {}  # (from, to) -> how many of the next frames are lost
         self.servers: dict[str, _Inbox] = {}
         self.links: dict[bytes, tuple[str, _Inbox]] = {}  # link id -> (owner node, reply inbox)
         self._ids = itertools.count(1)
@@ -93,6 +94,11 @@ class MemoryNetwork:
     def isolate(self, name: str, others: Iterable[str]) -> None:
         self.partition([name], others)
 
+    def drop_next(self, sender: str, receiver: str, count: int = 1) -> None:
+        """Lose the next ``count`` frames from ``sender`` to ``receiver`` (a scripted loss)."""
+        with self.cv:
+            self.lose_next[(sender, receiver)] = self.lose_next.get((sender, receiver), 0) + count
+
     def heal(self) -> None:
         with self.cv:
             self.cut.clear()
@@ -108,7 +114,10 @@ class MemoryNetwork:
         with self.cv:
             self.sent += 1
             f = self.faults
-            if (sender, receiver) in self.cut or self.random.random() < f.drop:
+            scripted = self.lose_next.get((sender, receiver), 0)
+            if scripted:
+                self.lose_next[(sender, receiver)] = scripted - 1
+            if scripted or (sender, receiver) in self.cut or self.random.random() < f.drop:
                 self.dropped += 1
                 return
             copies = 2 if self.random.random() < f.duplicate else 1
