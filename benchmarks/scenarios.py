@@ -617,6 +617,7 @@ SUITES: dict[str, tuple[tuple[Scenario, ...], tuple[Goal, ...]]] = {
     "cluster-catchup": (CATCHUP_SCENARIOS, CATCHUP_GOALS),
     "cluster": (CLUSTER_SCENARIOS, CLUSTER_GOALS),
     "aio": _assemble(("benchmarks.aio",)),
+    "queues": _assemble(("benchmarks.queues",)),
 }
 SCENARIOS = PEER_SCENARIOS
 BY_ID = {s.id: s for s in PEER_SCENARIOS}

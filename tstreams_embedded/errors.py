@@ -77,6 +77,19 @@ class ConsumerNotFound(TStreamsError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class WorkQueueNotFound(TStreamsError, KeyError):
+    """The work queue group does not exist on the stream (``engine.work_queue`` creates it)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class DeliveryExpired(TStreamsError):
+    """An acknowledgement (ack, nak, in-progress or term) named a delivery that is no longer
+    current: the item's lock ran out and it was delivered again, or it was settled. Nothing
+    was written (in a CheckpointGroup: nothing of the whole group)."""
+
+
 class OffsetsConflict(TStreamsError):
     """A guarded offset reset found the consumer's stored offsets changed since they were read
     (a consumer is still running). Nothing was written."""

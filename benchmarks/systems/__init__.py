@@ -49,6 +49,11 @@ REGISTRY: dict[str, str] = {
     "ours-aio-zmq": "benchmarks.systems.aio:OursAioZmq",
     "ours-sync-embedded": "benchmarks.systems.aio:OursSyncEmbedded",
     "ours-sync-zmq": "benchmarks.systems.aio:OursSyncZmq",
+    # work queues (issue 22)
+    "ours-queue": "benchmarks.systems.work_queues:OursQueue",
+    "redis-queue-always": "benchmarks.systems.work_queues:RedisQueueAlways",
+    "redis-queue-everysec": "benchmarks.systems.work_queues:RedisQueueEverysec",
+    "sqlite-queue": "benchmarks.systems.work_queues:SqliteQueue",
     # cluster catch-up
     "cluster-catchup": "benchmarks.systems.cluster_catchup:ClusterCatchup",
     "ours-streams-join": "benchmarks.systems.stream_join_jobs:OursStreamsJoin",

@@ -36,7 +36,7 @@ import lmdb
 
 from .. import errors
 from ..ids import ID_MULTIPLIER, MAX_ID
-from . import commitlog, inspection, keys, paging, reads, state
+from . import commitlog, inspection, keys, paging, queue_reads, reads, state
 from . import ops as O
 from .apply import Applier
 from .backend import (
@@ -45,6 +45,7 @@ from .backend import (
     Fetched,
     IndexScan,
     PartitionInfo,
+    QueueStatus,
     StoreScan,
     StreamInfo,
     TxnData,
@@ -458,6 +459,12 @@ class Core:
             info = lookup_stream(txn, self.store, check_name(stream))
             return [inspection.describe_partition(txn, self.store, info, p, now)
                     for p in range(first, min(first + count, info.partitions))]
+
+    def queue_status(self, stream: str, group: str, full: bool = False) -> QueueStatus:
+        self._check()
+        with self.store.read() as txn:
+            return queue_reads.status(txn, self.store, stream, group, self.clock(), bool(full))
+
     def first_open_at(self, stream: str, partition: int, ms: int) -> int:
         self._check()
         check_int(ms, "ms", 0, MAX_ID // ID_MULTIPLIER)

@@ -250,6 +250,10 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
     def list_consumers(session: Session, stream: str | None = None, limit: int | None = None) -> list[Any]:
         return [c.to_wire() for c in core.list_consumers(stream, limit)]
 
+    @reg.call("queue_status", executor="pool")
+    def queue_status(session: Session, stream: str, group: str, full: bool = False) -> list[Any]:
+        return core.queue_status(stream, group, full).to_wire()
+
     @reg.call("describe_partitions", executor="pool")
     def describe_partitions(session: Session, stream: str, first: int = 0, count: int = 256) -> list[Any]:
         return [p.to_wire() for p in core.describe_partitions(stream, first, count)]
