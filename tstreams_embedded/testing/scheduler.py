@@ -17,8 +17,14 @@ wait only through the runtime, and never hold a real lock (or an LMDB write tran
 across such a wait: a task that blocks on something real blocks the whole simulation (the
 test's own timeout then reports it).
 
+To explore more interleavings, a task is held back now and then at a
+:meth:`Scheduler.preempt` point (where the code marks a race a preempted thread opens) and,
+optionally, before it takes a lock; a scripted schedule fixes the delay of a named point
+instead. Tasks spawned inside :meth:`Scheduler.grouped` form a group (a node's process)
+that :meth:`Scheduler.pause_group` stops where it is, as SIGSTOP would.
+
     sched = Scheduler(seed=7)
-    sched.run(lambda: workload(sched))   # the calling thread becomes the task "main"
+    sched.run(lambda: workload(sched))   # workload runs as the first task, "main"
 """
 
 from __future__ import annotations
