@@ -21,6 +21,7 @@ from .producer import AsyncProducer
 from .remote import NativeRemote
 from .signal import CommitSignal
 from .subscription import AsyncSubscription
+from .workqueue import AsyncWorkQueue
 
 
 class AsyncEngine:
@@ -91,6 +92,12 @@ class AsyncEngine:
         """A subscription: an async iterator over every transaction, storing its positions."""
         consumer = await self.consumer(stream, name, start, partitions, True, serializer)
         return AsyncSubscription(consumer)
+
+    async def work_queue(self, stream: str, group: str, **options: Any) -> AsyncWorkQueue:
+        """Work queue ``group`` of ``stream`` (see :meth:`tstreams_embedded.Engine.work_queue`
+        for the options): creates the group or changes its settings."""
+        sync = await self.offload.write(lambda: self.sync.work_queue(stream, group, **options))
+        return AsyncWorkQueue(sync, self.offload, self.signal)
 
     def checkpoint_group(self, *agents: Member) -> AsyncCheckpointGroup:
         """Shorthand for ``aio.AsyncCheckpointGroup(*agents)``."""

@@ -63,7 +63,12 @@ class Delivery:
 
     def __init__(self, queue: WorkQueue, row: Sequence[Any]) -> None:
         self.queue = queue
-        self.partition, self.txn_id, self.index, self.delivery_count, self.lock_deadline_ms, self.item = row
+        self.partition: int = row[0]
+        self.txn_id: int = row[1]
+        self.index: int = row[2]
+        self.delivery_count: int = row[3]
+        self.lock_deadline_ms: int = row[4]
+        self.item: bytes = row[5]
         self._settled = False
 
     def __repr__(self) -> str:
