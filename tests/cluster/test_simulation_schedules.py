@@ -6,7 +6,10 @@ the defects of #20 replayed step for step on real nodes, with simulated time.
 * CheckQuorum: a leader cut from its followers only (ZooKeeper reachable) steps down, a
   healthy majority acknowledges again within the session timeout + 1 s, and the old leader
   rejoins as a follower;
-* a duplicate node id, and a data directory of another cluster, are refused.
+* a duplicate node id, and a data directory of another cluster, are refused; acknowledgements
+  from a session that does not own the node id they name never commit;
+* a leader paused longer than its session is fenced; one lost fetch per follower does not
+  make a healthy leader step down.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tstreams_embedded import errors
+from tstreams_embedded.cluster.messages import Fetch, pack
 from tstreams_embedded.cluster.roles import Role
 from tstreams_embedded.testing.memory_cluster import MemoryCluster
 from tstreams_embedded.testing.scheduler import Scheduler
@@ -209,3 +213,43 @@ def test_one_lost_fetch_per_follower_does_not_make_a_healthy_leader_step_down(se
         assert leader.serving() and leader.epoch == epoch
 
     scenario(seed, body)
+
+
+def test_fetches_as_a_node_from_a_session_that_does_not_own_its_id_never_commit() -> None:
+    """The duplicate-id loss of #20, scripted: one follower stopped, the other paused (its
+    session expires), and a process that is not the owner of the paused node's id keeps
+    acknowledging everything as that node. The leader counts none of it: the write is not
+    acknowledged and the commit index does not move past what the real nodes held."""
+    def body(c: MemoryCluster, sched: Scheduler) -> None:
+        c.create_stream(STREAM)
+        c.instant(STREAM, 0, [b"before"])
+        leader = c.leader()
+        victim, stopped = c.others(leader.node_id)
+        c.stop(stopped)
+        c.pause(victim)
+        committed = leader.log.commit_index
+        link = c.network.transport("impostor").connect(leader.repl_endpoint)
+        done = sched.event()
+
+        def impostor() -> None:
+            rid = 0
+            while not done.is_set():
+                rid += 1
+                forged = Fetch(victim, leader.known_epoch, leader.log.last_index + 1, leader.log.last_epoch, 0, rid,
+                               "not-the-owner")
+                link.send(pack(forged.to_wire()))
+                sched.sleep(0.02)
+
+        sched.spawn("impostor", impostor)
+        with pytest.raises((errors.ClusterUnavailable, errors.NotLeader)):
+            c.instant(STREAM, 0, [b"never-acknowledged"], node=leader)
+        done.set()
+        assert leader.log.commit_index == committed
+        assert leader.replication.foreign_fetches > 0
+        c.resume(victim)
+        c.zk.resume(victim)
+        c.start(stopped)
+        c.instant(STREAM, 0, [b"after"])
+        c.converged()
+
+    scenario(10, body)
