@@ -58,6 +58,8 @@ REGISTRY: dict[str, str] = {
     "cluster-catchup": "benchmarks.systems.cluster_catchup:ClusterCatchup",
     "ours-streams-join": "benchmarks.systems.stream_join_jobs:OursStreamsJoin",
     "ours-streams-sliding": "benchmarks.systems.stream_sliding:OursSliding",
+    # scheduled delivery (issue 22)
+    "ours-schedules": "benchmarks.systems.schedules:OursSchedules",
     "bytewax-join": "benchmarks.systems.stream_join_jobs:BytewaxJoin",
 }
 OURS = ("ours-embedded", "ours-zmq")

@@ -79,7 +79,7 @@ class MemoryCluster:
         name = endpoint or node_id
         sizes = {} if self.map_size is None else {"map_size": self.map_size}
         core = Core(os.fspath(data if data is not None else self.root / node_id), "sync", clock=StateClock(),
-                    compaction_interval=None, **sizes)
+                    compaction_interval=None, fire_schedules=False, **sizes)
         try:
             node = Node(core, MemoryCoordinator(self.zk, node_id), node_id, f"mem-client://{name}",
                         f"mem://{name}", session_timeout=self.session_timeout, ack_timeout=self.ack_timeout,
