@@ -53,6 +53,7 @@ from ..ids import ID_MULTIPLIER
 from . import nodes as N
 from .appview import AppView
 from .batch_decode import decode_batch
+from .mapped_pages import MappedPages
 from .metrics import AppMetrics, TaskMetrics
 from .processor import STREAM_TIME, WALL_CLOCK, ProcessorNode
 from .record_errors import DEAD_LETTERED_METRIC, RecordErrors, dead_letter
@@ -107,6 +108,10 @@ class TaskHost(AppView, Protocol):
     @property
     def max_future_ms(self) -> int | None:
         """How far ahead of the wall clock a record may be stamped (None: any distance)."""
+
+    @property
+    def mapped_pages(self) -> MappedPages:
+        """Where the input read is counted, to give back the engine map's pages."""
 
     def resolve(self, stream: str) -> str: ...
 
@@ -284,6 +289,8 @@ class Task:
                     raise errors.StreamNotFound(f"stream {r.stream!r} was deleted while application "
                                                 f"{self.application_id!r} was reading it")
                 r.buffer.extend(f.txns)
+                if f.txns:
+                    self.app.mapped_pages.read(sum(sum(map(len, t.items)) for t in f.txns))
                 r.fetched_to = max(r.fetched_to, f.position)
                 r.passed_to = r.fetched_to
                 if not f.txns and r.passed_to > r.offset:
