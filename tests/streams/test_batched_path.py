@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tstreams_embedded as ts
+from tstreams_embedded.engine.core import Core
 from tstreams_embedded.streams import App, Processor, Record, StreamsBuilder, TimeWindows, Windowed, send_records
 from tstreams_embedded.streams.records import pack_envelope
 
@@ -137,4 +138,52 @@ def test_send_records_in_one_transaction_count_like_one_record_each(tstreams_emb
     app.run(until_idle=True)
     assert [(kb.decode(), json.loads(vb)) for kb, vb, _, _ in read_envelopes(engine, "out")] == [
         ("a", [0, 1]), ("b", [0, 1]), ("c", [0, 1]), ("a", [3, 1]), ("b", [3, 1]), ("c", [3, 1]), ("a", [6, 1])]
+    app.close()
+
+
+class CountingReads:
+    """Counts the state-store reads an app makes of its engine's backend (a spy on the
+    real backend: every call goes through)."""
+
+    def __init__(self, engine: ts.Engine) -> None:
+        self.calls = {"store_get": 0, "store_snapshot": 0}
+        backend = engine.backend
+        for name in self.calls:
+            real = getattr(backend, name)
+
+            def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+                self.calls[_name] += 1
+                return _real(*args, **kwargs)
+            setattr(backend, name, counted)
+
+
+def test_a_batch_reads_its_keys_and_windows_in_few_round_trips(tstreams_engine: ts.Engine) -> None:
+    """The keys of a transaction's records in one read (served), new windows in none: before,
+    a windowed count read the store once per new window and a count once per new key, one
+    round trip each to a served engine (issue 21: a remote app 50x slower than embedded)."""
+    engine = tstreams_engine
+    engine.create_stream("in")
+    keys = [f"k{i}" for i in range(300)]
+    send_records(engine, "in", [(k, 1, 10 * i) for i, k in enumerate(keys * 2)], key_serde="str",
+                 value_serde="json", records_per_transaction=600)
+    counting, windowed = StreamsBuilder(), StreamsBuilder()
+    counting.stream("in", key_serde="str", value_serde="json").group_by_key(key_serde="str").count(store="n")
+    (windowed.stream("in", key_serde="str", value_serde="json").group_by_key(key_serde="str")
+     .windowed_by(TimeWindows(1_000_000)).count(store="w"))
+    reads = CountingReads(engine)
+    app = App(engine, application_id="w", topology=windowed.build())
+    app.run(until_idle=True)
+    calls = dict(reads.calls)
+    assert len(list(app.store("w").all())) == 300
+    assert calls["store_get"] <= 3 and calls["store_snapshot"] == 0  # none per new window
+    app.close()
+    reads = CountingReads(engine)
+    app = App(engine, application_id="n", topology=counting.build())
+    app.run(until_idle=True)
+    calls = dict(reads.calls)
+    assert dict(app.store("n").all()) == dict.fromkeys(keys, 2)
+    if isinstance(engine.backend, Core):  # embedded: point reads of the keys (cheaper than scans)
+        assert calls["store_get"] <= 300 + 3
+    else:  # served: the keys of the transaction in one read
+        assert calls["store_get"] <= 3 and calls["store_snapshot"] == 1
     app.close()

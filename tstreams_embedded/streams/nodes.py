@@ -323,6 +323,15 @@ class AggregateNode(Node):
         self.store.put_raw(kb, new)
         self.forward(Record(rec.key, new, rec.timestamp, rec.headers))
 
+    def process_batch(self, recs: list[Record], origins: list[int]) -> None:
+        """Each record as :meth:`process`, the keys of the batch read ahead from a served
+        engine in one round trip (:meth:`~.stores.KeyValueStore.prefetch_raw`)."""
+        store = self.store
+        if store.remote:
+            serialize = store.key_serde.serialize
+            store.prefetch_raw([serialize(rec.key) for rec in recs if rec.key is not None])
+        super().process_batch(recs, origins)
+
 
 def _iterable(value: Any, where: str, what: str) -> Iterable[Any]:
     if not isinstance(value, Iterable):

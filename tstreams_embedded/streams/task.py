@@ -49,6 +49,7 @@ from typing import Any, Protocol
 from .. import errors
 from ..engine import ops as O
 from ..engine.backend import Backend, StreamInfo, TxnData
+from ..engine.core import Core
 from ..ids import ID_MULTIPLIER
 from . import nodes as N
 from .appview import AppView
@@ -181,6 +182,9 @@ class Task:
                                                spec.key_serde, spec.value_serde, app.store_cache_bytes)
         self._windows = {name: WindowStore(self._stores[name], spec.size_ms, spec.retention_ms, self.stream_time)
                          for name, spec in app.topology.stores.items() if spec.windowed}
+        remote = not isinstance(self.backend, Core)
+        for store in self._stores.values():
+            store.remote = remote
         self._meta = KeyValueStore(self.backend, namespace(self.application_id, partition, META_STORE), META_STORE,
                                    BytesSerde(), MsgpackSerde(), app.store_cache_bytes)
         self.nodes = app.topology.instantiate(self.application_id)
