@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 MADV_DONTNEED = 4  # Linux
 #: input read between two releases
-DEFAULT_EVERY_BYTES = 16 << 20
+DEFAULT_EVERY_BYTES = 8 << 20
 
 
 class MappedPages:
