@@ -42,6 +42,8 @@ REGISTRY: dict[str, str] = {
     "spark-files": "benchmarks.systems.spark_sources:SparkFiles",
     # streams (each job in its own child process)
     "ours-streams": "benchmarks.systems.stream_jobs:OursStreams",
+    "ours-streams-serve": "benchmarks.systems.stream_remote:OursStreamsServe",
+    "ours-streams-cluster": "benchmarks.systems.stream_remote:OursStreamsCluster",
     "python-floor": "benchmarks.systems.stream_jobs:PythonFloor",
     "python-floor-orjson": "benchmarks.systems.stream_jobs:PythonFloorOrjson",
     "bytewax": "benchmarks.systems.stream_jobs:Bytewax",
