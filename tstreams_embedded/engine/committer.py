@@ -57,7 +57,7 @@ import lmdb
 from .. import errors
 from . import commitlog, keys, reads
 from . import ops as O
-from .apply import Applier
+from .apply_base import Applier
 from .ops import Operation
 from .store import Store
 

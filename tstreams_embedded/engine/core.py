@@ -36,9 +36,19 @@ import lmdb
 
 from .. import errors
 from ..ids import ID_MULTIPLIER, MAX_ID
-from . import commitlog, inspection, keys, paging, queue_reads, reads, schedules, state
+from . import (
+    apply,  # noqa: F401  (registers every record's apply handler)
+    commitlog,
+    inspection,
+    keys,
+    paging,
+    queue_reads,
+    reads,
+    schedules,
+    state,
+)
 from . import ops as O
-from .apply import Applier
+from .apply_base import Applier
 from .backend import (
     MAX_DESCRIBED_PARTITIONS,
     BackupCopy,

@@ -19,7 +19,7 @@ from .. import errors
 from . import keys
 from . import ops as O
 from . import queuestate as Q
-from .apply import Applier, BatchScope, handles
+from .apply_base import Applier, BatchScope, handles
 from .backend import StreamInfo
 from .ops import TxnState
 from .reads import load_items, scan, ttl_floor
