@@ -1,0 +1,77 @@
+"""The console's pages in headless Chromium on a real server with traffic: the overview
+shows the CLI's figures, the partition browser pages through what a consumer reads, and a
+consumer held back by an open transaction shows it with its age, until it is checkpointed;
+its lag chart draws the sampled lag."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tstreams_embedded.testing import eventually
+
+from .conftest import Console
+from .test_api import traffic
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def cells(driver: Any, selector: str, cell: str) -> dict[str, str]:
+    """``data-*`` value -> text of ``cell`` for the rows matching ``selector`` (one script:
+    the page redraws every 2 s)."""
+    got: dict[str, str] = driver.execute_script("""
+        const out = {};
+        for (const tr of document.querySelectorAll(arguments[0])) {
+          const key = Object.values(tr.dataset)[0];
+          const td = tr.querySelector(arguments[1]);
+          out[key] = td ? td.textContent : null;
+        }
+        return out;""", selector, cell)
+    return got
+
+
+@pytest.mark.parametrize("console", ["served"], indirect=True)
+def test_pages(console: Console, browser: Any) -> None:
+    holder, open_id = traffic(console.engine)
+    base = f"{console.base}/console/"
+
+    browser.get(base + "#/overview")
+    assert eventually(lambda: cells(browser, "#node tbody tr", ".value").get("streams"), 20, 0.1) == "1"
+
+    browser.get(base + "#/streams")
+    eventually(lambda: cells(browser, "#streams tbody tr", ".partitions") == {"s": "2"}, 20, 0.1)
+
+    browser.get(base + "#/streams/s")
+    cli = {str(r["partition"]): str(r["transactions"]) for r in console.cli_json("streams", "describe", "s")}
+    eventually(lambda: cells(browser, "#partitions tbody tr", ".transactions") == cli, 20, 0.1)
+
+    # the browser, two pages of JSON items, against a consumer reading partition 0
+    reader = console.engine.consumer("s", name="reader", partitions=[0])
+    expected = {}
+    while (t := reader.get_transaction(0)) is not None:
+        expected[str(t.id)] = [json.loads(bytes(i)) for i in t.items]
+    browser.get(base + "?format=json#/streams/s/partitions/0")
+    seen: dict[str, list[Any]] = {}
+    for _ in range(5):
+        page = eventually(lambda: cells(browser, "#messages tbody tr", ".items") or None, 20, 0.1)
+        seen.update({k: [json.loads(line) for line in v.splitlines()] for k, v in page.items()})
+        if browser.find_element("id", "next").get_attribute("disabled"):
+            break
+        browser.find_element("id", "next").click()
+        eventually(lambda shown=set(page): set(cells(browser, "#messages tbody tr", ".items")) != shown, 20, 0.1)
+    assert seen == expected and len(seen) == 5
+
+    # the consumer page: lag as the CLI says, the blocking open transaction with its age, a chart
+    browser.get(base + "#/consumers/s/c")
+    cli_lag = {str(r["partition"]): str(r["lag_transactions"])
+               for r in console.cli_json("consumers", "describe", "s", "c")}
+    eventually(lambda: cells(browser, "#consumer-rows tbody tr", ".lag_transactions") == cli_lag, 20, 0.1)
+    blocker = eventually(lambda: browser.execute_script(
+        "const e = document.querySelector('[data-partition=\"0\"] .waits'); return e && e.textContent;"), 20, 0.1)
+    assert blocker.startswith(f"txn {open_id}, age ") and "expires in" in blocker
+    holder.checkpoint()
+    eventually(lambda: browser.execute_script("return document.querySelector('.waits') === null;"), 20, 0.1)
+    assert browser.find_element("id", "lag-chart").tag_name == "svg"
+    holder.close()
