@@ -75,3 +75,21 @@ def test_pages(console: Console, browser: Any) -> None:
     eventually(lambda: browser.execute_script("return document.querySelector('.waits') === null;"), 20, 0.1)
     assert browser.find_element("id", "lag-chart").tag_name == "svg"
     holder.close()
+
+
+@pytest.mark.parametrize("console", ["embedded"], indirect=True)
+def test_lag_chart_moves_when_a_consumer_falls_behind(console: Console, browser: Any) -> None:
+    holder, _ = traffic(console.engine)
+    holder.close()  # cancels the open transaction
+    browser.get(f"{console.base}/console/#/consumers/s/c")
+
+    def chart_last() -> int | None:
+        value = browser.execute_script(
+            "const e = document.getElementById('lag-chart'); return e && e.getAttribute('data-last-max');")
+        return int(value) if value is not None else None
+
+    assert eventually(lambda: chart_last() == 3, 20, 0.1, message=lambda: f"chart: {chart_last()}")  # 3 unread
+    producer = console.engine.producer("s", partition=0)
+    for _ in range(7):
+        producer.instant([b"{}"])
+    assert eventually(lambda: chart_last() == 10, 20, 0.1, message=lambda: f"chart: {chart_last()}")  # 3 + 7

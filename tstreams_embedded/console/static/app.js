@@ -145,6 +145,8 @@ function chart(history) {
   if (!points.length) { text(P, H / 2, "no samples yet (one every " + history.interval_s + " s)"); return svg; }
   const t0 = Math.min(...points.map(p => p[0])), t1 = Math.max(...points.map(p => p[0]), t0 + 1);
   const vmax = Math.max(1, ...points.map(p => p[1] || 0));
+  const last = Math.max(...series.map(([, s]) => s[s.length - 1][1] || 0));
+  svg.setAttribute("data-last-max", last);
   text(2, 12, vmax + " txns"); text(2, H - 4, "0");
   const colors = ["#2471a3", "#cb4335", "#229954", "#b9770e", "#7d3c98", "#17a589"];
   series.forEach(([partition, s], i) => {
