@@ -16,6 +16,7 @@ import pytest
 import tstreams_embedded as ts
 from tstreams_embedded.console.sampler import LagSampler
 from tstreams_embedded.engine.validate import MAX_NAME_BYTES
+from tstreams_embedded.ids import txn_millis
 from tstreams_embedded.testing import eventually, free_port
 
 from .conftest import Console, console_process, stop, wait_http
@@ -105,6 +106,17 @@ def test_browser_pages_through_what_a_consumer_reads(console: Console, fmt: str)
     holder.close()
 
 
+def test_browser_starts_at_a_time(console: Console) -> None:
+    holder, _ = traffic(console.engine)
+    holder.close()
+    everything = console.api("streams/s/partitions/0/messages")["transactions"]
+    third = everything[2]["id"]
+    page = console.api(f"streams/s/partitions/0/messages?since_ms={txn_millis(third)}")["transactions"]
+    assert [t["id"] for t in page] == [t["id"] for t in everything if txn_millis(t["id"]) >= txn_millis(third)]
+    assert page[0]["id"] == third
+    assert console.api("streams/s/partitions/0/messages?since_ms=0")["transactions"] == everything
+
+
 def test_undecodable_items_are_shown_as_errors(console: Console) -> None:
     console.engine.create_stream("b", partitions=1)
     console.engine.producer("b", partition=0).instant([b"\xff not json", b"[1]"])
@@ -136,6 +148,9 @@ BAD = [
     ("streams/s/partitions/0/messages?format=record&value_serde=nope", 400, "InvalidArgument", "'value_serde'"),
     ("streams/s/partitions/0/messages?page=2", 400, "InvalidArgument", "unknown query parameter"),
     ("streams/s/partitions/0/messages?after=%FF", 400, "InvalidArgument", "'after'"),
+    ("streams/s/partitions/0/messages?since_ms=x", 400, "InvalidArgument", "'since_ms'"),
+    (f"streams/s/partitions/0/messages?since_ms={10**17}", 400, "InvalidArgument", "'since_ms'"),
+    ("streams/s/partitions/0/messages?since_ms=1&after=1", 400, "InvalidArgument", "not both"),
     ("consumers?stream=", 400, "InvalidArgument", "stream name"),
     ("consumers?stream=nope", 404, "StreamNotFound", "nope"),
     ("consumers?stream=a&stream=b", 400, "InvalidArgument", "given 2 times"),

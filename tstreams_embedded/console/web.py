@@ -21,6 +21,7 @@ from tornado.web import HTTPError, RequestHandler, StaticFileHandler
 
 from .. import errors
 from ..engine.core import Core
+from ..ids import MAX_SECONDS, txn_id_at
 from . import views
 from .params import MAX_ID, MAX_PAGE_TXNS, Query, message_format, path_name, path_partition
 from .sampler import LagSampler
@@ -111,12 +112,17 @@ class StreamHandler(ApiHandler):
 
 
 class MessagesHandler(ApiHandler):
-    params = ("after", "limit", "format", "key_serde", "value_serde")
+    params = ("after", "since_ms", "limit", "format", "key_serde", "value_serde")
 
     def answer(self, query: Query, *args: str) -> Any:
         stream, partition = args
         name, p = path_name(stream, "stream name"), path_partition(partition)
         after = query.integer("after", 0, 0, MAX_ID)
+        if "since_ms" in query.values:
+            if "after" in query.values:
+                raise errors.InvalidArgument("give query parameter 'after' or 'since_ms', not both")
+            since = query.integer("since_ms", 0, 0, MAX_SECONDS * 1000)
+            after = max(0, txn_id_at(since / 1000) - 1)  # transactions opened at or after since_ms
         limit = query.integer("limit", 20, 1, MAX_PAGE_TXNS)
         fmt, key_serde, value_serde = message_format(query)
         return views.messages(self.ctx.core, name, p, after, limit, fmt, key_serde, value_serde)

@@ -99,21 +99,24 @@ const FORMATS = ["raw", "json", "msgpack", "hex", "record"];
 
 async function browser(name, partition) {
   const fmt = params.get("format") || sessionStorage.getItem("format") || "raw";
-  const after = Number(sessionStorage.getItem("after:" + name + "/" + partition) || 0);
+  const key = "pos:" + name + "/" + partition;
+  const pos = sessionStorage.getItem(key) || "after=0";  // "after=ID" or "since_ms=MS"
+  const setPos = p => { if (p === null) sessionStorage.removeItem(key); else sessionStorage.setItem(key, p); render(); };
   const page = await api("streams/" + enc(name) + "/partitions/" + partition + "/messages?limit=20&format=" +
-                         enc(fmt) + "&after=" + after);
+                         enc(fmt) + "&" + pos);
   const select = el("select", {id: "format"}, ...FORMATS.map(f => el("option", {value: f, selected: f === fmt}, f)));
   select.onchange = () => { sessionStorage.setItem("format", select.value); render(); };
-  const first = el("button", {id: "first", onclick: () => { sessionStorage.removeItem("after:" + name + "/" + partition); render(); }}, "first page");
-  const next = el("button", {id: "next", disabled: !page.more, onclick: () => {
-    sessionStorage.setItem("after:" + name + "/" + partition, String(page.next_after)); render(); }}, "next page");
+  const since = el("input", {id: "since", type: "datetime-local", step: "1"});
+  since.onchange = () => { if (since.value) setPos("since_ms=" + new Date(since.value).getTime()); };
+  const first = el("button", {id: "first", onclick: () => setPos(null)}, "first page");
+  const next = el("button", {id: "next", disabled: !page.more, onclick: () => setPos("after=" + page.next_after)}, "next page");
   const rows = page.transactions.map(t => ({id: t.id, time: t.time, items: t.items}));
   const shown = table("messages", [["id", "transaction"], ["time", "opened"],
     ["items", "items", r => el("pre", {}, r.items.map(i => "error" in i ? "! " + i.error : JSON.stringify(i.value)).join("\n"))]],
     rows, r => ({"data-id": String(r.id)}));
   return [el("h2", {}, "Stream " + name + ", partition " + partition),
-          el("div", {class: "controls"}, "format", select, first, next,
-             el("span", {id: "page-info"}, "after " + after + (page.blocked_by_open ? " (next waits on an open transaction)" : ""))),
+          el("div", {class: "controls"}, "format", select, "from", since, first, next,
+             el("span", {id: "page-info"}, pos.replace("=", " ") + (page.blocked_by_open ? " (next waits on an open transaction)" : ""))),
           shown];
 }
 
