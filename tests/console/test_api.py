@@ -17,7 +17,7 @@ import tstreams_embedded as ts
 from tstreams_embedded.console.sampler import LagSampler
 from tstreams_embedded.engine.validate import MAX_NAME_BYTES
 from tstreams_embedded.ids import txn_millis
-from tstreams_embedded.testing import eventually, free_port
+from tstreams_embedded.testing import ServeProcess, eventually, free_port
 
 from .conftest import Console, console_process, stop, wait_http
 
@@ -190,6 +190,19 @@ def test_token_is_checked_on_every_request(tmp_path: Path) -> None:
             assert c.get("/api/streams/s?token=sesame", {"Authorization": ""})[0] == 200
         finally:
             stop(proc)
+
+
+def test_serve_checks_the_http_token(tmp_path: Path) -> None:
+    port = free_port()
+    with ServeProcess(tmp_path / "data", tmp_path, extra_args=["--http", f"127.0.0.1:{port}", "--http-token", "k"]
+                      ) as server:
+        engine = server.connect(timeout=10)
+        wait_http(port)
+        c = Console("served", tmp_path / "data", engine, port, ["--connect", server.endpoint])
+        assert c.get("/api/overview")[0] == 401 and c.get("/console/index.html")[0] == 401
+        c.token = "k"
+        assert c.api("overview")["node"]["streams"] == 0
+        engine.close()
 
 
 def test_console_refuses_an_exposed_bind_without_token(tmp_path: Path) -> None:
