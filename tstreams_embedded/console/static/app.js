@@ -102,7 +102,7 @@ async function browser(name, partition) {
   const key = "pos:" + name + "/" + partition;
   const pos = sessionStorage.getItem(key) || "after=0";  // "after=ID" or "since_ms=MS"
   const setPos = p => { if (p === null) sessionStorage.removeItem(key); else sessionStorage.setItem(key, p); render(); };
-  const page = await api("streams/" + enc(name) + "/partitions/" + partition + "/messages?limit=20&format=" +
+  const page = await api("streams/" + enc(name) + "/partitions/" + partition + "/messages?limit=" + enc(params.get("limit") || "20") + "&format=" +
                          enc(fmt) + "&" + pos);
   const select = el("select", {id: "format"}, ...FORMATS.map(f => el("option", {value: f, selected: f === fmt}, f)));
   select.onchange = () => { sessionStorage.setItem("format", select.value); render(); };
