@@ -9,10 +9,12 @@ also sets a cookie for the page's own files) or that cookie; otherwise ``401``.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,9 @@ class Context:
         self.core = core
         self.sampler = sampler
         self.token = token
+        #: the console's own reader threads: at most two of its reads at a time, whatever
+        #: the number of open pages (its cost to the engine stays bounded)
+        self.readers = ThreadPoolExecutor(2, thread_name_prefix="console-read")
 
 
 class ApiHandler(RequestHandler):
@@ -81,12 +86,27 @@ class ApiHandler(RequestHandler):
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(body, default=str))
 
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Errors Tornado answers itself (an unexpected one is logged) are JSON too."""
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        log.error("console: %s answered %d: %r", self.request.path, status_code, exc)
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(json.dumps({"error": type(exc).__name__ if exc is not None else "HTTPError",
+                                "message": str(exc) if exc is not None else self._reason}))
+
     async def get(self, *args: str) -> None:
         try:
             query = Query({k: v for k, v in self.request.arguments.items() if k != "token"}, self.params)
-            body = await IOLoop.current().run_in_executor(None, self.answer, query, *args)
+            body = await IOLoop.current().run_in_executor(self.ctx.readers, self.answer, query, *args)
         except errors.TStreamsError as exc:
             self.reply(status_of(exc), {"error": type(exc).__name__, "message": str(exc)})
+            return
+        except asyncio.CancelledError:  # the server is stopping (its loop cancels what runs)
+            self.reply(503, {"error": "EngineClosed", "message": "the server is stopping"})
+            raise
+        except Exception as exc:  # a bug: logged, and still answered in JSON
+            log.exception("console: %s failed", self.request.path)
+            self.reply(500, {"error": type(exc).__name__, "message": str(exc)})
             return
         self.reply(200, body)
 
@@ -195,4 +215,10 @@ def start_console(core: Core, token: str | None = None, interval: float = 10.0,
     """The console's routes over ``core`` and a function that stops its sampler (started here)."""
     sampler = LagSampler(core, interval, keep)
     sampler.start()
-    return console_routes(Context(core, sampler, token)), sampler.stop
+    ctx = Context(core, sampler, token)
+
+    def stop() -> None:
+        sampler.stop()
+        ctx.readers.shutdown(wait=True, cancel_futures=True)
+
+    return console_routes(ctx), stop
