@@ -28,11 +28,13 @@ REGISTRY: dict[str, str] = {
     "moebius-server": "benchmarks.systems.net_servers:MoebiusServer",
     "ours-serve": "benchmarks.systems.net_servers:OursServe",
     "ours-serve-sync": "benchmarks.systems.net_servers:OursServeSync",
+    "ours-serve-before": "benchmarks.systems.net_servers:OursServeBefore",
     "ours-haproxy": "benchmarks.systems.net_servers:OursHAProxy",
     # cluster
     "ours-cluster": "benchmarks.systems.cluster:OursCluster",
     "ours-serve-node": "benchmarks.systems.cluster:OursServeNode",
     "redis-replicated": "benchmarks.systems.cluster:RedisReplicated",
+    "redis-replicated-always": "benchmarks.systems.cluster:RedisReplicatedAlways",
     # spark
     "spark-tstreams": "benchmarks.systems.spark_sources:SparkTstreams",
     "spark-parquet": "benchmarks.systems.spark_sources:SparkParquet",

@@ -126,6 +126,7 @@ class Follower:
                 with n.cv:
                     n.applier.applied = position.index
                     n.cv.notify_all()
+                n.applier.sync_state()  # (installed synced: this marks it, and lets the log be trimmed)
                 n.need_snapshot = False
                 n.diverged = False
                 n.snapshots_installed += 1
@@ -175,8 +176,13 @@ class Follower:
                 log.warning("truncated %d uncommitted log entries after index %d", removed, to)
                 return
             entries = [Entry.from_wire(w) for w in rep.entries]
-            n.log.append_entries(entries)
+            if entries:
+                started, synced = n.timer.monotonic(), n.log.sync_seconds
+                n.log.append_entries(entries)
+                sync = n.log.sync_seconds - synced
+                n.counters.steps.observe("follower_log_sync", sync)
+                n.counters.steps.observe("follower_append", n.timer.monotonic() - started - sync)
             moved = n.log.set_commit(rep.commit)
-        if moved:
+        if moved:  # the applier thread applies it (here, it would delay the next acknowledgement)
             with n.cv:
                 n.cv.notify_all()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -99,6 +100,7 @@ class ReplicatedLog:
         self._commit = 0
         self._bytes = 0
         self.syncs = 0  # synced write transactions (appends, truncations): for /metrics
+        self.sync_seconds = 0.0  # time spent in those fsyncs
         self._fsync = fsync or _env_fsync
         #: the error of a failed fsync: the log takes no more writes until the node restarts
         #: (after a failed fsync, what was written may be lost although a later one succeeds)
@@ -280,12 +282,14 @@ class ReplicatedLog:
             if self.failed is not None:
                 raise self.failed
             target = self._last[0]
+            started = time.monotonic()
             try:
                 self._fsync(self.env)
             except OSError as exc:
                 self.failed = exc
                 raise
             self.syncs += 1
+            self.sync_seconds += time.monotonic() - started
             self._durable = max(self._durable, target)
 
     def append_entries(self, entries: Sequence[Entry]) -> None:

@@ -73,6 +73,11 @@ LOG_MAP_SIZE = 1 << 34  # address space for the log (sparse; its size is bounded
 ACKS_STRENGTH = {"leader": 0, "quorum": 1, "all": 2}
 
 
+def sync_state(core: Core) -> None:
+    """Flush the engine's state to disk (the default ``state_fsync``)."""
+    core.store.sync()
+
+
 class Node:
     """A cluster member around one :class:`Core` (see the module docstring)."""
 
@@ -80,12 +85,15 @@ class Node:
                  http: str | None = None, acks: str | None = None, session_timeout: float = 4.0,
                  ack_timeout: float = 10.0, context: zmq.Context[Any] | None = None,
                  peer_keys: PeerKeys | None = None, transport: Transport | None = None,
-                 timer: TimeSource | None = None, log_fsync: Callable[[lmdb.Environment], None] | None = None) -> None:
+                 timer: TimeSource | None = None, log_fsync: Callable[[lmdb.Environment], None] | None = None,
+                 state_fsync: Callable[[Core], None] | None = None) -> None:
         """``zk_url`` is the cluster's ``zk://`` address, or a :class:`.coordinator.Coordinator`
         (tests pass an in-memory one); ``transport`` the peer transport (by default ZeroMQ on
         ``context``, CURVE with ``peer_keys``); ``timer`` the clocks (by default the system's);
         ``log_fsync`` flushes the log to disk (tests inject one that fails: a node whose log
-        could not be synced stops leading and following until restarted)."""
+        could not be synced stops leading and following until restarted); ``state_fsync``
+        flushes the engine's state (by default ``core.store.sync()``; applies are not synced,
+        see :mod:`.applier`: tests inject one that also keeps what a power loss would leave)."""
         if not isinstance(node_id, str) or not node_id or "/" in node_id:
             raise errors.InvalidArgument(f"node id must be a non-empty name without '/', got {node_id!r}")
         if acks is not None and acks not in ACKS:
@@ -109,6 +117,7 @@ class Node:
         self.ack_timeout = float(ack_timeout)
         if snap.discard_partial(core.path):
             log.warning("deleted an unfinished snapshot download (the node stopped during a transfer)")
+        self.state_fsync: Callable[[Core], None] = state_fsync or sync_state
         self.log = ReplicatedLog(os.path.join(core.path, "cluster-log"), map_size=LOG_MAP_SIZE, fsync=log_fsync)
         self.applier = Applier(self)
         position = self.applier.position
@@ -352,9 +361,13 @@ class Node:
         if candidate > self.log.commit_index and self.log.epoch_at(candidate) == state.epoch:
             if self.log.set_commit(candidate):
                 self.commits += 1
+                state.commit_moved_at = now = self.timer.monotonic()
+                if len(state.committed_at) < 4096:
+                    state.committed_at[candidate] = now
                 with self.cv:
                     self.cv.notify_all()
-                self.wake()
+                # (no wake of the replication loop: the next entries carry the new commit index,
+                # else its poll timeout sends it alone after COMMIT_LINGER)
 
     def wake(self) -> None:
         """Wake the replication loop (new entries or a new commit index for parked fetches)."""

@@ -42,9 +42,13 @@ queues ``rcvhwm`` whole requests per connection, however many connections there 
 issue-19 measurements: 1.8 GiB for 16 clients). What is over a budget is held back in the
 server, counted, or refused:
 
-* **per request** (``max_request_bytes``, all frames together): the size is added up frame
-  by frame while receiving; past the limit the rest of the message is dropped uncopied and
-  the request is answered :class:`~tstreams_embedded.errors.RequestTooLarge`.
+* **per request** (``max_request_bytes``, 16 MiB, all frames together): the size is added
+  up frame by frame while receiving; past the limit the rest of the message is dropped
+  uncopied and the request is answered :class:`~tstreams_embedded.errors.RequestTooLarge`.
+  It is also ZeroMQ's frame limit by default (``max_msg_size``, ``ZMQ_MAXMSGSIZE``): a
+  larger frame is refused by ZeroMQ at its header, before any of it is held, and its
+  sender disconnected — what ZeroMQ holds per connection is a few requests at most, so
+  this size is what bounds it.
 * **per client** (``max_client_bytes``): requests handed to an executor and not yet
   answered, plus replies ZeroMQ has not yet written to the client's connection (tracked,
   see :mod:`~tstreams_embedded.net.outbox`). A client over budget — typically one that
@@ -63,7 +67,8 @@ server, counted, or refused:
   :class:`~tstreams_embedded.errors.ServerBusy`, not executed; over it, requests larger
   than :data:`SMALL_REQUEST` are refused without being copied, so the loop keeps ahead of
   ZeroMQ. What ZeroMQ holds per connection comes on top: the request being received, and
-  up to ``rcvhwm`` queued ones while the loop is busy (see docs/NETWORK.md).
+  up to ``rcvhwm`` queued ones while the loop is busy (docs/NETWORK.md, *Memory model*;
+  ``rcvhwm`` is fixed: libzmq leaves connections stalled when it is changed on open ones).
 * **replies** are paged by the read handlers (``max_reply_bytes``, see ``handlers.py``).
 """
 
@@ -100,8 +105,12 @@ __all__ = ["DEFAULT_MAX_CLIENT_BYTES", "DEFAULT_MAX_MSG_SIZE", "DEFAULT_MAX_REPL
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-DEFAULT_MAX_MSG_SIZE = 64 * MiB
-DEFAULT_MAX_REQUEST_BYTES = 64 * MiB
+#: The largest request (all frames) and frame: 16 MiB, above the client's largest (an item
+#: of ``max_item_size``, 10 MiB, in its chunk). ZeroMQ holds a few requests per connection
+#: uncounted (docs/NETWORK.md), so this size times the connections is what remains outside
+#: the budgets; ZeroMQ refuses a larger frame at its header, before holding any of it.
+DEFAULT_MAX_REQUEST_BYTES = 16 * MiB
+DEFAULT_MAX_MSG_SIZE = DEFAULT_MAX_REQUEST_BYTES
 DEFAULT_MAX_CLIENT_BYTES = 64 * MiB
 DEFAULT_MAX_WRITE_QUEUE_BYTES = 32 * MiB
 DEFAULT_MAX_SERVER_BYTES = 256 * MiB
@@ -400,18 +409,21 @@ class Server:
             what = f"{count} frames (the limit is {self.opts.max_frames})"
         else:
             what = f"more than {self.opts.max_request_bytes} bytes (the limit, all frames together)"
-        self._error(frames[0], framing.guess_request_id(frames), framing.guess_flags(frames),
-                    RequestTooLarge(f"request of {what} was not executed; send smaller requests"))
+        version, req_id, flags = framing.guess_header(frames)
+        self._error(frames[0], req_id, flags,
+                    RequestTooLarge(f"request of {what} was not executed; send smaller requests"), version=version)
         if self._rejected_bytes >= TRIM_AFTER:
             self._rejected_bytes = 0
             self._loop.add_callback(self._trim)  # after the rejected frames are freed
 
-    def _error(self, identity: bytes, req_id: int, flags: int, exc: BaseException, extra_flags: int = 0) -> None:
-        """Reply the error ``exc`` unless the request asked ``NO_REPLY`` (then only count it)."""
+    def _error(self, identity: bytes, req_id: int, flags: int, exc: BaseException, extra_flags: int = 0,
+               version: int | None = None) -> None:
+        """Reply the error ``exc`` unless the request asked ``NO_REPLY`` (then only count it),
+        in wire ``version`` (default: that of the client's requests)."""
         if flags & framing.NO_REPLY:
             self.stats.errors += 1
         else:
-            self._outbox.send_error(identity, req_id, exc, extra_flags)
+            self._outbox.send_error(identity, req_id, exc, extra_flags, version)
 
     # ------------------------------------------------------------------ budgets
     def _on_done(self, done: list[Done]) -> None:
@@ -483,11 +495,12 @@ class Server:
 
     def _busy(self, session: Session, frames: list[bytes], size: int) -> None:
         self.stats.busy += 1
-        self._error(session.identity, framing.guess_request_id(frames), framing.guess_flags(frames), ServerBusy(
+        version, req_id, flags = framing.guess_header(frames)
+        self._error(session.identity, req_id, flags, ServerBusy(
             f"request of {size} bytes not executed: this client has {session.in_flight} bytes in flight and "
             f"{session.parked_bytes} bytes of requests waiting (budget {self.opts.max_client_bytes}), the server "
             f"{self.held_bytes} bytes for all clients (budget {self.opts.max_server_bytes}); "
-            "read the replies owed, then send it again"))
+            "read the replies owed, then send it again"), version=version)
 
     def _unpark(self, session: Session) -> tuple[list[bytes], int]:
         frames, size = session.parked.popleft()
@@ -525,10 +538,11 @@ class Server:
                 self._hold_back(session, frames, size)
                 return
         try:
-            req_id, method, flags, args = framing.unpack_request(frames)
+            session.version, req_id, method, flags, args = framing.unpack_request(frames)
         except ProtocolError as e:
             self.stats.malformed += 1
-            self._error(identity, framing.guess_request_id(frames), framing.guess_flags(frames), e)
+            version, req_id, flags = framing.guess_header(frames)
+            self._error(identity, req_id, flags, e, version=version)
             return
         if self._stopping:
             self._error(identity, req_id, flags, RemoteError("server is shutting down; request not executed"),

@@ -25,7 +25,7 @@ from ..cluster.serve import state_digest
 from ..engine import ops as O
 from ..engine.core import Core
 from .coordinator import MemoryCoordinator, MemoryZooKeeper
-from .disk import FaultyDisk
+from .disk import FaultyDisk, StateDisk
 from .network import MemoryNetwork
 from .node_time import NemesisTime
 from .polling import eventually
@@ -35,9 +35,10 @@ class MemoryCluster:
     """``n`` nodes ``n1 … nN`` under ``root`` (see the module docstring)."""
 
     def __init__(self, root: str | os.PathLike[str], n: int = 3, *, seed: int = 0, session_timeout: float = 1.0,
-                 ack_timeout: float = 5.0, acks: str = "quorum") -> None:
+                 ack_timeout: float = 5.0, acks: str = "quorum", **settings: Any) -> None:
+        """``settings``: more of the cluster's configuration (e.g. ``log_retain_entries``)."""
         self.root = Path(root)
-        self.zk = MemoryZooKeeper(nodes=n, acks=acks, session_timeout=session_timeout)
+        self.zk = MemoryZooKeeper(nodes=n, acks=acks, session_timeout=session_timeout, **settings)
         self.network = MemoryNetwork(seed)
         self.session_timeout = session_timeout
         self.ack_timeout = ack_timeout
@@ -47,6 +48,8 @@ class MemoryCluster:
         self.times = {node_id: NemesisTime() for node_id in self.ids}
         #: each node's log fsync, which a nemesis makes fail
         self.disks = {node_id: FaultyDisk() for node_id in self.ids}
+        #: each node's engine state as of its last fsync (what :meth:`crash` leaves of it)
+        self.states: dict[str, StateDisk] = {}
         self._seq = itertools.count(1)
         for node_id in self.ids:
             self.start(node_id)
@@ -65,10 +68,12 @@ class MemoryCluster:
         core = Core(os.fspath(data if data is not None else self.root / node_id), "sync", clock=StateClock(),
                     compaction_interval=None, fire_schedules=False)
         try:
+            state_disk = self.states[node_id] = StateDisk(self.root / ".state-images" / node_id)
+            state_disk.keep(core)  # what it opens is on disk
             node = Node(core, MemoryCoordinator(self.zk, node_id), node_id, f"mem-client://{name}",
                         f"mem://{name}", session_timeout=self.session_timeout, ack_timeout=self.ack_timeout,
                         transport=self.network.transport(name), timer=self.times.setdefault(node_id, NemesisTime()),
-                        log_fsync=self.disks.setdefault(node_id, FaultyDisk()).fsync)
+                        log_fsync=self.disks.setdefault(node_id, FaultyDisk()).fsync, state_fsync=state_disk.fsync)
         except BaseException:
             core.close()
             raise
@@ -89,11 +94,13 @@ class MemoryCluster:
 
     def crash(self, node_id: str) -> int:
         """Stop node ``node_id`` as a power loss would: log entries it wrote but had not
-        synced (after :attr:`~..cluster.log.ReplicatedLog.durable_index`) are lost. Returns how
-        many were. (The engine's state is written with ``sync`` durability: nothing to lose.)"""
+        synced (after :attr:`~..cluster.log.ReplicatedLog.durable_index`) are lost, and so are
+        the applies made since the last fsync of its engine state (applies are not synced:
+        :mod:`~..cluster.applier`). Returns how many log entries were lost."""
         node = self.nodes[node_id]
         durable = node.log.durable_index
         self.stop(node_id)
+        self.states[node_id].restore(node.core.path)
         log = ReplicatedLog(node.log.path, map_size=LOG_MAP_SIZE)
         try:
             return log.truncate_after(max(durable, log.base_index))
