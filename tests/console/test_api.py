@@ -160,6 +160,7 @@ BAD = [
     ("streams/s/consumers/c?x=1", 400, "InvalidArgument", "unknown query parameter"),
     (f"streams/s/consumers/{LONG}/lag", 400, "InvalidArgument", "consumer name"),
     ("streams/s/consumers/c/lag?since=1", 400, "InvalidArgument", "unknown query parameter"),
+    ("apps?x=1", 400, "InvalidArgument", "unknown query parameter"),
     ("nope", 404, "NotFound", "no such API endpoint"),
 ]
 
@@ -228,3 +229,33 @@ def test_lag_history_is_a_bounded_ring(tmp_path: Path) -> None:
         series = sampler.history("s", "c")["partitions"]["0"]
         assert [txns for _, txns, _ in series] == [3, 4, 5]
         assert sampler.history("s", "other")["partitions"] == {}
+
+
+def test_stream_apps_show_members_tasks_and_input_lag(console: Console) -> None:
+    from tstreams_embedded.streams import App, StreamsBuilder
+
+    engine = console.engine
+    engine.create_stream("orders", partitions=2)
+    for p in (0, 1):
+        engine.producer("orders", partition=p).instant([b"order"])
+    b = StreamsBuilder()
+    b.stream("orders", value_serde="bytes").map_values(len).to("order-sizes", value_serde="json")
+    assert console.api("apps") == {"applications": [], "truncated": False}
+    app = App(engine, application_id="order-sizes", topology=b.build(), instance_name="sizer")
+    app.start()
+
+    def shown() -> Any:
+        (a,) = console.api("apps")["applications"] or [None]
+        if a is None:
+            return None
+        return ([(m["live"], m["tasks"]) for m in a["members"]],
+                sorted((r["stream"], r["partition"], r["lag_txns"]) for r in a["lag"]), a["unassigned"])
+
+    try:
+        eventually(lambda: shown() == ([(True, [0, 1])], [("orders", 0, 0), ("orders", 1, 0)], []), 30, 0.05,
+                   message=lambda: f"apps: {shown()}")
+    finally:
+        app.close()
+    # it left its group: its member is gone and its tasks unassigned
+    eventually(lambda: shown() == ([(False, [])], [("orders", 0, 0), ("orders", 1, 0)], [0, 1]), 30, 0.05,
+               message=lambda: f"apps: {shown()}")

@@ -92,6 +92,10 @@ def test_pages(console: Console, browser: Any, tmp_path: Path) -> None:
     assert browser.find_element("id", "lag-chart").tag_name == "svg"
     holder.close()
 
+    browser.get(base + "#/apps")
+    assert "no application" in eventually(lambda: browser.execute_script(
+        "const e = document.getElementById('no-apps'); return e && e.textContent;"), 20, 0.1)
+
 
 @pytest.mark.parametrize("console", ["embedded"], indirect=True)
 def test_lag_chart_moves_when_a_consumer_falls_behind(console: Console, browser: Any, tmp_path: Path) -> None:

@@ -9,9 +9,11 @@ construction. Items are decoded by :func:`tstreams_embedded.tools.formats.decode
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .. import errors
+from ..engine.appgroups import app_overview
 from ..engine.backend import Backend, PartitionInfo
 from ..engine.core import Core
 from ..engine.validate import check_partition
@@ -132,3 +134,12 @@ def _blocker(p: PartitionInfo, offset: int, now_ms: int) -> dict[str, Any] | Non
             return {"id": t.id, "opened": id_time(t.id), "age_ms": now_ms - txn_millis(t.id),
                     "expires_in_ms": t.deadline - now_ms, "items": t.items}
     return None
+
+
+def apps(core: Core) -> dict[str, Any]:
+    """The stream-processing applications in the engine's state: each one's group members
+    (live or not, their tasks), tasks no live member holds, and its input lag per partition
+    (a bounded :func:`~tstreams_embedded.engine.appgroups.app_overview`, as the cluster's
+    status page shows)."""
+    found = app_overview(core.store, core.now_ms())
+    return {"applications": [dataclasses.asdict(a) for a in found.apps], "truncated": found.truncated}

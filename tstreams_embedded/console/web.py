@@ -168,6 +168,11 @@ class LagHandler(ApiHandler):
         return self.ctx.sampler.history(path_name(stream, "stream name"), path_name(consumer, "consumer name"))
 
 
+class AppsHandler(ApiHandler):
+    def answer(self, query: Query, *args: str) -> Any:
+        return views.apps(self.ctx.core)
+
+
 class NotFoundHandler(ApiHandler):
     async def get(self, *args: str) -> None:
         self.reply(404, {"error": "NotFound", "message": f"no such API endpoint: {self.request.path} "
@@ -202,6 +207,7 @@ def console_routes(ctx: Context) -> list[tuple[str, type[RequestHandler], dict[s
         (r"/api/consumers", ConsumersHandler),
         (rf"/api/streams/{_NAME}/consumers/{_NAME}", ConsumerHandler),
         (rf"/api/streams/{_NAME}/consumers/{_NAME}/lag", LagHandler),
+        (r"/api/apps", AppsHandler),
         (r"/api/(.*)", NotFoundHandler),
     ]
     routes: list[tuple[str, type[RequestHandler], dict[str, Any]]] = [(p, h, {"ctx": ctx}) for p, h in api]

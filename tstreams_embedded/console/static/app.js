@@ -177,6 +177,25 @@ async function consumer(stream, name) {
             c.rows, r => ({"data-partition": r.partition}))];
 }
 
+async function apps() {
+  const a = await api("apps");
+  const out = [el("h2", {}, "Stream-processing applications")];
+  if (!a.applications.length) out.push(el("p", {id: "no-apps"}, "no application has run against this engine"));
+  for (const app of a.applications) {
+    const box = el("section", {"data-app": app.application_id}, el("h3", {}, app.application_id));
+    box.append(table("", [["member_id", "member"], ["live", "state", m => m.live ? "live" : "expired"],
+                          ["tasks", "tasks", m => m.tasks.join(", ")], ["host", "host", m => m.host ? m.host + ":" + m.port : ""]],
+                      app.members, m => ({"data-member": m.member_id})));
+    if (app.unassigned.length) box.append(el("p", {}, "unassigned tasks: " + app.unassigned.join(", ")));
+    box.append(table("", [["stream", "input stream"], ["partition", "partition"], ["offset", "offset"],
+                          ["lag_txns", "lag txns"], ["lag_seconds", "lag (s)"]],
+                      app.lag, r => ({"data-input": r.stream + "/" + r.partition})));
+    out.push(box);
+  }
+  if (a.truncated) out.push(el("p", {}, "(more not listed)"));
+  return out;
+}
+
 // ------------------------------------------------------------------ routing
 function route() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
@@ -185,6 +204,7 @@ function route() {
   if (parts[0] === "streams") return {nav: "streams", page: streams, refresh: true};
   if (parts[0] === "consumers" && parts.length === 3) return {nav: "consumers", page: () => consumer(parts[1], parts[2]), refresh: true};
   if (parts[0] === "consumers") return {nav: "consumers", page: consumers, refresh: true};
+  if (parts[0] === "apps") return {nav: "apps", page: apps, refresh: true};
   return {nav: "overview", page: overview, refresh: true};
 }
 
