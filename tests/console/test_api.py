@@ -259,3 +259,25 @@ def test_stream_apps_show_members_tasks_and_input_lag(console: Console) -> None:
     # it left its group: its member is gone and its tasks unassigned
     eventually(lambda: shown() == ([(False, [])], [("orders", 0, 0), ("orders", 1, 0)], [0, 1]), 30, 0.05,
                message=lambda: f"apps: {shown()}")
+
+
+def test_work_queue_equals_the_cli(console: Console) -> None:
+    e = console.engine
+    e.create_stream("jobs", partitions=2)
+    e.create_stream("dlq")
+    e.producer("jobs", partition=0).instant([b"a", b"b", b"c"])
+    e.producer("jobs", partition=1).instant([b"d"])
+    q = e.work_queue("jobs", "w", dead_letter="dlq", max_deliveries=1)
+    d1, _ = q.receive(2, timeout=0)
+    d1.nak(0, "boom")  # its only delivery failed: dead-lettered
+    mine = console.api("streams/jobs/queues/w")
+    (cli,) = console.cli_json("queues", "describe", "jobs", "w")
+    moving = {"oldest_unsettled_age_ms", "pending_by_partition"}
+    assert {k: v for k, v in mine.items() if k not in moving} == {k: v for k, v in cli.items() if k not in moving}
+    assert (mine["in_flight"], mine["dead_lettered"]) == (1, 1)
+    assert sum(mine["pending_by_partition"].values()) == mine["pending"]
+    for path, status, error in (("streams/jobs/queues/nope", 404, "WorkQueueNotFound"),
+                                ("streams/jobs/queues/%00", 400, "InvalidArgument"),
+                                ("streams/jobs/queues/w?full=1", 400, "InvalidArgument")):
+        got, _, body = console.get("/api/" + path)
+        assert (got, body["error"]) == (status, error), (path, body)

@@ -21,6 +21,7 @@ from ..ids import txn_millis
 from ..tools import report
 from ..tools.formats import RecordSerdes, decode_item, record_serdes
 from ..tools.output import id_time
+from ..tools.queues import queue_summary
 
 #: streams listed by ``/api/streams`` (the list says when more exist)
 MAX_LISTED_STREAMS = 1000
@@ -143,3 +144,11 @@ def apps(core: Core) -> dict[str, Any]:
     status page shows)."""
     found = app_overview(core.store, core.now_ms())
     return {"applications": [dataclasses.asdict(a) for a in found.apps], "truncated": found.truncated}
+
+
+def queue(backend: Backend, name: str, group: str) -> dict[str, Any]:
+    """Work queue ``group`` of a stream: the row of ``tstreams queues describe --json`` and
+    the pending items per partition."""
+    status = backend.queue_status(name, group, full=True)
+    return {**queue_summary(status, backend.now_ms()),
+            "pending_by_partition": {str(p): n for p, n in sorted((status.pending or {}).items())}}

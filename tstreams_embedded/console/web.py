@@ -38,7 +38,7 @@ _NAME = r"([^/]+)"
 def status_of(exc: errors.TStreamsError) -> int:
     """The HTTP status of an engine error: 404 for what does not exist, 400 for bad input,
     503 for an engine that cannot answer now."""
-    if isinstance(exc, (errors.StreamNotFound, errors.ConsumerNotFound)):
+    if isinstance(exc, (errors.StreamNotFound, errors.ConsumerNotFound, errors.WorkQueueNotFound)):
         return 404
     if isinstance(exc, ValueError):
         return 400
@@ -168,6 +168,12 @@ class LagHandler(ApiHandler):
         return self.ctx.sampler.history(path_name(stream, "stream name"), path_name(consumer, "consumer name"))
 
 
+class QueueHandler(ApiHandler):
+    def answer(self, query: Query, *args: str) -> Any:
+        stream, group = args
+        return views.queue(self.ctx.core, path_name(stream, "stream name"), path_name(group, "group name"))
+
+
 class AppsHandler(ApiHandler):
     def answer(self, query: Query, *args: str) -> Any:
         return views.apps(self.ctx.core)
@@ -207,6 +213,7 @@ def console_routes(ctx: Context) -> list[tuple[str, type[RequestHandler], dict[s
         (r"/api/consumers", ConsumersHandler),
         (rf"/api/streams/{_NAME}/consumers/{_NAME}", ConsumerHandler),
         (rf"/api/streams/{_NAME}/consumers/{_NAME}/lag", LagHandler),
+        (rf"/api/streams/{_NAME}/queues/{_NAME}", QueueHandler),
         (r"/api/apps", AppsHandler),
         (r"/api/(.*)", NotFoundHandler),
     ]

@@ -92,7 +92,27 @@ async function stream(name) {
             ["head", "head"], ["head_time", "head time"], ["transactions", "transactions"], ["items", "items"],
             ["bytes", "bytes"], ["open_count", "open"],
             ["open", "oldest open (age)", r => r.open.length ? r.open[0].id + " (" + duration(r.open[0].age_ms) + ")" : ""]],
-            s.rows, r => ({"data-partition": r.partition}))];
+            s.rows, r => ({"data-partition": r.partition})),
+          queueForm(s.name)];
+}
+
+function queueForm(stream) {
+  const group = el("input", {id: "queue-group", placeholder: "group"});
+  const go = el("button", {id: "queue-show", onclick: () => { if (group.value) location.hash = "#/queues/" + enc(stream) + "/" + enc(group.value); }}, "show");
+  return el("div", {class: "controls"}, "work queue group", group, go);
+}
+
+async function queuePage(stream, group) {
+  const q = await api("streams/" + enc(stream) + "/queues/" + enc(group));
+  const fields = ["pending", "in_flight", "waiting", "delivered", "redelivered", "acked", "nacked", "dead_lettered",
+                  "terminated", "exhausted", "gone", "oldest_unsettled_age_ms", "next_redelivery", "ack_timeout_ms",
+                  "max_deliveries", "dead_letter", "backoff_ms", "max_in_flight"];
+  return [el("h2", {}, "Work queue " + q.group + " on " + q.stream),
+          table("queue", [["name", ""], ["value", ""]], fields.filter(f => f in q).map(f => ({name: f, value: q[f]})),
+                r => ({"data-field": r.name})),
+          table("pending", [["partition", "partition"], ["pending", "pending items"]],
+                Object.entries(q.pending_by_partition).map(([partition, pending]) => ({partition, pending})),
+                r => ({"data-partition": r.partition}))];
 }
 
 const FORMATS = ["raw", "json", "msgpack", "hex", "record"];
@@ -205,6 +225,7 @@ function route() {
   if (parts[0] === "consumers" && parts.length === 3) return {nav: "consumers", page: () => consumer(parts[1], parts[2]), refresh: true};
   if (parts[0] === "consumers") return {nav: "consumers", page: consumers, refresh: true};
   if (parts[0] === "apps") return {nav: "apps", page: apps, refresh: true};
+  if (parts[0] === "queues" && parts.length === 3) return {nav: "streams", page: () => queuePage(parts[1], parts[2]), refresh: true};
   return {nav: "overview", page: overview, refresh: true};
 }
 
