@@ -28,7 +28,6 @@ keeps what live followers and snapshots in flight need.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +76,7 @@ class Applier:
             #: (:mod:`.membership`; ``None`` until one was applied: then ``P/config``'s)
             self.members: int | None = read_members(txn, self.cdb)
         #: held while applying entries or swapping the state for a snapshot
-        self.lock = threading.Lock()
+        self.lock = node.runtime.lock()
         #: log index -> the outcomes of its calls once applied (None: not yet), for waiting writers
         self.waiting: dict[int, list[Outcome] | None] = {}
         self.log_trimmed = 0

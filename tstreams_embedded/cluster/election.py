@@ -111,7 +111,7 @@ class Election:
             now = n.timer.monotonic()
             n.snapshot_server.reset()
             state = LeaderState(new, start, lease_until=now + 0.5 * n.granted_session_timeout, last_append=now,
-                                last_started=now, owners=owners)
+                                last_started=now, owners=owners, ended=n.runtime.event())
             n.leader_state = state
             n.role = Role.LEADER
         n.coordinator.publish_leader({"node": n.node_id, "epoch": new, "endpoint": n.endpoint,

@@ -13,10 +13,10 @@ number of nodes (the leader counts up to its *durable* index).
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 from .messages import Fetch
+from .runtime import REAL, Event
 
 TRACKED_APPENDS = 4096  # appends timed at once (beyond, the oldest timings are dropped)
 
@@ -53,8 +53,8 @@ class LeaderState:
     committed_at: dict[int, float] = field(default_factory=dict)
     #: monotonic time the commit index last moved (a commit-only fetch reply waits for entries)
     commit_moved_at: float = 0.0
-    #: set when this leadership ends
-    ended: threading.Event = field(default_factory=threading.Event)
+    #: set when this leadership ends (the node passes its runtime's event)
+    ended: Event = field(default_factory=REAL.event)
 
     def lost_quorum(self, now: float, timeout: float, quorum: int) -> bool:
         """CheckQuorum (Raft §6.2, etcd's ``checkQuorum``): whether fewer than ``quorum`` nodes

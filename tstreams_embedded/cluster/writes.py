@@ -8,8 +8,7 @@ applied is answered from the replicated de-duplication window (:mod:`.applier`).
 
 from __future__ import annotations
 
-import queue
-import threading
+import collections
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from ..net.deferred import Deferred
 from .applier import Outcome
 from .leader import LeaderState
 from .messages import ClientCall, MaintenanceCall
+from .runtime import Task
 from .zk import required_acks
 
 if TYPE_CHECKING:
@@ -63,8 +63,9 @@ class Writes:
         self.node = node
         self.inflight: dict[tuple[str, int], int] = {}  # (client, seq) -> log index, while in flight here
         #: appended writes waiting to be acknowledged, in log order (:meth:`run_acker`)
-        self.acking: queue.SimpleQueue[tuple[Ticket, Deferred]] = queue.SimpleQueue()
-        self.acker: threading.Thread | None = None
+        self.acking: collections.deque[tuple[Ticket, Deferred]] = collections.deque()
+        self.acking_cv = node.runtime.condition()
+        self.acker: Task | None = None
 
     def submit_batch(self, calls: Sequence[Sequence[Any]]) -> list[Outcome]:
         """``[ops, durable, client_id, seq]`` per call: appends them as one log entry, waits
@@ -92,7 +93,9 @@ class Writes:
             fail(out, rows_of, waits, exc)
             return outcomes(out)
         deferred = Deferred()
-        self.acking.put((ticket, deferred))
+        with self.acking_cv:
+            self.acking.append((ticket, deferred))
+            self.acking_cv.notify()
         self.start_acker()
         return deferred
 
@@ -100,19 +103,18 @@ class Writes:
         """Start the acknowledging thread, or again if it ended (it ends once the node
         stops and nothing is queued; a write queued just then still gets its answer)."""
         if self.acker is None or not self.acker.is_alive():
-            self.acker = threading.Thread(target=self.run_acker, name="cluster-ack", daemon=True)
-            self.acker.start()
+            self.acker = self.node.runtime.spawn("cluster-ack", self.run_acker)
 
     def run_acker(self) -> None:
         """Complete deferred writes in log order (:meth:`submit_deferred`)."""
         n = self.node
         while True:
-            try:
-                ticket, deferred = self.acking.get(timeout=0.2)
-            except queue.Empty:
-                if n.stopping.is_set():
-                    return
-                continue
+            with self.acking_cv:
+                while not self.acking:
+                    if n.stopping.is_set():
+                        return
+                    self.acking_cv.wait(0.2)
+                ticket, deferred = self.acking.popleft()
             try:
                 self.finish(ticket)
             except errors.TStreamsError as exc:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,15 +16,17 @@ import lmdb
 if TYPE_CHECKING:
     from ..engine.core import Core
 
+from ..cluster.runtime import REAL, Runtime
+
 
 class FaultyDisk:
     """See the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: Runtime = REAL) -> None:
         self.failing = False
         self.failures = 0
-        self.stalled = threading.Event()
-        self._released = threading.Event()
+        self.stalled = runtime.event()
+        self._released = runtime.event()
 
     def release(self) -> None:
         """End a stall: fsyncs waiting fail (the node crashed meanwhile) or go on."""
