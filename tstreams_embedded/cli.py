@@ -179,6 +179,7 @@ main.add_command(schedules)
 main.add_command(quickstart)
 _attach("tstreams_embedded.net.cli", ["serve", "keys"])
 _attach("tstreams_embedded.demo.cli", ["demo"])
+_attach("tstreams_embedded.console.cli", ["console"])
 _attach("tstreams_embedded.cluster.cli", ["cluster", "serve"])  # serve with the cluster options, when kazoo is there
 
 

@@ -54,7 +54,8 @@ def _serve(cluster: str | None, node_id: str | None, repl: str | None, acks: str
                            max_client_bytes=node_options["max_client_bytes"],
                            max_write_queue_bytes=node_options["max_write_queue_bytes"],
                            max_reply_bytes=node_options["max_reply_bytes"],
-                           max_server_bytes=node_options["max_server_bytes"], rcvhwm=node_options["rcvhwm"]))
+                           max_server_bytes=node_options["max_server_bytes"], rcvhwm=node_options["rcvhwm"],
+                           http_token=node_options["http_token"]))
 
 
 serve = click.Command("serve", params=[*node_serve.params, *CLUSTER_OPTIONS], callback=_serve,

@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, cast
 
 import zmq
@@ -209,9 +209,10 @@ def log_request(handler: RequestHandler) -> None:
                    1000.0 * request.request_time())
 
 
-def http_app(node: Node, server_stats: ServerStats | None = None) -> Application:
+def http_app(node: Node, server_stats: ServerStats | None = None, extra_routes: Sequence[Any] = ()) -> Application:
     """The ``--http`` endpoints: health checks, ``/status``, ``/state``, ``/metrics``
-    (:mod:`.metrics`) and the status page at ``/`` (:mod:`.status_page`). Requests are
+    (:mod:`.metrics`), the status page at ``/`` (:mod:`.status_page`), then ``extra_routes``
+    (the web console's, :mod:`tstreams_embedded.console`: this node's own view). Requests are
     logged by :func:`log_request` (health checks at DEBUG)."""
     return Application([
         (r"/health/leader", _Health, {"node": node, "what": "leader"}),
@@ -220,6 +221,7 @@ def http_app(node: Node, server_stats: ServerStats | None = None) -> Application
         (r"/state", _State, {"node": node}),
         metrics_route(node_registry(node, server_stats)),
         *page_routes(node),
+        *extra_routes,
     ], log_function=log_request)
 
 
@@ -231,7 +233,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
                   max_request_size: int | None = None, max_client_bytes: int | None = None,
                   max_write_queue_bytes: int | None = None, max_reply_bytes: int = DEFAULT_PAGE_BYTES,
                   max_server_bytes: int | None = None, rcvhwm: int | None = None,
-                  **core_options: Any) -> int:
+                  http_token: str | None = None, **core_options: Any) -> int:
     """Run a cluster node until SIGTERM/SIGINT; return the exit status (0).
 
     The byte budgets and ``curve_dir`` mean what they mean for a single node
@@ -277,9 +279,15 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
                                 max_reply_bytes)
     server = Server(registry, binds, opts, commit_watch=core.wait_for_commit, context=ctx)
 
+    stop_console: list[Callable[[], None]] = []
+
     def on_start() -> None:
         if http_host is not None:
-            listen_http(http_app(node, server.stats), http_host, http_port)
+            from ..console.web import start_console
+
+            routes, stop = start_console(core, http_token)
+            stop_console.append(stop)
+            listen_http(http_app(node, server.stats, routes), http_host, http_port)
         node.start()
         compaction.start()
         firing.start()
@@ -293,6 +301,8 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         run_until_signal(server, stop_timeout, ready_file, on_start=on_start, on_stop=on_stop)
     finally:
         on_stop()  # (already stopped after a signal; not yet after a failed start)
+        for stop in stop_console:
+            stop()
         core.close()
         if auth is not None:
             auth.stop()

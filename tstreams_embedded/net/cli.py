@@ -55,12 +55,15 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 @click.option("--http", default=None,
               help="host:port for HTTP: /metrics (Prometheus); a cluster node adds its health checks, "
                    "/status and the status page at / (see docs/CLUSTER.md).")
+@click.option("--http-token", default=None, metavar="TOKEN", envvar="TSTREAMS_HTTP_TOKEN",
+              help="Require this token on every console request (/console/, /api/; see docs/CONSOLE.md).")
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Write the bound endpoints to this file once serving.")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(LOG_LEVELS, case_sensitive=False))
 def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | None, max_msg_size: int | None,
           max_request_size: int, max_client_bytes: int, max_write_queue_bytes: int, max_server_bytes: int,
-          rcvhwm: int, max_reply_bytes: int, http: str | None, ready_file: str | None, log_level: str) -> None:
+          rcvhwm: int, max_reply_bytes: int, http: str | None, http_token: str | None, ready_file: str | None,
+          log_level: str) -> None:
     """Serve the engine in DATA over ZeroMQ until SIGTERM (graceful: exit status 0)."""
     configure_logging(log_level)
     from .serve import serve as run
@@ -68,7 +71,7 @@ def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | N
     sys.exit(run(data, list(binds), durability, curve_dir, max_msg_size, ready_file,
                  max_request_size=max_request_size, max_client_bytes=max_client_bytes,
                  max_write_queue_bytes=max_write_queue_bytes, max_reply_bytes=max_reply_bytes,
-                 max_server_bytes=max_server_bytes, rcvhwm=rcvhwm, http=http))
+                 max_server_bytes=max_server_bytes, rcvhwm=rcvhwm, http=http, http_token=http_token))
 
 
 def configure_logging(level: str) -> None:

@@ -77,8 +77,9 @@ def listen_http(app: Any, host: str, port: int) -> None:
         raise BindFailed(f"cannot listen for HTTP on {host}:{port}: {exc.strerror or exc}") from None
 
 
-def metrics_app(core: Any, server: Server) -> Any:
-    """The single-node ``--http`` application: ``/metrics`` (:mod:`.metrics`)."""
+def metrics_app(core: Any, server: Server, extra_routes: Sequence[Any] = ()) -> Any:
+    """The single-node ``--http`` application: ``/metrics`` (:mod:`.metrics`), then
+    ``extra_routes`` (the console's, :mod:`tstreams_embedded.console`)."""
     try:
         from tornado.web import Application
 
@@ -86,7 +87,7 @@ def metrics_app(core: Any, server: Server) -> Any:
     except ImportError as exc:
         raise InvalidArgument(f"--http needs prometheus-client (pip install 'tstreams-embedded[metrics]'): {exc}"
                               ) from exc
-    return Application([metrics_route(engine_registry(core, server.stats))])
+    return Application([metrics_route(engine_registry(core, server.stats)), *extra_routes])
 
 
 def run_until_signal(server: Server, stop_timeout: float, ready_file: str | None,
@@ -194,11 +195,13 @@ def serve(
     max_server_bytes: int | None = None,
     rcvhwm: int | None = None,
     http: str | None = None,
+    http_token: str | None = None,
     **core_options: Any,
 ) -> int:
     """Serve the engine in ``data`` until SIGTERM/SIGINT; return the exit status (0).
     Budgets left ``None`` keep :class:`ServerOptions`' defaults. ``http`` (``host:port``)
-    also serves ``/metrics`` there (Prometheus; needs prometheus-client)."""
+    also serves ``/metrics`` there (Prometheus; needs prometheus-client) and the console
+    (``/console/``, ``/api/``; every request must carry ``http_token`` when given)."""
     # every argument is checked before anything is created (the data directory included)
     binds = check_endpoints(bind, bind=True)
     http_addr = parse_http(http) if http is not None else None
@@ -224,13 +227,21 @@ def serve(
     server.use_registry(backend_registry(core, {"data": os.path.abspath(os.fspath(data))}, max_reply_bytes),
                         core.wait_for_commit)
 
+    stop_console: list[Callable[[], None]] = []
+
     def on_start() -> None:
         if http_addr is not None:
-            listen_http(metrics_app(core, server), http_addr[0], http_addr[1])
+            from ..console.web import start_console
+
+            routes, stop = start_console(core, http_token)
+            stop_console.append(stop)
+            listen_http(metrics_app(core, server, routes), http_addr[0], http_addr[1])
 
     try:
         run_until_signal(server, stop_timeout, ready_file, on_start=on_start)
     finally:
+        for stop in stop_console:
+            stop()
         core.close()  # syncs
         if auth is not None:
             auth.stop()

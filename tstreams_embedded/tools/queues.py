@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 import msgpack
 
 from .. import errors
+from ..engine.backend import QueueStatus
 from ..engine.group import CheckpointGroup
 from .output import Output, duration, ms_time
 from .target import Target, target_options
@@ -18,6 +21,16 @@ REQUEUE_CONSUMER = "tstreams-requeue:{stream}:{group}"
 @click.group("queues")
 def queues() -> None:
     """Inspect work queue groups (``engine.work_queue``) and requeue their dead letters."""
+
+
+def queue_summary(status: QueueStatus, now_ms: int) -> dict[str, Any]:
+    """The row of ``tstreams queues describe --json`` (also the web console's)."""
+    oldest = status.oldest_unsettled_ms
+    return {"stream": status.stream, "group": status.group, "pending": sum((status.pending or {}).values()),
+            "in_flight": status.in_flight, "waiting": status.waiting, **status.counters,
+            "oldest_unsettled_age_ms": None if oldest is None else max(0, now_ms - oldest),
+            "next_redelivery": None if status.next_due_ms is None else ms_time(status.next_due_ms),
+            **status.settings}
 
 
 @queues.command("describe")
@@ -37,11 +50,7 @@ def queues_describe(target: Target, stream: str, group: str, as_json: bool) -> N
         now = engine.backend.now_ms()
     pending = status.pending or {}
     oldest = status.oldest_unsettled_ms
-    summary = {"stream": status.stream, "group": status.group, "pending": sum(pending.values()),
-               "in_flight": status.in_flight, "waiting": status.waiting, **status.counters,
-               "oldest_unsettled_age_ms": None if oldest is None else max(0, now - oldest),
-               "next_redelivery": None if status.next_due_ms is None else ms_time(status.next_due_ms),
-               **status.settings}
+    summary = queue_summary(status, now)
     if as_json:
         out.table([summary], [(k, k) for k in summary])
         return

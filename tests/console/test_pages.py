@@ -1,0 +1,116 @@
+"""The console's pages in headless Chromium on a real server with traffic: the overview
+shows the CLI's figures, the partition browser pages through what a consumer reads, and a
+consumer held back by an open transaction shows it with its age, until it is checkpointed;
+its lag chart draws the sampled lag."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tstreams_embedded.testing import eventually
+
+from .conftest import Console
+from .test_api import traffic
+
+pytestmark = pytest.mark.timeout(180)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def shoot(driver: Any, name: str, tmp_path: Path) -> None:
+    """A screenshot: into ``docs/`` when ``TSTREAMS_UPDATE_DOCS=1`` (docs/CONSOLE.md shows
+    them), else a temporary file (a test run leaves the working tree clean)."""
+    where = DOCS if os.environ.get("TSTREAMS_UPDATE_DOCS") == "1" else tmp_path
+    assert driver.save_screenshot(str(where / name))
+
+
+def cells(driver: Any, selector: str, cell: str) -> dict[str, str]:
+    """``data-*`` value -> text of ``cell`` for the rows matching ``selector`` (one script:
+    the page redraws every 2 s)."""
+    got: dict[str, str] = driver.execute_script("""
+        const out = {};
+        for (const tr of document.querySelectorAll(arguments[0])) {
+          const key = Object.values(tr.dataset)[0];
+          const td = tr.querySelector(arguments[1]);
+          out[key] = td ? td.textContent : null;
+        }
+        return out;""", selector, cell)
+    return got
+
+
+@pytest.mark.parametrize("console", ["served"], indirect=True)
+def test_pages(console: Console, browser: Any, tmp_path: Path) -> None:
+    holder, open_id = traffic(console.engine)
+    base = f"{console.base}/console/"
+
+    browser.get(base + "#/overview")
+    assert eventually(lambda: cells(browser, "#node tbody tr", ".value").get("streams"), 20, 0.1) == "1"
+    shoot(browser, "console-overview.png", tmp_path)
+
+    browser.get(base + "#/streams")
+    eventually(lambda: cells(browser, "#streams tbody tr", ".partitions") == {"s": "2"}, 20, 0.1)
+
+    browser.get(base + "#/streams/s")
+    cli = {str(r["partition"]): str(r["transactions"]) for r in console.cli_json("streams", "describe", "s")}
+    eventually(lambda: cells(browser, "#partitions tbody tr", ".transactions") == cli, 20, 0.1)
+
+    # the browser, three pages of two transactions of JSON items, against a consumer reading partition 0
+    reader = console.engine.consumer("s", name="reader", partitions=[0])
+    expected = {}
+    while (t := reader.get_transaction(0)) is not None:
+        expected[str(t.id)] = [json.loads(bytes(i)) for i in t.items]
+    browser.get(base + "?format=json&limit=2#/streams/s/partitions/0")
+    seen: dict[str, list[Any]] = {}
+    pages = 0
+    for n in range(5):
+        pages += 1
+        page = eventually(lambda: cells(browser, "#messages tbody tr", ".items") or None, 20, 0.1)
+        if n == 0:
+            shoot(browser, "console-browser.png", tmp_path)
+        seen.update({k: [json.loads(line) for line in v.splitlines()] for k, v in page.items()})
+        if browser.find_element("id", "next").get_attribute("disabled"):
+            break
+        browser.find_element("id", "next").click()
+        eventually(lambda shown=set(page): set(cells(browser, "#messages tbody tr", ".items")) != shown, 20, 0.1)
+    assert seen == expected and len(seen) == 5 and pages == 3
+
+    # the consumer page: lag as the CLI says, the blocking open transaction with its age, a chart
+    browser.get(base + "#/consumers/s/c")
+    cli_lag = {str(r["partition"]): str(r["lag_transactions"])
+               for r in console.cli_json("consumers", "describe", "s", "c")}
+    eventually(lambda: cells(browser, "#consumer-rows tbody tr", ".lag_transactions") == cli_lag, 20, 0.1)
+    blocker = eventually(lambda: browser.execute_script(
+        "const e = document.querySelector('[data-partition=\"0\"] .waits'); return e && e.textContent;"), 20, 0.1)
+    assert blocker.startswith(f"txn {open_id}, age ") and "expires in" in blocker
+    holder.checkpoint()
+    eventually(lambda: browser.execute_script("return document.querySelector('.waits') === null;"), 20, 0.1)
+    assert browser.find_element("id", "lag-chart").tag_name == "svg"
+    holder.close()
+
+    browser.get(base + "#/apps")
+    assert "no application" in eventually(lambda: browser.execute_script(
+        "const e = document.getElementById('no-apps'); return e && e.textContent;"), 20, 0.1)
+
+
+@pytest.mark.parametrize("console", ["embedded"], indirect=True)
+def test_lag_chart_moves_when_a_consumer_falls_behind(console: Console, browser: Any, tmp_path: Path) -> None:
+    holder, _ = traffic(console.engine)
+    holder.close()  # cancels the open transaction
+    browser.get(f"{console.base}/console/#/consumers/s/c")
+
+    def chart_last() -> int | None:
+        value = browser.execute_script(
+            "const e = document.getElementById('lag-chart'); return e && e.getAttribute('data-last-max');")
+        return int(value) if value is not None else None
+
+    assert eventually(lambda: chart_last() == 3, 20, 0.1, message=lambda: f"chart: {chart_last()}")  # 3 unread
+    producer = console.engine.producer("s", partition=0)
+    for _ in range(7):
+        producer.instant([b"{}"])
+    assert eventually(lambda: chart_last() == 10, 20, 0.1, message=lambda: f"chart: {chart_last()}")  # 3 + 7
+    shoot(browser, "console-lag.png", tmp_path)
