@@ -236,3 +236,13 @@ def test_serve_process_whose_picked_port_was_taken_starts_on_another(tmp_path: P
         thief.listen()
         with pytest.raises(RuntimeError, match="BindFailed"):  # a port the caller chose is never changed
             explicit.start(timeout=60)
+
+
+def test_the_stream_test_driver_is_exported_here_and_imported_only_when_asked() -> None:
+    code = ("import sys, tstreams_embedded.testing as t; assert 'tstreams_embedded.streams' not in sys.modules; "
+            "from tstreams_embedded.testing import TestDriver; from tstreams_embedded.streams import TestDriver as D; "
+            "assert TestDriver is D and 'TestDriver' in t.__all__")
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

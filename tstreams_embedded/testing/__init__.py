@@ -26,6 +26,8 @@ hypothesis, ``pytest_plugin`` pytest, :meth:`ZooKeeperServer.client` kazoo and
 
 from __future__ import annotations
 
+from typing import Any
+
 from .backends import BACKENDS, engine_on
 from .clock import FakeClock
 from .cluster import ClusterNodeProcess, LocalCluster
@@ -46,6 +48,7 @@ __all__ = [
     "ManagedProcess",
     "RedisServer",
     "ServeProcess",
+    "TestDriver",
     "ZooKeeperServer",
     "engine_on",
     "eventually",
@@ -58,3 +61,13 @@ __all__ = [
     "wait_until",
     "zookeeper_classpath",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``TestDriver`` (:class:`tstreams_embedded.streams.TestDriver`, the stream apps' test
+    driver) is imported on first use, so that importing this package stays light."""
+    if name == "TestDriver":
+        from ..streams.driver import TestDriver
+
+        return TestDriver
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
