@@ -3,7 +3,9 @@ last commit, threads, store queries, and bad arguments."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from typing import Any
 
 import pytest
@@ -128,3 +130,37 @@ def test_processing_modes_give_the_same_results(tstreams_embedded_engine: ts.Eng
     App(engine, application_id="m", topology=page_counts(), processing=processing, commit_records=3).run()
     expected = [(Windowed(p, s, s + 300_000), 6) for s in (0, 300_000, 600_000) for p in ("/a", "/b")]
     assert read_out(engine) == sorted(expected, key=repr)
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"processing": "maybe_once"}, "processing must be one of"),
+    ({"on_record_error": "ignore"}, "on_record_error must be one of"),
+    ({"num_threads": 0}, "num_threads must be a positive integer"),
+    ({"commit_bytes": True}, "commit_bytes must be a positive integer"),
+    ({"max_task_idle_ms": -1}, "max_task_idle_ms"),
+    ({"turn_slack_ms": -5}, "turn_slack_ms must be None or a non-negative integer"),
+    ({"idle_advance_ms": 0}, "idle_advance_ms must be None or a positive integer"),
+    ({"http_port": 70_000}, "http_port"),
+    ({"http_host": ""}, "http_host"),
+    ({"static_id": ""}, "static_id"),
+    ({"application_id": "a/b"}, "must not contain '/'"),
+])
+def test_app_config_checks_every_option_in_one_place(options: dict, words: str) -> None:
+    """``AppConfig`` refuses each bad option by name; App takes the same keyword options."""
+    from tstreams_embedded.streams import AppConfig
+
+    with pytest.raises(errors.InvalidArgument, match=re.escape(words)):
+        AppConfig(**{"application_id": "x", **options})
+
+
+def test_choices_are_enums_that_accept_the_documented_strings(tstreams_embedded_engine: ts.Engine) -> None:
+    from tstreams_embedded.streams import AppConfig, Processing, RecordErrorPolicy
+
+    config = AppConfig("x", processing="at_least_once", on_record_error="skip")  # type: ignore[arg-type]
+    assert config.processing is Processing.AT_LEAST_ONCE and config.processing == "at_least_once"
+    assert config.on_record_error is RecordErrorPolicy.SKIP and not config.durable
+    app = App(tstreams_embedded_engine, application_id="x", topology=page_counts(),
+              processing=Processing.AT_LEAST_ONCE, on_record_error="dead_letter")
+    assert app.config.on_record_error is RecordErrorPolicy.DEAD_LETTER and not app.durable
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.num_threads = 2  # type: ignore[misc]

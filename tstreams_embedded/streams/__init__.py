@@ -15,6 +15,7 @@ See ``docs/STREAMS.md``.
 from __future__ import annotations
 
 from .app import App
+from .app_config import AppConfig, Processing
 from .builder import StreamsBuilder
 from .decoding import decode
 from .driver import TestDriver
@@ -23,6 +24,7 @@ from .joins import JoinWindows
 from .kstream import BranchedKStream, KGroupedStream, KStream, KTable, WindowedKStream
 from .processor import STREAM_TIME, WALL_CLOCK, Processor, ProcessorContext
 from .produce import send_records
+from .record_errors import RecordErrorPolicy
 from .records import Record, partition_of
 from .serdes import Serde, serde
 from .stores import KeyValueStore, ReadOnlyKeyValueStore, ReadOnlyWindowStore
@@ -35,12 +37,15 @@ __all__ = [
     "STREAM_TIME",
     "WALL_CLOCK",
     "App",
+    "AppConfig",
     "BranchedKStream",
     "CalendarWindows",
     "Change",
     "GlobalTable",
     "GroupedTable",
     "JoinWindows",
+    "Processing",
+    "RecordErrorPolicy",
     "KGroupedStream",
     "KStream",
     "KTable",

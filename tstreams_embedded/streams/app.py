@@ -11,7 +11,7 @@ from .. import errors
 from ..engine.backend import StreamInfo
 from ..engine.core import Core
 from ..engine.engine import Engine
-from ..engine.validate import check_name
+from .app_config import DEFAULT_TURN_RECORDS, AppConfig, Processing
 from .global_table import GlobalTableMetrics, GlobalTables, global_namespace
 from .joins import check_partition_counts
 from .mapped_pages import MappedPages
@@ -19,15 +19,11 @@ from .membership import Membership
 from .metrics import GLOBAL, AppMetrics, DropCounter
 from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
 from .queries import advertised_host as advertised_host_of
-from .record_errors import RecordErrors, check_policy, dead_letter_stream_of
+from .record_errors import RecordErrorPolicy, RecordErrors, dead_letter_stream_of
 from .stores import DEFAULT_CACHE_BYTES, ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
 from .topology import StoreSpec, Topology, internal_name
 from .turns import default_slack_ms
-
-PROCESSING = ("exactly_once", "at_least_once")
-#: the most records a task processes in one turn (see :class:`App`)
-DEFAULT_TURN_RECORDS = 1000
 
 
 def _wall_ms() -> int:
@@ -115,10 +111,10 @@ class App:
     """
 
     def __init__(self, engine: Engine, *, application_id: str, topology: Topology, num_threads: int = 1,
-                 processing: str = "exactly_once", commit_interval_ms: int = 100, commit_records: int = 10_000,
-                 commit_bytes: int = 8 << 20, poll_interval_ms: int = 10,
+                 processing: Processing | str = Processing.EXACTLY_ONCE, commit_interval_ms: int = 100,
+                 commit_records: int = 10_000, commit_bytes: int = 8 << 20, poll_interval_ms: int = 10,
                  clock: Callable[[], int] | None = None, lease_ms: int = 5_000, instance_name: str = "instance",
-                 static_id: str | None = None, on_record_error: str = "fail",
+                 static_id: str | None = None, on_record_error: RecordErrorPolicy | str = RecordErrorPolicy.FAIL,
                  http_host: str = "127.0.0.1", http_port: int | None = None,
                  advertised_host: str | None = None, max_task_idle_ms: int = 0,
                  store_cache_bytes: int = DEFAULT_CACHE_BYTES, turn_records: int = DEFAULT_TURN_RECORDS,
@@ -126,47 +122,25 @@ class App:
                  dead_letter_stream: str | None = None, idle_advance_ms: int | None = None) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
-        check_name(application_id, "application_id")
-        if "/" in application_id:
-            raise errors.InvalidArgument(f"application_id must not contain '/', got {application_id!r}")
         if not isinstance(topology, Topology):
             raise errors.InvalidArgument("topology must be the result of StreamsBuilder().build()")
-        if processing not in PROCESSING:
-            raise errors.InvalidArgument(f"processing must be one of {PROCESSING}, got {processing!r}")
-        check_policy(on_record_error)
-        for value, what in ((num_threads, "num_threads"), (commit_interval_ms, "commit_interval_ms"),
-                            (commit_records, "commit_records"), (commit_bytes, "commit_bytes"),
-                            (poll_interval_ms, "poll_interval_ms"), (lease_ms, "lease_ms"),
-                            (store_cache_bytes, "store_cache_bytes"), (turn_records, "turn_records")):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise errors.InvalidArgument(f"{what} must be a positive integer, got {value!r}")
-        if isinstance(max_task_idle_ms, bool) or not isinstance(max_task_idle_ms, int) or max_task_idle_ms < 0:
-            raise errors.InvalidArgument(f"max_task_idle_ms must be a non-negative integer, got {max_task_idle_ms!r}")
-        if turn_slack_ms is not None and (isinstance(turn_slack_ms, bool) or not isinstance(turn_slack_ms, int)
-                                          or turn_slack_ms < 0):
-            raise errors.InvalidArgument(f"turn_slack_ms must be None or a non-negative integer, got {turn_slack_ms!r}")
-        if max_future_ms is not None and (isinstance(max_future_ms, bool) or not isinstance(max_future_ms, int)
-                                          or max_future_ms < 0):
-            raise errors.InvalidArgument(f"max_future_ms must be None or a non-negative integer, got {max_future_ms!r}")
-        if idle_advance_ms is not None and (isinstance(idle_advance_ms, bool) or not isinstance(idle_advance_ms, int)
-                                            or idle_advance_ms < 1):
-            raise errors.InvalidArgument(f"idle_advance_ms must be None or a positive integer, got {idle_advance_ms!r}")
-        if dead_letter_stream is not None:
-            check_name(dead_letter_stream, "dead_letter_stream")
-        check_name(instance_name, "instance_name")
-        if static_id is not None:
-            check_name(static_id, "static_id")
-        if http_port is not None and (isinstance(http_port, bool) or not isinstance(http_port, int)
-                                      or not 0 <= http_port <= 65535):
-            raise errors.InvalidArgument(f"http_port must be None or a port number 0..65535, got {http_port!r}")
-        if not isinstance(http_host, str) or not http_host:
-            raise errors.InvalidArgument(f"http_host must be a host name or address, got {http_host!r}")
+        #: the options, checked (:class:`~.app_config.AppConfig`)
+        self.config = config = AppConfig(
+            application_id=application_id, num_threads=num_threads, processing=processing,  # type: ignore[arg-type]
+            commit_interval_ms=commit_interval_ms, commit_records=commit_records, commit_bytes=commit_bytes,
+            poll_interval_ms=poll_interval_ms, clock=clock, lease_ms=lease_ms, instance_name=instance_name,
+            static_id=static_id, on_record_error=on_record_error,  # type: ignore[arg-type]
+            http_host=http_host, http_port=http_port, advertised_host=advertised_host,
+            max_task_idle_ms=max_task_idle_ms, store_cache_bytes=store_cache_bytes, turn_records=turn_records,
+            turn_slack_ms=turn_slack_ms, max_future_ms=max_future_ms, dead_letter_stream=dead_letter_stream,
+            idle_advance_ms=idle_advance_ms)
+        processing, on_record_error = config.processing, config.on_record_error
         self.engine = engine
         self.application_id = application_id
         self.topology = topology
         self.num_threads = num_threads
         self.processing = processing
-        self.durable = processing == "exactly_once"
+        self.durable = config.durable
         self.commit_interval_ms = commit_interval_ms
         self.commit_records = commit_records
         self.commit_bytes = commit_bytes

@@ -26,6 +26,7 @@ import bisect
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
 import msgpack
@@ -39,7 +40,14 @@ from .stores import time_key, time_of
 from .topology import TopologyGraph, internal_name
 from .windows import MAX_DURATION_MS
 
-KINDS = ("inner", "left", "outer")
+
+class JoinKind(str, Enum):
+    """Which unmatched records a join emits: none (inner), the left side's, or both sides'."""
+
+    INNER = "inner"
+    LEFT = "left"
+    OUTER = "outer"
+
 
 
 @runtime_checkable
@@ -195,7 +203,7 @@ class StreamJoinNode(N.Node):
     timestamp); an index store ``timestamp, side, key`` lists them by time, read once at start
     into a heap that finds closed records (memory: one small tuple per buffered record)."""
 
-    def __init__(self, name: str, windows: JoinWindows, joiner: Callable[[Any, Any], Any], kind: str,
+    def __init__(self, name: str, windows: JoinWindows, joiner: Callable[[Any, Any], Any], kind: JoinKind,
                  stores: tuple[str, str, str]) -> None:
         super().__init__(name)
         self.windows = windows
@@ -282,7 +290,7 @@ class StreamJoinNode(N.Node):
 
 
 def join(this: JoinedStream, other: Any, joiner: Callable[[Any, Any], Any], windows: Any,
-         key_selector: Callable[[Any, Any], Any] | None, kind: str, name: str | None,
+         key_selector: Callable[[Any, Any], Any] | None, kind: JoinKind, name: str | None,
          serdes: dict[str, SerdeSpec]) -> tuple[str, bool]:
     """``stream.join`` / ``left_join`` / ``outer_join`` (see the module docstring): the join's
     node, and whether its keys may be on the wrong task (as ``this``'s after a global join)."""

@@ -14,7 +14,7 @@ from .. import errors
 from ..engine.validate import check_name
 from . import nodes as N
 from .dedup import add_dedup
-from .joins import join
+from .joins import JoinKind, join
 from .processor import ProcessorNode
 from .serdes import SerdeSpec, WindowedSerde, serde
 from .topology import TopologyGraph, check_callable
@@ -59,22 +59,22 @@ class KStream:
              **serdes: SerdeSpec) -> KStream:
         """Inner join with a table, a global table (``key_selector``) or a stream (``windows=
         JoinWindows(...)``); ``joiner(this value, other value)``."""
-        return self._join(other, joiner, windows, key_selector, "inner", name, serdes)
+        return self._join(other, joiner, windows, key_selector, JoinKind.INNER, name, serdes)
 
     def left_join(self, other: Any, joiner: Callable[[Any, Any], Any], windows: Any = None, *,
                   key_selector: Callable[[Any, Any], Any] | None = None, name: str | None = None,
                   **serdes: SerdeSpec) -> KStream:
         """Like :meth:`join`, and every record without a match with None as the other value."""
-        return self._join(other, joiner, windows, key_selector, "left", name, serdes)
+        return self._join(other, joiner, windows, key_selector, JoinKind.LEFT, name, serdes)
 
     def outer_join(self, other: Any, joiner: Callable[[Any, Any], Any], windows: Any = None, *,
                    name: str | None = None, **serdes: SerdeSpec) -> KStream:
         """Windowed stream–stream outer join (``windows=JoinWindows(...)``, required):
         unmatched records of both sides, padded with None."""
-        return self._join(other, joiner, windows, None, "outer", name, serdes)
+        return self._join(other, joiner, windows, None, JoinKind.OUTER, name, serdes)
 
     def _join(self, other: Any, joiner: Callable[[Any, Any], Any], windows: Any,
-              key_selector: Callable[[Any, Any], Any] | None, kind: str, name: str | None,
+              key_selector: Callable[[Any, Any], Any] | None, kind: JoinKind, name: str | None,
               serdes: dict[str, SerdeSpec]) -> KStream:
         node, key_changed = join(self, other, joiner, windows, key_selector, kind, name, serdes)
         return KStream(self._b, node, key_changed=key_changed)

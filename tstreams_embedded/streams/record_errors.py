@@ -45,6 +45,7 @@ Under ``"skip"`` and ``"dead_letter"`` such records are counted in ``app.metrics
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
 import msgpack
@@ -52,8 +53,18 @@ from prometheus_client import CollectorRegistry, Counter
 
 from .. import errors
 
+
+class RecordErrorPolicy(str, Enum):
+    """``App(on_record_error=...)``: what a record that cannot be processed does (the
+    documented strings are accepted and compare equal)."""
+
+    FAIL = "fail"
+    SKIP = "skip"
+    DEAD_LETTER = "dead_letter"
+
+
 #: the values of ``App(on_record_error=...)``
-POLICIES = ("fail", "skip", "dead_letter")
+POLICIES = tuple(p.value for p in RecordErrorPolicy)
 #: the ``app.metrics`` counter of skipped records
 SKIPPED_METRIC = "records_skipped_on_error"
 #: the ``app.metrics`` counter of records written to the dead-letter stream
@@ -72,10 +83,10 @@ def dead_letter(item: bytes, stream: str, partition: int, txn_id: int, index: in
                                 "index": index, "error": f"{type(error).__name__}: {error}"}))
 
 
-def check_policy(value: Any) -> str:
+def check_policy(value: Any) -> RecordErrorPolicy:
     if value not in POLICIES:
         raise errors.InvalidArgument(f"on_record_error must be one of {POLICIES}, got {value!r:.40}")
-    return str(value)
+    return RecordErrorPolicy(value)
 
 
 class RecordErrors:
