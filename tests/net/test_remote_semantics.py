@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -136,9 +135,16 @@ def test_bad_requests_raise_the_embedded_error(tmp_path: Path, remote: Any, name
         emb.close()
 
 
-def test_expired_transaction_error_matches(tmp_path: Path, remote: Any) -> None:
+def _expired(engine: Any) -> None:
+    """Wait until ``engine``'s store has expired the one open transaction of stream "s" (it no
+    longer blocks partition 0)."""
+    eventually(lambda: not engine.backend.fetch("s", 0, 0, 1).blocked, 10, 0.02,
+               message="the open transaction expired")
+
+
+def test_expired_transaction_error_matches(tmp_path: Path, remote: Any, tstreams_clock: Any) -> None:
     # without keep-alive the producer is as good as dead: nobody keeps its transaction alive
-    emb = ts.open(tmp_path / "emb", compaction_interval=None, keepalive_interval=None)
+    emb = ts.open(tmp_path / "emb", compaction_interval=None, keepalive_interval=None, clock=tstreams_clock)
     silent = ts.connect(remote.backend.endpoint, keepalive_interval=None)
     try:
         got = {}
@@ -148,7 +154,9 @@ def test_expired_transaction_error_matches(tmp_path: Path, remote: Any) -> None:
             t = p.new_transaction()
             assert t.id  # reading the id opens it in storage now
             t.send(b"late")
-            time.sleep(0.5)
+            if kind == "embedded":
+                tstreams_clock.advance(201)
+            _expired(e)  # (the server's real clock: waited for)
             with pytest.raises(errors.TransactionExpired) as info:
                 t.checkpoint()
             got[kind] = _norm(str(info.value))
@@ -168,7 +176,7 @@ def test_pipelined_data_error_surfaces_before_checkpoint(remote: Any) -> None:
         p = silent.producer("s", txn_ttl=0.2, batch_size=10)
         t = p.new_transaction()
         assert t.id  # opened in storage now
-        time.sleep(0.5)  # expired on the server; the client does not know yet
+        _expired(remote)  # expired on the server; the client does not know yet
         t.send_many([b"x"] * 25)  # flushes are pipelined: no error yet
         with pytest.raises(errors.TransactionExpired):
             t.checkpoint()
