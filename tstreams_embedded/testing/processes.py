@@ -71,6 +71,25 @@ def stop_process(proc: Stoppable | None, timeout: float = 10.0, *, sig: int = si
     return rc
 
 
+def stop_processes(procs: Sequence[Stoppable | None], timeout: float = 10.0) -> list[int | None]:
+    """:func:`stop_process` for several processes at once: SIGTERM to all of them first, so
+    that they stop side by side, then each is waited for (SIGKILL after ``timeout``)."""
+    for proc in procs:
+        if proc is not None and _poll(proc) is None and proc.pid is not None and _signal(proc.pid, signal.SIGTERM):
+            _signal(proc.pid, signal.SIGCONT)
+    return [_finish_stop(proc, timeout) for proc in procs]
+
+
+def _finish_stop(proc: Stoppable | None, timeout: float) -> int | None:
+    """Wait ``timeout`` seconds for a process sent SIGTERM, then SIGKILL it (see :func:`stop_process`)."""
+    if proc is None:
+        return None
+    rc = _wait(proc, timeout)
+    if rc is None:
+        return stop_process(proc, 0.0, sig=signal.SIGKILL)
+    return rc
+
+
 def kill_process(proc: Stoppable | None, timeout: float = 30.0) -> int | None:
     """SIGKILL ``proc`` by PID and reap it (see :func:`stop_process`)."""
     return stop_process(proc, 0.0, sig=signal.SIGKILL, kill_timeout=timeout)
@@ -139,10 +158,19 @@ class ManagedProcess:
         Raises :class:`RuntimeError` with the end of the log if it exits first or is not
         ready within ``timeout`` seconds (it is then stopped).
         """
+        return self.spawn().wait_ready(timeout)
+
+    def spawn(self: P) -> P:
+        """Start the process without waiting for it (then :meth:`wait_ready`): several
+        processes spawned before any is waited for start side by side."""
         if self.alive():
             raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._spawn()
+        return self
+
+    def wait_ready(self: P, timeout: float | None = None) -> P:
+        """Wait until the process :meth:`spawn` started :meth:`is_ready` (see :meth:`start`)."""
         limit = self.start_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         retries = 3  # a first start whose picked ports were taken meanwhile: new ports
