@@ -18,6 +18,7 @@ from .engine.engine import Engine
 from .engine.group import CheckpointGroup
 from .engine.producer import Producer, ProducerTransaction
 from .engine.subscriber import Subscriber
+from .engine.workqueue import Delivery, WorkQueue
 from .ids import txn_id_at, txn_time
 from .policies import CancelIfOpened, CheckpointIfOpened, EnqueueIfOpened, ErrorIfOpened, Policy
 
@@ -44,6 +45,7 @@ __all__ = [
     "CheckpointGroup",
     "CheckpointIfOpened",
     "Consumer",
+    "Delivery",
     "Engine",
     "EnqueueIfOpened",
     "ErrorIfOpened",
@@ -53,6 +55,7 @@ __all__ = [
     "StreamInfo",
     "Subscriber",
     "Transaction",
+    "WorkQueue",
     "connect",
     "errors",
     "open",

@@ -19,6 +19,7 @@ from . import errors
 from .quickstart import quickstart
 from .tools.commands import consume, consumers, produce, streams_describe
 from .tools.output import Output, ms_time
+from .tools.queues import queues
 from .tools.target import Target, creating_target_options, target_options
 
 
@@ -168,6 +169,7 @@ def _attach(module: str, names: list[str]) -> None:
 main.add_command(consume)
 main.add_command(produce)
 main.add_command(consumers)
+main.add_command(queues)
 main.add_command(quickstart)
 _attach("tstreams_embedded.net.cli", ["serve", "keys"])
 _attach("tstreams_embedded.demo.cli", ["demo"])

@@ -77,6 +77,19 @@ class ConsumerNotFound(TStreamsError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class WorkQueueNotFound(TStreamsError, KeyError):
+    """The work queue group does not exist on the stream (``engine.work_queue`` creates it)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class DeliveryExpired(TStreamsError):
+    """An acknowledgement (ack, nak, in-progress or term) named a delivery that is no longer
+    current: the item's lock ran out and it was delivered again, or it was settled. Nothing
+    was written (in a CheckpointGroup: nothing of the whole group)."""
+
+
 class OffsetsConflict(TStreamsError):
     """A guarded offset reset found the consumer's stored offsets changed since they were read
     (a consumer is still running). Nothing was written."""
@@ -189,11 +202,6 @@ class ClusterUnavailable(TStreamsError, ConnectionError):
     """The cluster could not commit (no quorum, no leader, or the leader lost its
     ZooKeeper session) within the time allowed. For a write, the outcome is unknown:
     retry it with the same request ID (the cluster client does) to apply it at most once."""
-
-
-class StaleEpoch(TStreamsError):
-    """A replication message came from a leader of an older epoch (a deposed leader);
-    it was refused."""
 
 
 class RetryWindowExceeded(TStreamsError):

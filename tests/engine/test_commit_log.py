@@ -65,10 +65,15 @@ def test_every_state_change_appends_one_entry(make_engine, clock) -> None:
     step(O.Lease, lambda: core.submit([O.Lease("app/__group", b"task/0", "me", 1, 1000)]))
     step(O.CheckLease, lambda: core.submit([O.CheckLease("app/__group", b"task/0", "me", 1),
                                            O.StoreWrite("app/0/counts", [[b"k", b"w"]])]))
+    q = engine.work_queue("s", "q", ack_timeout=60)  # QueueDeclare; "s" has items of the steps above
+    step(O.QueueDeclare, lambda: engine.work_queue("s", "q", ack_timeout=30))
+    state["d"] = None
+    step(O.QueueReceive, lambda: state.__setitem__("d", q.receive(1, timeout=0)[0]))
+    step(O.QueueSettle, lambda: state["d"].ack())
     step(O.DeleteStream, lambda: engine.delete_stream("s"))
     covered = {O.CreateStream, O.Open, O.Data, O.Checkpoint, O.Instant, O.CancelIfOpen, O.KeepAlive, O.Invalidate,
                O.SetOffsets, O.SetMarker, O.Compact, O.Cancel, O.DeleteStream, O.ResetOffsets, O.DeleteConsumer,
-               O.StoreWrite, O.Lease, O.CheckLease}
+               O.StoreWrite, O.Lease, O.CheckLease, O.QueueDeclare, O.QueueReceive, O.QueueSettle}
     assert covered == set(O.RECORDS), "every operation record has a step here"
 
 

@@ -45,6 +45,12 @@ RECORD_STRATEGIES: dict[type, Any] = {
                                                           max_size=2), min_size=1, max_size=2)),
     O.Lease: st.builds(O.Lease, names, st.binary(max_size=8), names, small, small, st.booleans(), optional),
     O.CheckLease: st.builds(O.CheckLease, names, st.binary(max_size=8), names, small),
+    O.QueueDeclare: st.builds(O.QueueDeclare, names, names, small, small, st.none() | names,
+                              st.lists(small, max_size=3), small, stream_id=optional),
+    O.QueueReceive: st.builds(O.QueueReceive, names, names, names, small, small, stream_id=optional,
+                              deliveries=st.none() | st.lists(st.lists(small, min_size=4, max_size=4), max_size=3)),
+    O.QueueSettle: st.builds(O.QueueSettle, names, names, small, ints, small, names, small, st.integers(1, 4),
+                             st.none() | small, st.none() | st.text(max_size=8), stream_id=optional),
 }
 any_record = st.one_of(*RECORD_STRATEGIES.values())
 

@@ -141,7 +141,42 @@ def sqlite_sink(path: str, db_path: str, stream: str) -> None:
     print("done", flush=True)
 
 
-ROLES = {"writer": writer, "bulk": bulk, "xform": xform, "produce": produce, "instants": instants,
+def queue_worker(path: str, mode: str) -> None:
+    """A competing consumer of work queue "jobs"/"workers": for each delivery it writes
+    ``transform(item)`` to stream "out" and acks, either in one CheckpointGroup write per
+    receive (``mode`` "group": exactly once) or as two writes (``mode`` "plain": at least
+    once). Runs until killed."""
+    with ts.open(path, durability="sync") as engine:
+        q = engine.work_queue("jobs", "workers", ack_timeout=1.0, max_deliveries=1000)
+        producer = engine.producer("out")
+        group = ts.CheckpointGroup(producer, q)
+        print("ready", flush=True)
+        while True:
+            got = q.receive(max_items=5, timeout=1.0)
+            if not got:
+                continue
+            time.sleep(0.01 * len(got))  # the work itself (kills land mid-way)
+            if mode == "group":
+                txn = producer.new_transaction()
+                for d in got:
+                    txn.send(transform(d.item))
+                    d.ack(commit=False)
+                try:
+                    group.checkpoint()
+                except ts.errors.DeliveryExpired:
+                    continue  # another worker has these now; nothing was written
+            else:
+                producer.instant([transform(d.item) for d in got])
+                for d in got:
+                    try:
+                        d.ack()
+                    except ts.errors.DeliveryExpired:
+                        pass
+            print("processed", len(got), flush=True)
+
+
+ROLES = {"queue_worker": queue_worker, "writer": writer, "bulk": bulk, "xform": xform, "produce": produce,
+         "instants": instants,
          "sqlite_sink": sqlite_sink, "hold": hold}
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
+from tstreams_embedded.net import framing
 from tstreams_embedded.testing import eventually
 
 
@@ -262,3 +264,26 @@ def test_remote_checkpoint_group_is_one_write(remote: Any) -> None:
     assert stats["log_seq"] - after_open == 1  # one commit-log entry holds both
     assert remote.consumer("in", name="etl").get_transaction(0) is None
     assert remote.consumer("out", name="x").get_transaction(0).items == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1.0, 10.0 ** 9])
+def test_a_raw_wait_for_commit_with_a_bad_timeout_is_refused(server: Any, timeout: float) -> None:
+    """The server checks ``wait_for_commit`` as the engine does (one check): a raw wire request
+    with a nan, infinite, negative or huge timeout is refused with InvalidArgument, and the
+    server goes on answering."""
+    ctx: zmq.Context[Any] = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.connect(server.endpoint)
+    try:
+        s.send_multipart([framing.pack_request_header(1, "wait_for_commit", 0),
+                          *framing.encode_args([0, timeout])])
+        assert s.poll(10_000), "no reply"
+        _, flags, value = framing.unpack_reply(s.recv_multipart())
+        assert flags & framing.ERROR and value[0] == "InvalidArgument", value
+        assert "timeout" in value[1]
+        s.send_multipart([framing.pack_request_header(2, "ping", 0), *framing.encode_args([])])
+        assert s.poll(10_000)
+        assert framing.unpack_reply(s.recv_multipart())[2] == "pong"
+    finally:
+        s.close(0)
+        ctx.term()

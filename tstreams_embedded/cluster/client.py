@@ -31,7 +31,16 @@ import msgpack
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.backend import ConsumerInfo, Fetched, IndexScan, PartitionInfo, StoreScan, StreamInfo, TxnData
+from ..engine.backend import (
+    ConsumerInfo,
+    Fetched,
+    IndexScan,
+    PartitionInfo,
+    QueueStatus,
+    StoreScan,
+    StreamInfo,
+    TxnData,
+)
 from ..net import framing
 from ..net.client import RemoteBackend, encode_submit
 from .zk import BoundedZk, ZkAddress, check_seconds, decode_json, start_client, zk_error
@@ -337,6 +346,9 @@ class ClusterBackend:
 
     def list_consumers(self, stream: str | None = None, limit: int | None = None) -> list[ConsumerInfo]:
         return self._retry(lambda r: r.list_consumers(stream, limit))
+
+    def queue_status(self, stream: str, group: str, full: bool = False) -> QueueStatus:
+        return self._retry(lambda r: r.queue_status(stream, group, full))
 
     def describe_partitions(self, stream: str, first: int = 0, count: int = 256) -> list[PartitionInfo]:
         return self._retry(lambda r: r.describe_partitions(stream, first, count))

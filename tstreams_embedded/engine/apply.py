@@ -28,7 +28,7 @@ from crc32c import crc32c
 
 from .. import errors
 from ..ids import ID_MULTIPLIER
-from . import expiry, keys, seals, state
+from . import expiry, keys, queuestate, seals, state
 from . import ops as O
 from .backend import StreamInfo
 from .catalog import encode_stream, lookup_stream
@@ -268,6 +268,13 @@ def _delete_stream(a: Applier, scope: BatchScope, op: O.DeleteStream) -> tuple[N
                     break
     if high > floor:  # IDs never repeat in a partition, even if the name is created again
         a.store.put(txn, "meta", ID_FLOOR, keys.U64.pack(high))
+    if a.store.queues is not None:  # its work queue groups
+        cur = txn.cursor(db=a.store.queues)
+        for qprefix in queuestate.stream_prefixes(info.id):
+            if cur.set_range(qprefix):
+                while cur.key()[: len(qprefix)] == qprefix:
+                    if not cur.delete():
+                        break
     expiry.forget(txn, a.store, info.id)
     scope.streams.pop(op.name, None)
     scope.last_ids.clear()  # its partitions' entries are gone from `parts`
@@ -595,6 +602,8 @@ def _pairs(value: Any, what: str, bounds: bool = False) -> list[tuple[Any, Any]]
         out.append((pair[0], pair[1]))
     return out
 
+
+from . import queue_apply  # noqa: E402,F401  (registers the work queue records' handlers)
 
 _missing = [r.__name__ for r in O.RECORDS if r not in _HANDLERS]
 if _missing:  # pragma: no cover - a declaration error, caught at import

@@ -153,6 +153,40 @@ class PartitionInfo:
         return cls(v[0], v[1], v[2], v[3], v[4], v[5], v[6], [OpenTxn(*t) for t in v[7]], v[8], v[9])
 
 
+@dataclass(frozen=True)
+class QueueStatus:
+    """A work queue group as :meth:`Backend.queue_status` reports it, from one snapshot.
+
+    ``settings``: ack_timeout_ms, max_deliveries, dead_letter, backoff_ms, max_in_flight;
+    ``counters``: delivered, redelivered, acked, nacked, dead_lettered, terminated,
+    exhausted (past max_deliveries with no dead-letter stream) and gone (expired by the
+    stream's TTL before being settled); ``in_flight``: items locked to a consumer;
+    ``waiting``: items waiting for a redelivery; ``ready``: whether a receive now would hand
+    something out; ``next_due_ms``: the earliest redelivery time (engine clock), if any;
+    with ``full``: ``pending`` (items never delivered, per partition) and
+    ``oldest_unsettled_ms`` (checkpoint time of the oldest item not settled, if any)."""
+
+    stream: str
+    group: str
+    settings: dict[str, Any]
+    counters: dict[str, int]
+    in_flight: int
+    waiting: int
+    ready: bool
+    next_due_ms: int | None
+    pending: dict[int, int] | None = None
+    oldest_unsettled_ms: int | None = None
+
+    def to_wire(self) -> list[Any]:
+        return [self.stream, self.group, self.settings, self.counters, self.in_flight, self.waiting, self.ready,
+                self.next_due_ms, self.pending, self.oldest_unsettled_ms]
+
+    @classmethod
+    def from_wire(cls, v: Sequence[Any]) -> QueueStatus:
+        pending = None if v[8] is None else {int(k): n for k, n in v[8].items()}
+        return cls(v[0], v[1], dict(v[2]), dict(v[3]), v[4], v[5], v[6], v[7], pending, v[9])
+
+
 #: The most open transactions :meth:`Backend.describe_partitions` lists per partition.
 MAX_OPEN_LISTED = 100
 #: The most partitions one :meth:`Backend.describe_partitions` call describes.
@@ -278,6 +312,12 @@ class Backend(Protocol):
         """The consumers with stored offsets, by stream name then consumer name: those of
         ``stream`` (``StreamNotFound`` if unknown), or of every stream when it is None; at
         most ``limit``."""
+        ...
+
+    def queue_status(self, stream: str, group: str, full: bool = False) -> QueueStatus:
+        """Work queue ``group`` of ``stream`` (:class:`QueueStatus`); WorkQueueNotFound if
+        it was never declared. ``full`` also counts pending items per partition, which reads
+        the index of every transaction not yet handed out."""
         ...
 
     def describe_partitions(self, stream: str, first: int = 0, count: int = 256) -> list[PartitionInfo]:

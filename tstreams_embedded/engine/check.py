@@ -328,6 +328,13 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
             _opened(txn, store, report, "state", k, raw)
         counts["state_entries"] = n_state
         _counted(txn, store, report, "state", n_state)
+    if store.queues is not None:
+        n_queues = 0
+        for k, raw in entries(txn.cursor(db=store.queues).iternext()):
+            n_queues += 1
+            _opened(txn, store, report, "queues", k, raw)
+        counts["queue_entries"] = n_queues
+        _counted(txn, store, report, "queues", n_queues)
     report.counts = counts
 
 

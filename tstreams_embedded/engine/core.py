@@ -36,7 +36,7 @@ import lmdb
 
 from .. import errors
 from ..ids import ID_MULTIPLIER, MAX_ID
-from . import commitlog, inspection, keys, paging, reads, state
+from . import commitlog, inspection, keys, paging, queue_reads, reads, state
 from . import ops as O
 from .apply import Applier
 from .backend import (
@@ -45,6 +45,7 @@ from .backend import (
     Fetched,
     IndexScan,
     PartitionInfo,
+    QueueStatus,
     StoreScan,
     StreamInfo,
     TxnData,
@@ -410,21 +411,12 @@ class Core:
     def scan_index(self, stream: str, partition: int, after: int, upto: int = 2**63 - 1,
                    max_txns: int = 4096) -> IndexScan:
         self._check()
-        check_int(after, "after", 0, 2**63 - 1)
-        check_int(upto, "upto", 0, 2**63 - 1)
-        check_int(max_txns, "max_txns", 1, MAX_FETCH)
-        entries: list[tuple[int, int]] = []
-        position = after
-        while True:
-            now = self.clock()
-            with self.store.read() as txn:
-                s = reads.scan(txn, self.store, stream, partition, position, upto, max_txns - len(entries), now,
-                               load=False)
-            entries.extend(s.index)
-            position = max(position, s.position)
-            if s.expired is None:
-                return IndexScan(entries, position, s.blocked, s.full)
-            self._invalidate(stream, partition, s.expired, s.stream_id)  # then scan on past it
+
+        def invalidate(s: reads.Scan) -> None:
+            assert s.expired is not None
+            self._invalidate(stream, partition, s.expired, s.stream_id)
+
+        return reads.scan_index(self.store, self.clock, stream, partition, after, upto, max_txns, invalidate)
 
     def last_transaction(self, stream: str, partition: int) -> TxnData | None:
         self._check()
@@ -467,6 +459,12 @@ class Core:
             info = lookup_stream(txn, self.store, check_name(stream))
             return [inspection.describe_partition(txn, self.store, info, p, now)
                     for p in range(first, min(first + count, info.partitions))]
+
+    def queue_status(self, stream: str, group: str, full: bool = False) -> QueueStatus:
+        self._check()
+        with self.store.read() as txn:
+            return queue_reads.status(txn, self.store, stream, group, self.clock(), bool(full))
+
     def first_open_at(self, stream: str, partition: int, ms: int) -> int:
         self._check()
         check_int(ms, "ms", 0, MAX_ID // ID_MULTIPLIER)

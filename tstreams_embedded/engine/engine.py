@@ -21,6 +21,7 @@ from .keepalive import KeepAlive, KeptAlive
 from .producer import Producer, cancel_open_transactions
 from .subscriber import Subscriber
 from .validate import check_interval, check_name, check_stream_shape, txn_ttl_ms, utf8
+from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,16 @@ class Engine:
     def checkpoint_group(self, *agents: GroupMember) -> CheckpointGroup:
         """Shorthand for ``ts.CheckpointGroup(*agents)``."""
         return CheckpointGroup(*agents)
+
+    def work_queue(self, stream: str, group: str, *, ack_timeout: float = 30.0, max_deliveries: int = 5,
+                   dead_letter: str | None = None, backoff: Iterable[float] = (), max_in_flight: int = 10_000,
+                   consumer: str | None = None) -> WorkQueue:
+        """Work queue ``group`` of ``stream`` (see :class:`WorkQueue`): competing consumers
+        with acknowledgements. Creates the group, or changes its settings."""
+        self.check_open()
+        return WorkQueue(self, stream, group, ack_timeout=ack_timeout, max_deliveries=max_deliveries,
+                         dead_letter=dead_letter, backoff=list(backoff) if not isinstance(backoff, str) else backoff,
+                         max_in_flight=max_in_flight, consumer=consumer)
 
     def batch(self, durable: bool = True) -> Batch:
         """Collect several operations and apply them in one atomic write (see :class:`Batch`)."""

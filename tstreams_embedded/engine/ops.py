@@ -79,6 +79,10 @@ class Opcode(IntEnum):
     STORE_WRITE = 30
     LEASE = 31
     CHECK_LEASE = 32
+    # 40..49: work queues (:mod:`.queuestate`, ``engine.work_queue``)
+    QUEUE_DECLARE = 40
+    QUEUE_RECEIVE = 41
+    QUEUE_SETTLE = 42
 
 
 class TxnState(IntEnum):
@@ -401,9 +405,69 @@ class CheckLease(NamedTuple):
     epoch: int
 
 
+@operation(Opcode.QUEUE_DECLARE, mergeable=False)
+class QueueDeclare(NamedTuple):
+    """Create work queue group ``group`` on ``stream``, or change its settings (its cursor,
+    in-flight items and counters stay). ``ack_timeout_ms``: how long a delivery is locked to
+    its consumer; ``max_deliveries``: deliveries before an item goes to ``dead_letter`` (a
+    stream name, or None: the item is only counted as exhausted); ``backoff_ms``: the delay
+    before the 1st, 2nd, ... redelivery of a failed item (the last repeats; empty: none);
+    ``max_in_flight``: the most unsettled handed-out items of the group (back-pressure: a
+    receive hands out nothing new beyond it). Result: True if the group was created."""
+
+    stream: str
+    group: str
+    ack_timeout_ms: int
+    max_deliveries: int
+    dead_letter: str | None
+    backoff_ms: list[int]
+    max_in_flight: int
+    stream_id: int | None = None
+
+
+@operation(Opcode.QUEUE_RECEIVE, mergeable=False, resolved=("deliveries",))
+class QueueReceive(NamedTuple):
+    """Hand up to ``max_items`` items (and about ``max_bytes``) of work queue ``group`` to
+    ``consumer``: first items due for redelivery (an item past ``max_deliveries`` goes to the
+    dead-letter stream instead, in this same write), then new items of checkpointed
+    transactions, never past an open one. Result: the deliveries, each ``[partition, txn id,
+    index, delivery count, lock deadline ms, item]``. Resolved: the deliveries without their
+    items, ``[partition, txn id, index, delivery count]``; a replay recomputes them from the
+    same state and clock and checks they agree."""
+
+    stream: str
+    group: str
+    consumer: str
+    max_items: int
+    max_bytes: int
+    stream_id: int | None = None
+    deliveries: list[Any] | None = None  # resolved
+
+
+@operation(Opcode.QUEUE_SETTLE, mergeable=False)
+class QueueSettle(NamedTuple):
+    """Settle delivery number ``delivery`` of item ``(partition, txn_id, item_index)`` of work
+    queue ``group``, made to ``consumer``: ``action`` is a :class:`.queuestate.Settle` (ack,
+    nak after ``delay_ms`` or the group's backoff when None, progress, term), ``error`` the
+    consumer's reason (kept for the dead-letter record). DeliveryExpired, and nothing
+    written, unless that delivery is still the item's current one. Result: None."""
+
+    stream: str
+    group: str
+    partition: int
+    txn_id: int
+    item_index: int
+    consumer: str
+    delivery: int
+    action: int
+    delay_ms: int | None = None
+    error: str | None = None
+    stream_id: int | None = None
+
+
 Operation = (CreateStream | DeleteStream | Open | Data | Checkpoint | Cancel | Instant | KeepAlive | Invalidate
              | SetOffsets | Compact | SetMarker | CancelIfOpen | DeleteConsumer | ResetOffsets | StoreWrite
-             | Lease | CheckLease)
+             | Lease | CheckLease | QueueDeclare | QueueReceive | QueueSettle)
 """Any operation record."""
 
 RECORDS: tuple[type, ...] = tuple(_SPECS)
@@ -520,12 +584,6 @@ def pack_items(items: Sequence[bytes]) -> bytes:
     """Pack a batch of ``bytes`` items into one chunk value."""
     chunk: bytes = _packer.pack(list(items))
     return chunk
-
-
-def unpack_items(chunk: bytes) -> list[bytes]:
-    """Inverse of :func:`pack_items`."""
-    items: list[bytes] = msgpack.unpackb(chunk, raw=False)
-    return items
 
 
 _log_packer = msgpack.Packer(use_bin_type=True, default=_log_ext)

@@ -10,19 +10,21 @@ through the write path and scan again; readers never decide expiry on their own,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import lmdb
 from crc32c import crc32c
 
 from ..errors import DataCorrupted
 from ..ids import ID_MULTIPLIER
 from . import keys, seals
-from .backend import StreamInfo, TxnData
+from .backend import IndexScan, StreamInfo, TxnData
 from .catalog import lookup_stream
 from .chunks import items_of, payload_of
 from .ops import Checkpoint, ChunkRef, Data, GoneChunk, Instant, Open, Operation, TxnState
 from .seals import RESIDUE
 from .store import Store, as_bytes, entries
-from .validate import check_partition
+from .validate import MAX_FETCH, check_int, check_partition
 
 CHECKPOINTED = int(TxnState.CHECKPOINTED)
 OPENED = int(TxnState.OPENED)
@@ -168,6 +170,31 @@ def scan(txn: lmdb.Transaction, store: Store, stream: str, partition: int, after
             out.position = tid
     return out
 
+
+
+def scan_index(store: Store, clock: Callable[[], int], stream: str, partition: int, after: int, upto: int,
+               max_txns: int, pass_expired: Callable[[Scan], None]) -> IndexScan:
+    """The index-only scan of ``Backend.scan_index``, shared by the engine and the stream
+    apps' state view: ``(id, item count)`` of checkpointed transactions ``after < id <=
+    upto``, at most ``max_txns``. An expired open transaction met on the way is handed to
+    ``pass_expired`` (the engine invalidates it; the state view passes over it, as it was
+    expired at the state time) and the scan goes on past it."""
+    check_int(after, "after", 0, 2**63 - 1)
+    check_int(upto, "upto", 0, 2**63 - 1)
+    check_int(max_txns, "max_txns", 1, MAX_FETCH)
+    found: list[tuple[int, int]] = []
+    position = after
+    while True:
+        with store.read() as txn:
+            s = scan(txn, store, stream, partition, position, upto, max_txns - len(found), clock(), load=False)
+        found.extend(s.index)
+        position = max(position, s.position)
+        if s.expired is None:
+            return IndexScan(found, position, s.blocked, s.full)
+        pass_expired(s)
+        position = max(position, s.expired)
+        if len(found) >= max_txns:
+            return IndexScan(found, position, False, True)
 
 def get_one(txn: lmdb.Transaction, store: Store, stream: str, partition: int, txn_id: int,
             now: int) -> TxnData | None:

@@ -106,6 +106,11 @@ def describe(db: str, key: bytes) -> str:
         if db == "state":
             store, _, user_key = bytes(key).partition(b"\x00")
             return f"entry {user_key[:40]!r} of state store {store.decode('utf-8', 'replace')!r}"
+        if db == "queues" and len(key) > 10:
+            sid = _U64.unpack_from(key, 1)[0]
+            group = key[9:].partition(b"\x00")[0].decode("utf-8", "replace")
+            kinds = {b"g": "settings", b"c": "cursor", b"e": "unsettled item", b"d": "redelivery index entry"}
+            return f"{kinds.get(key[:1], 'entry')} of work queue group {group!r} on stream #{sid}"
     except (struct.error, ValueError):
         pass
     return f"entry {bytes(key[:40]).hex()} of {db!r}"

@@ -26,7 +26,6 @@ from .backend import IndexScan, StreamInfo
 from .core import Core
 from .paging import ScanPage
 from .store import Store
-from .validate import MAX_FETCH, check_int
 
 
 class StateTimeReader:
@@ -74,22 +73,8 @@ class StateTimeReader:
     def scan_index(self, stream: str, partition: int, after: int, upto: int = 2**63 - 1,
                    max_txns: int = 4096) -> IndexScan:
         self._check()
-        check_int(after, "after", 0, 2**63 - 1)
-        check_int(upto, "upto", 0, 2**63 - 1)
-        check_int(max_txns, "max_txns", 1, MAX_FETCH)
-        found: list[tuple[int, int]] = []
-        position = after
-        while True:
-            with self.store.read() as txn:
-                s = reads.scan(txn, self.store, stream, partition, position, upto, max_txns - len(found),
-                               self.clock(), load=False)
-            found.extend(s.index)
-            position = max(position, s.position)
-            if s.expired is None:
-                return IndexScan(found, position, s.blocked, s.full)
-            position = s.expired  # expired at the state time: passed over, never written
-            if len(found) >= max_txns:
-                return IndexScan(found, position, False, True)
+        # expired at the state time: passed over, never written
+        return reads.scan_index(self.store, self.clock, stream, partition, after, upto, max_txns, lambda s: None)
 
     def page_scan(self, stream: str, partition: int, after: int, upto: int, max_txns: int, cursor: Any,
                   cap: int) -> ScanPage:

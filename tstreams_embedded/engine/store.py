@@ -90,9 +90,9 @@ def translate(exc: BaseException, action: str, path: str, closed: bool = False) 
     return errors.TStreamsError(f"{action} failed: {type(exc).__name__}: {exc}")
 
 
-DB_NAMES = ("meta", "streams", "parts", "txns", "data", "offsets", "markers", "log", "state")
+DB_NAMES = ("meta", "streams", "parts", "txns", "data", "offsets", "markers", "log", "state", "queues")
 #: databases a read-only open does without when a directory predates them
-OPTIONAL_DBS = ("state",)
+OPTIONAL_DBS = ("state", "queues")
 
 MAX_READERS = 1024
 DEFAULT_MAP_SIZE = 1 << 30  # 1 GiB to start; the file is sparse and grows with use
@@ -232,6 +232,8 @@ class Store:
         #: state stores of stream applications (:mod:`.state`); None only in a read-only open
         #: of a directory older than them
         self.state = self.dbs.get("state")
+        #: work queue groups (:mod:`.queuestate`); None only in a read-only open of an older directory
+        self.queues = self.dbs.get("queues")
 
     def _reserve_lock_file(self, readonly: bool) -> None:
         """Real blocks for ``lock.mdb`` before LMDB maps it (see :mod:`.directory`)."""

@@ -49,7 +49,17 @@ import zmq
 
 from .. import errors
 from ..engine import ops as O
-from ..engine.backend import Backend, ConsumerInfo, Fetched, IndexScan, PartitionInfo, StoreScan, StreamInfo, TxnData
+from ..engine.backend import (
+    Backend,
+    ConsumerInfo,
+    Fetched,
+    IndexScan,
+    PartitionInfo,
+    QueueStatus,
+    StoreScan,
+    StreamInfo,
+    TxnData,
+)
 from ..engine.validate import check_wait
 from . import framing
 from .connection import Connection
@@ -140,10 +150,6 @@ def _each(decode: Callable[[Any], T]) -> Callable[[Any], list[T]]:
 
 def _pairs(value: Any) -> list[tuple[bytes, bytes]]:
     return [(k, v) for k, v in value]
-
-
-def _optional(decode: Callable[[Any], T]) -> Callable[[Any], T | None]:
-    return lambda value: None if value is None else decode(value)
 
 
 class RemoteBackend:
@@ -384,6 +390,7 @@ class RemoteBackend:
     get_marker = _remote(Backend.get_marker, _as_is)
     list_consumers = _remote(Backend.list_consumers, _each(ConsumerInfo.from_wire))
     describe_partitions = _remote(Backend.describe_partitions, _each(PartitionInfo.from_wire))
+    queue_status = _remote(Backend.queue_status, QueueStatus.from_wire)
     first_open_at = _remote(Backend.first_open_at, _as_is)
     store_get = _remote(Backend.store_get, _as_is)
     store_range = _remote(Backend.store_range, _pairs)

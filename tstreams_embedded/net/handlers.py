@@ -35,7 +35,7 @@ from .. import errors
 from ..engine import ops as O
 from ..engine.backend import Backend, StoreScan
 from ..engine.paging import ScanPage
-from ..engine.validate import check_int
+from ..engine.validate import check_int, check_wait
 from .registry import Registry, WaitCommit
 from .session import Session
 
@@ -250,6 +250,10 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
     def list_consumers(session: Session, stream: str | None = None, limit: int | None = None) -> list[Any]:
         return [c.to_wire() for c in core.list_consumers(stream, limit)]
 
+    @reg.call("queue_status", executor="pool")
+    def queue_status(session: Session, stream: str, group: str, full: bool = False) -> list[Any]:
+        return core.queue_status(stream, group, full).to_wire()
+
     @reg.call("describe_partitions", executor="pool")
     def describe_partitions(session: Session, stream: str, first: int = 0, count: int = 256) -> list[Any]:
         return [p.to_wire() for p in core.describe_partitions(stream, first, count)]
@@ -272,26 +276,22 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
 
     @reg.stream("wait_for_commit")
     def wait_for_commit(session: Session, seen: int, timeout: float) -> Generator[WaitCommit, int, int]:
-        _check_wait(seen, timeout)
+        timeout = check_wait(seen, timeout)  # the engine's own check: nan or inf would never end
         if core.closed:
             raise errors.EngineClosed(f"engine at {core.path!r} is closed")
         if timeout <= 0:
             return core.wait_for_commit(seen, 0)
-        yield WaitCommit(seen, min(float(timeout), MAX_WAIT))
+        yield WaitCommit(seen, min(timeout, MAX_WAIT))
         return core.wait_for_commit(seen, 0)  # the newest sequence, read now
 
     @reg.stream("watch")
     def watch(session: Session, seen: int) -> Generator[WaitCommit | int, int, None]:
-        _check_wait(seen, 0)
+        check_wait(seen, 0)
         while True:
             current = yield WaitCommit(seen, 30.0)
             if current > seen:
                 seen = current
                 yield current
-
-    @reg.call("ping")
-    def ping(session: Session) -> str:
-        return "pong"
 
     @reg.call("server_info")
     def get_server_info(session: Session) -> dict[str, Any]:
@@ -304,10 +304,3 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
         }
 
     return reg
-
-
-def _check_wait(seen: Any, timeout: Any) -> None:
-    if isinstance(seen, bool) or not isinstance(seen, int):
-        raise errors.InvalidArgument(f"seen must be an integer, got {type(seen).__name__}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-        raise errors.InvalidArgument(f"timeout must be a non-negative number, got {timeout!r}")

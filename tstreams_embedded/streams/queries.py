@@ -360,7 +360,6 @@ class QueryServer:
         ], default_handler_class=_NotFound, default_handler_args=kw)
         server = tornado.httpserver.HTTPServer(web, max_body_size=1 << 16)
         server.add_sockets(sockets)
-        self._server = server
         self._ready.set()
         self._loop.start()
         server.stop()
