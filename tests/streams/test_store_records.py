@@ -58,8 +58,8 @@ def test_windowed_fetch(tstreams_engine: ts.Engine) -> None:
     (O.StoreWrite("s", [], [1]), errors.InvalidArgument),
     (O.StoreWrite("s", [], None, [[b"a"]]), errors.InvalidArgument),
 ])
-def test_bad_store_writes_write_nothing(tstreams_engine: ts.Engine, bad: Any, error: type) -> None:
-    b = tstreams_engine.backend
+def test_bad_store_writes_write_nothing(shared_engine: ts.Engine, bad: Any, error: type) -> None:
+    b = shared_engine.backend
     b.submit([O.StoreWrite("s", [[b"before", b"1"]])])
     with pytest.raises(error):
         b.submit([O.StoreWrite("s", [[b"partial", b"no"]]), bad])
@@ -191,9 +191,9 @@ def test_store_snapshot_reads_several_stores_and_windows(tstreams_engine: ts.Eng
     ([StoreScan("s")], 0),
     ([StoreScan("s")], (16 << 20) + 1),
 ])
-def test_bad_store_snapshots(tstreams_engine: ts.Engine, scans: Any, max_bytes: Any) -> None:
+def test_bad_store_snapshots(shared_engine: ts.Engine, scans: Any, max_bytes: Any) -> None:
     with pytest.raises(errors.InvalidArgument):
-        tstreams_engine.backend.store_snapshot(scans, max_bytes)
+        shared_engine.backend.store_snapshot(scans, max_bytes)
 
 
 WINDOW_KEYS = [b"", b"a", b"ab", b"b", b"\xff"]
