@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.net import framing
-from tstreams_embedded.testing import eventually
+from tstreams_embedded.testing import ServeProcess, eventually
 
 
 @pytest.fixture
@@ -119,10 +119,24 @@ BAD_CALLS: list[tuple[str, Callable[[Any], Any]]] = [
 ]
 
 
+@pytest.fixture(scope="module")
+def shared_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An engine connected to one server shared by the cases of :data:`BAD_CALLS` (one server
+    per module, not per case; each case deletes its stream again)."""
+    directory = tmp_path_factory.mktemp("bad-calls")
+    with ServeProcess(directory / "data", directory) as server:
+        engine = server.connect(timeout=20.0)
+        yield engine
+        engine.close()
+
+
 @pytest.mark.parametrize("name,call", BAD_CALLS, ids=[b[0] for b in BAD_CALLS])
-def test_bad_requests_raise_the_embedded_error(tmp_path: Path, remote: Any, name: str, call: Callable) -> None:
+def test_bad_requests_raise_the_embedded_error(tmp_path: Path, shared_remote: Any, name: str,
+                                               call: Callable) -> None:
     """Well-formed bad requests: the remote error has the embedded error's class and message,
     and nothing of a failed batch is written."""
+    remote = shared_remote
+    assert [s.name for s in remote.list_streams()] == []  # (every earlier case deleted its stream)
     emb = ts.open(tmp_path / "emb", compaction_interval=None)
     try:
         results = {}
@@ -135,6 +149,8 @@ def test_bad_requests_raise_the_embedded_error(tmp_path: Path, remote: Any, name
         assert results["remote"] == results["embedded"]
     finally:
         emb.close()
+        if any(s.name == "s" for s in remote.list_streams()):
+            remote.delete_stream("s")
 
 
 def _expired(engine: Any) -> None:
