@@ -14,6 +14,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, Union
 
+from .polling import wait_until
+
 #: What :func:`stop_process` accepts: a ``subprocess.Popen`` or a ``multiprocessing.Process``.
 Stoppable = Union["subprocess.Popen[Any]", multiprocessing.process.BaseProcess]
 
@@ -219,16 +221,16 @@ class ManagedProcess:
         request sent right after could still be answered)."""
         pid = self._running().pid
         os.kill(pid, signal.SIGSTOP)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def stopped() -> bool:
             try:
                 with open(f"/proc/{pid}/stat", "rb") as f:
                     state = f.read().rsplit(b")", 1)[1].split()[0]
             except (OSError, IndexError):  # no procfs, or gone: nothing to wait for
-                return
-            if state in (b"T", b"t"):
-                return
-            time.sleep(0.002)
+                return True
+            return state in (b"T", b"t")
+
+        wait_until(stopped, timeout, 0.002)
 
     def resume(self) -> None:
         """SIGCONT after :meth:`pause`."""
