@@ -138,8 +138,10 @@ class Proc:
             stop_process(self.mp, 10)
 
 
-def start_ours(data: Path, port: int, durability: str, workdir: Path, name: str) -> Proc:
-    server = ServeProcess(data, workdir, port=port, durability=durability, name=name).start(60)
+def start_ours(data: Path, port: int, durability: str, workdir: Path, name: str,
+               extra_args: tuple[str, ...] = ()) -> Proc:
+    server = ServeProcess(data, workdir, port=port, durability=durability, name=name,
+                          extra_args=extra_args).start(60)
     return Proc(bind=server.endpoint, server=server)
 
 

@@ -20,6 +20,7 @@ from .quickstart import quickstart
 from .tools.commands import consume, consumers, produce, streams_describe
 from .tools.output import Output, ms_time
 from .tools.queues import queues
+from .tools.schedules import schedules
 from .tools.target import Target, creating_target_options, target_options
 
 
@@ -170,6 +171,7 @@ main.add_command(consume)
 main.add_command(produce)
 main.add_command(consumers)
 main.add_command(queues)
+main.add_command(schedules)
 main.add_command(quickstart)
 _attach("tstreams_embedded.net.cli", ["serve", "keys"])
 _attach("tstreams_embedded.demo.cli", ["demo"])

@@ -28,6 +28,7 @@ REGISTRY: dict[str, str] = {
     "moebius-server": "benchmarks.systems.net_servers:MoebiusServer",
     "ours-serve": "benchmarks.systems.net_servers:OursServe",
     "ours-serve-sync": "benchmarks.systems.net_servers:OursServeSync",
+    "ours-serve-before": "benchmarks.systems.net_servers:OursServeBefore",
     "ours-haproxy": "benchmarks.systems.net_servers:OursHAProxy",
     # cluster
     "ours-cluster": "benchmarks.systems.cluster:OursCluster",
@@ -49,10 +50,17 @@ REGISTRY: dict[str, str] = {
     "ours-aio-zmq": "benchmarks.systems.aio:OursAioZmq",
     "ours-sync-embedded": "benchmarks.systems.aio:OursSyncEmbedded",
     "ours-sync-zmq": "benchmarks.systems.aio:OursSyncZmq",
+    # work queues (issue 22)
+    "ours-queue": "benchmarks.systems.work_queues:OursQueue",
+    "redis-queue-always": "benchmarks.systems.work_queues:RedisQueueAlways",
+    "redis-queue-everysec": "benchmarks.systems.work_queues:RedisQueueEverysec",
+    "sqlite-queue": "benchmarks.systems.work_queues:SqliteQueue",
     # cluster catch-up
     "cluster-catchup": "benchmarks.systems.cluster_catchup:ClusterCatchup",
     "ours-streams-join": "benchmarks.systems.stream_join_jobs:OursStreamsJoin",
     "ours-streams-sliding": "benchmarks.systems.stream_sliding:OursSliding",
+    # scheduled delivery (issue 22)
+    "ours-schedules": "benchmarks.systems.schedules:OursSchedules",
     "bytewax-join": "benchmarks.systems.stream_join_jobs:BytewaxJoin",
 }
 OURS = ("ours-embedded", "ours-zmq")

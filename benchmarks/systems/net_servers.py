@@ -86,9 +86,10 @@ class OursServe(_Served):
     description = "tstreams serve --durability async"
     is_ours = True
     durability = "async"
+    extra_args: tuple[str, ...] = ()
 
     def open(self) -> None:
-        p = start_ours(self.workdir / "data", free_port(), self.durability, self.workdir, self.name)
+        p = start_ours(self.workdir / "data", free_port(), self.durability, self.workdir, self.name, self.extra_args)
         self.procs.append(p)
         prepare_stream(p.bind)
         self.endpoints[""], self.pids[""] = p.bind, [p.pid]
@@ -99,6 +100,17 @@ class OursServeSync(OursServe):
     label = "tstreams serve (sync durability)"
     description = "tstreams serve --durability sync"
     durability = "sync"
+
+
+class OursServeBefore(OursServe):
+    """The limits of before issue 19 item 4's second part: 64 MiB requests and frames
+    (now 16 MiB, ``ZMQ_MAXMSGSIZE`` following ``--max-request-size``): the baseline of
+    what that change costs per request."""
+
+    name = "ours-serve-before"
+    label = "tstreams serve (async), 64 MiB request limit (before)"
+    description = "tstreams serve --durability async --max-request-size 64MiB (so --max-msg-size 64 MiB)"
+    extra_args = ("--max-request-size", str(64 << 20))
 
 
 class OursHAProxy(_Served):

@@ -347,3 +347,19 @@ def test_unopened_transaction_and_finished_transaction_give_specific_errors(open
                 await txn.send(b"late")
 
     asyncio.run(main())
+
+
+def test_schedules_through_the_async_handle(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            soon = await engine.schedule("s", [b"soon"], delay=0.1)
+            later = await engine.schedule("s", [b"later"], delay=3600)
+            assert [i.id for i in await engine.schedules()] == [soon, later]
+            assert await engine.cancel_schedule(later) is True
+            consumer = await engine.consumer("s", "c")
+            txn = await consumer.next(timeout=10)  # woken by the firing commit
+            assert txn is not None and txn.items == [b"soon"]
+            assert await engine.schedules() == []
+
+    asyncio.run(main())

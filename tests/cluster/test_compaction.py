@@ -79,9 +79,10 @@ def test_leader_compacts_by_itself_and_a_killed_follower_catches_up(make_cluster
     assert leader.status()["applied"] == follower.status()["applied"]
 
 
-def test_maintenance_batches_hold_compact_records_only() -> None:
+def test_maintenance_batches_hold_compact_and_fire_schedule_records_only() -> None:
     assert O.check_maintenance_batch([O.Compact("s", 0, 5, 1)]) == [O.Compact("s", 0, 5, 1)]
-    with pytest.raises(errors.InvalidArgument, match="Compact records only"):
+    assert O.check_maintenance_batch([O.FireSchedule(3)]) == [O.FireSchedule(3)]
+    with pytest.raises(errors.InvalidArgument, match="Compact and FireSchedule records only"):
         O.check_maintenance_batch([O.CreateStream("s", 1, 10)])
     with pytest.raises(errors.InvalidArgument):
         O.check_maintenance_batch("not a list")

@@ -19,7 +19,7 @@ def _last_ops(core: Core) -> list[type]:
 
 
 def test_every_state_change_appends_one_entry(make_engine, clock) -> None:
-    engine = make_engine(clock=clock, txn_ttl=1.0, keepalive_interval=None)
+    engine = make_engine(clock=clock, txn_ttl=1.0, keepalive_interval=None, fire_schedules=False)
     core: Core = engine.backend
     state: dict = {}
 
@@ -70,10 +70,16 @@ def test_every_state_change_appends_one_entry(make_engine, clock) -> None:
     state["d"] = None
     step(O.QueueReceive, lambda: state.__setitem__("d", q.receive(1, timeout=0)[0]))
     step(O.QueueSettle, lambda: state["d"].ack())
+    state["due"] = engine.schedule("s", [b"due"], delay=1)
+    step(O.Schedule, lambda: engine.schedule("s", [b"cancelled"], delay=1))
+    step(O.CancelSchedule, lambda: engine.cancel_schedule(state["due"] + 1))
+    clock.advance(1_000)
+    step(O.FireSchedule, lambda: core.fire_due_schedules())
     step(O.DeleteStream, lambda: engine.delete_stream("s"))
     covered = {O.CreateStream, O.Open, O.Data, O.Checkpoint, O.Instant, O.CancelIfOpen, O.KeepAlive, O.Invalidate,
                O.SetOffsets, O.SetMarker, O.Compact, O.Cancel, O.DeleteStream, O.ResetOffsets, O.DeleteConsumer,
-               O.StoreWrite, O.Lease, O.CheckLease, O.QueueDeclare, O.QueueReceive, O.QueueSettle}
+               O.StoreWrite, O.Lease, O.CheckLease, O.QueueDeclare, O.QueueReceive, O.QueueSettle, O.Schedule,
+               O.CancelSchedule, O.FireSchedule}
     assert covered == set(O.RECORDS), "every operation record has a step here"
 
 

@@ -49,8 +49,13 @@ RECORD_STRATEGIES: dict[type, Any] = {
                               st.lists(small, max_size=3), small, stream_id=optional),
     O.QueueReceive: st.builds(O.QueueReceive, names, names, names, small, small, stream_id=optional,
                               deliveries=st.none() | st.lists(st.lists(small, min_size=4, max_size=4), max_size=3)),
-    O.QueueSettle: st.builds(O.QueueSettle, names, names, small, ints, small, names, small, st.integers(1, 4),
+    O.QueueSettle: st.builds(O.QueueSettle, names, names, names, st.integers(1, 4),
+                             st.lists(st.lists(small, min_size=4, max_size=4), min_size=1, max_size=3),
                              st.none() | small, st.none() | st.text(max_size=8), stream_id=optional),
+    O.Schedule: st.builds(O.Schedule, names, small, chunks, st.none() | ints, st.none() | ints, optional, optional,
+                          optional, stream_id=optional),
+    O.CancelSchedule: st.builds(O.CancelSchedule, ints),
+    O.FireSchedule: st.builds(O.FireSchedule, ints, optional),
 }
 any_record = st.one_of(*RECORD_STRATEGIES.values())
 

@@ -208,8 +208,11 @@ BAD_CALLS: list[tuple[Any, type, str]] = [
     (lambda e: e.work_queue("s", "g").receive(max_items=0), errors.InvalidArgument, "max_items"),
     (lambda e: e.work_queue("s", "g").receive(timeout=-1), errors.InvalidArgument, "timeout"),
     (lambda e: e.backend.queue_status("s", "undeclared"), errors.WorkQueueNotFound, "undeclared"),
-    (lambda e: e.backend.submit([O.QueueSettle("s", "g", 0, 1, 0, "c", 1, 99)]), errors.InvalidArgument,
+    (lambda e: e.backend.submit([O.QueueSettle("s", "g", "c", 99, [[0, 1, 0, 1]])]), errors.InvalidArgument,
      "action"),
+    (lambda e: e.backend.submit([O.QueueSettle("s", "g", "c", 1, [])]), errors.InvalidArgument, "deliveries"),
+    (lambda e: e.backend.submit([O.QueueSettle("s", "g", "c", 1, [[0, 1]])]), errors.InvalidArgument,
+     "each delivery"),
     (lambda e: e.backend.submit([O.QueueReceive("s", "g", "c", 1, 1, None, [[0, 1, 0, 1]])]),
      errors.InvalidArgument, "resolved|engine"),
 ]

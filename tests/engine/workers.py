@@ -121,6 +121,14 @@ def hold(path: str, txn_ttl: str) -> None:
     print("closed", flush=True)
 
 
+def fire(path: str) -> None:
+    """Open the engine (its firer thread fires the due schedules), print ``ready`` and run
+    until killed or until stdin ends."""
+    with ts.open(path, durability="sync", compaction_interval=None):
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+
 def load_recipe() -> dict:
     """The exactly-once-into-SQLite recipe: the first python block of docs/RECIPES.md."""
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -177,7 +185,7 @@ def queue_worker(path: str, mode: str) -> None:
 
 ROLES = {"queue_worker": queue_worker, "writer": writer, "bulk": bulk, "xform": xform, "produce": produce,
          "instants": instants,
-         "sqlite_sink": sqlite_sink, "hold": hold}
+         "sqlite_sink": sqlite_sink, "hold": hold, "fire": fire}
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 import pytest
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
@@ -27,7 +28,8 @@ from tstreams_embedded.engine import ops as O
 from tstreams_embedded.net import framing
 from tstreams_embedded.net.auth import generate_keys
 from tstreams_embedded.net.client import encode_submit
-from tstreams_embedded.net.serve import exposed_binds
+from tstreams_embedded.net.serve import exposed_binds, server_options
+from tstreams_embedded.net.server import DEFAULT_MAX_SERVER_BYTES
 from tstreams_embedded.testing import ServeProcess, eventually
 
 MiB = 1024 * 1024
@@ -394,7 +396,8 @@ def test_large_requests_in_transit_are_the_documented_remainder(served: Callable
     more (here 1). Asserted: peak <= --max-server-bytes + 32 x 2 x 16 MiB + 100 MiB (1,813 MiB
     for 16 such clients before)."""
     budget = 128 * MiB
-    srv = served("--max-server-bytes", str(budget), "--rcvhwm", "1", durability="sync")
+    srv = served("--max-server-bytes", str(budget), "--max-request-size", str(32 * MiB), "--rcvhwm", "1",
+                 durability="sync")  # (16 MiB requests: over the default limit of 16 MiB with their header)
     with srv.connect(timeout=20) as e:
         e.create_stream("m", partitions=1)
     with RssSampler(srv.pid) as rss:
@@ -432,3 +435,87 @@ def test_writes_held_back_for_the_write_queue_keep_their_order(served: Callable[
         got = e.backend.get_transaction("o", 0, txn_id)
         assert got is not None and [item[0] for item in got.items] == list(range(n))
 
+
+
+# ---------------------------------------------------------------------------------- issue 19 item 4, defaults
+def submit_frames(rid: int, items: list[bytes]) -> list[Any]:
+    return [framing.pack_request_header(rid, "submit", 0),
+            *encode_submit([O.Instant("m", 0, O.pack_items(items))], False)]
+
+
+#: The issue's shapes, sent by raw DEALERs that never read: (clients, requests per client,
+#: the request's frames given its ID). RSS before, with the defaults of then: 1,045 MiB,
+#: 1,813 MiB, 1,461 MiB and 2.6 GiB (measured here: 360, 1,116, 1,467 and 2,649 MiB).
+ISSUE_SHAPES: dict[str, tuple[int, int, Callable[[int], list[Any]]]] = {
+    "1 client pipelining 40 submits of 16 MiB": (1, 40, lambda rid: submit_frames(rid, [b"a" * (16 * MiB)])),
+    "16 clients pipelining 8 submits of 16 MiB": (16, 8, lambda rid: submit_frames(rid, [b"b" * (16 * MiB)])),
+    "32 clients each sending one 48 MiB write": (32, 1, lambda rid: submit_frames(rid, [b"c" * MiB] * 48)),
+    "1 request of 40 frames of 64 MiB": (1, 1, lambda rid: [framing.pack_request_header(rid, "submit", 0),
+                                                           framing.pack([[], True]), *[b"d" * (64 * MiB - 1024)] * 40]),
+}
+
+
+@pytest.mark.parametrize("shape", list(ISSUE_SHAPES))
+def test_requests_over_the_largest_request_are_refused_before_zeromq_holds_them(
+        served: Callable[..., ServeProcess], ctx: zmq.Context[Any], shape: str) -> None:
+    """With the default settings, a frame larger than ``--max-request-size`` (16 MiB) is
+    refused by ZeroMQ at its header (``ZMQ_MAXMSGSIZE``), before any of it is held: the
+    sender is disconnected, and the server's anonymous RSS stays within its budget
+    (``--max-server-bytes``, 256 MiB) + 100 MiB, while a client that reads its replies is
+    served. Before (64 MiB frames and requests allowed) ZeroMQ held every such request
+    whole: the RSS figures of :data:`ISSUE_SHAPES`."""
+    clients, per_client, frames_of = ISSUE_SHAPES[shape]
+    srv = served()
+    with srv.connect(timeout=20) as e:
+        e.create_stream("m", partitions=1)
+    sockets = [dealer(srv.endpoint, ctx, rcvhwm=1) for _ in range(clients)]
+    monitors = [s.get_monitor_socket(zmq.EVENT_DISCONNECTED) for s in sockets]
+    requests = [frames_of(i + 1) for i in range(per_client)]
+    disconnected = [False] * clients
+
+    def all_disconnected() -> bool:
+        for k, m in enumerate(monitors):
+            while m.poll(0):
+                recv_monitor_message(m)
+                disconnected[k] = True
+        return all(disconnected)
+
+    with RssSampler(srv.pid) as rss:
+        for frames in requests:
+            for s in sockets:
+                s.send_multipart(frames, copy=False)
+        eventually(all_disconnected, timeout=120, message=lambda: f"{disconnected.count(False)} not disconnected")
+        with srv.connect(timeout=60) as good:  # served meanwhile
+            good.producer("m").instant([b"good"])
+            assert good.backend.ping() < 5.0  # type: ignore[attr-defined]
+            st = good.backend.server_stats()  # type: ignore[attr-defined]
+    for m in monitors:
+        m.close(0)
+    print(f"{shape}: peak anonymous RSS {rss.peak / MiB:.0f} MiB, total {rss.peak_total / MiB:.0f} MiB")
+    bound = DEFAULT_MAX_SERVER_BYTES + 100 * MiB
+    assert rss.peak <= bound, f"peak anonymous RSS {rss.peak / MiB:.0f} MiB, bound {bound / MiB:.0f} MiB"
+    assert st["too_large"] == 0 and st["busy"] == 0, st  # none of it reached the server's loop
+    with srv.connect(timeout=20) as e:
+        assert [t.items for t in e.backend.transactions_range("m", 0, 0, 2**63 - 1)] == [[b"good"]]
+
+
+def test_a_request_over_the_servers_largest_is_refused_unsent(served: Callable[..., ServeProcess]) -> None:
+    """``RemoteBackend`` checks a request over 1 MiB against the server's limits (asked once)
+    and raises ``RequestTooLarge`` without sending it — instead of losing its connection
+    to ZeroMQ's ``MAXMSGSIZE`` — and stays connected; one within them is written."""
+    srv = served("--max-request-size", str(4 * MiB))
+    with srv.connect(timeout=20) as e:
+        e.create_stream("m", partitions=1)
+        p = e.producer("m")
+        with pytest.raises(errors.RequestTooLarge, match="max request size"):
+            p.instant([b"x" * MiB] * 5)  # one chunk of 5 MiB
+        txn = p.new_transaction()  # the same items in a transaction travel in 1 MiB chunks
+        for _ in range(5):
+            txn.send(b"y" * MiB)
+        txn.checkpoint()
+        assert [len(t.items) for t in e.backend.transactions_range("m", 0, 0, 2**63 - 1)] == [5]
+        assert e.backend.server_stats()["too_large"] == 0  # type: ignore[attr-defined]
+    # ZeroMQ's frame limit follows the largest request unless set apart
+    assert server_options().max_msg_size == server_options().max_request_bytes == 16 * MiB
+    assert server_options(max_request_size=4 * MiB).max_msg_size == 4 * MiB
+    assert server_options(max_msg_size=-1, max_request_size=4 * MiB).max_msg_size == -1

@@ -33,6 +33,7 @@ from .offload import DEFAULT_MAX_THREADS, Offload
 from .producer import AsyncProducer, AsyncTransaction
 from .remote import NativeRemote
 from .subscription import AsyncSubscription
+from .workqueue import AsyncDelivery, AsyncWorkQueue
 
 
 async def open(path: str | os.PathLike[str], durability: str = "sync", *,  # noqa: A001 - aio.open, as ts.open
@@ -74,10 +75,12 @@ async def connect(endpoint: str | Sequence[str], *, max_threads: int = DEFAULT_M
 __all__ = [
     "AsyncCheckpointGroup",
     "AsyncConsumer",
+    "AsyncDelivery",
     "AsyncEngine",
     "AsyncProducer",
     "AsyncSubscription",
     "AsyncTransaction",
+    "AsyncWorkQueue",
     "Transaction",
     "connect",
     "open",

@@ -7,6 +7,7 @@ loop never waits for LMDB or the network.
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from ..engine.backend import StreamInfo
 from ..engine.consumer import Start
 from ..engine.engine import DEFAULT_STREAM_TTL, Engine
+from ..engine.schedules import ScheduleInfo
 from .consumer import AsyncConsumer
 from .group import AsyncCheckpointGroup, Member
 from .offload import Offload
@@ -21,6 +23,7 @@ from .producer import AsyncProducer
 from .remote import NativeRemote
 from .signal import CommitSignal
 from .subscription import AsyncSubscription
+from .workqueue import AsyncWorkQueue
 
 
 class AsyncEngine:
@@ -92,9 +95,31 @@ class AsyncEngine:
         consumer = await self.consumer(stream, name, start, partitions, True, serializer)
         return AsyncSubscription(consumer)
 
+    async def work_queue(self, stream: str, group: str, **options: Any) -> AsyncWorkQueue:
+        """Work queue ``group`` of ``stream`` (see :meth:`tstreams_embedded.Engine.work_queue`
+        for the options): creates the group or changes its settings."""
+        sync = await self.offload.write(lambda: self.sync.work_queue(stream, group, **options))
+        return AsyncWorkQueue(sync, self.offload, self.signal)
+
     def checkpoint_group(self, *agents: Member) -> AsyncCheckpointGroup:
         """Shorthand for ``aio.AsyncCheckpointGroup(*agents)``."""
         return AsyncCheckpointGroup(*agents)
+
+    # ------------------------------------------------------------------ scheduled delivery
+    async def schedule(self, stream: str, items: Iterable[bytes], *, at: _dt.datetime | None = None,
+                       delay: float | None = None, partition: int | None = None) -> int:
+        """:meth:`tstreams_embedded.Engine.schedule`: ``items`` become one transaction of
+        ``stream`` at ``at`` or after ``delay`` seconds; the schedule's ID."""
+        return await self.offload.write(self.sync.schedule, stream, list(items), at=at, delay=delay,
+                                        partition=partition)
+
+    async def cancel_schedule(self, schedule_id: int) -> bool:
+        """:meth:`tstreams_embedded.Engine.cancel_schedule`: True if it was pending."""
+        return await self.offload.write(self.sync.cancel_schedule, schedule_id)
+
+    async def schedules(self, stream: str | None = None, limit: int | None = None) -> list[ScheduleInfo]:
+        """:meth:`tstreams_embedded.Engine.schedules`: the pending ones, earliest due first."""
+        return await self.offload.read(self.sync.schedules, stream, limit)
 
     async def stats(self) -> dict[str, Any]:
         return await self.offload.read(self.sync.stats)

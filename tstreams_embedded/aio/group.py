@@ -12,8 +12,9 @@ from ..engine.group import CheckpointGroup
 from .consumer import AsyncConsumer
 from .offload import Offload
 from .producer import AsyncProducer
+from .workqueue import AsyncWorkQueue
 
-Member = AsyncProducer | AsyncConsumer
+Member = AsyncProducer | AsyncConsumer | AsyncWorkQueue
 
 
 class AsyncCheckpointGroup:
@@ -27,8 +28,9 @@ class AsyncCheckpointGroup:
             self.add(a)
 
     def add(self, agent: Member) -> AsyncCheckpointGroup:
-        if not isinstance(agent, (AsyncProducer, AsyncConsumer)):
-            raise errors.InvalidArgument(f"only async producers and consumers can join an AsyncCheckpointGroup, "
+        if not isinstance(agent, (AsyncProducer, AsyncConsumer, AsyncWorkQueue)):
+            raise errors.InvalidArgument(f"only async producers, consumers and work queues can join an "
+                                         f"AsyncCheckpointGroup, "
                                          f"got {agent!r}")
         self.sync.add(agent.sync)
         if agent not in self._agents:

@@ -509,7 +509,7 @@ class Node:
         """The server's ``submit`` batch function (:meth:`.writes.Writes.submit_batch`)."""
         return self.writes.submit_batch(calls)
 
-    def submit_maintenance(self, ops: Sequence[O.Compact]) -> Outcome:
+    def submit_maintenance(self, ops: Sequence[O.Compact | O.FireSchedule]) -> Outcome:
         """Replicate engine maintenance (:meth:`.writes.Writes.submit_maintenance`)."""
         return self.writes.submit_maintenance(ops)
 

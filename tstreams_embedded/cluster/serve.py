@@ -37,6 +37,7 @@ from .compaction import ReplicatedCompaction
 from .follower_reads import READ_METHODS, FollowerReads
 from .metrics import node_registry
 from .node import Node
+from .schedules import ReplicatedSchedules
 from .status_page import page_routes
 
 log = logging.getLogger(__name__)
@@ -256,6 +257,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
     auth = start_security(ctx, curve_dir, [*binds, repl], opts, peers)
     try:
         core_options.setdefault("compaction_interval", None)  # the leader replicates it (.compaction)
+        core_options["fire_schedules"] = False  # the leader fires (.schedules)
         core = Core(os.fspath(data), durability, clock=StateClock(), **core_options)  # reads judge time as apply does
         try:
             node = Node(core, cluster, node_id, binds[0], repl, http=http, acks=acks, session_timeout=session_timeout,
@@ -269,6 +271,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         ctx.term()
         raise
     compaction = ReplicatedCompaction(node)
+    firing = ReplicatedSchedules(node)
     registry = cluster_registry(core, node, {"data": os.path.abspath(os.fspath(data)), "node": node_id,
                                                 "cluster": node.coordinator.description}, compaction,
                                 max_reply_bytes)
@@ -279,8 +282,10 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
             listen_http(http_app(node, server.stats), http_host, http_port)
         node.start()
         compaction.start()
+        firing.start()
 
     def on_stop() -> None:
+        firing.stop()
         compaction.stop()
         node.stop()
 

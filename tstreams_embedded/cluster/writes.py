@@ -70,8 +70,8 @@ class Writes:
                         out[i] = (False, exc)
         return [o if o is not None else (False, errors.ClusterUnavailable("no outcome")) for o in out]
 
-    def submit_maintenance(self, ops: Sequence[O.Compact]) -> Outcome:
-        """Leader: replicate engine maintenance (``Compact`` records) as one log entry that
+    def submit_maintenance(self, ops: Sequence[O.Compact | O.FireSchedule]) -> Outcome:
+        """Leader: replicate engine maintenance (``Compact`` or ``FireSchedule`` records) as one log entry that
         every node applies alike; wait until it is committed and applied here. Returns
         ``(True, results)`` or ``(False, exception)``; raises ``NotLeader`` or
         ``ClusterUnavailable`` as a client write would."""

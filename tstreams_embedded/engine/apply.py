@@ -28,7 +28,7 @@ from crc32c import crc32c
 
 from .. import errors
 from ..ids import ID_MULTIPLIER
-from . import expiry, keys, queuestate, seals, state
+from . import expiry, keys, queuestate, schedules, seals, state
 from . import ops as O
 from .backend import StreamInfo
 from .catalog import encode_stream, lookup_stream
@@ -52,6 +52,10 @@ R = TypeVar("R")
 ID_FLOOR = b"id_floor"
 #: ``meta`` key: the id of the next stream created
 NEXT_STREAM_ID = b"next_stream_id"
+#: ``meta`` key: the id of the next schedule (:mod:`.schedules`)
+NEXT_SCHEDULE_ID = b"next_schedule_id"
+#: the state namespace of the schedules, written only by the schedule records
+_SCHEDULES = state.prefix(schedules.NAMESPACE)
 Handler = Callable[["Applier", "BatchScope", Any], tuple[Any, Any]]
 _HANDLERS: dict[type, Handler] = {}
 
@@ -501,9 +505,17 @@ def _set_marker(a: Applier, scope: BatchScope, op: O.SetMarker) -> tuple[None, O
     return None, op._replace(guard=bool(op.guard))
 
 
+def _not_reserved(store: Any) -> bytes:
+    """The key prefix of state store ``store``; InvalidArgument for the schedules' namespace."""
+    pfx = state.prefix(store)
+    if pfx == _SCHEDULES:
+        raise errors.InvalidArgument(f"store {store!r} is reserved for scheduled delivery (engine.schedule)")
+    return pfx
+
+
 @handles(O.StoreWrite)
 def _store_write(a: Applier, scope: BatchScope, op: O.StoreWrite) -> tuple[None, O.StoreWrite]:
-    pfx = state.prefix(op.store)
+    pfx = _not_reserved(op.store)
     db = a.store.state
     puts = _pairs(op.puts, "puts")
     deletes = op.deletes if op.deletes is not None else []
@@ -548,7 +560,7 @@ def _lease_args(op: O.Lease | O.CheckLease) -> tuple[bytes, bytes]:
     if not isinstance(op.owner, str) or len(op.owner) > 255:
         raise errors.InvalidArgument(f"lease owner must be a str of at most 255 characters, got {op.owner!r:.60}")
     check_int(op.epoch, "lease epoch", 0, 2**62)
-    return state.prefix(op.store) + key, key
+    return _not_reserved(op.store) + key, key
 
 
 @handles(O.Lease)
@@ -590,6 +602,82 @@ def _check_lease(a: Applier, scope: BatchScope, op: O.CheckLease) -> tuple[None,
             raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is no longer {op.owner!r} at epoch "
                                        f"{op.epoch}: it is {held}; the fenced write was refused")
     return None, op
+
+
+@handles(O.Schedule)
+def _schedule(a: Applier, scope: BatchScope, op: O.Schedule) -> tuple[int, O.Schedule]:
+    info = a.partition_info(scope, op.stream, op.partition, op.stream_id)
+    if (op.at_ms is None) == (op.delay_ms is None):
+        raise errors.InvalidArgument("a schedule needs exactly one of at_ms and delay_ms")
+    n = a.count_items(scope, op.chunk)
+    if n == 0:
+        raise errors.InvalidArgument("a schedule needs at least one item")
+    if type(op.chunk) is not bytes:
+        raise errors.InvalidArgument("a schedule's items must be a packed chunk (bytes)")
+    if scope.replay and op.schedule_id is not None:
+        sid = check_int(op.schedule_id, "schedule id", 1, 2**63 - 1)
+        due = check_int(op.due_ms, "due_ms", 0, schedules.MAX_DUE_MS)
+        created = check_int(op.created_ms, "created_ms", 0, 2**63 - 1)
+    else:
+        if op.at_ms is not None:
+            due = check_int(op.at_ms, "at_ms", 0, schedules.MAX_DUE_MS)
+        else:
+            due = scope.now + check_int(op.delay_ms, "delay_ms", 0, schedules.MAX_DUE_MS)
+            if due > schedules.MAX_DUE_MS:
+                raise errors.InvalidArgument(f"the schedule would be due after the year 9999 ({due} ms)")
+        raw = a.store.get(scope.txn, "meta", NEXT_SCHEDULE_ID)
+        sid = keys.U64.unpack(raw)[0] if raw else 1
+        created = scope.now
+    a.store.put(scope.txn, "meta", NEXT_SCHEDULE_ID, keys.U64.pack(sid + 1))
+    a.store.put(scope.txn, "state", _SCHEDULES + schedules.due_key(due, sid),
+                schedules.pack_schedule(info.name, op.partition, info.id, op.chunk, created))
+    a.store.put(scope.txn, "state", _SCHEDULES + schedules.id_key(sid), schedules.pack_due(due))
+    return sid, op._replace(schedule_id=sid, due_ms=due, created_ms=created, stream_id=info.id)
+
+
+def _pending(a: Applier, scope: BatchScope, schedule_id: Any) -> tuple[int, bytes, bytes] | None:
+    """``(due_ms, due-key, id-key)`` of a pending schedule (None: none with that ID)."""
+    sid = schedules.check_schedule_id(schedule_id)
+    ikey = _SCHEDULES + schedules.id_key(sid)
+    raw = a.store.get(scope.txn, "state", ikey)
+    if raw is None:
+        return None
+    due = schedules.unpack_due(raw)
+    return due, _SCHEDULES + schedules.due_key(due, sid), ikey
+
+
+@handles(O.CancelSchedule)
+def _cancel_schedule(a: Applier, scope: BatchScope, op: O.CancelSchedule) -> tuple[bool, O.CancelSchedule]:
+    found = _pending(a, scope, op.schedule_id)
+    if found is None:
+        return False, op
+    _, dkey, ikey = found
+    scope.txn.delete(dkey, db=a.store.state)
+    scope.txn.delete(ikey, db=a.store.state)
+    return True, op
+
+
+@handles(O.FireSchedule)
+def _fire_schedule(a: Applier, scope: BatchScope, op: O.FireSchedule) -> tuple[int | None, O.FireSchedule]:
+    found = _pending(a, scope, op.schedule_id)
+    if found is None or (scope.replay and op.txn_id is None) or (not scope.replay and found[0] > scope.now):
+        return None, op._replace(txn_id=None)
+    _, dkey, ikey = found
+    raw = a.store.get(scope.txn, "state", dkey)
+    scope.txn.delete(dkey, db=a.store.state)
+    scope.txn.delete(ikey, db=a.store.state)
+    if raw is None:
+        return None, op._replace(txn_id=None)
+    stream, partition, stream_id, chunk, _ = schedules.unpack_schedule(raw)
+    try:
+        info = a.partition_info(scope, stream, partition, stream_id)
+    except errors.StreamNotFound:  # deleted since: the schedule is dropped
+        return None, op._replace(txn_id=None)
+    txn_id = a.allocate(scope, info, partition, op.txn_id if scope.replay else None)
+    n = a.count_items(scope, chunk)
+    a.put_state(scope, keys.txn_key(info.id, partition, txn_id), TxnState.CHECKPOINTED, scope.now, 1, n)
+    a.put_chunk(scope, info, partition, txn_id, 0, chunk, n)
+    return txn_id, op._replace(txn_id=txn_id)
 
 
 def _pairs(value: Any, what: str, bounds: bool = False) -> list[tuple[Any, Any]]:

@@ -36,7 +36,7 @@ import lmdb
 
 from .. import errors
 from ..ids import ID_MULTIPLIER, MAX_ID
-from . import commitlog, inspection, keys, paging, queue_reads, reads, state
+from . import commitlog, inspection, keys, paging, queue_reads, reads, schedules, state
 from . import ops as O
 from .apply import Applier
 from .backend import (
@@ -133,6 +133,7 @@ class Core:
         log_retention: int | None = 100_000,
         log_retention_bytes: int | None = DEFAULT_LOG_RETENTION_BYTES,
         flush_interval: float = 1.0,
+        fire_schedules: bool = True,
     ) -> None:
         if durability not in DURABILITY_MODES:
             raise errors.InvalidArgument(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
@@ -145,6 +146,8 @@ class Core:
             check_int(log_retention_bytes, "log_retention_bytes", 0, 1 << 62)
         check_interval(compaction_interval, "compaction_interval", allow_none=True)
         check_interval(flush_interval, "flush_interval")
+        if not isinstance(fire_schedules, bool):
+            raise errors.InvalidArgument(f"fire_schedules must be True or False, got {fire_schedules!r}")
         if clock is not None and not callable(clock):
             raise errors.InvalidArgument(f"clock must be a callable returning epoch milliseconds, got {clock!r}")
         if not isinstance(path, (str, os.PathLike)):
@@ -180,11 +183,15 @@ class Core:
         self._forked = False
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
+        self._firer: schedules.Firer | None = None
         self.compaction_interval = compaction_interval
         self.flush_interval = flush_interval
         if compaction_interval or durability == "async":
             self._maintenance = threading.Thread(target=self._maintain, name="tstreams-maintenance", daemon=True)
             self._maintenance.start()
+        #: fires due schedules (:mod:`.schedules`); off in a cluster, whose leader fires
+        if fire_schedules:
+            self._firer = schedules.Firer(self.clock, self.next_schedule_due, self.fire_due_schedules)
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ lifecycle
@@ -234,6 +241,8 @@ class Core:
         self._stop.set()
         if self._maintenance is not None:
             self._maintenance.join(timeout=30)
+        if self._firer is not None:
+            self._firer.stop()
         self._closed = True
         with self._commit_cv:
             self._commit_cv.notify_all()
@@ -250,8 +259,9 @@ class Core:
         made meanwhile fail with :class:`EngineClosed`. Only for ``compaction_interval=None``
         engines in ``sync``/``strict`` mode (no maintenance thread)."""
         self._check()
-        if self._maintenance is not None:
-            raise errors.InvalidArgument("reopen() needs an engine without a maintenance thread")
+        if self._maintenance is not None or self._firer is not None:
+            raise errors.InvalidArgument("reopen() needs an engine without a maintenance thread "
+                                         "(compaction_interval=None, fire_schedules=False)")
         self.committer.close()
         self.store.close()
         self._waker.close()  # it watches the old data file; the next wait starts a new one
@@ -283,7 +293,14 @@ class Core:
         batch = O.check_client_batch(ops)
         if not batch:
             return []
-        return self.committer.submit(batch, bool(durable))
+        results = self.committer.submit(batch, bool(durable))
+        self._wake_firer(batch)
+        return results
+
+    def _wake_firer(self, batch: Sequence[Operation]) -> None:
+        """A batch that stored a schedule wakes the firer: it may be due first."""
+        if self._firer is not None and any(type(op) is O.Schedule for op in batch):
+            self._firer.wake()
 
     def submit_many(self, calls: Sequence[tuple[Sequence[Operation], bool]]) -> list[tuple[bool, Any]]:
         """Several independent client ``(ops, durable)`` requests in one commit group and one
@@ -298,6 +315,8 @@ class Core:
             except errors.TStreamsError as exc:
                 checked.append((False, exc))
         done = iter(self.committer.submit_many(todo))
+        for ops, _ in todo:
+            self._wake_firer(ops)
         return [c if c is not None else next(done) for c in checked]
 
     def apply_committed(self, now_ms: int, calls: Sequence[Sequence[Operation] | O.MaintenanceBatch],
@@ -620,6 +639,31 @@ class Core:
         self._check()
         with self.store.read(buffers=True) as txn:
             yield PayloadSnapshot(txn, self.store, lookup_stream(txn, self.store, stream), partition, self.clock())
+
+    # ------------------------------------------------------------------ schedules
+    def next_schedule_due(self) -> int | None:
+        """The due time (epoch ms) of the earliest pending schedule (None: none)."""
+        first = self.store_range(schedules.NAMESPACE, schedules.DUE, schedules.BY_ID, limit=1)
+        return schedules.split_due_key(first[0][0])[0] if first else None
+
+    def due_schedule_firings(self, now: int | None = None) -> list[O.FireSchedule]:
+        """The :class:`~.ops.FireSchedule` records of the schedules due at ``now`` (epoch ms;
+        default: the engine's clock), earliest first, at most :data:`.schedules.FIRE_BATCH`.
+        :meth:`fire_due_schedules` applies them; a cluster leader replicates them."""
+        now = self.clock() if now is None else now
+        entries = self.store_range(schedules.NAMESPACE, schedules.DUE, schedules.BY_ID,
+                                   limit=schedules.FIRE_BATCH)
+        return [O.FireSchedule(sid) for sid in schedules.iter_due(iter(entries), now, schedules.FIRE_BATCH)]
+
+    def fire_due_schedules(self) -> int:
+        """Turn every schedule due on the engine's clock into its transaction (the firer
+        thread does this by itself); how many fired."""
+        fired = 0
+        while True:
+            batch = self.due_schedule_firings()
+            if not batch:
+                return fired
+            fired += sum(1 for txn_id in self.committer.submit(batch, durable=True) if txn_id is not None)
 
     # ------------------------------------------------------------------ maintenance
     def compact(self) -> dict[str, int]:

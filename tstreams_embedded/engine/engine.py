@@ -4,6 +4,8 @@ consumers, subscribers. It works over any :class:`~.backend.Backend`: the embedd
 
 from __future__ import annotations
 
+import datetime as _dt
+import itertools
 import logging
 import threading
 import weakref
@@ -12,6 +14,7 @@ from typing import Any
 
 from .. import errors
 from . import ops as O
+from . import schedules as S
 from .backend import Backend, StreamInfo
 from .batch import Batch
 from .consumer import Consumer, Start, Transaction
@@ -20,7 +23,7 @@ from .group import CheckpointGroup
 from .keepalive import KeepAlive, KeptAlive
 from .producer import Producer, cancel_open_transactions
 from .subscriber import Subscriber
-from .validate import check_interval, check_name, check_stream_shape, txn_ttl_ms, utf8
+from .validate import check_interval, check_name, check_partition, check_stream_shape, txn_ttl_ms, utf8
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -52,6 +55,7 @@ class Engine:
         self._on_close = on_close
         self._closed = False
         self._lock = threading.Lock()
+        self._schedule_turns = itertools.count()  # partition=None: round-robin
 
     def __repr__(self) -> str:
         return f"Engine({self.backend!r})"
@@ -196,6 +200,58 @@ class Engine:
         ``keepalive_interval``); return how many are alive."""
         self.check_open()
         return self._keepalive.refresh()
+
+    # ------------------------------------------------------------------ scheduled delivery
+    def schedule(self, stream: str, items: Iterable[bytes], *, at: _dt.datetime | None = None,
+                 delay: float | None = None, partition: int | None = None) -> int:
+        """Write ``items`` (bytes) to ``stream`` as one checkpointed transaction at ``at`` (a
+        datetime; naive means UTC) or ``delay`` seconds from now (the engine's clock), on
+        ``partition`` (round-robin when None); return the schedule's ID. Durable at return;
+        it fires exactly once, at or after its time, across crashes and restarts, unless
+        :meth:`cancel_schedule` cancels it first. Until then it is not a transaction of the
+        stream: readers do not wait for it. See :mod:`.schedules` and docs/SCHEDULES.md."""
+        self.check_open()
+        at_ms, delay_ms = S.due_ms_of(at, delay)
+        info = self.get_stream(check_name(stream))
+        if isinstance(items, (bytes, str)) or not isinstance(items, Iterable):
+            raise errors.InvalidArgument(f"items must be an iterable of bytes, got {type(items).__name__}")
+        data = list(items)
+        if not data:
+            raise errors.InvalidArgument("a schedule needs at least one item")
+        if any(type(i) is not bytes for i in data):
+            raise errors.InvalidArgument("scheduled items must be bytes (serialize them first)")
+        p = next(self._schedule_turns) % info.partitions if partition is None else check_partition(info, partition)
+        op = O.Schedule(info.name, p, O.pack_items(data), at_ms=at_ms, delay_ms=delay_ms, stream_id=info.id)
+        schedule_id: int = self.backend.submit([op], durable=True)[0]
+        return schedule_id
+
+    def cancel_schedule(self, schedule_id: int) -> bool:
+        """Cancel a schedule that has not fired: True if it was pending, False if there is no
+        such schedule (it fired, was cancelled, or never existed). Atomic with firing: a
+        schedule is either cancelled or delivered, never both."""
+        self.check_open()
+        cancelled: bool = self.backend.submit([O.CancelSchedule(S.check_schedule_id(schedule_id))], durable=True)[0]
+        return cancelled
+
+    def schedules(self, stream: str | None = None, limit: int | None = None) -> list[S.ScheduleInfo]:
+        """The pending schedules (of ``stream``, or all), earliest due first, up to ``limit``."""
+        self.check_open()
+        if stream is not None:
+            check_name(stream)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise errors.InvalidArgument(f"limit must be None or a non-negative integer, got {limit!r}")
+        out: list[S.ScheduleInfo] = []
+        start = S.DUE
+        while limit is None or len(out) < limit:
+            page = self.backend.store_range(S.NAMESPACE, start, S.BY_ID, limit=1000)
+            if not page:
+                break
+            for key, value in page:
+                info = S.info_of(key, value)
+                if stream is None or info.stream == stream:
+                    out.append(info)
+            start = page[-1][0] + b"\x00"
+        return out if limit is None else out[:limit]
 
     # ------------------------------------------------------------------ maintenance
     def compact(self) -> dict[str, int]:

@@ -83,6 +83,10 @@ class Opcode(IntEnum):
     QUEUE_DECLARE = 40
     QUEUE_RECEIVE = 41
     QUEUE_SETTLE = 42
+    # 50..59: scheduled delivery (:mod:`.schedules`)
+    SCHEDULE = 50
+    CANCEL_SCHEDULE = 51
+    FIRE_SCHEDULE = 52
 
 
 class TxnState(IntEnum):
@@ -446,28 +450,63 @@ class QueueReceive(NamedTuple):
 
 @operation(Opcode.QUEUE_SETTLE, mergeable=False)
 class QueueSettle(NamedTuple):
-    """Settle delivery number ``delivery`` of item ``(partition, txn_id, item_index)`` of work
-    queue ``group``, made to ``consumer``: ``action`` is a :class:`.queuestate.Settle` (ack,
-    nak after ``delay_ms`` or the group's backoff when None, progress, term), ``error`` the
-    consumer's reason (kept for the dead-letter record). DeliveryExpired, and nothing
-    written, unless that delivery is still the item's current one. Result: None."""
+    """Settle deliveries of work queue ``group`` made to ``consumer``, all alike: ``action``
+    is a :class:`.queuestate.Settle` (ack, nak after ``delay_ms`` or the group's backoff
+    when None, progress, term), ``error`` the consumer's reason (kept for the dead-letter
+    record); ``deliveries`` lists ``[partition, txn id, item index, delivery number]``.
+    DeliveryExpired, and nothing written, unless each is still its item's current
+    delivery. Result: None."""
 
     stream: str
     group: str
-    partition: int
-    txn_id: int
-    item_index: int
     consumer: str
-    delivery: int
     action: int
+    deliveries: list[Any]
     delay_ms: int | None = None
     error: str | None = None
     stream_id: int | None = None
 
 
+@operation(Opcode.SCHEDULE, resolved=("schedule_id", "due_ms", "created_ms"))
+class Schedule(NamedTuple):
+    """Store a transaction to write to ``stream`` partition ``partition`` at ``at_ms``
+    (epoch ms) or ``delay_ms`` after the engine's clock now (exactly one of them); result:
+    the schedule's ID (:mod:`.schedules`). It is not a transaction until it fires."""
+
+    stream: str
+    partition: int
+    chunk: Chunk
+    at_ms: int | None = None
+    delay_ms: int | None = None
+    schedule_id: int | None = None  # resolved: the next schedule ID
+    due_ms: int | None = None  # resolved: at_ms, or now + delay_ms
+    created_ms: int | None = None  # resolved: the engine's clock
+    stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
+
+
+@operation(Opcode.CANCEL_SCHEDULE)
+class CancelSchedule(NamedTuple):
+    """Delete a schedule that has not fired; result: True if it was pending (False: no such
+    schedule, or it fired or was cancelled already)."""
+
+    schedule_id: int
+
+
+@operation(Opcode.FIRE_SCHEDULE, client=False, resolved=("txn_id",))
+class FireSchedule(NamedTuple):
+    """Turn a due schedule into one checkpointed transaction of its stream and delete it, in
+    this one write (engine only: the firer, or a cluster's leader); result: the new
+    transaction's ID, or None when there was nothing to fire (fired already, cancelled, not
+    due yet on this batch's clock; a schedule whose stream was deleted is dropped)."""
+
+    schedule_id: int
+    txn_id: int | None = None  # resolved: the transaction's ID (None: nothing fired)
+
+
 Operation = (CreateStream | DeleteStream | Open | Data | Checkpoint | Cancel | Instant | KeepAlive | Invalidate
              | SetOffsets | Compact | SetMarker | CancelIfOpen | DeleteConsumer | ResetOffsets | StoreWrite
-             | Lease | CheckLease | QueueDeclare | QueueReceive | QueueSettle)
+             | Lease | CheckLease | QueueDeclare | QueueReceive | QueueSettle | Schedule | CancelSchedule
+             | FireSchedule)
 """Any operation record."""
 
 RECORDS: tuple[type, ...] = tuple(_SPECS)
@@ -530,19 +569,23 @@ def check_client_batch(batch: Any) -> list[Operation]:
 class MaintenanceBatch:
     """Engine maintenance that a cluster leader replicates so that every node applies the
     same: :class:`Compact` records computed from the streams' TTL
-    (:meth:`~tstreams_embedded.engine.core.Core.expired_compactions`). Clients cannot
+    (:meth:`~tstreams_embedded.engine.core.Core.expired_compactions`), or
+    :class:`FireSchedule` records of the due schedules
+    (:meth:`~tstreams_embedded.engine.core.Core.due_schedule_firings`). Clients cannot
     submit it; only the cluster's log carries it."""
 
     ops: tuple[Operation, ...]
 
 
 def check_maintenance_batch(batch: Any) -> list[Operation]:
-    """Validate a :class:`MaintenanceBatch`'s records: :class:`Compact` only. Returns a list."""
+    """Validate a :class:`MaintenanceBatch`'s records: :class:`Compact` and
+    :class:`FireSchedule` only. Returns a list."""
     if not isinstance(batch, (list, tuple)):
-        raise errors.InvalidArgument("a maintenance batch is a list of Compact records")
+        raise errors.InvalidArgument("a maintenance batch is a list of Compact or FireSchedule records")
     for op in batch:
-        if not isinstance(op, Compact):
-            raise errors.InvalidArgument(f"a maintenance batch holds Compact records only, not {describe(op)}")
+        if not isinstance(op, (Compact, FireSchedule)):
+            raise errors.InvalidArgument(f"a maintenance batch holds Compact and FireSchedule records only, "
+                                         f"not {describe(op)}")
     return list(batch)
 
 

@@ -76,6 +76,7 @@ class _Receive:
         self.out: list[list[Any]] = []
         self.bytes = 0
         self.in_flight = config.counters.get("in_flight", 0)
+        self.prefix = Q.group_prefix(info.id, op.group)
 
     @property
     def full(self) -> bool:
@@ -86,9 +87,9 @@ class _Receive:
         lock = now + cfg.ack_timeout_ms
         due = lock + cfg.backoff_for(deliveries)
         entry = Q.Entry(Q.EntryState.IN_FLIGHT, deliveries, lock, due, self.op.consumer)
-        sid, group = self.info.id, self.op.group
-        self.a.store.put(self.scope.txn, "queues", Q.entry_key(sid, group, partition, txn_id, index), entry.pack())
-        self.a.store.put(self.scope.txn, "queues", Q.due_key(sid, group, due, partition, txn_id, index), b"")
+        self.a.store.put(self.scope.txn, "queues", Q.entry_key_in(self.prefix, partition, txn_id, index),
+                         entry.pack())
+        self.a.store.put(self.scope.txn, "queues", Q.due_key_in(self.prefix, due, partition, txn_id, index), b"")
         self.out.append(Q.delivery_row(partition, txn_id, index, deliveries, lock, item))
         self.bytes += len(item)
         self.config.count("delivered")
@@ -202,10 +203,7 @@ def _receive(a: Applier, scope: BatchScope, op: O.QueueReceive) -> tuple[list[An
 def _settle(a: Applier, scope: BatchScope, op: O.QueueSettle) -> tuple[None, O.QueueSettle]:
     info = a.stream_info(scope, op.stream, op.stream_id)
     check_name(op.group, "group name")
-    check_partition(info, op.partition)
-    check_txn_id(op.txn_id)
-    check_int(op.item_index, "index", 0, 2**32 - 1)
-    check_int(op.delivery, "delivery", 1, 2**31)
+    check_name(op.consumer, "consumer name")
     try:
         action = Q.Settle(op.action)
     except ValueError:
@@ -215,55 +213,79 @@ def _settle(a: Applier, scope: BatchScope, op: O.QueueSettle) -> tuple[None, O.Q
         check_int(op.delay_ms, "delay_ms", 0, 7 * 86_400_000)
     if op.error is not None and (not isinstance(op.error, str) or len(op.error) > 4096):
         raise errors.InvalidArgument("error must be a string of at most 4096 characters")
+    if not isinstance(op.deliveries, (list, tuple)) or not 1 <= len(op.deliveries) <= MAX_RECEIVE_ITEMS:
+        raise errors.InvalidArgument(f"deliveries must be a list of 1 to {MAX_RECEIVE_ITEMS} "
+                                     "[partition, txn id, index, delivery] entries")
     config = load_config(a, scope, info, op.group)
-    txn, sid, group = scope.txn, info.id, op.group
-    ekey = Q.entry_key(sid, group, op.partition, op.txn_id, op.item_index)
-    raw = a.store.get(txn, "queues", ekey)
-    entry = Q.Entry.unpack(raw) if raw else None
-    where = f"item {op.item_index} of transaction {op.txn_id} (partition {op.partition}) of work queue {group!r}"
-    if entry is None or entry.state is not Q.EntryState.IN_FLIGHT or entry.deliveries != op.delivery \
-            or entry.consumer != op.consumer:
-        now = "settled" if entry is None else (
-            f"at delivery {entry.deliveries} to {entry.consumer!r}" if entry.state is Q.EntryState.IN_FLIGHT
-            else f"waiting for delivery {entry.deliveries + 1}")
-        raise errors.DeliveryExpired(
-            f"{where}: delivery {op.delivery} to {op.consumer!r} is no longer current (the item is {now}); "
-            f"its {action.name.lower()} was refused and nothing was written")
-    txn.delete(Q.due_key(sid, group, entry.redeliver_at, op.partition, op.txn_id, op.item_index), db=a.store.queues)
-    in_flight = config.counters.get("in_flight", 0)
-    if action is Q.Settle.PROGRESS:
-        entry.lock_deadline = scope.now + config.ack_timeout_ms
-        entry.redeliver_at = entry.lock_deadline + config.backoff_for(entry.deliveries)
-        a.store.put(txn, "queues", ekey, entry.pack())
-        a.store.put(txn, "queues", Q.due_key(sid, group, entry.redeliver_at, op.partition, op.txn_id, op.item_index),
-                    b"")
-        _save_config(a, scope, info, group, config)
-        return None, op
-    config.counters["in_flight"] = in_flight - 1
-    if action is Q.Settle.ACK:
-        txn.delete(ekey, db=a.store.queues)
-        config.count("acked")
-    elif action is Q.Settle.NAK and entry.deliveries < config.max_deliveries:
-        delay = config.backoff_for(entry.deliveries) if op.delay_ms is None else op.delay_ms
-        entry.state, entry.error = Q.EntryState.WAITING, op.error
-        entry.redeliver_at = scope.now + delay
-        a.store.put(txn, "queues", ekey, entry.pack())
-        a.store.put(txn, "queues", Q.due_key(sid, group, entry.redeliver_at, op.partition, op.txn_id, op.item_index),
-                    b"")
-        config.count("nacked")
-    else:  # a term, or a nak of the last delivery allowed
-        txn.delete(ekey, db=a.store.queues)
-        item = _item(a, scope, info, op.partition, op.txn_id, op.item_index)
-        reason = "terminated" if action is Q.Settle.TERM else "max_deliveries"
-        if action is Q.Settle.NAK:
-            config.count("nacked")
-        if item is None:
-            config.count("gone")
-        else:
-            _dead_letter(a, scope, info, group, config, op.partition, op.txn_id, op.item_index, entry.deliveries,
-                         op.error, reason, item)
-    _save_config(a, scope, info, group, config)
+    settle = _Settle(a, scope, info, op, action, config)
+    for target in op.deliveries:
+        if not isinstance(target, (list, tuple)) or len(target) != 4:
+            raise errors.InvalidArgument(f"each delivery must be [partition, txn id, index, delivery], "
+                                         f"got {target!r:.80}")
+        partition, txn_id, index, delivery = target
+        check_partition(info, partition)
+        check_txn_id(txn_id)
+        check_int(index, "index", 0, 2**32 - 1)
+        check_int(delivery, "delivery", 1, 2**31)
+        settle.one(partition, txn_id, index, delivery)
+    _save_config(a, scope, info, op.group, config)
     return None, op
+
+
+class _Settle:
+    """One settle record's work, delivery by delivery."""
+
+    def __init__(self, a: Applier, scope: BatchScope, info: StreamInfo, op: O.QueueSettle, action: Q.Settle,
+                 config: Q.GroupConfig) -> None:
+        self.a, self.scope, self.info, self.op, self.action, self.config = a, scope, info, op, action, config
+        self.prefix = Q.group_prefix(info.id, op.group)
+
+    def _put(self, key: bytes, value: bytes) -> None:
+        self.a.store.put(self.scope.txn, "queues", key, value)
+
+    def one(self, partition: int, txn_id: int, index: int, delivery: int) -> None:
+        a, txn, op, action, config = self.a, self.scope.txn, self.op, self.action, self.config
+        ekey = Q.entry_key_in(self.prefix, partition, txn_id, index)
+        raw = a.store.get(txn, "queues", ekey)
+        entry = Q.Entry.unpack(raw) if raw else None
+        if entry is None or entry.state is not Q.EntryState.IN_FLIGHT or entry.deliveries != delivery \
+                or entry.consumer != op.consumer:
+            now = "settled" if entry is None else (
+                f"at delivery {entry.deliveries} to {entry.consumer!r}" if entry.state is Q.EntryState.IN_FLIGHT
+                else f"waiting for delivery {entry.deliveries + 1}")
+            raise errors.DeliveryExpired(
+                f"item {index} of transaction {txn_id} (partition {partition}) of work queue {op.group!r}: "
+                f"delivery {delivery} to {op.consumer!r} is no longer current (the item is {now}); its "
+                f"{action.name.lower()} was refused and nothing was written")
+        txn.delete(Q.due_key_in(self.prefix, entry.redeliver_at, partition, txn_id, index), db=a.store.queues)
+        if action is Q.Settle.PROGRESS:
+            entry.lock_deadline = self.scope.now + config.ack_timeout_ms
+            entry.redeliver_at = entry.lock_deadline + config.backoff_for(entry.deliveries)
+            self._put(ekey, entry.pack())
+            self._put(Q.due_key_in(self.prefix, entry.redeliver_at, partition, txn_id, index), b"")
+            return
+        config.counters["in_flight"] = config.counters.get("in_flight", 0) - 1
+        if action is Q.Settle.ACK:
+            txn.delete(ekey, db=a.store.queues)
+            config.count("acked")
+        elif action is Q.Settle.NAK and entry.deliveries < config.max_deliveries:
+            delay = config.backoff_for(entry.deliveries) if op.delay_ms is None else op.delay_ms
+            entry.state, entry.error = Q.EntryState.WAITING, op.error
+            entry.redeliver_at = self.scope.now + delay
+            self._put(ekey, entry.pack())
+            self._put(Q.due_key_in(self.prefix, entry.redeliver_at, partition, txn_id, index), b"")
+            config.count("nacked")
+        else:  # a term, or a nak of the last delivery allowed
+            txn.delete(ekey, db=a.store.queues)
+            if action is Q.Settle.NAK:
+                config.count("nacked")
+            item = _item(a, self.scope, self.info, partition, txn_id, index)
+            if item is None:
+                config.count("gone")
+            else:
+                reason = "terminated" if action is Q.Settle.TERM else "max_deliveries"
+                _dead_letter(a, self.scope, self.info, op.group, config, partition, txn_id, index,
+                             entry.deliveries, op.error, reason, item)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -141,7 +141,12 @@ def cursor_key(stream_id: int, group: str, partition: int) -> bytes:
 
 
 def entry_key(stream_id: int, group: str, partition: int, txn_id: int, index: int) -> bytes:
-    return b"e" + group_prefix(stream_id, group) + _ITEM.pack(partition, txn_id, index)
+    return entry_key_in(group_prefix(stream_id, group), partition, txn_id, index)
+
+
+def entry_key_in(prefix: bytes, partition: int, txn_id: int, index: int) -> bytes:
+    """:func:`entry_key` with the :func:`group_prefix` already made."""
+    return b"e" + prefix + _ITEM.pack(partition, txn_id, index)
 
 
 def entry_prefix(stream_id: int, group: str, partition: int | None = None) -> bytes:
@@ -150,7 +155,12 @@ def entry_prefix(stream_id: int, group: str, partition: int | None = None) -> by
 
 
 def due_key(stream_id: int, group: str, at: int, partition: int, txn_id: int, index: int) -> bytes:
-    return b"d" + group_prefix(stream_id, group) + _DUE.pack(at, partition, txn_id, index)
+    return due_key_in(group_prefix(stream_id, group), at, partition, txn_id, index)
+
+
+def due_key_in(prefix: bytes, at: int, partition: int, txn_id: int, index: int) -> bytes:
+    """:func:`due_key` with the :func:`group_prefix` already made."""
+    return b"d" + prefix + _DUE.pack(at, partition, txn_id, index)
 
 
 def due_prefix(stream_id: int, group: str) -> bytes:

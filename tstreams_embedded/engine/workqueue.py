@@ -63,7 +63,12 @@ class Delivery:
 
     def __init__(self, queue: WorkQueue, row: Sequence[Any]) -> None:
         self.queue = queue
-        self.partition, self.txn_id, self.index, self.delivery_count, self.lock_deadline_ms, self.item = row
+        self.partition: int = row[0]
+        self.txn_id: int = row[1]
+        self.index: int = row[2]
+        self.delivery_count: int = row[3]
+        self.lock_deadline_ms: int = row[4]
+        self.item: bytes = row[5]
         self._settled = False
 
     def __repr__(self) -> str:
@@ -77,8 +82,12 @@ class Delivery:
     def settle_op(self, action: Settle, delay_ms: int | None = None, error: str | None = None) -> QueueSettle:
         """The record that settles this delivery (for a :class:`~.batch.Batch` of your own)."""
         q = self.queue
-        return QueueSettle(q.stream, q.group, self.partition, self.txn_id, self.index, q.consumer,
-                           self.delivery_count, int(action), delay_ms, error, q.stream_id)
+        return QueueSettle(q.stream, q.group, q.consumer, int(action), [self.target], delay_ms, error, q.stream_id)
+
+    @property
+    def target(self) -> list[int]:
+        """``[partition, txn id, index, delivery number]``: what a settle record names."""
+        return [self.partition, self.txn_id, self.index, self.delivery_count]
 
     def ack(self, commit: bool = True) -> None:
         """Done with the item. ``commit=False`` stages the ack in the queue, written by
@@ -193,15 +202,20 @@ class WorkQueue:
     def commit(self) -> None:
         """Write the staged acknowledgements in one write (all or nothing: DeliveryExpired if
         any was redelivered meanwhile; then none is kept staged)."""
-        ops, self._staged = list(self._staged), []
+        ops = self._take_staged()
         if ops:
-            self.submit(list(ops))
+            self.submit(ops)
 
     def prepare_group_checkpoint(self) -> GroupPart:
         """A CheckpointGroup member's share: the staged acknowledgements."""
-        ops: list[Operation] = list(self._staged)
-        self._staged = []
-        return ops, lambda results: None
+        return self._take_staged(), lambda results: None
+
+    def _take_staged(self) -> list[Operation]:
+        """The staged acks as one settle record (they are all acks of this consumer)."""
+        staged, self._staged = self._staged, []
+        if not staged:
+            return []
+        return [staged[0]._replace(deliveries=[t for op in staged for t in op.deliveries])]
 
     # -- reads ---------------------------------------------------------------------------
     def status(self, full: bool = False) -> QueueStatus:

@@ -14,7 +14,6 @@ import click
 from .handlers import DEFAULT_PAGE_BYTES
 from .server import (
     DEFAULT_MAX_CLIENT_BYTES,
-    DEFAULT_MAX_MSG_SIZE,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_SERVER_BYTES,
     DEFAULT_MAX_WRITE_QUEUE_BYTES,
@@ -33,8 +32,9 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 @click.option("--durability", type=click.Choice(["sync", "strict", "async"]), default="sync", show_default=True)
 @click.option("--curve-dir", type=click.Path(exists=True, file_okay=False), default=None,
               help="Enable CURVE: directory made by 'tstreams keys generate'.")
-@click.option("--max-msg-size", type=int, default=DEFAULT_MAX_MSG_SIZE, show_default=True,
-              help="Largest accepted frame in bytes (ZMQ_MAXMSGSIZE); larger ones disconnect the peer.")
+@click.option("--max-msg-size", type=int, default=None,
+              help="Largest accepted frame in bytes (ZMQ_MAXMSGSIZE; default: --max-request-size); ZeroMQ "
+                   "refuses a larger one at its header, holding none of it, and disconnects the peer.")
 @click.option("--max-request-size", type=_BYTES, default=DEFAULT_MAX_REQUEST_BYTES, show_default=True,
               help="Largest request in bytes, all frames together; larger ones are answered RequestTooLarge.")
 @click.option("--max-client-bytes", type=_BYTES, default=DEFAULT_MAX_CLIENT_BYTES, show_default=True,
@@ -58,7 +58,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Write the bound endpoints to this file once serving.")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(LOG_LEVELS, case_sensitive=False))
-def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | None, max_msg_size: int,
+def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | None, max_msg_size: int | None,
           max_request_size: int, max_client_bytes: int, max_write_queue_bytes: int, max_server_bytes: int,
           rcvhwm: int, max_reply_bytes: int, http: str | None, ready_file: str | None, log_level: str) -> None:
     """Serve the engine in DATA over ZeroMQ until SIGTERM (graceful: exit status 0)."""

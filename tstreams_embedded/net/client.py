@@ -78,6 +78,13 @@ FAILOVER_BACKOFF = 0.05  # seconds between two attempts
 PIPELINE_WINDOW = 16 * 1024 * 1024
 #: Seconds between two attempts of a request answered ``ServerBusy`` (not executed).
 BUSY_BACKOFF = 0.05
+#: Requests up to this many bytes are sent without checking the server's size limits; a
+#: larger one is checked first against them (asked once, ``server_stats``), so a request
+#: the server would refuse raises :class:`~tstreams_embedded.errors.RequestTooLarge`
+#: unsent, instead of being dropped by ZeroMQ with the connection (``--max-msg-size``).
+CHECKED_REQUEST = 1 << 20
+#: Bytes of a request beyond its ``[body, *blobs]``: the header frame (with some margin).
+HEADER_BYTES = 64
 
 
 def encode_submit(ops: Sequence[O.Operation], durable: bool, client_id: str | None = None,
@@ -200,6 +207,7 @@ class RemoteBackend:
         self._window: deque[tuple[Future, int]] = deque()  # pipelined DATA in flight, oldest first, with sizes
         self._window_bytes = 0
         self._info: dict[str, Any] | None = None
+        self._size_limits: tuple[int, int] | None = None  # the server's (max request, max frame)
         self._closed = False
         self.failover_retries = bool(failover_retries)
         self.client_id = uuid.uuid4().hex  # with a sequence number in every submit to a cluster node
@@ -276,6 +284,30 @@ class RemoteBackend:
         ``failover_retries`` is on."""
         return self.failover_retries and bool(self.server_info().get("cluster"))
 
+    def _limits(self) -> tuple[int, int]:
+        """The server's ``(max_request_bytes, max_msg_size)`` (cached)."""
+        if self._size_limits is None:
+            st = self._call("server_stats")
+            self._size_limits = (int(st["max_request_bytes"]), int(st["max_msg_size"]))
+        return self._size_limits
+
+    def _check_size(self, frames: list[Any]) -> None:
+        """Raise :class:`~tstreams_embedded.errors.RequestTooLarge` for a request the server
+        would refuse (not sent: nothing executed)."""
+        total = sum(len(f) for f in frames) + HEADER_BYTES
+        if total <= CHECKED_REQUEST:
+            return
+        max_request, max_frame = self._limits()
+        biggest = max(len(f) for f in frames)
+        if total > max_request:
+            what = f"request of {total} bytes exceeds the server's max request size ({max_request} bytes)"
+        elif 0 <= max_frame < biggest:
+            what = f"frame of {biggest} bytes exceeds the server's max message size ({max_frame} bytes)"
+        else:
+            return
+        raise errors.RequestTooLarge(f"{what}; not sent: write fewer or smaller items per call "
+                                     "(a transaction sends its items in chunks of 1 MiB)")
+
     @property
     def max_item_size(self) -> int:
         return int(self.server_info()["max_item_size"])
@@ -306,6 +338,7 @@ class RemoteBackend:
         body = encode_submit(ops, durable)
         if not ops:
             return []
+        self._check_size(body)
         keys = [k for k in map(O.txn_address, ops) if k is not None]
         if self.pipeline_data and not durable and all(type(op) is O.Data for op in ops):
             fut = self._conn.request("submit", body, self.timeout, retry_safe=False)
@@ -348,6 +381,7 @@ class RemoteBackend:
         body = encode_submit(ops, durable, self.client_id, next(self._seq))
         if not ops:
             return []
+        self._check_size(body)
         self._barrier([k for k in map(O.txn_address, ops) if k is not None])
 
         def attempt(left: float) -> list[Any]:
@@ -360,6 +394,7 @@ class RemoteBackend:
         """Send a submit without waiting; the returned future gives its results (or error)."""
         self._check()
         body = encode_submit(ops, bool(durable))
+        self._check_size(body)
         return self._conn.request("submit", body, self.timeout, retry_safe=False)
 
     def _barrier(self, keys: list[tuple[Any, ...]]) -> None:

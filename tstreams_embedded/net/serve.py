@@ -142,10 +142,11 @@ def server_options(durability: str = "sync", max_msg_size: int | None = None, *,
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < (-1 if name == "max_msg_size" else 1)):
             raise InvalidArgument(f"{name} must be a positive number of bytes, got {value!r}")
-    if max_msg_size is not None:
-        opts.max_msg_size = int(max_msg_size)
     if max_request_size is not None:
         opts.max_request_bytes = max_request_size
+    # a frame is never larger than its request: by default ZeroMQ refuses, at its header,
+    # any frame larger than the largest request (nothing of it is held)
+    opts.max_msg_size = opts.max_request_bytes if max_msg_size is None else int(max_msg_size)
     if max_client_bytes is not None:
         opts.max_client_bytes = max_client_bytes
     if max_write_queue_bytes is not None:

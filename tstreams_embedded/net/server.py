@@ -42,9 +42,13 @@ queues ``rcvhwm`` whole requests per connection, however many connections there 
 issue-19 measurements: 1.8 GiB for 16 clients). What is over a budget is held back in the
 server, counted, or refused:
 
-* **per request** (``max_request_bytes``, all frames together): the size is added up frame
-  by frame while receiving; past the limit the rest of the message is dropped uncopied and
-  the request is answered :class:`~tstreams_embedded.errors.RequestTooLarge`.
+* **per request** (``max_request_bytes``, 16 MiB, all frames together): the size is added
+  up frame by frame while receiving; past the limit the rest of the message is dropped
+  uncopied and the request is answered :class:`~tstreams_embedded.errors.RequestTooLarge`.
+  It is also ZeroMQ's frame limit by default (``max_msg_size``, ``ZMQ_MAXMSGSIZE``): a
+  larger frame is refused by ZeroMQ at its header, before any of it is held, and its
+  sender disconnected — what ZeroMQ holds per connection is a few requests at most, so
+  this size is what bounds it.
 * **per client** (``max_client_bytes``): requests handed to an executor and not yet
   answered, plus replies ZeroMQ has not yet written to the client's connection (tracked,
   see :mod:`~tstreams_embedded.net.outbox`). A client over budget — typically one that
@@ -63,7 +67,8 @@ server, counted, or refused:
   :class:`~tstreams_embedded.errors.ServerBusy`, not executed; over it, requests larger
   than :data:`SMALL_REQUEST` are refused without being copied, so the loop keeps ahead of
   ZeroMQ. What ZeroMQ holds per connection comes on top: the request being received, and
-  up to ``rcvhwm`` queued ones while the loop is busy (see docs/NETWORK.md).
+  up to ``rcvhwm`` queued ones while the loop is busy (docs/NETWORK.md, *Memory model*;
+  ``rcvhwm`` is fixed: libzmq leaves connections stalled when it is changed on open ones).
 * **replies** are paged by the read handlers (``max_reply_bytes``, see ``handlers.py``).
 """
 
@@ -100,8 +105,12 @@ __all__ = ["DEFAULT_MAX_CLIENT_BYTES", "DEFAULT_MAX_MSG_SIZE", "DEFAULT_MAX_REPL
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-DEFAULT_MAX_MSG_SIZE = 64 * MiB
-DEFAULT_MAX_REQUEST_BYTES = 64 * MiB
+#: The largest request (all frames) and frame: 16 MiB, above the client's largest (an item
+#: of ``max_item_size``, 10 MiB, in its chunk). ZeroMQ holds a few requests per connection
+#: uncounted (docs/NETWORK.md), so this size times the connections is what remains outside
+#: the budgets; ZeroMQ refuses a larger frame at its header, before holding any of it.
+DEFAULT_MAX_REQUEST_BYTES = 16 * MiB
+DEFAULT_MAX_MSG_SIZE = DEFAULT_MAX_REQUEST_BYTES
 DEFAULT_MAX_CLIENT_BYTES = 64 * MiB
 DEFAULT_MAX_WRITE_QUEUE_BYTES = 32 * MiB
 DEFAULT_MAX_SERVER_BYTES = 256 * MiB

@@ -99,6 +99,12 @@ class App:
       (:class:`~tstreams_embedded.errors.TimestampTooFarAhead`, to ``on_record_error``)
       instead of moving stream time there. Without it, ONE record stamped in the year 9999
       makes every later normal record late and, through retention, deletes every window.
+    * ``idle_advance_ms`` (default None: off): a window closes only when a later record
+      reaches its aggregation, so the last window of a quiet input never would. With it, once
+      no source of a task has had input for that long on ``clock``, the task's stream time
+      moves on by the wall-clock time since the input stopped (:meth:`.task.Task.advance_idle`):
+      closed windows are emitted, suppressed results released, exactly once. Records that
+      come afterwards stamped before the advanced time minus the grace are late.
     * ``http_port`` (0: any free port) serves interactive queries and ``/metrics``
       (:mod:`.queries`, :mod:`.metrics`) while the app runs (``start()``), bound to
       ``http_host``. Key discovery tells other instances ``advertised_host`` (like Kafka
@@ -115,7 +121,7 @@ class App:
                  advertised_host: str | None = None, max_task_idle_ms: int = 0,
                  store_cache_bytes: int = DEFAULT_CACHE_BYTES, turn_records: int = DEFAULT_TURN_RECORDS,
                  turn_slack_ms: int | None = None, max_future_ms: int | None = None,
-                 dead_letter_stream: str | None = None) -> None:
+                 dead_letter_stream: str | None = None, idle_advance_ms: int | None = None) -> None:
         if not isinstance(engine, Engine):
             raise errors.InvalidArgument(f"engine must be a tstreams_embedded Engine, got {type(engine).__name__}")
         check_name(application_id, "application_id")
@@ -140,6 +146,9 @@ class App:
         if max_future_ms is not None and (isinstance(max_future_ms, bool) or not isinstance(max_future_ms, int)
                                           or max_future_ms < 0):
             raise errors.InvalidArgument(f"max_future_ms must be None or a non-negative integer, got {max_future_ms!r}")
+        if idle_advance_ms is not None and (isinstance(idle_advance_ms, bool) or not isinstance(idle_advance_ms, int)
+                                            or idle_advance_ms < 1):
+            raise errors.InvalidArgument(f"idle_advance_ms must be None or a positive integer, got {idle_advance_ms!r}")
         if dead_letter_stream is not None:
             check_name(dead_letter_stream, "dead_letter_stream")
         check_name(instance_name, "instance_name")
@@ -163,6 +172,7 @@ class App:
         self.clock = clock if clock is not None else _wall_ms
         self.max_task_idle_ms = max_task_idle_ms
         self.max_future_ms = max_future_ms
+        self.idle_advance_ms = idle_advance_ms
         self.dead_letter_stream = None if on_record_error != "dead_letter" else (
             dead_letter_stream or dead_letter_stream_of(application_id))
         self.store_cache_bytes = store_cache_bytes
@@ -409,16 +419,18 @@ class App:
                 self._reconcile(slot)
             processed = 0
             ready: list[tuple[int, int, Task]] = []
+            quiet: list[Task] = []
             seq = backend.wait_for_commit(-1, 0)  # the commit sequence now: no fetch of what did not change
             for task in list(tasks.values()):
                 task.punctuate_wall_clock()
                 head = task.next_time(seq)
                 if head is not None:
                     ready.append((head, task.partition, task))
-                elif task.dirty():
-                    self._commit(task)
+                else:
+                    quiet.append(task)
             ready.sort(key=lambda e: (e[0], e[1]))
             slack = self.turn_slack_ms
+            advanced = self._advance_idle(quiet, ready[0][0] if ready else None)
             for i, (_, _, task) in enumerate(ready):  # the task furthest behind in event time goes next
                 others = None if len(ready) == 1 else ready[1][0] if i == 0 else ready[0][0]
                 processed = self._turn(tasks, task, others + slack if others is not None and slack is not None
@@ -427,8 +439,8 @@ class App:
                     break
                 if task.dirty():  # waiting for an empty source (max_task_idle_ms)
                     self._commit(task)
-            total += processed
-            if not processed:
+            total += processed + advanced
+            if not processed and not advanced:
                 if until_idle:
                     if self.membership.generation != generation:
                         continue
@@ -443,6 +455,21 @@ class App:
             if task.dirty():
                 self._commit(task)
         return total
+
+    def _advance_idle(self, quiet: list[Task], oldest: int | None) -> int:
+        """Commit the tasks without input that have something to commit, after letting their
+        stream time move on by the wall clock (``idle_advance_ms``; never past ``oldest``, the
+        next record of the worker's busy tasks, plus ``turn_slack_ms``: a task catching up on
+        a backlog keeps the others behind, see :mod:`.turns`). How many produced output (so
+        that ``run(until_idle=True)`` goes on to the tasks that read it)."""
+        limit = None if oldest is None else oldest + (self.turn_slack_ms or 0)
+        produced = 0
+        for task in quiet:
+            if self.idle_advance_ms is not None and task.advance_idle(limit):
+                produced += 1
+            if task.dirty():
+                self._commit(task)
+        return produced
 
     def _turn(self, tasks: dict[int, Task], task: Task, until: int | None) -> int:
         """Let ``task`` process its transactions while their first records' timestamps are

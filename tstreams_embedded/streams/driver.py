@@ -45,8 +45,9 @@ class TestDriver:
     ``advance_wall_clock``, ``metrics``, ``process``.
 
     ``partitions`` is the partition count of the input streams it creates;
-    ``commit_records``, ``store_cache_bytes``, ``on_record_error`` and ``max_future_ms`` are the
-    :class:`~.app.App`'s (``max_future_ms`` against the driver's wall clock). Every record
+    ``commit_records``, ``store_cache_bytes``, ``on_record_error``, ``max_future_ms`` and
+    ``idle_advance_ms`` are the :class:`~.app.App`'s (the last two against the driver's wall
+    clock: :meth:`advance_wall_clock` lets an idle advance happen). Every record
     piped is processed before ``pipe`` returns (see the module docstring).
     """
 
@@ -55,7 +56,7 @@ class TestDriver:
     def __init__(self, topology: Topology, *, application_id: str = "test-app", partitions: int = 1,
                  wall_clock_ms: int = 0, commit_records: int = 10_000, directory: str | None = None,
                  store_cache_bytes: int = DEFAULT_CACHE_BYTES, on_record_error: str = "fail",
-                 max_future_ms: int | None = None) -> None:
+                 max_future_ms: int | None = None, idle_advance_ms: int | None = None) -> None:
         if not isinstance(topology, Topology):
             raise errors.InvalidArgument(f"TestDriver takes a topology (StreamsBuilder().build()), "
                                          f"got {type(topology).__name__}")
@@ -75,7 +76,7 @@ class TestDriver:
             self.app = App(self.engine, application_id=application_id, topology=topology,
                            commit_records=commit_records, clock=lambda: self._wall,
                            store_cache_bytes=store_cache_bytes, on_record_error=on_record_error,
-                           max_future_ms=max_future_ms)
+                           max_future_ms=max_future_ms, idle_advance_ms=idle_advance_ms)
             # the tasks start now (as Kafka's TopologyTestDriver's): their processors' init runs and
             # wall-clock punctuators are due from the driver's start time, before any clock move
             self.app.run(until_idle=True)
@@ -129,7 +130,8 @@ class TestDriver:
         return self.app.run(until_idle=True)
 
     def advance_wall_clock(self, ms: int) -> None:
-        """Move the wall clock by ``ms`` and run wall-clock punctuators."""
+        """Move the wall clock by ``ms``, run wall-clock punctuators and let idle tasks'
+        stream time move on (``idle_advance_ms``)."""
         if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
             raise errors.InvalidArgument(f"ms must be a non-negative integer, got {ms!r}")
         if self._wall + ms > MAX_TIMESTAMP:

@@ -71,6 +71,14 @@ class Node:
     def flush(self) -> None:
         """Called before each commit: put state kept in memory into the task's stores."""
 
+    def own_stream_time(self) -> int | None:
+        """The stream time the node keeps itself (a windowed aggregation's), or None."""
+        return None
+
+    def advance_stream_time(self, to: int) -> None:
+        """Idle advance (``App(idle_advance_ms=...)``): no record came for a while; move the
+        node's own stream time to ``to`` if that is later (closing what it closes)."""
+
     def close(self) -> None:
         pass
 

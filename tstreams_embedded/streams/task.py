@@ -103,6 +103,10 @@ class TaskHost(AppView, Protocol):
     def max_future_ms(self) -> int | None:
         """How far ahead of the wall clock a record may be stamped (None: any distance)."""
 
+    @property
+    def idle_advance_ms(self) -> int | None:
+        """After how long without input stream time moves on by the wall clock (None: never)."""
+
     def resolve(self, stream: str) -> str: ...
 
     def partitions_of(self, stream: str) -> int: ...
@@ -194,6 +198,10 @@ class Task:
         #: and none in others (None: not so)
         self.max_idle_ms = app.max_task_idle_ms
         self._idle_since: int | None = None
+        #: idle advance (:meth:`advance_idle`): since when (app clock) no source has had input,
+        #: and the task's stream time then (None: it had input since the last look)
+        self._quiet_since: int | None = None
+        self._quiet_base: int | None = None
         fused: dict[N.Node, list[N.Node]] = {}
         for node in self.nodes.values():
             if isinstance(node, N.SinkNode) and node.stream in app.fused:
@@ -325,6 +333,7 @@ class Task:
         self.metrics.process(done - started)
         self.metrics.end_to_end(max(0.0, started - txn.id / (ID_MULTIPLIER * 1000)))
         best.offset = txn.id if best.buffer else max(txn.id, best.passed_to)
+        self._quiet_since = None
         n = len(txn.items)
         self.records_since_commit += n
         return n
@@ -420,6 +429,43 @@ class Task:
                     p.due = now + p.interval
                     self.metrics.punctuated(STREAM_TIME)
                     p.callback(now)
+
+    def advance_idle(self, limit: int | None) -> bool:
+        """Idle advance (``App(idle_advance_ms=N)``), called while no source of the task has
+        input: once none has had any for ``N`` ms of the app's clock, stream time moves on by
+        the wall-clock time elapsed since the input stopped (from the stream time then: the
+        task's, or after a restart its aggregations' committed one), at most to ``limit``
+        (the worker's other tasks' next records, see :mod:`.turns`) and to the clock plus
+        ``max_future_ms``. The windowed aggregations close what that closes (suppressed
+        results are released) and stream-time punctuators run, as if a record stamped so had
+        come; nothing is emitted twice (the task commits it with the aggregations' stream
+        time). Whether it produced output."""
+        after = self.app.idle_advance_ms
+        if after is None:
+            return False
+        now = self.app.clock()
+        if self._quiet_since is None:
+            self._quiet_since = now
+            times = [t for t in (self._stream_time, *(n.own_stream_time() for n in self.nodes.values()))
+                     if t is not None]
+            self._quiet_base = max(times) if times else None
+            return False
+        if self._quiet_base is None or now - self._quiet_since < after:
+            return False
+        target = self._quiet_base + (now - self._quiet_since)
+        if self.app.max_future_ms is not None:
+            target = min(target, now + self.app.max_future_ms)
+        if limit is not None:
+            target = min(target, limit)
+        if self._stream_time is not None and target <= self._stream_time:
+            return False
+        self._stream_time = target
+        before = self.output_bytes
+        for node in self.nodes.values():
+            node.advance_stream_time(target)
+        if self._punctuators:
+            self._punctuate_stream_time()
+        return self.output_bytes > before
 
     def punctuate_wall_clock(self) -> None:
         now = self.app.clock()

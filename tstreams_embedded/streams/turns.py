@@ -8,6 +8,11 @@ at the end of its turn, so a repartition stream receives records out of timestam
 at most about ``slack``. The default slack is half the smallest tolerance of disorder in the
 topology: the grace of its windowed aggregations and stream–stream joins, the TTL of its
 dedups; a topology without any has no time bound (turns end only at ``turn_records``).
+
+The same bound holds for an idle advance (``App(idle_advance_ms=...)``): a task without input
+moves its stream time on by the wall clock only up to the next record of the worker's busy
+tasks plus ``slack``, so a worker catching up on a backlog does not push its idle tasks
+(which may still get records of that backlog through a repartition) ahead of it.
 """
 
 from __future__ import annotations

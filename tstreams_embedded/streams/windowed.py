@@ -67,6 +67,16 @@ class WindowAggregateNode(Node):
         if self.observed is not None:
             self.ctx.meta().put_raw(self.meta_key, self.observed)
 
+    def own_stream_time(self) -> int | None:
+        return self.observed
+
+    def advance_stream_time(self, to: int) -> None:
+        """Move stream time to ``to`` as a record stamped ``to`` would (closing windows,
+        releasing suppressed results); nothing before the first record (no window is open)."""
+        if self.observed is not None and to > self.observed:
+            self.observed = to
+            self._close(to)
+
     def _track(self, wk: bytes, end: int, start: int, kb: bytes) -> None:
         if wk not in self.open:
             self.open.add(wk)

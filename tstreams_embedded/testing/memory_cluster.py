@@ -63,7 +63,7 @@ class MemoryCluster:
         ``data``; its replication endpoint is ``mem://<endpoint>`` (by default the node id)."""
         name = endpoint or node_id
         core = Core(os.fspath(data if data is not None else self.root / node_id), "sync", clock=StateClock(),
-                    compaction_interval=None)
+                    compaction_interval=None, fire_schedules=False)
         try:
             node = Node(core, MemoryCoordinator(self.zk, node_id), node_id, f"mem-client://{name}",
                         f"mem://{name}", session_timeout=self.session_timeout, ack_timeout=self.ack_timeout,
