@@ -169,8 +169,8 @@ def prepare_stream(endpoint: str) -> None:
 # ------------------------------------------------------------------------------ clients
 def _client(kind: str, endpoint: str, k: int, window: int, warmup: float, measure: float, start: Any,
             out: Any) -> None:
-    """One client process: ``kind`` is pipelined | sync-read | sync-write | moebius | remote-sync."""
-    import msgpack
+    """One client process: ``kind`` is pipelined | sync-read | sync-write | sync-now | moebius |
+    remote-sync; ``KIND-v1`` sends the same requests in wire protocol version 1."""
     import zmq
 
     from tstreams_embedded.engine import ops as O
@@ -207,19 +207,23 @@ def _client(kind: str, endpoint: str, k: int, window: int, warmup: float, measur
     s.connect(endpoint)
     part = k % PARTITIONS
     chunk = O.pack_items([b"x" * 100])
-    ins_body = framing.pack([[O.encode(O.Instant(STREAM, part, msgpack.ExtType(framing.BLOB, b"\0\0\0\0")))],
-                             True])
-    read_body = framing.pack([STREAM])
-    empty_body = framing.pack([])
-    hdr = framing.pack_request_header
+    legacy = kind.endswith("-v1")  # the same load in wire protocol version 1 (header, body, blob frames)
+    kind = kind.removesuffix("-v1")
+    if legacy:
+        ins_body = [framing.pack([[O.encode(O.Instant(STREAM, part, framing.blob_ref(0)))], True]), chunk]
+    else:
+        ins_body = [framing.pack([[O.encode(O.Instant(STREAM, part, chunk))], True])]  # chunk inline
+    read_body = [framing.pack([STREAM])]
+    frames_of = framing.legacy_request if legacy else framing.request_frames
+    unpack_reply = framing.unpack_legacy_reply if legacy else framing.unpack_reply
 
     def request(i: int) -> list[bytes]:
         if kind in ("pipelined", "sync-write"):
-            return [hdr(i, "submit", 0), ins_body, chunk]
+            return frames_of(i, "submit", 0, ins_body)
         if kind == "sync-read":
-            return [hdr(i, "get_stream", 0), read_body]
+            return frames_of(i, "get_stream", 0, read_body)
         if kind == "sync-now":
-            return [hdr(i, "now_ms", 0), empty_body]
+            return frames_of(i, "now_ms", 0, ())
         return [json.dumps({"command": "echo", "id": i, "args": [STREAM]}).encode()]
 
     def check(frames: list[bytes]) -> int:
@@ -228,7 +232,7 @@ def _client(kind: str, endpoint: str, k: int, window: int, warmup: float, measur
             if "error" in reply:
                 raise RuntimeError(reply)
             return reply["id"]
-        rid, flags, value = framing.unpack_reply(frames)
+        rid, flags, value = unpack_reply(frames)
         if flags & framing.ERROR:
             raise RuntimeError(value)
         return rid

@@ -31,7 +31,6 @@ import threading
 import time
 from typing import Any
 
-import msgpack
 import zmq
 from tornado.ioloop import IOLoop
 
@@ -52,16 +51,21 @@ def _echo_registry() -> Registry:
     return reg
 
 
-def _requests(kind: str, part: int, n: int, first: int) -> list[list[bytes]]:
+def _requests(kind: str, part: int, n: int, first: int, version: int = framing.VERSION) -> list[list[bytes]]:
+    """``n`` requests of ``kind`` in wire protocol ``version`` (1: header, body and blob frames)."""
     chunk = O.pack_items([b"x" * 100])
+    frames_of = framing.request_frames if version == framing.VERSION else framing.legacy_request
     if kind == "now_ms":
-        body = framing.pack([])
-        return [[framing.pack_request_header(first + i, "now_ms", 0), body] for i in range(n)]
-    body = framing.pack([[O.encode(O.Instant(STREAM, part, msgpack.ExtType(framing.BLOB, b"\0\0\0\0")))], True])
-    return [[framing.pack_request_header(first + i, "submit", 0), body, chunk] for i in range(n)]
+        return [frames_of(first + i, "now_ms", 0, ()) for i in range(n)]
+    if version == framing.VERSION:
+        body = [framing.pack([[O.encode(O.Instant(STREAM, part, chunk))], True])]
+    else:
+        body = [framing.pack([[O.encode(O.Instant(STREAM, part, framing.blob_ref(0)))], True]), chunk]
+    return [frames_of(first + i, "submit", 0, body) for i in range(n)]
 
 
-def measure(registry: Registry, kind: str, n: int, clients: int, rounds: int, drain: int) -> float:
+def measure(registry: Registry, kind: str, n: int, clients: int, rounds: int, drain: int,
+            version: int = framing.VERSION) -> float:
     """Minimum over ``rounds`` of the loop thread's CPU µs per request."""
     ctx = zmq.Context()
     opts = ServerOptions(rcvhwm=0, max_drain=drain, inline_writes=True)
@@ -84,7 +88,7 @@ def measure(registry: Registry, kind: str, n: int, clients: int, rounds: int, dr
             per = n // clients
             target = server.stats.received + per * clients
             for k, s in enumerate(socks):
-                for frames in _requests(kind, k % PARTITIONS, per, first):
+                for frames in _requests(kind, k % PARTITIONS, per, first, version):
                     s.send_multipart(frames)
             first += per
             time.sleep(0.3 + n / 50_000)  # ZeroMQ's I/O threads move the burst into the server's socket
@@ -106,7 +110,7 @@ def measure(registry: Registry, kind: str, n: int, clients: int, rounds: int, dr
     return best
 
 
-def measure_sync(registry: Registry, kind: str, n: int, clients: int) -> float:
+def measure_sync(registry: Registry, kind: str, n: int, clients: int, version: int = framing.VERSION) -> float:
     """The loop thread's CPU µs per request when ``clients`` threads each send ``n``
     requests one at a time (each waits for its reply): a wakeup per request or few."""
     ctx = zmq.Context()
@@ -121,7 +125,7 @@ def measure_sync(registry: Registry, kind: str, n: int, clients: int) -> float:
     def client(k: int) -> None:
         s = ctx.socket(zmq.DEALER)
         s.connect(server.endpoints[0])
-        for frames in _requests(kind, k % PARTITIONS, n, 0):
+        for frames in _requests(kind, k % PARTITIONS, n, 0, version):
             s.send_multipart(frames)
             s.recv_multipart()
         s.close(0)
@@ -174,6 +178,8 @@ def main() -> None:
     ap.add_argument("--only", choices=("echo", "instant", "now_ms"), action="append")
     ap.add_argument("--sync", type=int, default=0, metavar="N",
                     help="instead: N requests per client, one at a time (a synchronous client's wakeups)")
+    ap.add_argument("--wire", type=int, choices=framing.SUPPORTED_VERSIONS, default=framing.VERSION,
+                    help="wire protocol version of the requests (1: header, body and blob frames)")
     a = ap.parse_args()
     out: dict[str, Any] = {}
     if a.sync:
@@ -183,8 +189,8 @@ def main() -> None:
                 core.submit([O.CreateStream(STREAM, PARTITIONS, 86400)])
                 for name in a.only or ("now_ms",):
                     reg = _echo_registry() if name == "echo" else backend_registry(core)
-                    best = min(measure_sync(reg, "now_ms" if name != "instant" else "instant", a.sync, a.clients)
-                               for _ in range(a.rounds))
+                    kind = "now_ms" if name != "instant" else "instant"
+                    best = min(measure_sync(reg, kind, a.sync, a.clients, a.wire) for _ in range(a.rounds))
                     out[f"sync {name}"] = best
             finally:
                 core.close()
@@ -192,14 +198,14 @@ def main() -> None:
         return
     for name in a.only or ("echo", "instant", "now_ms"):
         if name == "echo":
-            out[name] = measure(_echo_registry(), "instant", a.requests, a.clients, a.rounds, a.drain)
+            out[name] = measure(_echo_registry(), "instant", a.requests, a.clients, a.rounds, a.drain, a.wire)
             continue
         with tempfile.TemporaryDirectory(prefix="tstreams-drain-") as d:
             core = Core(d, "async")
             try:
                 core.submit([O.CreateStream(STREAM, PARTITIONS, 86400)])
                 out[name] = measure(backend_registry(core), "instant" if name == "instant" else "now_ms",
-                                    a.requests, a.clients, a.rounds, a.drain)
+                                    a.requests, a.clients, a.rounds, a.drain, a.wire)
             finally:
                 core.close()
     print("  ".join(f"{k} {v:.2f} µs/req" for k, v in out.items()))

@@ -17,6 +17,7 @@ import tstreams_embedded as ts
 
 from . import errors
 from .quickstart import quickstart
+from .tools.backups import archive, backup, restore
 from .tools.commands import consume, consumers, produce, streams_describe
 from .tools.output import Output, ms_time
 from .tools.queues import queues
@@ -170,6 +171,9 @@ def _attach(module: str, names: list[str]) -> None:
 main.add_command(consume)
 main.add_command(produce)
 main.add_command(consumers)
+main.add_command(backup)
+main.add_command(restore)
+main.add_command(archive)
 main.add_command(queues)
 main.add_command(schedules)
 main.add_command(quickstart)

@@ -77,6 +77,11 @@ class ConsumerNotFound(TStreamsError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ArchiveGap(TStreamsError):
+    """Commit-log entries are missing from an archive (they were trimmed before the archiver
+    read them): a restore past them is impossible. Take a new base backup."""
+
+
 class WorkQueueNotFound(TStreamsError, KeyError):
     """The work queue group does not exist on the stream (``engine.work_queue`` creates it)."""
 
@@ -176,6 +181,13 @@ class RemoteError(TStreamsError, ConnectionError):
 
 class ProtocolError(TStreamsError):
     """A message on the wire was malformed."""
+
+
+class ProtocolVersionError(ProtocolError):
+    """The peer speaks a wire protocol version this side does not: a client newer than the
+    server (the server answers in an older version), or a request of an unknown version.
+    Nothing was executed; use a client and a server of the same release (a server also
+    answers clients of the previous protocol version)."""
 
 
 class RequestTooLarge(TStreamsError, ValueError):

@@ -34,6 +34,7 @@ REGISTRY: dict[str, str] = {
     "ours-cluster": "benchmarks.systems.cluster:OursCluster",
     "ours-serve-node": "benchmarks.systems.cluster:OursServeNode",
     "redis-replicated": "benchmarks.systems.cluster:RedisReplicated",
+    "redis-replicated-always": "benchmarks.systems.cluster:RedisReplicatedAlways",
     # spark
     "spark-tstreams": "benchmarks.systems.spark_sources:SparkTstreams",
     "spark-parquet": "benchmarks.systems.spark_sources:SparkParquet",
@@ -41,6 +42,8 @@ REGISTRY: dict[str, str] = {
     "spark-files": "benchmarks.systems.spark_sources:SparkFiles",
     # streams (each job in its own child process)
     "ours-streams": "benchmarks.systems.stream_jobs:OursStreams",
+    "ours-streams-serve": "benchmarks.systems.stream_remote:OursStreamsServe",
+    "ours-streams-cluster": "benchmarks.systems.stream_remote:OursStreamsCluster",
     "python-floor": "benchmarks.systems.stream_jobs:PythonFloor",
     "python-floor-orjson": "benchmarks.systems.stream_jobs:PythonFloorOrjson",
     "bytewax": "benchmarks.systems.stream_jobs:Bytewax",

@@ -8,6 +8,12 @@
 * ``redis-replicated``: a ``redis-server`` primary and one replica (``--replicaof``), both
   ``appendonly yes`` / ``appendfsync everysec``; a transaction is ``MULTI; XADD×N; EXEC;
   WAIT 1 0`` in one pipelined round trip, so it is acknowledged once the replica has it.
+* ``redis-replicated-always``: the same with ``appendfsync always``.
+
+Every produce run also reports the CPU the servers used per item (psutil): ``cpu_us_per_item``
+for the node that serves (the cluster's leader, Redis's primary) and
+``follower_cpu_us_per_item`` for the mean follower (Redis's replica); one node reports its own
+CPU under both names, the baseline of both goals.
 """
 
 from __future__ import annotations
@@ -15,10 +21,11 @@ from __future__ import annotations
 import itertools
 import shutil
 import time
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.measure import median
-from benchmarks.systems.base import Outcome, System, items_range, make_item
+from benchmarks.systems.base import Outcome, System, items_range, make_item, run_threads
 
 SESSION_TIMEOUT = 4.0
 """The nodes' ZooKeeper session timeout (``tstreams serve``'s default)."""
@@ -35,37 +42,74 @@ def _count_items(engine: Any, stream: str) -> int:
     return sum(len(t.items) for t in iter_transactions(engine.backend, stream, 0))
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process ``pid`` used so far (psutil)."""
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
+def cpu_us_per_item(before: dict[int, float], pids: list[int], items: int) -> float:
+    """Mean CPU µs per item of ``pids`` since ``before`` (their CPU seconds then)."""
+    used = [cpu_seconds(p) - before[p] for p in pids]
+    return sum(used) / len(used) / items * 1e6 if used and items else 0.0
+
+
 class _Served(System):
-    """A system written through ``self.engine`` (a ``ts.connect`` engine); each run uses a
-    new stream."""
+    """A system written through ``self.engine`` (a ``ts.connect`` engine) and, for several
+    clients, more engines like it; each run uses a new stream. Each run also reports the
+    CPU its servers used per item (``cpu_us_per_item``; see :meth:`cpu_extra`)."""
 
     is_ours = True
     engine: Any = None
     _streams = itertools.count(1)
+
+    def connect(self) -> Any:
+        """A new client engine of this system."""
+        raise NotImplementedError
 
     def _new_stream(self) -> str:
         name = f"s{next(self._streams)}"
         self.engine.create_stream(name, partitions=1)
         return name
 
-    def run_produce(self, n_items: int, batch: int) -> Outcome:
+    def _engines(self, clients: int) -> list[Any]:
+        extra = self.__dict__.setdefault("_extra_engines", [])
+        while len(extra) < clients - 1:
+            extra.append(self.connect())
+        return [self.engine, *extra[:clients - 1]]
+
+    def cpu_roles(self) -> dict[str, list[int]]:
+        """Server PIDs by the role their CPU is reported under: ``cpu`` (the serving node)."""
+        return {"cpu": self.server_pids()}
+
+    def run_produce(self, n_items: int, batch: int, clients: int = 1) -> Outcome:
+        """``n_items`` in durable ``batch``-item transactions from ``clients`` threads, each
+        with its own client engine."""
         stream = self._new_stream()
-        producer = self.engine.producer(stream, partition=0)
+        engines = self._engines(clients)
+        producers = [e.producer(stream, partition=0) for e in engines]
         items = items_range(0, batch)
-        lat = []
-        clock = time.perf_counter_ns
-        t0 = time.perf_counter()
-        for _ in range(n_items // batch):
-            s = clock()
-            producer.instant(items, partition=0)
-            lat.append(clock() - s)
-        seconds = time.perf_counter() - t0
-        return Outcome(n_items, seconds, lat, stored=_count_items(self.engine, stream), expected=n_items)
+        per_thread = n_items // batch // clients
+        roles = self.cpu_roles()
+        before = {p: cpu_seconds(p) for pids in roles.values() for p in pids}
+
+        def factory(t: int) -> Callable[[int], None]:
+            producer = producers[t]
+            return lambda _i: producer.instant(items, partition=0)
+
+        seconds, lat = run_threads(clients, per_thread, factory)
+        done = per_thread * clients * batch
+        extra = {f"{role}_us_per_item": cpu_us_per_item(before, pids, done) for role, pids in roles.items()}
+        return Outcome(done, seconds, lat, stored=_count_items(self.engine, stream), expected=done, extra=extra)
 
     def close(self) -> None:
-        engine, self.engine = self.engine, None
-        if engine is not None:
-            engine.close()
+        engines = [self.engine, *self.__dict__.pop("_extra_engines", [])]
+        self.engine = None
+        for engine in engines:
+            if engine is not None:
+                engine.close()
 
 
 class OursCluster(_Served):
@@ -85,7 +129,18 @@ class OursCluster(_Served):
         self.cluster = LocalCluster(url, self.workdir, 3, session_timeout=SESSION_TIMEOUT, log_level="WARNING")
         self.cluster.start()
         self.cluster.ready()
+        self.url = url
         self.engine = ts.connect(url, timeout=60)
+
+    def connect(self) -> Any:
+        import tstreams_embedded as ts
+
+        return ts.connect(self.url, timeout=60)
+
+    def cpu_roles(self) -> dict[str, list[int]]:
+        """``cpu``: the leader's; ``follower_cpu``: the mean of the followers'."""
+        leader = self.cluster.leader()
+        return {"cpu": [leader.pid], "follower_cpu": [n.pid for n in self.cluster.followers(leader)]}
 
     def close(self) -> None:
         super().close()
@@ -146,6 +201,15 @@ class OursServeNode(_Served):
         self.server = ServeProcess(self.workdir / "data", self.workdir, durability="sync", name="single").start(60)
         self.engine = ts.connect(self.server.endpoint, timeout=60)
 
+    def connect(self) -> Any:
+        import tstreams_embedded as ts
+
+        return ts.connect(self.server.endpoint, timeout=60)
+
+    def cpu_roles(self) -> dict[str, list[int]]:
+        """``cpu``, and the same figure as ``follower_cpu`` (the baseline of the followers' goal)."""
+        return {"cpu": [self.server.pid], "follower_cpu": [self.server.pid]}
+
     def close(self) -> None:
         super().close()
         server = getattr(self, "server", None)
@@ -162,14 +226,15 @@ class RedisReplicated(System):
     label = "Redis Streams + 1 replica (everysec, WAIT 1)"
     description = ("redis-server primary + replica (--replicaof), appendonly yes, appendfsync everysec; "
                    "MULTI; XADD×N; EXEC; WAIT 1 0 in one pipelined round trip")
+    appendfsync = "everysec"
 
     def open(self) -> None:
         import redis
 
         from benchmarks.redis_server import RedisServer, ReplicaRedisServer
 
-        self.primary = RedisServer(self.workdir / "primary", appendfsync="everysec").start()
-        self.replica = ReplicaRedisServer(self.workdir / "replica", self.primary, appendfsync="everysec").start()
+        self.primary = RedisServer(self.workdir / "primary", appendfsync=self.appendfsync).start()
+        self.replica = ReplicaRedisServer(self.workdir / "replica", self.primary, appendfsync=self.appendfsync).start()
         self.client = redis.Redis(host="127.0.0.1", port=self.primary.port)
         self._keys = itertools.count(1)
 
@@ -189,27 +254,42 @@ class RedisReplicated(System):
 
         return RedisEverysec.available()
 
-    def run_produce(self, n_items: int, batch: int) -> Outcome:
+    def run_produce(self, n_items: int, batch: int, clients: int = 1) -> Outcome:
+        """``clients`` threads, each with its own connection, run the transaction loop; the
+        CPU of the primary (``cpu_us_per_item``) and of the replica (``follower_cpu_us_per_item``)."""
         import redis
 
         key = f"s{next(self._keys)}"
         items = items_range(0, batch)
-        pipe = self.client.pipeline(transaction=False)
-        lat = []
-        clock = time.perf_counter_ns
-        under_replicated = 0
-        t0 = time.perf_counter()
-        for _ in range(n_items // batch):
-            s = clock()
-            pipe.execute_command("MULTI")
-            for item in items:
-                pipe.xadd(key, {FIELD: item})
-            pipe.execute_command("EXEC")
-            pipe.execute_command("WAIT", 1, 0)
-            if pipe.execute()[-1] < 1:
-                under_replicated += 1
-            lat.append(clock() - s)
-        seconds = time.perf_counter() - t0
+        per_thread = n_items // batch // clients
+        under_replicated = [0]
+        roles = {"cpu": [self.primary.pid], "follower_cpu": [self.replica.pid]}
+        before = {p: cpu_seconds(p) for pids in roles.values() for p in pids}
+
+        def factory(_t: int) -> Callable[[int], None]:
+            pipe = redis.Redis(host="127.0.0.1", port=self.primary.port).pipeline(transaction=False)
+
+            def op(_i: int) -> None:
+                pipe.execute_command("MULTI")
+                for item in items:
+                    pipe.xadd(key, {FIELD: item})
+                pipe.execute_command("EXEC")
+                pipe.execute_command("WAIT", 1, 0)
+                if pipe.execute()[-1] < 1:
+                    under_replicated[0] += 1
+            return op
+
+        seconds, lat = run_threads(clients, per_thread, factory)
+        done = per_thread * clients * batch
+        extra = {f"{role}_us_per_item": cpu_us_per_item(before, pids, done) for role, pids in roles.items()}
         on_replica = redis.Redis(host="127.0.0.1", port=self.replica.port).xlen(key)
-        stored = on_replica if not under_replicated else -under_replicated
-        return Outcome(n_items, seconds, lat, stored=stored, expected=n_items)
+        stored = on_replica if not under_replicated[0] else -under_replicated[0]
+        return Outcome(done, seconds, lat, stored=stored, expected=done, extra=extra)
+
+
+class RedisReplicatedAlways(RedisReplicated):
+    name = "redis-replicated-always"
+    label = "Redis Streams + 1 replica (always, WAIT 1)"
+    description = ("redis-server primary + replica (--replicaof), appendonly yes, appendfsync always; "
+                   "MULTI; XADD×N; EXEC; WAIT 1 0 in one pipelined round trip")
+    appendfsync = "always"

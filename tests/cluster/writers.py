@@ -4,6 +4,7 @@ one recorded, so that a test can check the nodes' final states against them."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from tstreams_embedded import errors
@@ -15,7 +16,9 @@ class ItemWriter(threading.Thread):
     """Writes uniquely numbered items to ``stream`` until :meth:`stop`: instants, and with
     ``txn_every=N`` a 3-item transaction every Nth write. Acknowledged items go to
     :attr:`acked`; an error to :attr:`failed` (an outcome unknown, not counted as
-    acknowledged), after which the writer stops when ``stop_on_error``, else goes on."""
+    acknowledged), after which the writer stops when ``stop_on_error``, else goes on.
+    :attr:`acked_at` and :attr:`failed_at` hold when (``time.monotonic()``) each write was
+    acknowledged or failed."""
 
     def __init__(self, engine: Any, stream: str = "s", prefix: str = "w", *, txn_every: int = 0,
                  stop_on_error: bool = False) -> None:
@@ -26,6 +29,8 @@ class ItemWriter(threading.Thread):
         self.stop_on_error = stop_on_error
         self.acked: list[str] = []
         self.failed: list[BaseException] = []
+        self.acked_at: list[float] = []
+        self.failed_at: list[float] = []
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -42,8 +47,10 @@ class ItemWriter(threading.Thread):
                     items = [f"{self.prefix}{i}"]
                     self.producer.instant([items[0].encode()])
                 self.acked.extend(items)
+                self.acked_at.append(time.monotonic())
             except errors.TStreamsError as exc:
                 self.failed.append(exc)
+                self.failed_at.append(time.monotonic())
                 if self.stop_on_error:
                     return
             i += 1

@@ -66,3 +66,30 @@ def test_batch_argument_errors(engine: ts.Engine) -> None:
             call()
     assert len(b) == 0
     assert b.commit() == []
+
+
+def test_ids_allocated_in_a_batch_are_stored_once_per_partition_and_survive_a_delete(engine: ts.Engine) -> None:
+    """A batch writes each partition's last transaction ID once, at its end (not per
+    record): a later batch, a read of the partition, and a deletion inside the same batch
+    (which raises the ID floor from those IDs) all see the IDs the batch allocated."""
+    engine.create_stream("ids", partitions=2)
+    with engine.batch() as b:
+        for i in range(30):
+            b.instant("ids", [b"%d" % i], partition=i % 2)
+    first = b.results
+    for p in (0, 1):  # IDs are per partition: strictly increasing within each
+        ids = first[p::2]
+        assert ids == sorted(set(ids)) and len(ids) == 15
+    assert engine.backend.last_txn_id("ids", 0) == first[-2]
+    assert engine.backend.last_txn_id("ids", 1) == first[-1]
+    later = engine.producer("ids").instant([b"later"], partition=1)
+    assert later > first[-1]
+    with engine.batch() as b:  # allocate, delete in the same batch, create again, allocate
+        b.instant("ids", [b"gone"], partition=0)
+        b.delete_stream("ids")
+        b.create_stream("ids", partitions=2)
+        b.instant("ids", [b"new"], partition=0)
+    gone, new = b.results[0], b.results[3]
+    assert new > gone > later  # IDs never repeat in a partition, even across a deletion
+    assert [t.items for t in engine.backend.transactions_range("ids", 0, 0, 2**62)] == [[b"new"]]
+    assert engine.backend.last_txn_id("ids", 0) == new

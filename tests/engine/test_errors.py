@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import msgpack
 import pytest
 
 import tstreams_embedded as ts
@@ -203,6 +204,17 @@ def test_item_too_large_with_a_configurable_limit(make_engine) -> None:
         engine.backend.submit([O.Instant("s", 0, O.pack_items([b"x" * 101]))])
     assert [items for _, _, items in _visible(engine, "s")] == [[b"x" * 100], [b"fits"]]
     assert issubclass(errors.ItemTooLarge, ValueError)
+
+
+@pytest.mark.parametrize("items", [["text"], [1], [b"ok", "text"], [None, b"ok"], [[b"nested"]]])
+def test_a_chunk_of_non_bytes_items_is_refused(engine: ts.Engine, items: list) -> None:
+    """One item or several (the one-item case is checked on its own fast path), whatever
+    the client sends: nothing is written."""
+    engine.create_stream("s")
+    chunk = msgpack.packb(items, use_bin_type=True)
+    with pytest.raises(errors.InvalidArgument, match="items must be bytes, got"):
+        engine.backend.submit([O.Instant("s", 0, chunk)])
+    assert _visible(engine, "s") == []
 
 
 def test_item_too_large_default_limit_is_reported(engine: ts.Engine) -> None:

@@ -170,3 +170,32 @@ def test_a_marker_of_sealed_values_over_an_unsealed_data_file_is_refused(old_dir
     (old_dir / directory.MARKER).write_text(json.dumps(doc))
     with pytest.raises(ts.errors.DataCorrupted, match="every value is sealed"):
         ts.open(str(old_dir))
+
+
+def _drop_database(path, name: str, forget: bool) -> None:
+    """Make ``path`` look as if database ``name`` never existed (``forget``: also without the
+    note that it was added), or as if its record in LMDB's main database were lost."""
+    env = lmdb.open(str(path), max_dbs=16)
+    with env.begin(write=True) as txn:
+        txn.drop(env.open_db(name.encode(), txn=txn), delete=True)
+        if forget:
+            txn.delete(directory.added_database_key(name), db=env.open_db(b"meta", txn=txn))
+    env.close()
+
+
+def test_a_directory_from_before_work_queues_opens_and_gets_them(tmp_path) -> None:
+    """A directory written before the ``queues`` database existed opens (it is created then),
+    keeps its data, and takes work queues; losing the database afterwards is damage."""
+    path = tmp_path / "d"
+    with ts.open(path) as e:
+        e.create_stream("s")
+        e.producer("s").instant([b"kept"])
+    _drop_database(path, "queues", forget=True)
+    with ts.open(path) as e:
+        assert e.consumer("s", "c").get_transaction().items == [b"kept"]
+        [d] = e.work_queue("s", "g").receive(timeout=0)
+        d.ack()
+    assert check.check_directory(str(path)).ok
+    _drop_database(path, "queues", forget=False)
+    with pytest.raises(ts.errors.DataCorrupted, match=r"\['queues'\] are missing"):
+        ts.open(path)

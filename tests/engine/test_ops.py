@@ -124,3 +124,20 @@ def test_specs_describe_the_records() -> None:
     assert O.spec(O.Instant("s", 0, b"")).resolved == ("txn_id",)
     assert O.describe(O.Cancel("s", 2, 9)) == "CANCEL('s', 2)"
     assert O.TxnState.OPENED.label == "open" and O.TxnState(5) is O.TxnState.CHECKPOINTED
+
+
+@pytest.mark.parametrize("spec", O.all_specs(), ids=lambda s: s.name)
+def test_decode_of_a_full_row_equals_the_constructor_and_short_rows_get_defaults(spec: O.OpSpec) -> None:
+    """A row with every field (what ``encode`` writes) is built without the record's
+    Python-level ``__new__``: it must give the very record the constructor gives; rows that
+    leave defaulted fields out still get the defaults, and a row with a field too many fails."""
+    fields = spec.record._fields  # type: ignore[attr-defined]
+    assert spec.width == len(fields)
+    required = [f for f in fields if f not in spec.record._field_defaults]  # type: ignore[attr-defined]
+    full = [int(spec.opcode), *[f"v{i}" for i in range(len(fields))]]
+    op = O.decode(full)
+    assert type(op) is spec.record and op == spec.record(*full[1:]) and op._fields == fields
+    short = full[: 1 + len(required)]
+    assert O.decode(short) == spec.record(*short[1:])
+    with pytest.raises(errors.InvalidArgument, match="takes"):
+        O.decode([*full, "extra"])

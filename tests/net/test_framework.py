@@ -97,7 +97,7 @@ def conn(ts_server):
 def test_plain_call_and_blob_frames(conn):
     assert conn.call("add", 2, 3) == 5
     body = framing.encode_args([b"x" * 100_000, "s", b"small"], blob_positions=(0, 2))
-    assert len(body) == 3  # two payloads travel as their own frames
+    assert len(body) == 2  # the large payload travels as its own frame, the small one inside the request
     assert conn.call_frames("echo", body) == [b"x" * 100_000, "s", b"small"]
 
 
@@ -158,18 +158,24 @@ def test_fire_and_forget_gets_no_reply(ts_server, conn):
     assert after["replies"] - before["replies"] == 1
 
 
-def test_request_ids_are_echoed_and_pipelining(ts_server):
+@pytest.mark.parametrize("version", framing.SUPPORTED_VERSIONS)
+def test_request_ids_are_echoed_and_pipelining(ts_server, version):
+    """In either wire version (version 1: the clients before issue 21, answered in kind)."""
+    frames_of = framing.request_frames if version == framing.VERSION else framing.legacy_request
+    unpack_reply = framing.unpack_reply if version == framing.VERSION else framing.unpack_legacy_reply
     ctx = zmq.Context.instance()
     s = ctx.socket(zmq.DEALER)
     s.connect(ts_server.endpoint)
     try:
         ids = list(range(10_000, 10_000 + 500 * 7, 7))
         for i in ids:  # all in flight before any reply is read
-            s.send_multipart([framing.pack_request_header(i, "add", 0), framing.pack([i, 1])])
+            s.send_multipart(frames_of(i, "add", 0, [framing.pack([i, 1])]))
         seen = {}
         for _ in ids:
             assert s.poll(10_000)
-            rid, flags, value = framing.unpack_reply(s.recv_multipart())
+            frames = s.recv_multipart()
+            assert len(frames) == (1 if version == framing.VERSION else 2)
+            rid, flags, value = unpack_reply(frames)
             seen[rid] = value
         assert seen == {i: i + 1 for i in ids}
     finally:
@@ -206,8 +212,8 @@ def test_reply_to_departed_client_never_crashes(ts_server):
         received = ts_server.stats()["received"]  # (read before sending: the server may be quick)
         s = ctx.socket(zmq.DEALER)
         s.connect(ts_server.endpoint)
-        s.send_multipart([framing.pack_request_header(1, "slow", 0), framing.pack([0.2])])
-        s.send_multipart([framing.pack_request_header(2, "range", 0), framing.pack([1000, 0.001])])
+        s.send_multipart(framing.request_frames(1, "slow", 0, [framing.pack([0.2])]))
+        s.send_multipart(framing.request_frames(2, "range", 0, [framing.pack([1000, 0.001])]))
         eventually(lambda: ts_server.stats()["received"] >= received + 2, 10, 0.01)  # noqa: B023
         s.close(0)  # gone before the replies
     eventually(lambda: ts_server.stats()["unroutable"] >= 1, 10, 0.05)
@@ -220,29 +226,116 @@ def test_reply_to_departed_client_never_crashes(ts_server):
     eventually(lambda: ts_server.stats()["running_generators"] == 0, 10, 0.05)
 
 
+def _replies(s: zmq.Socket, n: int) -> list[list[bytes]]:
+    out = []
+    for _ in range(n):
+        assert s.poll(10_000)
+        out.append(s.recv_multipart())
+    return out
+
+
 def test_malformed_messages_get_protocol_errors(ts_server):
+    """Version 2: each request is one frame (plus blob frames); replies are one frame."""
+    v2 = framing.request_frame
     ctx = zmq.Context.instance()
     s = ctx.socket(zmq.DEALER)
     s.connect(ts_server.endpoint)
     try:
         cases = [
             [b"\xc1"],  # invalid msgpack
-            [msgpack.packb([1, "add"])],  # header of 2 fields
-            [msgpack.packb([7, "add", 0]), b"\xc1"],  # bad body
-            [msgpack.packb([8, "add", 0]), msgpack.packb({"a": 1})],  # body not a list
-            [msgpack.packb([9, "add", 0]), framing.pack([msgpack.ExtType(1, b"\0\0\0\5")])],  # dangling blob
+            [b""],  # an empty frame
+            [msgpack.packb([2, 5, "add", 0])],  # too few fields (3 would be a version-1 header)
+            [msgpack.packb([2, 6, "add", 0, {"a": 1}])],  # arguments not a list
+            [msgpack.packb([2, 7, "add", 0, [1], "extra"])],  # too many fields
+            [msgpack.packb([2, 8, 5, 0, []])],  # method not a string
+            [v2(9, "echo", 0, framing.pack([msgpack.ExtType(1, b"\0\0\0\5")]))],  # dangling blob reference
+            [v2(10, "echo", 0, framing.pack([msgpack.ExtType(1, b"\0\0\0\0")])), b"a", b"b"],  # unused blob
+            [v2(11, "echo", 0, framing.pack([msgpack.ExtType(1, b"\0\0\0\0")] * 2)), b"a"],  # blob used twice
+            [v2(12, "add", 0, framing.pack([1, 2]))[:-3]],  # truncated
         ]
         for frames in cases:
             s.send_multipart(frames)
-        names = []
-        for _ in cases:
-            assert s.poll(10_000)
-            rid, flags, value = framing.unpack_reply(s.recv_multipart())
-            assert flags & framing.ERROR
-            names.append(value[0])
-        assert names == ["ProtocolError"] * len(cases)
+        got = [framing.unpack_reply(f) for f in _replies(s, len(cases))]
+        assert all(flags == framing.ERROR for _, flags, _ in got), got
+        assert [v[0] for _, _, v in got] == ["ProtocolError"] * len(cases), got
+        # the request ID is answered wherever the frame's head shows it
+        assert [rid for rid, _, _ in got] == [-1, -1, 5, 6, 7, 8, 9, 10, 11, 12]
+        assert "[2, int id, str method, int flags, [args]]" in got[2][2][1]
+        assert "extension type 1 (no blob frames)" in got[6][2][1]
+        assert "2 blob frames but 1 references" in got[7][2][1]
+        assert ts_server.server.stats.malformed >= len(cases)
+        # the connection still works
+        s.send_multipart(framing.request_frames(13, "add", 0, [framing.pack([1, 2])]))
+        assert framing.unpack_reply(_replies(s, 1)[0]) == (13, 0, 3)
     finally:
         s.close(0)
+
+
+def test_malformed_version_1_messages_get_version_1_errors(ts_server):
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.connect(ts_server.endpoint)
+    try:
+        cases = [
+            [msgpack.packb([1, "add", 0]), b"\xc1"],  # bad body
+            [msgpack.packb([8, "add", 0]), msgpack.packb({"a": 1})],  # body not a list
+            [msgpack.packb([9, "add", 0]), framing.pack([msgpack.ExtType(1, b"\0\0\0\5")])],  # dangling blob
+            [msgpack.packb([10, "add", 0])[:-1]],  # a truncated header
+        ]
+        for frames in cases:
+            s.send_multipart(frames)
+        got = [framing.unpack_legacy_reply(f) for f in _replies(s, len(cases))]
+        assert [(rid, flags, v[0]) for rid, flags, v in got] == [
+            (1, framing.ERROR, "ProtocolError"), (8, framing.ERROR, "ProtocolError"),
+            (9, framing.ERROR, "ProtocolError"), (10, framing.ERROR, "ProtocolError")]
+    finally:
+        s.close(0)
+
+
+@pytest.mark.parametrize("version", [0, 3, 255, 2**40])
+def test_an_unknown_wire_version_is_refused_clearly(ts_server, version):
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.connect(ts_server.endpoint)
+    try:
+        s.send_multipart([msgpack.packb([version, 21, "add", 0, [1, 2]])])
+        rid, flags, value = framing.unpack_reply(_replies(s, 1)[0])
+        assert (rid, flags, value[0]) == (21, framing.ERROR, "ProtocolVersionError")
+        assert f"wire protocol version {version} is not supported" in value[1]
+        assert ts_server.server.stats.received >= 1
+    finally:
+        s.close(0)
+
+
+def test_a_client_facing_an_older_server_gets_protocol_version_error():
+    """A version-1 server cannot read version-2 requests: it answers each with a version-1
+    error reply (two frames), whose request ID is whatever it took for one. The client
+    fails the requests it sent with ProtocolVersionError, never as another request's reply."""
+    ctx = zmq.Context.instance()
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    stop = threading.Event()
+
+    def old_server() -> None:  # what a version-1 server replies to any version-2 request
+        while not stop.is_set():
+            if router.poll(50):
+                identity, *_ = router.recv_multipart()
+                router.send_multipart([identity, msgpack.packb([2, framing.ERROR]), msgpack.packb(
+                    ["ProtocolError", "header must be msgpack [int id, str method, int flags]"])])
+
+    t = threading.Thread(target=old_server, daemon=True)
+    t.start()
+    c = Connection(f"tcp://127.0.0.1:{port}", timeout=10.0)
+    try:
+        with pytest.raises(errors.ProtocolVersionError, match="older tstreams-embedded"):
+            c.call("add", 1, 2)
+        with pytest.raises(errors.ProtocolVersionError):
+            c.call("add", 3, 4)
+    finally:
+        c.close()
+        stop.set()
+        t.join(5)
+        router.close(0)
 
 
 @pytest.mark.timeout(120)
@@ -278,3 +371,49 @@ def test_many_threads_share_one_connection(ts_server, conn):
     assert not errors_seen, errors_seen[:3]
     assert conn.wait(gen, 30) == "end"
     assert stream_items == list(range(200))
+
+
+def test_a_single_request_frame_over_the_size_limit_is_refused_under_its_id():
+    """A version-2 request is one frame: over ``max_request_bytes`` only its head is kept
+    (not the whole frame), enough to answer RequestTooLarge under its request ID."""
+    reg, _ = stand_in_registry()
+    srv = ThreadServer(reg, ServerOptions(max_request_bytes=10_000))
+    s = zmq.Context.instance().socket(zmq.DEALER)
+    s.connect(srv.endpoint)
+    try:
+        big = framing.request_frame(77, "echo", 0, framing.pack([b"x" * 50_000]))
+        s.send_multipart([big])
+        legacy = framing.legacy_request(78, "echo", 0, [framing.pack([b"x" * 50_000])])
+        s.send_multipart(legacy)
+        s.send_multipart(framing.request_frames(79, "echo", 0, [framing.pack([b"ok"])]))
+        got = _replies(s, 3)
+        rid, flags, value = framing.unpack_reply(got[0])
+        assert (rid, flags, value[0]) == (77, framing.ERROR, "RequestTooLarge"), value
+        assert "more than 10000 bytes" in value[1]
+        rid, flags, value = framing.unpack_legacy_reply(got[1])
+        assert (rid, flags, value[0]) == (78, framing.ERROR, "RequestTooLarge"), value
+        assert framing.unpack_reply(got[2]) == (79, 0, [b"ok"])
+        assert srv.stats()["too_large"] == 2
+    finally:
+        s.close(0)
+        srv.stop()
+
+
+def test_a_version_1_client_gets_generator_responses_and_errors_in_version_1(ts_server):
+    """Replies follow the client's version wherever they are made: the generator scheduler
+    (MORE responses, the final one), a handler's error, an unknown method."""
+    s = zmq.Context.instance().socket(zmq.DEALER)
+    s.connect(ts_server.endpoint)
+    try:
+        s.send_multipart(framing.legacy_request(1, "range", 0, [framing.pack([3])]))
+        got = _replies(s, 4)
+        assert all(len(f) == 2 for f in got), got
+        assert [framing.unpack_legacy_reply(f) for f in got] == [
+            (1, framing.MORE, 0), (1, framing.MORE, 1), (1, framing.MORE, 2), (1, 0, "end")]
+        s.send_multipart(framing.legacy_request(2, "add", 0, [framing.pack(["x"])]))
+        s.send_multipart(framing.legacy_request(3, "nope", 0))
+        got = [framing.unpack_legacy_reply(f) for f in _replies(s, 2)]
+        assert [(rid, flags, v[0]) for rid, flags, v in got] == [
+            (2, framing.ERROR, "InvalidArgument"), (3, framing.ERROR, "ProtocolError")]
+    finally:
+        s.close(0)

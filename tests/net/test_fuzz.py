@@ -57,40 +57,87 @@ def safe_pack(v: Any) -> bytes:
         return b"\xc1"
 
 
+def request(version: int, i: int, method: str, flags: int, body: list[bytes]) -> list[bytes]:
+    """A request in wire ``version``: 2 (one frame) or 1 (header, body and blob frames)."""
+    if version == framing.VERSION:
+        return framing.request_frames(i, method, flags, body)
+    return framing.legacy_request(i, method, flags, body)
+
+
 def malformed(r: random.Random, i: int) -> list[bytes]:
+    """Message ``i``: the kinds of a version-2 client, a version-1 client and of version 2's
+    single frames alternate by tens."""
     kind = i % 10
+    if (i // 10) % 3 == 2:
+        return malformed_frame(r, i, kind)
+    version = framing.VERSION if (i // 10) % 3 == 0 else framing.LEGACY_VERSION
     if kind == 0:  # random bytes, random frame count
         return [r.randbytes(r.randrange(0, 64)) for _ in range(r.randrange(1, 6))]
-    if kind == 1:  # wrong frame counts: a valid header with far too many frames
-        return [framing.pack_request_header(i, "get_stream", 0), framing.pack(["s"])] + [b"x"] * r.randrange(2, 5000)
+    if kind == 1:  # wrong frame counts: a valid request with far too many frames
+        return request(version, i, "get_stream", 0, [framing.pack(["s"])]) + [b"x"] * r.randrange(2, 5000)
     if kind == 2:  # invalid msgpack in header or body
-        return [r.choice([b"\xc1", b"\x93\x01", b"\xdc\xff\xff", b"\x92\x01\xa3ab"]),
+        return [r.choice([b"\xc1", b"\x93\x01", b"\xdc\xff\xff", b"\x92\x01\xa3ab", b"\x95\x02"]),
                 r.choice([b"\xc1", b"\x91", b"\xdb\xff\xff\xff\xff"])]
     if kind == 3:  # unknown methods
         name = r.choice(["", "x" * 300, "__init__", "_dispatch", "SUBMIT", "close", "compact_", "\x00"])
-        return [framing.pack_request_header(i, name, 0), framing.pack([])]
+        return request(version, i, name, 0, [framing.pack([])])
     if kind == 4:  # wrong header shapes and types
         return [safe_pack(r.choice([[i, "ping"], [str(i), "ping", 0], [i, 5, 0], [i, "ping", "f"], {"id": i},
-                                    [i, "ping", 0, 1], None, [2**64 - 1, "ping", 2**63]]))]
+                                    [i, "ping", 0, 1], None, [2**64 - 1, "ping", 2**63],
+                                    [2, i, "ping", 0], [2, i, "ping", "f", []], [2, str(i), "ping", 0, []],
+                                    [2, i, "ping", 0, {}], [2, i, None, 0, []], [2.0, i, "ping", 0, []]]))]
     if kind == 5:  # known methods, wrong argument types and counts
         args = [rand_value(r) for _ in range(r.randrange(0, 6))]
         method = r.choice(METHODS[1:12] + ["get_stream", "store_snapshot"])
-        return [framing.pack_request_header(i, method, r.randrange(0, 4)), safe_pack(args)]
+        return request(version, i, method, r.randrange(0, 4), [safe_pack(args)])
     if kind == 6:  # submits that cannot apply: garbage ops, always with a poison op (atomic: nothing written)
         ops = [[r.randrange(-2, 16), *[rand_value(r) for _ in range(r.randrange(0, 6))]]
                for _ in range(r.randrange(0, 4))]
         ops.insert(r.randrange(0, len(ops) + 1), [99])
-        return [framing.pack_request_header(i, "submit", 0), safe_pack([ops, rand_value(r)])]
+        return request(version, i, "submit", 0, [safe_pack([ops, rand_value(r)])])
     if kind == 7:  # blob references that do not match the frames
         body = framing.pack([[O.encode(O.Instant("s", 0, msgpack.ExtType(1, r.randbytes(4))))], True])
-        return [framing.pack_request_header(i, "submit", 0), body] + [b"\x91\xc4\x01x"] * r.randrange(0, 3)
+        return request(version, i, "submit", 0, [body]) + [b"\x91\xc4\x01x"] * r.randrange(0, 3)
     if kind == 8:  # oversized frame (ZMQ_MAXMSGSIZE: the server drops the connection)
         if i % 100 == 8:
-            return [framing.pack_request_header(i, "ping", 0), b"\0" * (MAX_MSG + r.randrange(1, 1000))]
-        return [framing.pack_request_header(i, "fetch", 0), safe_pack(["s", 0, 0, r.choice([0, -1, 2**40, "x"])])]
+            return request(version, i, "ping", 0, [b"\0" * (MAX_MSG + r.randrange(1, 1000))])
+        return request(version, i, "fetch", 0, [safe_pack(["s", 0, 0, r.choice([0, -1, 2**40, "x"])])])
     # kind 9: long polls and subscriptions with junk, cancels of unknown requests
     m = r.choice(["wait_for_commit", "watch", "cancel"])
-    return [framing.pack_request_header(i, m, 0), safe_pack([rand_value(r) for _ in range(r.randrange(0, 3))])]
+    return request(version, i, m, 0, [safe_pack([rand_value(r) for _ in range(r.randrange(0, 3))])])
+
+
+def malformed_frame(r: random.Random, i: int, kind: int) -> list[bytes]:
+    """Version 2's own failure modes: one frame holding the header and the arguments."""
+    good = framing.request_frame(i, r.choice(METHODS), r.randrange(0, 2), safe_pack([rand_value(r)]))
+    if kind in (0, 1):  # truncated anywhere, the header included
+        return [good[: r.randrange(0, len(good))]]
+    if kind == 2:  # wrong versions
+        return [safe_pack([r.choice([0, 1, 3, 7, 255, 2**32, -1]), i, "ping", 0, []])]
+    if kind == 3:  # a byte flipped
+        b = bytearray(good)
+        b[r.randrange(len(b))] = r.randrange(256)
+        return [bytes(b)]
+    if kind == 4:  # junk appended (two msgpack values in one frame)
+        return [good + r.choice([b"\xc0", b"\x90", r.randbytes(r.randrange(1, 20))])]
+    if kind == 5:  # a version-2 frame followed by stray frames
+        return [good, *[r.randbytes(r.randrange(0, 30)) for _ in range(r.randrange(1, 4))]]
+    if kind == 6:  # the arguments of another request glued to a random head
+        return [framing.request_frame(i, r.choice(METHODS), 0, b"") + r.randbytes(r.randrange(0, 30))]
+    if kind == 7:  # a large single frame of a valid shape and random arguments
+        return [framing.request_frame(i, "submit", 0, safe_pack([[r.randbytes(r.randrange(1000, 8000))], True]))]
+    if kind == 8:  # nested depth and huge declared lengths
+        return [framing.request_frame(i, "get_stream", 0, r.choice([b"\x91" * 2000, b"\xdd\xff\xff\xff\xff",
+                                                                     b"\xdf\x7f\xff\xff\xff"]))]
+    return [r.randbytes(r.randrange(0, 200))]  # kind 9: random single frames
+
+
+def check_reply(frames: list[bytes]) -> None:
+    """Every reply is well-formed in one of the two versions (one frame, or two)."""
+    rid, flags, value = (framing.unpack_reply if len(frames) == 1 else framing.unpack_legacy_reply)(frames)
+    assert type(rid) is int and flags in (0, framing.ERROR, framing.MORE), (rid, flags, value)
+    if flags & framing.ERROR:
+        assert type(value) is list and len(value) == 2 and all(type(v) is str for v in value), value
 
 
 def snapshot(engine: Any) -> Any:
@@ -139,13 +186,13 @@ def test_fuzz_10000_malformed_messages(make_server: Any) -> None:
                 sent += 1
                 if i % 100 == 99:
                     while s.poll(0):
-                        s.recv_multipart()
+                        check_reply(s.recv_multipart())
                         replies += 1
 
             def answered() -> bool:
                 nonlocal replies
                 while s.poll(0):
-                    s.recv_multipart()
+                    check_reply(s.recv_multipart())
                     replies += 1
                 stats = engine.backend.server_stats()
                 return replies > 5_000 and stats["malformed"] > 1_000 and stats["errors"] > 5_000
@@ -193,7 +240,7 @@ def test_forged_records_on_the_wire_are_refused(make_server: Any) -> None:
         s.connect(srv.endpoint)
         try:
             for i, row in enumerate(rows):
-                s.send_multipart([framing.pack_request_header(i, "submit", 0), framing.pack([[row], True])])
+                s.send_multipart(framing.request_frames(i, "submit", 0, [framing.pack([[row], True])]))
                 assert s.poll(20_000), f"no reply to {row!r:.60}"
                 req_id, flags, value = framing.unpack_reply(s.recv_multipart())
                 assert req_id == i and flags & framing.ERROR, f"{row!r:.60} was accepted: {value!r}"

@@ -87,7 +87,7 @@ def dealer(endpoint: str, ctx: zmq.Context[Any], rcvhwm: int = 1000) -> zmq.Sock
 
 
 def call(s: zmq.Socket[Any], rid: int, method: str, *args: Any, flags: int = 0) -> None:
-    s.send_multipart([framing.pack_request_header(rid, method, flags), *framing.encode_args(args)])
+    s.send_multipart(framing.request_frames(rid, method, flags, framing.encode_args(args)))
 
 
 def reply(s: zmq.Socket[Any], timeout: float = 20.0) -> tuple[int, int, Any]:
@@ -153,8 +153,8 @@ def test_pipelined_writes_bounded(served: Callable[..., ServeProcess], ctx: zmq.
     s = dealer(srv.endpoint, ctx, rcvhwm=1_000_000)
     chunk = O.pack_items([b"w" * (MiB - 64)])
     n = 400
-    requests = {i + 1: [framing.pack_request_header(i + 1, "submit", 0),
-                        *encode_submit([O.Instant("w", 0, chunk)], False)] for i in range(n)}
+    requests = {i + 1: framing.request_frames(i + 1, "submit", 0, encode_submit([O.Instant("w", 0, chunk)], False))
+                for i in range(n)}
     busy = 0
     with RssSampler(srv.pid) as rss:
         for frames in requests.values():
@@ -197,8 +197,8 @@ def test_request_of_near_max_frames_rejected(served: Callable[..., ServeProcess]
     s = dealer(srv.endpoint, ctx)
     frame = b"f" * (16 * MiB - 1)
     with RssSampler(srv.pid) as rss:
-        s.send_multipart([framing.pack_request_header(7, "submit", 0), framing.pack([[], True]),
-                          *([frame] * 6)], copy=False)
+        s.send_multipart(framing.request_frames(7, "submit", 0, [framing.pack([[], True]), *([frame] * 6)]),
+                         copy=False)
         rid, flags, value = reply(s, 60)
         time.sleep(0)  # noqa: ASYNC251 - not a synchronisation: the reply above is
     assert rid == 7 and flags & framing.ERROR and value[0] == "RequestTooLarge", value
@@ -213,7 +213,7 @@ def test_request_of_many_small_frames_rejected_early(served: Callable[..., Serve
     srv = served("--max-request-size", str(16 * MiB))
     s = dealer(srv.endpoint, ctx)
     frame = b"s" * 8192
-    frames = [framing.pack_request_header(9, "submit", 0), framing.pack([[], True]), *([frame] * 100_000)]
+    frames = framing.request_frames(9, "submit", 0, [framing.pack([[], True]), *([frame] * 100_000)])
     with RssSampler(srv.pid) as rss:
         base = rss.sample()
         s.send_multipart(frames)
@@ -306,8 +306,8 @@ def test_no_reply_means_no_reply(served: Callable[..., ServeProcess], ctx: zmq.C
         e.create_stream("n", partitions=1)
     s = dealer(srv.endpoint, ctx)
     chunk = O.pack_items([b"silent"])
-    s.send_multipart([framing.pack_request_header(1, "submit", framing.NO_REPLY),
-                      *encode_submit([O.Instant("n", 0, chunk)], True)])
+    s.send_multipart(framing.request_frames(1, "submit", framing.NO_REPLY,
+                                            encode_submit([O.Instant("n", 0, chunk)], True)))
     call(s, 2, "get_stream", "missing", flags=framing.NO_REPLY)  # an error: no reply either
     call(s, 3, "no_such_method", flags=framing.NO_REPLY)
     call(s, 4, "get_stream", flags=framing.NO_REPLY)  # wrong arity
@@ -353,7 +353,7 @@ def flood(srv: ServeProcess, ctx: zmq.Context[Any], clients: int, per_client: in
     body = encode_submit([O.Instant("m", 0, O.pack_items([b"m" * (size - 64)]))], False)
     for i in range(per_client):
         for s in sockets:
-            s.send_multipart([framing.pack_request_header(i + 1, "submit", 0), *body], copy=False)
+            s.send_multipart(framing.request_frames(i + 1, "submit", 0, body), copy=False)
     with srv.connect(timeout=120) as good:
         while (st := good.backend.server_stats())["received"] < clients * per_client:  # type: ignore[attr-defined]
             good.backend.ping()  # type: ignore[attr-defined]
@@ -423,8 +423,8 @@ def test_writes_held_back_for_the_write_queue_keep_their_order(served: Callable[
     n = 60
     for i in range(n):
         chunk = O.pack_items([bytes([i]) * (MiB - 100)])
-        s.send_multipart([framing.pack_request_header(i + 1, "submit", 0),
-                          *encode_submit([O.Data("o", 0, txn_id, chunk)], False)])
+        s.send_multipart(framing.request_frames(i + 1, "submit", 0,
+                                                encode_submit([O.Data("o", 0, txn_id, chunk)], False)))
     order = [reply(s, 60) for _ in range(n)]
     assert [rid for rid, _, _ in order] == list(range(1, n + 1)), order
     assert all(not flags & framing.ERROR for _, flags, _ in order), order
@@ -439,8 +439,7 @@ def test_writes_held_back_for_the_write_queue_keep_their_order(served: Callable[
 
 # ---------------------------------------------------------------------------------- issue 19 item 4, defaults
 def submit_frames(rid: int, items: list[bytes]) -> list[Any]:
-    return [framing.pack_request_header(rid, "submit", 0),
-            *encode_submit([O.Instant("m", 0, O.pack_items(items))], False)]
+    return framing.request_frames(rid, "submit", 0, encode_submit([O.Instant("m", 0, O.pack_items(items))], False))
 
 
 #: The issue's shapes, sent by raw DEALERs that never read: (clients, requests per client,
@@ -450,8 +449,8 @@ ISSUE_SHAPES: dict[str, tuple[int, int, Callable[[int], list[Any]]]] = {
     "1 client pipelining 40 submits of 16 MiB": (1, 40, lambda rid: submit_frames(rid, [b"a" * (16 * MiB)])),
     "16 clients pipelining 8 submits of 16 MiB": (16, 8, lambda rid: submit_frames(rid, [b"b" * (16 * MiB)])),
     "32 clients each sending one 48 MiB write": (32, 1, lambda rid: submit_frames(rid, [b"c" * MiB] * 48)),
-    "1 request of 40 frames of 64 MiB": (1, 1, lambda rid: [framing.pack_request_header(rid, "submit", 0),
-                                                           framing.pack([[], True]), *[b"d" * (64 * MiB - 1024)] * 40]),
+    "1 request of 40 frames of 64 MiB": (1, 1, lambda rid: framing.request_frames(
+        rid, "submit", 0, [framing.pack([[], True]), *[b"d" * (64 * MiB - 1024)] * 40])),
 }
 
 

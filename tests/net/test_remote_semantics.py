@@ -291,13 +291,12 @@ def test_a_raw_wait_for_commit_with_a_bad_timeout_is_refused(server: Any, timeou
     s = ctx.socket(zmq.DEALER)
     s.connect(server.endpoint)
     try:
-        s.send_multipart([framing.pack_request_header(1, "wait_for_commit", 0),
-                          *framing.encode_args([0, timeout])])
+        s.send_multipart(framing.request_frames(1, "wait_for_commit", 0, framing.encode_args([0, timeout])))
         assert s.poll(10_000), "no reply"
         _, flags, value = framing.unpack_reply(s.recv_multipart())
         assert flags & framing.ERROR and value[0] == "InvalidArgument", value
         assert "timeout" in value[1]
-        s.send_multipart([framing.pack_request_header(2, "ping", 0), *framing.encode_args([])])
+        s.send_multipart(framing.request_frames(2, "ping", 0, framing.encode_args([])))
         assert s.poll(10_000)
         assert framing.unpack_reply(s.recv_multipart())[2] == "pong"
     finally:

@@ -8,24 +8,40 @@ import tempfile
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.state import unpack_lease
+from tstreams_embedded.engine.state import LeaseRecord, unpack_lease
 from tstreams_embedded.testing import FakeClock
 
 STORE = "app/__group"
+
+
+@given(st.text(max_size=40), st.integers(0, 2**62), st.integers(0, 2**62))
+def test_a_stored_lease_is_a_typed_record(owner: str, epoch: int, deadline: int) -> None:
+    record = LeaseRecord(owner, epoch, deadline)
+    assert LeaseRecord.unpack(record.pack()) == record
+    assert type(LeaseRecord.unpack(record.pack())) is LeaseRecord
+    assert record.held_by(owner, epoch) and not record.held_by(owner, epoch + 1)
+    assert record.live_at(deadline - 1) == bool(owner) and not record.live_at(deadline)
+
+
+@pytest.mark.parametrize("value", [b"\x93\x01\x02\x03", b"\x92\xa1a\x01", b"\xc1", b"\x93\xa1a\x01\xa1x"])
+def test_a_stored_value_that_is_not_a_lease_is_reported_corrupted(value: bytes) -> None:
+    with pytest.raises(errors.DataCorrupted, match="not \\[owner, epoch, deadline\\]"):
+        LeaseRecord.unpack(value)
 
 
 def test_take_renew_release_and_fence(tstreams_engine: ts.Engine) -> None:
     b = tstreams_engine.backend
     (deadline,) = b.submit([O.Lease(STORE, b"t0", "a", 1, 60_000)])
     assert deadline >= b.now_ms() + 50_000
-    assert unpack_lease(b.store_get(STORE, b"t0")) == ("a", 1, deadline)
+    stored = unpack_lease(b.store_get(STORE, b"t0"))
+    assert stored == LeaseRecord("a", 1, deadline) and stored.held_by("a", 1) and stored.live_at(b.now_ms())
     with pytest.raises(errors.LeaseConflict, match="held by 'a'"):
         b.submit([O.Lease(STORE, b"t0", "b", 2, 60_000)])  # still held
     b.submit([O.CheckLease(STORE, b"t0", "a", 1), O.StoreWrite("app/0/s", [[b"k", b"1"]])])

@@ -249,7 +249,7 @@ def test_malformed_store_snapshots_on_the_wire(tstreams_server: Any, scans: Any)
     s.setsockopt(zmq.LINGER, 0)
     s.connect(tstreams_server.endpoint)
     try:
-        s.send_multipart([framing.pack_request_header(1, "store_snapshot", 0), framing.pack([scans, None])])
+        s.send_multipart(framing.request_frames(1, "store_snapshot", 0, [framing.pack([scans, None])]))
         assert s.poll(20_000), "no reply"
         req_id, flags, value = framing.unpack_reply(s.recv_multipart())
     finally:

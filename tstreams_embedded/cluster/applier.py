@@ -10,14 +10,24 @@ outcomes of the last :data:`DEDUP_WINDOW` requests of each client in the replica
 named database of the state environment, written in the same LMDB transaction as the
 effects) and answers a repeated request with its first outcome.
 
-After applying, the log is trimmed to its retention (:mod:`.retention`), never past the
-applied index and, on a leader, keeping what live followers and snapshots in flight need.
+**No fsync on apply**: an entry is applied in an LMDB commit that is not synced (the state
+environment has ``sync=False, metasync=False``): the replicated log already holds it durably,
+here and on a quorum. A crash of the process loses nothing (the page cache keeps it); a
+power loss can lose the last applies, together with the applied index written in the same
+commit, so the node restarts from an older applied index and applies the entries after it
+again from its log (apply is deterministic, and the de-duplication windows roll back with
+the effects, so the replay ends in the same state).
+
+That is safe only while the log still holds every entry after the last *synced* applied
+index. So the log is trimmed to its retention (:mod:`.retention`) never past
+:attr:`Applier.synced_applied`: before a trim would pass it, the applier syncs the state
+(:meth:`Applier.sync_state`, one fsync per trim, not per entry). On a leader, the trim also
+keeps what live followers and snapshots in flight need.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -66,13 +76,20 @@ class Applier:
             #: (:mod:`.membership`; ``None`` until one was applied: then ``P/config``'s)
             self.members: int | None = read_members(txn, self.cdb)
         #: held while applying entries or swapping the state for a snapshot
-        self.lock = threading.Lock()
+        self.lock = node.runtime.lock()
         #: log index -> the outcomes of its calls once applied (None: not yet), for waiting writers
         self.waiting: dict[int, list[Outcome] | None] = {}
         self.log_trimmed = 0
+        #: the applied index as of the last fsync of the state (what a power loss cannot undo);
+        #: the log is never trimmed past it. At start, what the state holds was synced by the
+        #: last close, or is what survived a crash: either way it is on disk now.
+        self.synced_applied = self.applied
+        self.state_syncs = 0
+        self.trim_due = False  # an apply outside run() left the trim to it
 
     def reload(self) -> None:
-        """After a snapshot replaced the state: reopen the cluster database, read the size."""
+        """After a snapshot replaced the state: reopen the cluster database, read the size.
+        (The caller syncs it with :meth:`sync_state` once the applied index is the snapshot's.)"""
         self.cdb = self.node.core.store.env.open_db(b"cluster")
         with self.node.core.store.read() as txn:
             self.members = read_members(txn, self.cdb) or self.members
@@ -82,27 +99,12 @@ class Applier:
         cv = node.cv
         while not node.stopping.is_set():
             with cv:
-                if node.log.commit_index <= self.applied:
+                if node.log.commit_index <= self.applied and not self.trim_due:
                     cv.wait(0.5)
                     continue
             with self.lock:
-                commit = node.log.commit_index
-                failed = False
-                for e in node.log.read(self.applied + 1, limit=256):
-                    if e.index > commit or node.stopping.is_set():
-                        break
-                    try:
-                        outcomes = self.apply_entry(e)
-                    except Exception:  # noqa: BLE001 - e.g. the engine closed under us
-                        log.exception("applying log entry %d failed", e.index)
-                        failed = True
-                        break
-                    node.clock.advance(e.now_ms)
-                    with cv:
-                        self.applied = e.index
-                        if e.index in self.waiting:
-                            self.waiting[e.index] = outcomes
-                        cv.notify_all()
+                failed = not self.apply_committed()
+                self.trim_due = False
                 try:
                     self.trim_log()
                 except Exception:  # noqa: BLE001 - trimming is retried after the next apply
@@ -110,9 +112,69 @@ class Applier:
             if failed:
                 node.stopping.wait(0.5)
 
+    def apply_now(self) -> None:
+        """Apply what is committed in the calling thread, unless an apply is under way: the
+        leader's acknowledging thread whose entry just committed (one thread hand-off fewer
+        before its answer). Trimming is left to :meth:`run` (within its 0.5 s wait)."""
+        if self.node.log.commit_index <= self.applied or not self.lock.acquire(blocking=False):
+            return
+        try:
+            self.apply_committed()
+            self.trim_due = True
+        finally:
+            self.lock.release()
+
+    def apply_committed(self) -> bool:
+        """Apply committed entries after the applied index (up to 256; :attr:`lock` held).
+        False if an entry failed to apply (it is retried)."""
+        node = self.node
+        cv = node.cv
+        commit = node.log.commit_index
+        for e in node.log.read(self.applied + 1, limit=256):
+            if e.index > commit or node.stopping.is_set():
+                break
+            started = node.timer.monotonic()
+            try:
+                outcomes = self.apply_entry(e)
+            except Exception:  # noqa: BLE001 - e.g. the engine closed under us
+                log.exception("applying log entry %d failed", e.index)
+                return False
+            self.note_applied(e.index, started)
+            node.clock.advance(e.now_ms)
+            with cv:
+                self.applied = e.index
+                if e.index in self.waiting:
+                    self.waiting[e.index] = outcomes
+                cv.notify_all()
+        return True
+
+    def note_applied(self, index: int, started: float) -> None:
+        """Step timers: the apply of entry ``index`` began at ``started``; on the leader,
+        also the time from its commit to now."""
+        node = self.node
+        now = node.timer.monotonic()
+        steps = node.counters.steps
+        steps.observe("apply", now - started)
+        state = node.leader_state
+        if state is not None:
+            committed = state.committed_at.pop(index, None)
+            if committed is not None:
+                steps.observe("commit_to_applied", now - committed)
+            for ix in [ix for ix in state.committed_at if ix < index]:
+                del state.committed_at[ix]
+
+    def sync_state(self) -> None:
+        """Fsync the state (with the node's ``state_fsync``); :attr:`synced_applied` becomes
+        the applied index. Called with :attr:`lock` held (no apply runs meanwhile)."""
+        applied = self.applied
+        self.node.state_fsync(self.node.core)
+        self.synced_applied = applied
+        self.state_syncs += 1
+
     def trim_log(self) -> None:
-        """Trim the log to the retention (:mod:`.retention`): never past the applied index;
-        on the leader, keep what live followers and snapshots in flight still need."""
+        """Trim the log to the retention (:mod:`.retention`): never past the applied index
+        as last synced (:meth:`sync_state` first if the trim would pass it); on the leader,
+        keep what live followers and snapshots in flight still need."""
         node = self.node
         r = node.retention
         lg = node.log
@@ -124,6 +186,9 @@ class Applier:
             needed += node.snapshot_server.needed_from()
         bytes_upto = lg.index_to_fit(r.bytes - r.bytes // 8) if lg.size_bytes > r.bytes else None
         upto = trim_point(r, lg.base_index, lg.last_index, lg.size_bytes, self.applied, needed, bytes_upto)
+        if upto > self.synced_applied:
+            self.sync_state()
+            upto = min(upto, self.synced_applied)
         if upto > lg.base_index:
             self.log_trimmed += lg.trim_upto(upto)
 

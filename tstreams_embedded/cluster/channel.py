@@ -3,11 +3,10 @@ matched to their replies by request id (``rid``); replies to older requests are 
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 
 from .messages import Request, Wire, pack, reply_rid, unpack
+from .runtime import REAL, Event
 from .transport import PeerLink
 
 
@@ -15,8 +14,10 @@ class Channel:
     """Requests over one link (see the module docstring). ``next_rid`` numbers them (shared
     with the link's other requests, so that ids never repeat on it)."""
 
-    def __init__(self, link: PeerLink, next_rid: Callable[[], int], stop: threading.Event) -> None:
+    def __init__(self, link: PeerLink, next_rid: Callable[[], int], stop: Event,
+                 monotonic: Callable[[], float] = REAL.monotonic) -> None:
         self.link = link
+        self.monotonic = monotonic
         self.next_rid = next_rid
         self.stop = stop
 
@@ -29,9 +30,9 @@ class Channel:
     def wait(self, rid: int, timeout: float) -> Wire | None:
         """The raw reply to request ``rid`` (the caller decodes it with the reply record it
         expects, :mod:`.messages`), or None after ``timeout`` seconds (or at stop)."""
-        deadline = time.monotonic() + timeout
+        deadline = self.monotonic() + timeout
         while not self.stop.is_set():
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.monotonic()
             if remaining <= 0:
                 return None
             raw = self.link.receive(min(remaining, 0.2))

@@ -32,6 +32,7 @@ import msgpack
 from .. import errors
 from ..engine import ops as O
 from ..engine.backend import (
+    BackupCopy,
     ConsumerInfo,
     Fetched,
     IndexScan,
@@ -101,6 +102,9 @@ class ClusterBackend:
         self._leader: dict[str, Any] = {}
         self._changed = threading.Condition()
         self._closed = False
+        #: when this client's ZooKeeper connection was last lost, and last (re-)established
+        self._zk_lost_at: float | None = None
+        self._zk_back_at: float | None = None
         self._zk = start_client(self.addr, zk_timeout, connect_timeout=min(zk_timeout, self.timeout))
         try:
             try:
@@ -115,12 +119,20 @@ class ClusterBackend:
             self._zk.stop()
             self._zk.close()
             raise
+        self._zk.add_listener(self._on_session)
         self._zk.DataWatch(self.addr.leader, self._on_leader)
 
     def __repr__(self) -> str:
         return f"ClusterBackend({str(self.addr)!r}, leader={self._leader.get('node')!r})"
 
     # ------------------------------------------------------------------ leader tracking
+    def _on_session(self, state: Any) -> None:
+        """kazoo's session listener (its thread: no ZooKeeper calls here)."""
+        if str(state) == "CONNECTED":
+            self._zk_back_at = time.monotonic()
+        elif self._zk_lost_at is None or (self._zk_back_at or 0.0) >= self._zk_lost_at:
+            self._zk_lost_at = time.monotonic()  # (the start of this outage, not a later LOST)
+
     def _on_leader(self, data: bytes | None, stat: Any) -> None:
         with self._changed:
             self._leader = decode_json(data)
@@ -153,7 +165,8 @@ class ClusterBackend:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     raise errors.ClusterUnavailable(
-                        f"no leader in {self.addr} within {self.timeout:g} s{self._zookeeper_trouble()}")
+                        f"no leader in {self.addr} within {self.timeout:g} s"
+                        f"{self._zookeeper_trouble(deadline - self.timeout)}")
                 self._changed.wait(min(remaining, 0.2))
             endpoint = str(self._leader["endpoint"])
         with self._lock:
@@ -185,17 +198,24 @@ class ClusterBackend:
             if time.monotonic() >= deadline:
                 raise errors.ClusterUnavailable(
                     f"the cluster {self.addr} did not answer within {self.timeout:g} s"
-                    f"{self._zookeeper_trouble()}; last error: {type(last).__name__}: {last}") from last
+                    f"{self._zookeeper_trouble(deadline - self.timeout)}; last error: {type(last).__name__}: {last}"
+                ) from last
             time.sleep(0.05)  # a back-off between attempts, not a synchronisation
 
-    def _zookeeper_trouble(self) -> str:
+    def _zookeeper_trouble(self, since: float) -> str:
         """``": ZooKeeper … unavailable …"`` while this client has no ZooKeeper connection
-        (then the leader it knows may be stale and no new one can be learnt), else ``""``."""
+        (then the leader it knows may be stale and no new one can be learnt), or if it had
+        none for part of the call started at ``since`` (a ZooKeeper outage that ended just
+        before the timeout: the cluster may still be electing); else ``""``."""
         state = str(self._zk.state)
-        if state == "CONNECTED":
-            return ""
-        return (f": ZooKeeper at {self.addr.hosts} is unavailable (this client's session is {state.lower()}), "
-                f"so no leader can be found")
+        if state != "CONNECTED":
+            return (f": ZooKeeper at {self.addr.hosts} is unavailable (this client's session is {state.lower()}), "
+                    f"so no leader can be found")
+        lost, back = self._zk_lost_at, self._zk_back_at
+        if lost is not None and back is not None and back > since and back >= lost:
+            return (f": ZooKeeper at {self.addr.hosts} was unavailable for {back - max(lost, since):.1f} s of it "
+                    f"(back {time.monotonic() - back:.1f} s ago; a leader is elected after such an outage)")
+        return ""
 
     def _await_connection(self, remote: RemoteBackend, deadline: float) -> bool:
         """Wait (at most 0.5 s) for ``remote`` to connect; False if the leader changed or it
@@ -346,6 +366,17 @@ class ClusterBackend:
 
     def list_consumers(self, stream: str | None = None, limit: int | None = None) -> list[ConsumerInfo]:
         return self._retry(lambda r: r.list_consumers(stream, limit))
+
+    def backup_begin(self) -> BackupCopy:
+        """A copy made by the node that leads now; if another node leads before the copy is
+        read, :meth:`backup_read` says the token is unknown and the backup is started again."""
+        return self._retry(lambda r: r.backup_begin())
+
+    def backup_read(self, token: str, offset: int, size: int) -> bytes:
+        return self._retry(lambda r: r.backup_read(token, offset, size))
+
+    def backup_end(self, token: str) -> None:
+        self._retry(lambda r: r.backup_end(token))
 
     def queue_status(self, stream: str, group: str, full: bool = False) -> QueueStatus:
         return self._retry(lambda r: r.queue_status(stream, group, full))

@@ -26,6 +26,7 @@ from .zk import (
     decode_json,
     encode_json,
     ensure_cluster_id,
+    new_client,
     read_status,
     unreachable_reason,
 )
@@ -144,11 +145,9 @@ class KazooCoordinator:
     :mod:`.zk`). Calls are bounded (:class:`.zk.BoundedZk`)."""
 
     def __init__(self, addr: ZkAddress, session_timeout: float) -> None:
-        from kazoo.client import KazooClient
-
         self.addr = addr
         self._session_log = SessionLogger()  # learns the session timeout ZooKeeper granted
-        self.client = KazooClient(hosts=addr.hosts, timeout=session_timeout, logger=self._session_log)
+        self.client = new_client(addr.hosts, session_timeout, self._session_log)
         self.zk = BoundedZk(self.client)
 
     @property

@@ -1,14 +1,16 @@
 """The election part: take the lock, bump the epoch, check the others' logs, then lead.
 
-A node that holds the coordinator's election lock bumps the epoch (versioned), becomes a
-**candidate**, and asks every live node for its log position (:class:`~.messages.Hello`; a
-node that answers refuses the older epochs from then on). It leads only if a majority
-answered (itself included) and no answer is ahead of its own ``(last epoch, last index)``;
-otherwise it releases the lock for a better node. Leading, it appends an empty entry of its
-epoch (which commits every older entry with it, as in Raft), builds a fresh
-:class:`~.leader.LeaderState`, publishes itself as the leader, and until it steps down: appends
-a clock tick when idle, replicates membership changes one node at a time, and steps down when
-it has not heard from a majority within an election timeout (CheckQuorum).
+A node that holds the coordinator's election lock waits until a majority of the nodes have a
+coordinator session (after a ZooKeeper outage they come back one by one), bumps the epoch
+(versioned), becomes a **candidate**, and asks every live node for its log position
+(:class:`~.messages.Hello`; a node that answers refuses the older epochs from then on). It
+leads only if a majority answered (itself included) and no answer is ahead of its own
+``(last epoch, last index)``; otherwise it releases the lock for a better node. Leading, it
+appends an empty entry of its epoch (which commits every older entry with it, as in Raft),
+builds a fresh :class:`~.leader.LeaderState`, publishes itself as the leader, and until it
+steps down: appends a clock tick when idle, replicates membership changes one node at a
+time, and steps down when it has not heard from a majority within an election timeout
+(CheckQuorum).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class Election:
 
     def __init__(self, node: Node) -> None:
         self.node = node
+        #: while holding the lock, how many nodes had a coordinator session when fewer than
+        #: a majority did (the election waits for a majority: :meth:`await_majority`); else None
+        self.waiting_for_majority: int | None = None
 
     def run(self) -> None:
         n = self.node
@@ -78,6 +83,8 @@ class Election:
         n = self.node
         n.config = n.coordinator.read_config() or n.config
         n.retention = Retention.from_config(n.config)
+        if not self.await_majority():
+            return True
         new = n.coordinator.bump_epoch()
         with n.log.lock:
             n.known_epoch = max(n.known_epoch, new)
@@ -104,7 +111,7 @@ class Election:
             now = n.timer.monotonic()
             n.snapshot_server.reset()
             state = LeaderState(new, start, lease_until=now + 0.5 * n.granted_session_timeout, last_append=now,
-                                last_started=now, owners=owners)
+                                last_started=now, owners=owners, ended=n.runtime.event())
             n.leader_state = state
             n.role = Role.LEADER
         n.coordinator.publish_leader({"node": n.node_id, "epoch": new, "endpoint": n.endpoint,
@@ -120,6 +127,28 @@ class Election:
             self.change_membership(state)
             self.tick(state)
         return True
+
+    def await_majority(self) -> bool:
+        """Holding the lock, before bumping the epoch: wait until a majority of the
+        configured nodes have a coordinator session (their records are live). An election
+        before that cannot win, and each would bump the epoch for nothing: after a ZooKeeper
+        outage the first node back ran an election every 0.3 s until the others had
+        reconnected. False if the node stops or loses its own session meanwhile."""
+        n = self.node
+        try:
+            while not n.stopping.is_set() and n.zk_ok:
+                need = quorum_of(n.nodes)
+                live = n.coordinator.live_nodes()
+                if len(live) >= need:
+                    return True
+                if self.waiting_for_majority is None:
+                    log.info("election: %d of the %d nodes needed have a ZooKeeper session (%s); waiting for "
+                             "a majority before bumping the epoch", len(live), need, ", ".join(sorted(live)) or "none")
+                self.waiting_for_majority = len(live)
+                n.stopping.wait(0.1)
+            return False
+        finally:
+            self.waiting_for_majority = None
 
     def check_quorum(self, state: LeaderState) -> bool:
         """CheckQuorum: step down (True) if fewer than a majority of the configured nodes

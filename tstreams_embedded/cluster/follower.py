@@ -17,6 +17,7 @@ from . import snapshot as snap
 from .channel import Channel
 from .log import Entry
 from .messages import Fetch, FetchReply, ReplyStatus, pack, reply_rid, unpack
+from .replication import FETCH_PARK
 from .roles import Role
 from .transport import PeerLink
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FETCH_TIMEOUT = 2.0  # seconds a follower waits for a fetch reply before reconnecting
+FETCH_TIMEOUT = 2.0  # seconds a follower waits for a fetch reply before reconnecting (at most; see fetch_timeout)
 
 
 class Follower:
@@ -59,7 +60,7 @@ class Follower:
                         return rid
 
                     try:
-                        installed = self.resync(Channel(sock, next_rid, n.stopping))
+                        installed = self.resync(Channel(sock, next_rid, n.stopping, n.runtime.monotonic))
                     except Exception:  # noqa: BLE001 - e.g. a damaged copy: start the transfer again
                         log.exception("installing a snapshot failed")
                         installed = False
@@ -74,7 +75,7 @@ class Follower:
                                 n.log.commit_index, rid, n.coordinator.session_token or "")
                 sock.send(pack(req.to_wire()))
                 rep: FetchReply | None = None
-                deadline = n.timer.monotonic() + FETCH_TIMEOUT
+                deadline = n.timer.monotonic() + self.fetch_timeout()
                 while rep is None and not n.stopping.is_set():
                     if self.leader_target() != target:
                         break  # a new leader: ask it at once, not after this fetch's timeout
@@ -103,6 +104,16 @@ class Follower:
             if sock is not None:
                 sock.close()
 
+    def fetch_timeout(self) -> float:
+        """Seconds to wait for a fetch's reply before asking again: :data:`FETCH_TIMEOUT`, but
+        at most half the leader's election timeout (its lease, after which CheckQuorum makes a
+        leader that heard from no majority step down), and at least 1.5 ×
+        :data:`.replication.FETCH_PARK` (a parked fetch is answered within that). Else one lost
+        frame kept a follower silent for longer than that timeout: with a session under
+        2.7 s, a leader with a healthy majority stepped down on a lossy network, and the next
+        one too (simulation seed 158; test_simulation_schedules)."""
+        return min(FETCH_TIMEOUT, max(1.5 * FETCH_PARK, self.node.lease_seconds / 2))
+
     def resync(self, channel: Channel) -> bool:
         """Receive a snapshot of the leader's state (:func:`.snapshot.receive`) and swap it in;
         the log then restarts after the snapshot's position. False if the transfer failed
@@ -126,6 +137,7 @@ class Follower:
                 with n.cv:
                     n.applier.applied = position.index
                     n.cv.notify_all()
+                n.applier.sync_state()  # (installed synced: this marks it, and lets the log be trimmed)
                 n.need_snapshot = False
                 n.diverged = False
                 n.snapshots_installed += 1
@@ -175,8 +187,13 @@ class Follower:
                 log.warning("truncated %d uncommitted log entries after index %d", removed, to)
                 return
             entries = [Entry.from_wire(w) for w in rep.entries]
-            n.log.append_entries(entries)
+            if entries:
+                started, synced = n.timer.monotonic(), n.log.sync_seconds
+                n.log.append_entries(entries)
+                sync = n.log.sync_seconds - synced
+                n.counters.steps.observe("follower_log_sync", sync)
+                n.counters.steps.observe("follower_append", n.timer.monotonic() - started - sync)
             moved = n.log.set_commit(rep.commit)
-        if moved:
+        if moved:  # the applier thread applies it (here, it would delay the next acknowledgement)
             with n.cv:
                 n.cv.notify_all()

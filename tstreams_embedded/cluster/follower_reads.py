@@ -26,7 +26,6 @@ that ask for it (``ts.connect("zk://…", read_from="follower")``).
 
 from __future__ import annotations
 
-import time
 import weakref
 from typing import Any
 
@@ -69,7 +68,7 @@ class FollowerReads:
             why = f"it is {'diverged' if node.diverged else node.role}"
         elif not leader or int(leader.get("epoch", 0)) < node.known_epoch:
             why = "it follows no current leader"
-        elif time.monotonic() - node.last_contact > self.max_contact_age:
+        elif node.timer.monotonic() - node.last_contact > self.max_contact_age:
             why = f"it has not heard from the leader for over {self.max_contact_age:g} s"
         elif node.log.commit_index - node.applied > MAX_APPLY_LAG:
             why = f"it is more than {MAX_APPLY_LAG} entries behind its commit index"

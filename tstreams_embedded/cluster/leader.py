@@ -13,10 +13,12 @@ number of nodes (the leader counts up to its *durable* index).
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 from .messages import Fetch
+from .runtime import REAL, Event
+
+TRACKED_APPENDS = 4096  # appends timed at once (beyond, the oldest timings are dropped)
 
 
 @dataclass
@@ -44,8 +46,15 @@ class LeaderState:
     owners: dict[str, str] = field(default_factory=dict)
     #: follower -> monotonic time of its last request in this epoch (CheckQuorum)
     heard: dict[str, float] = field(default_factory=dict)
-    #: set when this leadership ends
-    ended: threading.Event = field(default_factory=threading.Event)
+    #: log index -> monotonic time of its append here (for the "replication" step timer;
+    #: pruned once every follower acknowledged it, bounded by :data:`TRACKED_APPENDS`)
+    appended_at: dict[int, float] = field(default_factory=dict)
+    #: log index -> monotonic time the commit index moved to it (for "commit_to_applied")
+    committed_at: dict[int, float] = field(default_factory=dict)
+    #: monotonic time the commit index last moved (a commit-only fetch reply waits for entries)
+    commit_moved_at: float = 0.0
+    #: set when this leadership ends (the node passes its runtime's event)
+    ended: Event = field(default_factory=REAL.event)
 
     def lost_quorum(self, now: float, timeout: float, quorum: int) -> bool:
         """CheckQuorum (Raft §6.2, etcd's ``checkQuorum``): whether fewer than ``quorum`` nodes
@@ -56,6 +65,22 @@ class LeaderState:
             return False
         heard = 1 + sum(1 for at in self.heard.values() if now - at < timeout)
         return heard < quorum
+
+
+def note_acknowledged(state: LeaderState, before: int, now_holds: int, now: float) -> list[float]:
+    """A follower's match index moved from ``before`` to ``now_holds``: the seconds from the
+    append of each timed entry it newly holds to now (its replication round trip); drops the
+    timings every follower has acknowledged, and the oldest beyond :data:`TRACKED_APPENDS`."""
+    times = state.appended_at
+    if not times:
+        return []
+    seconds = [now - times[ix] for ix in range(before + 1, now_holds + 1) if ix in times]
+    done = min(state.match.values()) if state.match else 0
+    for ix in [ix for ix in times if ix <= done]:
+        del times[ix]
+    while len(times) > TRACKED_APPENDS:
+        del times[next(iter(times))]
+    return seconds
 
 
 def commit_candidate(durable_index: int, match: dict[str, int], nodes: int, required: int) -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -35,6 +34,7 @@ import lmdb
 import msgpack
 
 from .. import errors
+from .runtime import REAL, Runtime
 
 U64 = struct.Struct(">Q")
 BASE = struct.Struct(">QQQ")  # index, epoch, now_ms of the last trimmed entry
@@ -83,7 +83,7 @@ class ReplicatedLog:
     """The node's log. Thread-safe; one writer at a time (an internal lock)."""
 
     def __init__(self, path: str, map_size: int = 1 << 30,
-                 fsync: Callable[[lmdb.Environment], None] | None = None) -> None:
+                 fsync: Callable[[lmdb.Environment], None] | None = None, runtime: Runtime = REAL) -> None:
         """``fsync`` flushes the environment to disk (by default ``env.sync(True)``; tests
         inject one that fails)."""
         os.makedirs(path, exist_ok=True)
@@ -91,14 +91,16 @@ class ReplicatedLog:
         self.env = lmdb.open(path, map_size=map_size, max_dbs=4, sync=False, metasync=False)
         self.entries = self.env.open_db(b"entries")
         self.meta = self.env.open_db(b"meta")
-        self.lock = threading.RLock()
+        self._runtime = runtime
+        self.lock = runtime.rlock()
         self._base = (0, 0, 0)
-        self._sync_lock = threading.Lock()
+        self._sync_lock = runtime.lock()
         self._last = (0, 0)
         self._last_now = 0
         self._commit = 0
         self._bytes = 0
         self.syncs = 0  # synced write transactions (appends, truncations): for /metrics
+        self.sync_seconds = 0.0  # time spent in those fsyncs
         self._fsync = fsync or _env_fsync
         #: the error of a failed fsync: the log takes no more writes until the node restarts
         #: (after a failed fsync, what was written may be lost although a later one succeeds)
@@ -269,6 +271,8 @@ class ReplicatedLog:
                 txn.put(U64.pack(index), raw, db=self.entries)
                 self._bytes += len(raw)
                 self._put_meta(txn)
+            # a fetch answered here finds the entry in LMDB before last_index has it (see read)
+            self._runtime.preempt("log-appended")
             self._last, self._last_now = (index, epoch), now_ms
         if sync:
             self.sync()
@@ -280,12 +284,14 @@ class ReplicatedLog:
             if self.failed is not None:
                 raise self.failed
             target = self._last[0]
+            started = self._runtime.monotonic()
             try:
                 self._fsync(self.env)
             except OSError as exc:
                 self.failed = exc
                 raise
             self.syncs += 1
+            self.sync_seconds += self._runtime.monotonic() - started
             self._durable = max(self._durable, target)
 
     def append_entries(self, entries: Sequence[Entry]) -> None:

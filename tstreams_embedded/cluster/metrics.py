@@ -3,8 +3,8 @@
 The node's registry holds the single-node collectors (:mod:`tstreams_embedded.net.metrics`:
 engine counters, partition heads, consumer lag, server counters), :class:`NodeCollector`
 (role, epochs, elections, log positions, commits, log syncs, replication lag per follower,
-the ZooKeeper session state, snapshots sent and installed, all read from the node on each
-scrape) and the two histograms the node observes as it
+the ZooKeeper session state, snapshots sent and installed, the step timers of a replicated
+commit, all read from the node on each scrape) and the two histograms the node observes as it
 runs (:class:`~.counters.NodeCounters`: log-entry group sizes, acknowledgement latency).
 """
 
@@ -20,6 +20,7 @@ from ..engine.overview import OverviewLimits
 from ..net.metrics import engine_registry
 from ..net.stats import ServerStats
 from .coordinator import SessionState
+from .counters import STEPS
 from .node import Node
 
 ROLES = ("leader", "candidate", "follower")
@@ -70,7 +71,22 @@ class NodeCollector(Collector):
         for state in SessionState:
             session.add_metric([state.value], int(node.session_state is state))
         yield session
+        yield from step_metrics(node)
         yield from snapshot_metrics(node)
+
+
+def step_metrics(node: Node) -> Iterator[Metric]:
+    """Where a replicated commit's time goes (:class:`~.counters.StepTimes`)."""
+    steps = node.counters.steps
+    seconds = CounterMetricFamily("tstreams_cluster_step_seconds", "seconds spent in each step of a replicated commit",
+                                  labels=["step"])
+    counts = CounterMetricFamily("tstreams_cluster_steps", "occurrences of each step of a replicated commit",
+                                 labels=["step"])
+    for step in STEPS:
+        seconds.add_metric([step], steps.seconds[step])
+        counts.add_metric([step], steps.counts[step])
+    yield seconds
+    yield counts
 
 
 def snapshot_metrics(node: Node) -> Iterator[Metric]:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,6 +55,7 @@ from .membership import settings_changed
 from .replication import ReplicationService
 from .retention import Retention
 from .roles import Role
+from .runtime import REAL, Runtime, Task
 from .timesource import SystemTime, TimeSource
 from .transport import ReplicationServer, Transport, ZmqTransport
 from .writes import Writes
@@ -73,6 +73,11 @@ LOG_MAP_SIZE = 1 << 34  # address space for the log (sparse; its size is bounded
 ACKS_STRENGTH = {"leader": 0, "quorum": 1, "all": 2}
 
 
+def sync_state(core: Core) -> None:
+    """Flush the engine's state to disk (the default ``state_fsync``)."""
+    core.store.sync()
+
+
 class Node:
     """A cluster member around one :class:`Core` (see the module docstring)."""
 
@@ -80,12 +85,17 @@ class Node:
                  http: str | None = None, acks: str | None = None, session_timeout: float = 4.0,
                  ack_timeout: float = 10.0, context: zmq.Context[Any] | None = None,
                  peer_keys: PeerKeys | None = None, transport: Transport | None = None,
-                 timer: TimeSource | None = None, log_fsync: Callable[[lmdb.Environment], None] | None = None) -> None:
+                 timer: TimeSource | None = None, log_fsync: Callable[[lmdb.Environment], None] | None = None,
+                 state_fsync: Callable[[Core], None] | None = None, runtime: Runtime | None = None) -> None:
         """``zk_url`` is the cluster's ``zk://`` address, or a :class:`.coordinator.Coordinator`
         (tests pass an in-memory one); ``transport`` the peer transport (by default ZeroMQ on
         ``context``, CURVE with ``peer_keys``); ``timer`` the clocks (by default the system's);
         ``log_fsync`` flushes the log to disk (tests inject one that fails: a node whose log
-        could not be synced stops leading and following until restarted)."""
+        could not be synced stops leading and following until restarted); ``state_fsync``
+        flushes the engine's state (by default ``core.store.sync()``; applies are not synced,
+        see :mod:`.applier`: tests inject one that also keeps what a power loss would leave);
+        ``runtime`` its threads, waits and locks (by default real threads: :mod:`.runtime`; the
+        deterministic simulation passes its own)."""
         if not isinstance(node_id, str) or not node_id or "/" in node_id:
             raise errors.InvalidArgument(f"node id must be a non-empty name without '/', got {node_id!r}")
         if acks is not None and acks not in ACKS:
@@ -96,6 +106,7 @@ class Node:
             raise errors.InvalidArgument("a cluster node's Core must read time from a StateClock: "
                                          "Core(path, clock=StateClock())")
         self.core = core
+        self.runtime: Runtime = runtime or REAL
         self.clock: StateClock = core.clock
         self.coordinator: Coordinator = (KazooCoordinator(ZkAddress.parse(zk_url), float(session_timeout))
                                          if isinstance(zk_url, str) else zk_url)
@@ -109,7 +120,9 @@ class Node:
         self.ack_timeout = float(ack_timeout)
         if snap.discard_partial(core.path):
             log.warning("deleted an unfinished snapshot download (the node stopped during a transfer)")
-        self.log = ReplicatedLog(os.path.join(core.path, "cluster-log"), map_size=LOG_MAP_SIZE, fsync=log_fsync)
+        self.state_fsync: Callable[[Core], None] = state_fsync or sync_state
+        self.log = ReplicatedLog(os.path.join(core.path, "cluster-log"), map_size=LOG_MAP_SIZE, fsync=log_fsync,
+                                   runtime=self.runtime)
         self.applier = Applier(self)
         position = self.applier.position
         if position is not None and self.log.epoch_at(position.index) != position.epoch:
@@ -135,8 +148,8 @@ class Node:
         self.config: dict[str, Any] = {"nodes": 1, "acks": "quorum"}
         self.leader_info: dict[str, Any] = {}
         self.last_now = 0  # the latest entry time this node appended (never decreases)
-        self.cv = threading.Condition()  # commit / applied / leadership changes
-        self.stopping = threading.Event()
+        self.cv = self.runtime.condition()  # commit / applied / leadership changes
+        self.stopping = self.runtime.event()
         self.zk_ok = False
         #: the coordinator session as last reported (LOST before :meth:`start`: no session yet)
         self.session_state = SessionState.LOST
@@ -166,7 +179,7 @@ class Node:
         self.follower = Follower(self)
         self.writes = Writes(self)
         self.coordinator.add_state_listener(self._on_session)
-        self._threads: list[threading.Thread] = []
+        self._threads: list[Task] = []
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout: float = CONNECT_TIMEOUT) -> None:
@@ -202,9 +215,7 @@ class Node:
             raise
         for name, fn in (("repl", self.replication.run), ("fetch", self.follower.run), ("apply", self.applier.run),
                          ("zk", self._coordinator_loop), ("election", self.election.run)):
-            t = threading.Thread(target=fn, name=f"cluster-{name}", daemon=True)
-            t.start()
-            self._threads.append(t)
+            self._threads.append(self.runtime.spawn(f"cluster-{name}", fn))
 
     def stop(self) -> None:
         """Step down, leave ZooKeeper (closing the session at once), stop the threads and
@@ -338,7 +349,7 @@ class Node:
         if state is not None:
             log.warning("stepped down: %s", why)
             if self.zk_ok and not self.stopping.is_set():
-                threading.Thread(target=self.coordinator.drop_leader, args=(self.node_id,), daemon=True).start()
+                self.runtime.spawn("cluster-drop-leader", self.coordinator.drop_leader, self.node_id)
         with self.cv:
             self.cv.notify_all()
 
@@ -352,9 +363,13 @@ class Node:
         if candidate > self.log.commit_index and self.log.epoch_at(candidate) == state.epoch:
             if self.log.set_commit(candidate):
                 self.commits += 1
+                state.commit_moved_at = now = self.timer.monotonic()
+                if len(state.committed_at) < 4096:
+                    state.committed_at[candidate] = now
                 with self.cv:
                     self.cv.notify_all()
-                self.wake()
+                # (no wake of the replication loop: the next entries carry the new commit index,
+                # else its poll timeout sends it alone after COMMIT_LINGER)
 
     def wake(self) -> None:
         """Wake the replication loop (new entries or a new commit index for parked fetches)."""

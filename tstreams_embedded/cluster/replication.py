@@ -7,7 +7,8 @@ fetches and snapshot requests.
   forged message cannot make the nodes refuse every real election.
 * :class:`~.messages.Fetch` (leader): the follower acknowledges what it holds (its match
   index), and gets the entries after it, parked up to :data:`FETCH_PARK` seconds when there
-  is nothing new; or ``TRUNCATE`` (its log diverges), ``SNAPSHOT`` (the leader's log was
+  is nothing new (a new commit index alone waits :data:`COMMIT_LINGER` for entries to ride
+  with); or ``TRUNCATE`` (its log diverges), ``SNAPSHOT`` (the leader's log was
   trimmed past it), ``FENCED`` (it knows a newer epoch: this leader steps down).
 * Snapshot requests go to the :class:`~.snapshot.SnapshotServer`.
 
@@ -21,7 +22,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .. import errors
-from .leader import LeaderState
+from .leader import LeaderState, note_acknowledged
 from .messages import (
     ErrorReply,
     Fetch,
@@ -44,6 +45,10 @@ log = logging.getLogger(__name__)
 
 FETCH_PARK = 0.25  # seconds a fetch with nothing new waits on the leader
 MAX_PARKED = 256  # parked fetches (at most one per peer connection); beyond, a fetch is answered at once
+#: seconds a parked fetch waits for entries to carry a new commit index before it is answered
+#: with the commit index alone (piggybacking: under load every reply brings entries and
+#: the commit index together, one message instead of two)
+COMMIT_LINGER = 0.02
 EPOCH_CHECK_TIMEOUT = 2.0  # seconds to read P/epoch when a peer names a newer epoch
 
 
@@ -157,7 +162,11 @@ class ReplicationService:
             to = max(0, min(bound, lg.end_of_epoch(req.last_epoch)))
             self.send(ident, FetchReply(rid, ReplyStatus.TRUNCATE, state.epoch, to=to))
             return
+        before = state.match.get(req.node, prev)
         state.match[req.node] = prev
+        if prev > before:
+            for seconds in note_acknowledged(state, before, prev, n.timer.monotonic()):
+                n.counters.steps.observe("replication", seconds)
         n.snapshot_server.fetched(req.node)
         n.advance_commit()
         self.take_parked(state)
@@ -187,8 +196,9 @@ class ReplicationService:
         start = req.from_index
         entries = lg.read(start) if start <= lg.last_index else []
         commit = lg.commit_index
-        if not entries and commit <= req.commit and not force:
-            return False
+        if not entries and not force and (commit <= req.commit
+                                          or self.node.timer.monotonic() - state.commit_moved_at < COMMIT_LINGER):
+            return False  # nothing new, or only a commit index that the next entries can carry
         self.send(ident, FetchReply(req.rid, ReplyStatus.OK, state.epoch, commit, [e.to_wire() for e in entries]))
         return True
 

@@ -106,7 +106,7 @@ def cluster_registry(core: Core, node: Node, server_info: dict[str, Any],
         results: list[Any] = value
         return results
 
-    reg.add("submit", submit, executor="write", batch=node.submit_batch)
+    reg.add("submit", submit, executor="write", batch=node.writes.submit_deferred)  # (pipelined: .writes)
 
     def compact(session: Session) -> dict[str, int]:
         return compaction.run_once()

@@ -19,6 +19,7 @@ import logging
 import math
 import re
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -192,12 +193,14 @@ class SessionLogger(logging.Logger):
     else goes to the ``kazoo.client`` logger as usual.
 
     :attr:`granted` is the latest negotiated timeout in seconds (``None`` before the first
-    session)."""
+    session). Its :class:`ReconnectChatter` filter thins out kazoo's messages about each
+    reconnection attempt."""
 
     def __init__(self) -> None:
         super().__init__("kazoo.client")
         self.parent = logging.getLogger("kazoo.client")
         self.granted: float | None = None
+        self.addFilter(ReconnectChatter())
 
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
         if (level == BLATHER and isinstance(msg, str) and "negotiated session timeout" in msg
@@ -206,15 +209,94 @@ class SessionLogger(logging.Logger):
         super().log(level, msg, *args, **kwargs)
 
 
+#: Seconds between two of kazoo's messages of one kind about reconnection attempts while
+#: ZooKeeper is unreachable (it tries every :data:`RECONNECT_MAX_DELAY` s, each listed host:
+#: several warnings a second otherwise).
+RECONNECT_LOG_EVERY = 10.0
+_RECONNECT_CHATTER = ("Connecting to ", "Connection dropped: ", "Connection time-out: ")
+_CONNECTION_CHANGES = ("Zookeeper connection established", "Zookeeper connection lost")
+
+
+class ReconnectChatter(logging.Filter):
+    """A filter for a kazoo client's logger: after the connection is lost, the first message
+    of each kind about a reconnection attempt ("Connecting to", "Connection dropped",
+    "Connection time-out") is logged, then one every ``every`` seconds saying how many
+    were left out, until the connection is established again."""
+
+    def __init__(self, every: float = RECONNECT_LOG_EVERY, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.every = every
+        self.clock = clock
+        self.next_at: dict[str, float] = {}
+        self.left_out: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.msg if isinstance(record.msg, str) else ""
+        if msg.startswith(_CONNECTION_CHANGES):
+            self.next_at.clear()
+            self.left_out.clear()
+            return True
+        kind = next((k for k in _RECONNECT_CHATTER if msg.startswith(k)), None)
+        if kind is None:
+            return True
+        now = self.clock()
+        if now < self.next_at.get(kind, 0.0):
+            self.left_out[kind] = self.left_out.get(kind, 0) + 1
+            return False
+        left_out = self.left_out.pop(kind, 0)
+        if left_out:
+            record.msg = f"{msg} ({left_out} more such messages in the last {self.every:g} s not logged)"
+        self.next_at[kind] = now + self.every
+        return True
+
+
+#: Seconds at most between two attempts to reach ZooKeeper again (kazoo's own default
+#: doubles the pause up to an hour: after a 20 s outage a client came back up to 12 s late,
+#: its session expired meanwhile). The pause starts at 0.1 s and doubles up to this.
+RECONNECT_MAX_DELAY = 0.5
+
+
+#: Seconds at most a connection attempt waits for ZooKeeper's answer to its handshake.
+#: kazoo waits ``session timeout / number of hosts``; a server that accepted the connection
+#: but does not serve yet (a restarting ZooKeeper between binding its port and loading its
+#: data) would otherwise hold a reconnecting client for a whole session timeout.
+HANDSHAKE_TIMEOUT = 1.0
+
+
+def handshake_hosts(hosts: str, timeout: float) -> str:
+    """``hosts`` (``h1:p1,h2:p2``) repeated so that kazoo's wait for a handshake answer
+    (``timeout`` divided by the number of hosts it is given) is at most
+    :data:`HANDSHAKE_TIMEOUT`: each attempt then tries the next host (the same server again
+    after the last one) instead of waiting longer. The order stays as given; kazoo shuffles."""
+    listed = hosts.split(",")
+    repeat = max(1, math.ceil(timeout / (HANDSHAKE_TIMEOUT * len(listed))))
+    return ",".join(listed * repeat)
+
+
+def new_client(hosts: str, timeout: float, logger: logging.Logger | None = None) -> Any:
+    """A (not started) :class:`~kazoo.client.KazooClient` for ``hosts`` with a session of
+    ``timeout`` seconds, which tries to reconnect at least every :data:`RECONNECT_MAX_DELAY`
+    seconds while ZooKeeper is unreachable, retries its own calls as often, and waits at
+    most :data:`HANDSHAKE_TIMEOUT` for a server to answer a connection attempt
+    (:func:`handshake_hosts`). It logs to ``logger`` (by default a :class:`SessionLogger`)."""
+    from kazoo.client import KazooClient
+    from kazoo.retry import KazooRetry
+
+    def retry() -> KazooRetry:
+        return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.2, max_delay=RECONNECT_MAX_DELAY)
+
+    return KazooClient(hosts=handshake_hosts(hosts, timeout), timeout=timeout,
+                       logger=logger if logger is not None else SessionLogger(), connection_retry=retry(),
+                       command_retry=retry())
+
+
 def start_client(addr: ZkAddress, timeout: float, logger: logging.Logger | None = None,
                  connect_timeout: float | None = None) -> Any:
     """A started :class:`~kazoo.client.KazooClient` for ``addr`` (session timeout ``timeout``
     seconds; the connection waited for ``connect_timeout``, by default ``timeout``), or
     :class:`~tstreams_embedded.errors.ClusterUnavailable` (then no retries are left running)."""
-    from kazoo.client import KazooClient
-
     wait = timeout if connect_timeout is None else connect_timeout
-    client = KazooClient(hosts=addr.hosts, timeout=timeout, logger=logger)
+    client = new_client(addr.hosts, timeout, logger)
     try:
         client.start(timeout=wait)
     except Exception as exc:  # noqa: BLE001 - kazoo raises its own timeout class

@@ -39,7 +39,7 @@ from ..ids import ID_MULTIPLIER
 from . import keys
 from .catalog import stream_of
 from .overview import count_after
-from .state import unpack_lease
+from .state import LeaseRecord, unpack_lease
 from .store import Store, entries
 
 GROUP = "__group"
@@ -163,9 +163,9 @@ def _streams(txn: lmdb.Transaction, store: Store, n: int) -> list[tuple[str, int
 def _group(store: Store, cur: lmdb.Cursor, group: bytes, app: str, now_ms: int, limits: AppLimits) -> AppOverview:
     """Read the group table the cursor is on (at most ``group_entries`` entries)."""
     a = AppOverview(app)
-    leases: dict[str, tuple[str, int, int]] = {}
+    leases: dict[str, LeaseRecord] = {}
     infos: dict[str, tuple[str | None, int | None]] = {}
-    tasks: dict[int, tuple[str, int, int]] = {}
+    tasks: dict[int, LeaseRecord] = {}
     n = len(group)
     read = 0
     for k, v in entries(cur.iternext()):
@@ -189,13 +189,13 @@ def _group(store: Store, cur: lmdb.Cursor, group: bytes, app: str, now_ms: int, 
             host, port = msgpack.unpackb(v)
             infos[key[len(INFO):].decode("utf-8", "replace")] = (host, port)
     members: dict[str, AppMember] = {}
-    for member, (owner, _, deadline) in sorted(leases.items()):
+    for member, lease in sorted(leases.items()):
         host, port = infos.get(member, (None, None))
-        members[member] = AppMember(member, host, port, deadline, bool(owner) and deadline > now_ms)
+        members[member] = AppMember(member, host, port, lease.deadline, lease.live_at(now_ms))
     a.members = list(members.values())
-    for p, (owner, _, deadline) in sorted(tasks.items()):
-        holder = members.get(owner)
-        if holder is not None and holder.live and deadline > now_ms:
+    for p, lease in sorted(tasks.items()):
+        holder = members.get(lease.owner)
+        if holder is not None and holder.live and lease.deadline > now_ms:
             holder.tasks.append(p)
         else:
             a.unassigned.append(p)

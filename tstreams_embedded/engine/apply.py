@@ -58,6 +58,7 @@ NEXT_SCHEDULE_ID = b"next_schedule_id"
 _SCHEDULES = state.prefix(schedules.NAMESPACE)
 Handler = Callable[["Applier", "BatchScope", Any], tuple[Any, Any]]
 _HANDLERS: dict[type, Handler] = {}
+_new_record = tuple.__new__  # a record with every field given, without its Python-level __new__
 
 
 def handles(record: type) -> Callable[[Callable[[Applier, BatchScope, R], tuple[Any, R]]],
@@ -78,16 +79,19 @@ class BatchScope:
     """What the handlers of one batch share: the write transaction, the batch's clock, a
     cache of the streams it touched, and whether it is a replay."""
 
-    __slots__ = ("txn", "now", "streams", "replay", "last_ids")
+    __slots__ = ("txn", "now", "streams", "replay", "last_ids", "unwritten")
 
     def __init__(self, txn: lmdb.Transaction, now: int, replay: bool) -> None:
         self.txn = txn
         self.now = now
         self.replay = replay
         self.streams: dict[str, StreamInfo] = {}
-        #: (stream id, partition) -> the partition's last allocated transaction ID, as
-        #: written to ``parts`` in this batch (saves reading it back for every record).
+        #: (stream id, partition) -> the partition's last allocated transaction ID in this
+        #: batch (saves reading it back for every record).
         self.last_ids: dict[tuple[int, int], int] = {}
+        #: the partitions of ``last_ids`` whose ID is not written to ``parts`` yet: written
+        #: once per batch (:meth:`Applier.write_last_ids`), not once per record.
+        self.unwritten: set[tuple[int, int]] = set()
 
 
 class Applier:
@@ -116,7 +120,17 @@ class Applier:
                 raise errors.InvalidArgument(f"bad arguments for {O.describe(op)}: {exc}") from None
             results.append(result)
             resolved.append(done)
+        if scope.unwritten:
+            self.write_last_ids(scope)
         return results, resolved
+
+    def write_last_ids(self, scope: BatchScope) -> None:
+        """Write the last transaction IDs the batch allocated to ``parts`` (before anything
+        reads ``parts`` in the batch's transaction, and at its end)."""
+        put, pack, last_ids = self.store.put, keys.U64.pack, scope.last_ids
+        for cached in scope.unwritten:
+            put(scope.txn, "parts", keys.part_key(*cached), pack(last_ids[cached]))
+        scope.unwritten.clear()
 
     # -- what the handlers use -------------------------------------------------------
     def stream_info(self, scope: BatchScope, name: Any, stream_id: Any = None) -> StreamInfo:
@@ -164,12 +178,12 @@ class Applier:
             txn.delete(keys.chunk_key(info.id, partition, txn_id, c), db=self.store.data)
 
     def allocate(self, scope: BatchScope, info: StreamInfo, partition: int, given: Any) -> int:
-        """A new transaction ID, or the resolved one when replaying."""
-        pkey = keys.part_key(info.id, partition)
+        """A new transaction ID, or the resolved one when replaying (written to ``parts`` at
+        the end of the batch)."""
         cached = (info.id, partition)
         last = scope.last_ids.get(cached)
         if last is None:
-            raw = self.store.get(scope.txn, "parts", pkey)
+            raw = self.store.get(scope.txn, "parts", keys.part_key(info.id, partition))
             if raw:
                 last = keys.U64.unpack(raw)[0]
             else:  # first ID of the partition: above every ID of a deleted stream (same name or not)
@@ -180,7 +194,7 @@ class Applier:
         else:
             txn_id = max(scope.now * ID_MULTIPLIER, last + 1)
         if txn_id > last:
-            self.store.put(scope.txn, "parts", pkey, keys.U64.pack(txn_id))
+            scope.unwritten.add(cached)
             last = txn_id
         scope.last_ids[cached] = last
         return txn_id
@@ -257,6 +271,8 @@ def _create_stream(a: Applier, scope: BatchScope, op: O.CreateStream) -> tuple[A
 def _delete_stream(a: Applier, scope: BatchScope, op: O.DeleteStream) -> tuple[None, O.DeleteStream]:
     info = a.stream_info(scope, op.name)
     txn = scope.txn
+    if scope.unwritten:
+        a.write_last_ids(scope)  # the scan below reads `parts` (the ID floor)
     txn.delete(op.name.encode("utf-8"), db=a.store.streams)
     prefix = keys.stream_prefix(info.id)
     raw = a.store.get(txn, "meta", ID_FLOOR)
@@ -347,7 +363,8 @@ def _instant(a: Applier, scope: BatchScope, op: O.Instant) -> tuple[int, O.Insta
     txn_id = a.allocate(scope, info, op.partition, op.txn_id)
     a.put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.CHECKPOINTED, scope.now, 1, n)
     logged = a.put_chunk(scope, info, op.partition, txn_id, 0, op.chunk, n)
-    return txn_id, O.Instant(op.stream, op.partition, logged, txn_id, op.stream_id)
+    # (every field given: tuple.__new__ skips the record's Python-level __new__ and its defaults)
+    return txn_id, _new_record(O.Instant, (op.stream, op.partition, logged, txn_id, op.stream_id))
 
 
 @handles(O.KeepAlive)
@@ -574,9 +591,9 @@ def _lease(a: Applier, scope: BatchScope, op: O.Lease) -> tuple[int, O.Lease]:
     if scope.replay and op.deadline is not None:
         deadline = check_int(op.deadline, "lease deadline", 0, 2**62)
     else:
-        current = state.unpack_lease(a.store.get(scope.txn, "state", kb))
-        owner, epoch, held_until = current if current is not None else ("", 0, 0)
-        if (owner, epoch) == (op.owner, op.epoch) and op.epoch > 0:
+        current = state.unpack_lease(a.store.get(scope.txn, "state", kb)) or state.LeaseRecord("", 0, 0)
+        owner, epoch, held_until = current
+        if current.held_by(op.owner, op.epoch) and op.epoch > 0:
             pass  # renew or release
         elif ttl == 0:
             raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is not held by {op.owner!r} at epoch "
@@ -597,8 +614,8 @@ def _check_lease(a: Applier, scope: BatchScope, op: O.CheckLease) -> tuple[None,
     kb, key = _lease_args(op)
     if not scope.replay:
         current = state.unpack_lease(a.store.get(scope.txn, "state", kb))
-        if current is None or current[:2] != (op.owner, op.epoch):
-            held = "nobody" if current is None else f"{current[0] or 'nobody (released)'!r} at epoch {current[1]}"
+        if current is None or not current.held_by(op.owner, op.epoch):
+            held = "nobody" if current is None else f"{current.owner or 'nobody (released)'!r} at epoch {current.epoch}"
             raise errors.LeaseConflict(f"lease {key!r} of {op.store!r} is no longer {op.owner!r} at epoch "
                                        f"{op.epoch}: it is {held}; the fenced write was refused")
     return None, op

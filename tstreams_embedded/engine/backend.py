@@ -187,6 +187,26 @@ class QueueStatus:
         return cls(v[0], v[1], dict(v[2]), dict(v[3]), v[4], v[5], v[6], v[7], pending, v[9])
 
 
+@dataclass(frozen=True)
+class BackupCopy:
+    """A consistent, compacted copy of the engine's data made for a backup
+    (:meth:`Backend.backup_begin`): its ``token``, size, CRC32C, and the sequence number and
+    time of the newest commit-log entry it holds."""
+
+    token: str
+    bytes: int
+    crc32c: int
+    log_seq: int
+    log_time_ms: int | None
+
+    def to_wire(self) -> list[Any]:
+        return [self.token, self.bytes, self.crc32c, self.log_seq, self.log_time_ms]
+
+    @classmethod
+    def from_wire(cls, v: Sequence[Any]) -> BackupCopy:
+        return cls(*v)
+
+
 #: The most open transactions :meth:`Backend.describe_partitions` lists per partition.
 MAX_OPEN_LISTED = 100
 #: The most partitions one :meth:`Backend.describe_partitions` call describes.
@@ -312,6 +332,22 @@ class Backend(Protocol):
         """The consumers with stored offsets, by stream name then consumer name: those of
         ``stream`` (``StreamNotFound`` if unknown), or of every stream when it is None; at
         most ``limit``."""
+        ...
+
+    def backup_begin(self) -> BackupCopy:
+        """Make a consistent, compacted copy of the data for a backup (on the engine's host,
+        in its temporary directory) and return what identifies it; read it with
+        :meth:`backup_read` and drop it with :meth:`backup_end` (copies left behind are
+        dropped after an hour). ``tstreams backup --connect`` uses these."""
+        ...
+
+    def backup_read(self, token: str, offset: int, size: int) -> bytes:
+        """Up to ``size`` (at most 4 MiB) bytes of backup copy ``token`` from ``offset``;
+        InvalidArgument for an unknown (or dropped) token."""
+        ...
+
+    def backup_end(self, token: str) -> None:
+        """Drop backup copy ``token`` (no error if it is gone)."""
         ...
 
     def queue_status(self, stream: str, group: str, full: bool = False) -> QueueStatus:

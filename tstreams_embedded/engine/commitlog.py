@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import lmdb
 
 from . import keys, reads, seals
+from . import ops as O
 from .store import Store
 
 #: most entries one trimming write transaction deletes
@@ -148,3 +149,18 @@ def entries_over(size: Footprint, bound: int) -> int:
         return 0
     per_entry = max(1, size.bytes // size.entries)
     return min(size.entries, max(1, (size.bytes - bound * 7 // 8) // per_entry))
+
+
+def log_entries(txn: lmdb.Transaction, store: Store, from_seq: int, limit: int
+                ) -> list[tuple[int, int, list[O.Operation]]]:
+    """Commit-log entries with ``seq >= from_seq`` as ``(seq, now_ms, records)``, oldest
+    first, chunks read from where they are stored (``Core.read_log``)."""
+    out = []
+    cur = txn.cursor(db=store.log)
+    if cur.set_range(keys.U64.pack(from_seq)):
+        for seq, v in iter_entries(cur.iternext(), store):
+            now_ms, ops = O.unpack_batch(v)
+            out.append((seq, now_ms, reads.resolve_chunks(txn, store, ops)))
+            if len(out) >= limit:
+                break
+    return out

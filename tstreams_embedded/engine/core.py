@@ -41,6 +41,7 @@ from . import ops as O
 from .apply import Applier
 from .backend import (
     MAX_DESCRIBED_PARTITIONS,
+    BackupCopy,
     ConsumerInfo,
     Fetched,
     IndexScan,
@@ -50,6 +51,7 @@ from .backend import (
     StreamInfo,
     TxnData,
 )
+from .backup_copies import BackupCopies
 from .bulk import PayloadSnapshot
 from .catalog import lookup_stream, stream_of
 from .commit_waker import CommitWaker
@@ -181,6 +183,7 @@ class Core:
         self._waker = CommitWaker(self.path, self._notify_external_commit)
         self._closed = False
         self._forked = False
+        self._backup_copies = BackupCopies()  # copies made for remote backups (backup_begin)
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
         self._firer: schedules.Firer | None = None
@@ -250,6 +253,7 @@ class Core:
         try:
             self.committer.close()
         finally:
+            self._backup_copies.close()
             self.store.close()
 
     def reopen(self, replace: Callable[[], None]) -> None:
@@ -479,6 +483,17 @@ class Core:
             return [inspection.describe_partition(txn, self.store, info, p, now)
                     for p in range(first, min(first + count, info.partitions))]
 
+    def backup_begin(self) -> BackupCopy:
+        self._check()
+        return self._backup_copies.begin(self.store.env)
+
+    def backup_read(self, token: str, offset: int, size: int) -> bytes:
+        self._check()
+        return self._backup_copies.read(token, offset, size)
+
+    def backup_end(self, token: str) -> None:
+        self._backup_copies.end(token)
+
     def queue_status(self, stream: str, group: str, full: bool = False) -> QueueStatus:
         self._check()
         with self.store.read() as txn:
@@ -591,16 +606,8 @@ class Core:
         self._check()
         check_int(from_seq, "from_seq", 0, 2**63 - 1)
         check_int(limit, "limit", 1, 1 << 20)
-        out = []
         with self.store.read() as txn:
-            cur = txn.cursor(db=self.store.log)
-            if cur.set_range(keys.U64.pack(from_seq)):
-                for seq, v in commitlog.iter_entries(cur.iternext(), self.store):
-                    now_ms, ops = O.unpack_batch(v)
-                    out.append((seq, now_ms, reads.resolve_chunks(txn, self.store, ops)))
-                    if len(out) >= limit:
-                        break
-        return out
+            return commitlog.log_entries(txn, self.store, from_seq, limit)
 
     def apply_log(self, entries: Sequence[tuple[int, int, Sequence[Operation]]], durable: bool = True) -> int:
         """Replay another engine's log entries (a replica catching up): the privileged path

@@ -261,6 +261,17 @@ class Binding:
     sealed: bool
 
 
+#: named databases added after the current data format: a directory written before one was
+#: added lacks it, and its first write-open creates it (and notes it in ``meta``, so that
+#: losing it later is recognised as damage)
+ADDED_DATABASES = ("queues",)
+
+
+def added_database_key(name: str) -> bytes:
+    """The ``meta`` key noting that database ``name`` (one of :data:`ADDED_DATABASES`) exists."""
+    return b"has_database:" + name.encode()
+
+
 def bind(txn: lmdb.Transaction, dbs: dict[str, Any], path: str, marker: tuple[str, int] | None, new: bool,
          readonly: bool, created: frozenset[str] = frozenset()) -> Binding:
     """Check (and for a new or older directory, record) the directory id in ``meta``, and
@@ -280,10 +291,17 @@ def bind(txn: lmdb.Transaction, dbs: dict[str, Any], path: str, marker: tuple[st
             f"(from a backup); to use this data file here, delete {MARKER}"
         )
     fmt = _data_format(txn, meta, path, marker, new, readonly)
-    if fmt == DATA_FORMAT and not new and created:
-        raise DataCorrupted(f"{os.path.join(path, DATA_FILE)} is damaged: its database(s) {sorted(created)} are "
+    lost = {name for name in created
+            if name not in ADDED_DATABASES or txn.get(added_database_key(name), db=meta) is not None}
+    if fmt == DATA_FORMAT and not new and lost:
+        raise DataCorrupted(f"{os.path.join(path, DATA_FILE)} is damaged: its database(s) {sorted(lost)} are "
                             "missing (their records in LMDB's main database are damaged). Run `tstreams check "
                             "--data DIR` and restore the directory from a backup")
+    if not readonly:  # from now on, losing a database added after the data format is damage too
+        for name in ADDED_DATABASES:
+            key = added_database_key(name)
+            if txn.get(key, db=meta) is None:
+                txn.put(key, seals.seal(key, b""), db=meta)
     legacy = fmt is None
     if fmt == DATA_FORMAT:
         legacy = txn.get(LEGACY_CHUNKS_KEY, db=meta) is not None

@@ -112,6 +112,8 @@ class OpSpec:
     mergeable: bool
     addresses_txn: bool
     resolved: tuple[str, ...]
+    #: The record's number of fields.
+    width: int = 0
 
     @property
     def name(self) -> str:
@@ -132,7 +134,7 @@ def operation(opcode: Opcode, *, client: bool = True, mergeable: bool = True, ad
         unknown = [f for f in resolved if f not in fields]
         if unknown or opcode in _BY_CODE:
             raise TypeError(f"bad operation declaration {cls.__name__}: {unknown or opcode}")
-        spec = OpSpec(opcode, cls, client, mergeable, addresses_txn, resolved)
+        spec = OpSpec(opcode, cls, client, mergeable, addresses_txn, resolved, len(fields))
         _SPECS[cls] = spec
         _BY_CODE[int(opcode)] = spec
         return cls
@@ -373,8 +375,8 @@ class StoreWrite(NamedTuple):
 @operation(Opcode.LEASE, mergeable=False, resolved=("deadline",))
 class Lease(NamedTuple):
     """Take, renew or release the lease ``key`` of state store ``store`` (its value there is
-    the msgpack array ``[owner, epoch, deadline_ms]``; see :mod:`.state`). Result: the new
-    deadline (epoch ms of the engine's clock; 0 after a release).
+    a :class:`.state.LeaseRecord`, the msgpack array ``[owner, epoch, deadline_ms]``).
+    Result: the new deadline (epoch ms of the engine's clock; 0 after a release).
 
     * **renew** (``ttl_ms > 0``): the stored lease is ``(owner, epoch)``; deadline = now + ttl;
     * **release** (``ttl_ms == 0``): the stored lease is ``(owner, epoch)``; it becomes free
@@ -606,6 +608,9 @@ def decode(row: Any) -> Operation:
     if type(row) not in (list, tuple) or not row:
         raise errors.InvalidArgument(f"an operation must be a non-empty array, got {row!r:.80}")
     s = spec_of_code(row[0])
+    if len(row) == s.width + 1:  # every field present (what encode writes): no default to fill in,
+        fast: Operation = _new_tuple(s.record, row[1:])  # so no Python-level __new__
+        return fast
     try:
         op: Operation = s.record(*row[1:])
     except TypeError:
@@ -642,3 +647,34 @@ def unpack_batch(value: bytes | memoryview) -> tuple[int, list[Operation]]:
     """Decode a commit-log value into ``(now_ms, records)``; chunks stay :class:`ChunkRef`."""
     now_ms, rows = msgpack.unpackb(value, raw=False, strict_map_key=False, ext_hook=_log_ext_hook)
     return now_ms, [decode(r) for r in rows]
+
+
+#: msgpack ext code of a :class:`GoneChunk` in a self-contained entry (its item count, u32)
+EXT_GONE_CHUNK = 3
+
+
+def _entry_ext(obj: Any) -> Any:
+    if type(obj) is GoneChunk:
+        return msgpack.ExtType(EXT_GONE_CHUNK, struct.pack(">I", obj.items))
+    raise TypeError(f"cannot pack {type(obj).__name__} into a self-contained log entry")
+
+
+def _entry_ext_hook(code: int, data: bytes) -> Any:
+    if code == EXT_GONE_CHUNK:
+        return GoneChunk(struct.unpack(">I", data)[0])
+    return msgpack.ExtType(code, data)
+
+
+def pack_entries(entries: Iterable[tuple[int, int, Sequence[Operation]]]) -> bytes:
+    """Encode log entries as ``Core.read_log`` returns them (``(seq, now_ms, records)``, with
+    chunks as bytes) into one self-contained value: what ``Core.apply_log`` takes back after
+    :func:`unpack_entries` (the archive's segments, :mod:`.backup`)."""
+    rows = [[seq, now_ms, [[_CODES[type(op)], *op] for op in ops]] for seq, now_ms, ops in entries]
+    packed: bytes = msgpack.packb(rows, use_bin_type=True, default=_entry_ext)
+    return packed
+
+
+def unpack_entries(value: bytes) -> list[tuple[int, int, list[Operation]]]:
+    """Inverse of :func:`pack_entries`."""
+    rows = msgpack.unpackb(value, raw=False, strict_map_key=False, ext_hook=_entry_ext_hook)
+    return [(seq, now_ms, [decode(r) for r in ops]) for seq, now_ms, ops in rows]

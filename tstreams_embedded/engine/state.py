@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import lmdb
 import msgpack
@@ -89,24 +89,49 @@ def window_bound(end: int) -> bytes:
     return _WINDOW.pack(end + _OFFSET, 0)
 
 
+class LeaseRecord(NamedTuple):
+    """A lease as stored: the value of its key in a state store, written by the
+    :class:`~.ops.Lease` operation (msgpack ``[owner, epoch, deadline_ms]``)."""
+
+    owner: str  # "" once released
+    epoch: int  # moved on by every take; a holder is fenced by it
+    deadline: int  # epoch ms of the engine's clock until which it is held (0 once released)
+
+    def held_by(self, owner: str, epoch: int) -> bool:
+        """Whether ``owner`` holds it at ``epoch`` (whatever its deadline)."""
+        return (self.owner, self.epoch) == (owner, epoch)
+
+    def live_at(self, now_ms: int) -> bool:
+        """Whether someone holds it at ``now_ms`` (not released, deadline not passed)."""
+        return bool(self.owner) and self.deadline > now_ms
+
+    def pack(self) -> bytes:
+        packed: bytes = msgpack.packb(list(self), use_bin_type=True)
+        return packed
+
+    @classmethod
+    def unpack(cls, value: bytes | memoryview | None) -> LeaseRecord | None:
+        """The stored lease ``value``, or None; DataCorrupted if it is not a lease."""
+        if value is None:
+            return None
+        try:
+            owner, epoch, deadline = msgpack.unpackb(value, raw=False)
+        except (ValueError, TypeError, msgpack.ExtraData) as exc:
+            raise errors.DataCorrupted(f"a stored lease is not [owner, epoch, deadline]: {exc}") from None
+        if not isinstance(owner, str) or type(epoch) is not int or type(deadline) is not int:
+            raise errors.DataCorrupted(f"a stored lease is not [owner, epoch, deadline]: {value!r:.60}")
+        return cls(owner, epoch, deadline)
+
+
 def pack_lease(owner: str, epoch: int, deadline: int) -> bytes:
-    """The stored value of a lease (the ``Lease`` record): ``[owner, epoch, deadline_ms]``."""
-    packed: bytes = msgpack.packb([owner, epoch, deadline], use_bin_type=True)
-    return packed
+    """The stored value of a lease (:class:`LeaseRecord`)."""
+    return LeaseRecord(owner, epoch, deadline).pack()
 
 
-def unpack_lease(value: bytes | memoryview | None) -> tuple[str, int, int] | None:
-    """``(owner, epoch, deadline_ms)`` of a stored lease value, or None; DataCorrupted if
-    the value is not a lease."""
-    if value is None:
-        return None
-    try:
-        owner, epoch, deadline = msgpack.unpackb(value, raw=False)
-    except (ValueError, TypeError, msgpack.ExtraData) as exc:
-        raise errors.DataCorrupted(f"a stored lease is not [owner, epoch, deadline]: {exc}") from None
-    if not isinstance(owner, str) or type(epoch) is not int or type(deadline) is not int:
-        raise errors.DataCorrupted(f"a stored lease is not [owner, epoch, deadline]: {value!r:.60}")
-    return owner, epoch, deadline
+def unpack_lease(value: bytes | memoryview | None) -> LeaseRecord | None:
+    """The :class:`LeaseRecord` of a stored lease value, or None; DataCorrupted if the
+    value is not a lease."""
+    return LeaseRecord.unpack(value)
 
 
 def check_time(value: Any, what: str) -> int:

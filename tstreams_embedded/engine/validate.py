@@ -125,11 +125,15 @@ def chunk_count(chunk: Any, max_item_size: int) -> int:
         raise errors.InvalidArgument(f"items chunk is not a msgpack array: {exc}") from None
     if not isinstance(items, list):
         raise errors.InvalidArgument("items chunk must be a msgpack array of binary items")
-    if items:
+    if len(items) == 1:  # (the common case, checked without building a set)
+        if type(items[0]) is not bytes:
+            raise errors.InvalidArgument(f"items must be bytes, got {type(items[0]).__name__}")
+    elif items:
         kinds = set(map(type, items))
         if kinds != {bytes}:
             bad = next(k for k in kinds if k is not bytes)
             raise errors.InvalidArgument(f"items must be bytes, got {bad.__name__}")
+    if len(chunk) > max_item_size and items:  # (no item can be larger than its chunk)
         biggest = max(map(len, items))
         if biggest > max_item_size:
             raise errors.ItemTooLarge(f"item of {biggest} bytes exceeds max_item_size={max_item_size}")

@@ -51,6 +51,7 @@ from .. import errors
 from ..engine import ops as O
 from ..engine.backend import (
     Backend,
+    BackupCopy,
     ConsumerInfo,
     Fetched,
     IndexScan,
@@ -90,16 +91,18 @@ HEADER_BYTES = 64
 def encode_submit(ops: Sequence[O.Operation], durable: bool, client_id: str | None = None,
                   seq: int = 0) -> list[Any]:
     """``[body, *blobs]`` for ``submit(ops, durable[, client_id, seq])``: each record as
-    ``[opcode, *fields]`` (:func:`.ops.encode`), every bytes-like field (item chunks) as its
-    own frame. The batch is checked as a client batch first, so a bad one fails here with
-    the server's message. ``client_id``/``seq`` make it idempotent on a cluster node."""
+    ``[opcode, *fields]`` (:func:`.ops.encode`), every bytes-like field (item chunks) of
+    :data:`.framing.BLOB_MIN` bytes or more as its own frame (smaller ones inline). The
+    batch is checked as a client batch first, so a bad one fails here with the server's
+    message. ``client_id``/``seq`` make it idempotent on a cluster node."""
     blobs: list[Any] = []
     wire: list[Any] = []
+    blob_min = framing.BLOB_MIN
     for op in O.check_client_batch(ops):
         row = O.encode(op)
         for j in range(1, len(row)):
             v = row[j]
-            if isinstance(v, (bytes, bytearray, memoryview)):
+            if isinstance(v, (bytes, bytearray, memoryview)) and len(v) >= blob_min:
                 row[j] = _BLOB(framing.BLOB, len(blobs).to_bytes(4, "big"))
                 blobs.append(v)
         wire.append(row)
@@ -426,6 +429,9 @@ class RemoteBackend:
     list_consumers = _remote(Backend.list_consumers, _each(ConsumerInfo.from_wire))
     describe_partitions = _remote(Backend.describe_partitions, _each(PartitionInfo.from_wire))
     queue_status = _remote(Backend.queue_status, QueueStatus.from_wire)
+    backup_begin = _remote(Backend.backup_begin, BackupCopy.from_wire)
+    backup_read = _remote(Backend.backup_read, bytes)
+    backup_end = _remote(Backend.backup_end, lambda reply: None)
     first_open_at = _remote(Backend.first_open_at, _as_is)
     store_get = _remote(Backend.store_get, _as_is)
     store_range = _remote(Backend.store_range, _pairs)

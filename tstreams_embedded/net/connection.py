@@ -54,7 +54,7 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from ..engine.validate import check_interval
-from ..errors import EngineClosed, InvalidArgument, ProtocolError, RemoteError, error_from_wire
+from ..errors import EngineClosed, InvalidArgument, ProtocolError, ProtocolVersionError, RemoteError, error_from_wire
 from . import framing, zmqfast
 from .endpoints import check_endpoints
 from .future import Future
@@ -196,7 +196,7 @@ class Connection:
         rid = next(self._ids)
         fut = Future()
         fut.request_id = rid
-        r = _Req(rid, method, [framing.pack_request_header(rid, method, 0), *body], fut,
+        r = _Req(rid, method, framing.request_frames(rid, method, 0, body), fut,
                  self.timeout if timeout is None else timeout, retry_safe, on_item)
         with self._io:
             if self._closed or self._draining:
@@ -218,7 +218,7 @@ class Connection:
         (at most ``timeout``) for a connection, then it is dropped."""
         fut = Future()
         fut.set_result(None)
-        r = _Req(0, method, [framing.pack_request_header(0, method, 0), *body], fut, self.timeout, False, None)
+        r = _Req(0, method, framing.request_frames(0, method, 0, body), fut, self.timeout, False, None)
         with self._io:
             if self._closed:
                 raise EngineClosed("the remote connection is closed")
@@ -396,6 +396,9 @@ class Connection:
                 self._last_rx = time.monotonic()
                 try:
                     rid, flags, value = framing.unpack_reply(frames)
+                except ProtocolVersionError as e:  # an older server: it cannot read any of our requests
+                    self._fail_sent(e)
+                    continue
                 except ProtocolError as e:
                     log.warning("malformed reply ignored: %s", e)
                     continue
@@ -432,6 +435,13 @@ class Connection:
         finally:
             if requeued:  # re-send in the original order
                 self._backlog = deque(sorted(self._backlog, key=lambda q: q.id))
+
+    def _fail_sent(self, exc: Exception) -> None:
+        """Fail every request sent and not yet answered with ``exc`` (caller holds ``_io``)."""
+        for rid, r in list(self._pending.items()):
+            if r.epoch >= 0:
+                del self._pending[rid]
+                r.future.set_exception(type(exc)(str(exc)))
 
     # ------------------------------------------------------------------ sending (caller holds _io)
     def _can_send(self) -> bool:
@@ -568,7 +578,7 @@ class Connection:
         if (self._can_send() and now - self._last_rx >= self.heartbeat
                 and now - self._last_ping >= self.heartbeat):
             self._last_ping = now
-            self._try_send([framing.pack_request_header(0, "ping", framing.NO_REPLY)])
+            self._try_send([framing.request_frame(0, "ping", framing.NO_REPLY)])
 
     def _expire(self, now: float) -> None:
         """Fail the requests whose deadline passed (caller holds ``_io``)."""

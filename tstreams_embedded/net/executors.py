@@ -4,7 +4,8 @@
 it wakes it takes every queued call and hands consecutive calls of the same handler to
 that handler's ``batch`` function at once, so a burst of small writes from many clients
 (or many pipelined writes from one client) becomes one engine group commit with one
-fsync. Results go back to the loop in one callback per batch.
+fsync. Results go back to the loop in one callback per batch; a batch function may return
+a :class:`~.deferred.Deferred` to answer later, while the executor goes on with the next batch.
 
 :class:`Executors` is the server's side of it: it sends ``write`` calls to the
 :class:`WriteExecutor` (or runs them on the loop at the end of a drain, when writes never
@@ -22,6 +23,7 @@ from typing import Any
 
 from tornado.ioloop import IOLoop
 
+from .deferred import Deferred
 from .registry import Handler
 from .session import Session
 
@@ -88,18 +90,22 @@ class WriteExecutor:
                     return
                 n = min(len(self._jobs), self._max_batch)
                 jobs = [self._jobs.popleft() for _ in range(n)]
-            self._deliver(self._execute(jobs))
+            done = self._execute(jobs)
+            if done:  # (deferred batches deliver their own, later)
+                self._deliver(done)
 
     def _execute(self, jobs: list[Job]) -> list[Done]:
-        out = execute(jobs)
+        out = execute(jobs, self._deliver)
         self.batches += len({id(j[0]) for j in jobs})
         self.calls += len(jobs)
         return out
 
 
-def execute(jobs: list[Job]) -> list[Done]:
+def execute(jobs: list[Job], deliver_later: Callable[[list[Done]], None] | None = None) -> list[Done]:
     """Run write jobs in order, handing consecutive jobs of the same handler to its ``batch``
-    function at once. Never raises: a failing batch fails each of its calls alike."""
+    function at once. Never raises: a failing batch fails each of its calls alike. A batch
+    that returns a :class:`~.deferred.Deferred` is handed to ``deliver_later`` once complete (waited
+    for here without one)."""
     out: list[Done] = []
     i = 0
     n = len(jobs)
@@ -111,6 +117,12 @@ def execute(jobs: list[Job]) -> list[Done]:
         group = jobs[i:j]
         try:
             results = h.batch([job[2] for job in group])  # type: ignore[misc]
+            if isinstance(results, Deferred):
+                if deliver_later is not None:
+                    results.on_done(_delivering(deliver_later, group))
+                    i = j
+                    continue
+                results = results.wait()
             if len(results) != len(group):
                 raise RuntimeError(f"batch handler {h.name} returned {len(results)} results "
                                    f"for {len(group)} calls")
@@ -119,6 +131,18 @@ def execute(jobs: list[Job]) -> list[Done]:
         out += [(job[1], ok, value) for job, (ok, value) in zip(group, results, strict=True)]
         i = j
     return out
+
+
+def _delivering(deliver: Callable[[list[Done]], None], group: list[Job]
+                ) -> Callable[[list[tuple[bool, Any]]], None]:
+    return lambda results: deliver(_done_of(group, results))
+
+
+def _done_of(group: list[Job], results: Sequence[tuple[bool, Any]]) -> list[Done]:
+    if len(results) != len(group):
+        exc = RuntimeError(f"a deferred batch completed {len(results)} results for {len(group)} calls")
+        return [(job[1], False, exc) for job in group]
+    return [(job[1], ok, value) for job, (ok, value) in zip(group, results, strict=True)]
 
 
 class Executors:

@@ -36,6 +36,7 @@ from ..engine import ops as O
 from ..engine.backend import Backend, StoreScan
 from ..engine.paging import ScanPage
 from ..engine.validate import check_int, check_wait
+from . import framing
 from .registry import Registry, WaitCommit
 from .session import Session
 
@@ -250,6 +251,18 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
     def list_consumers(session: Session, stream: str | None = None, limit: int | None = None) -> list[Any]:
         return [c.to_wire() for c in core.list_consumers(stream, limit)]
 
+    @reg.call("backup_begin", executor="pool")
+    def backup_begin(session: Session) -> list[Any]:
+        return core.backup_begin().to_wire()
+
+    @reg.call("backup_read", executor="pool")
+    def backup_read(session: Session, token: str, offset: int, size: int) -> bytes:
+        return core.backup_read(token, offset, size)
+
+    @reg.call("backup_end", executor="pool")
+    def backup_end(session: Session, token: str) -> None:
+        core.backup_end(token)
+
     @reg.call("queue_status", executor="pool")
     def queue_status(session: Session, stream: str, group: str, full: bool = False) -> list[Any]:
         return core.queue_status(stream, group, full).to_wire()
@@ -301,6 +314,7 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
             "max_item_size": core.max_item_size,
             "durability": core.durability,
             "methods": reg.names(),
+            "protocol_versions": list(framing.SUPPORTED_VERSIONS),
         }
 
     return reg

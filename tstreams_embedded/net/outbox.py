@@ -39,7 +39,7 @@ TRACK_BYTES = 256 * 1024
 
 log = logging.getLogger(__name__)
 _pack = framing.pack
-_pack_header = framing.pack_reply_header
+VERSION = framing.VERSION
 
 
 class Outbox:
@@ -88,9 +88,12 @@ class Outbox:
         client's budget from now on (a drain may queue many replies before they leave).
         ``session`` is the client's session when the caller has it (saves a lookup)."""
         s = session if session is not None and not session.closed else self._session_of(identity)
+        self._queue_reply(identity, frames, s)
+
+    def _queue_reply(self, identity: bytes, frames: list[bytes], s: Session | None) -> None:
         covered = 0
         if s is not None:
-            s.untracked += len(frames[-1]) + len(frames[0])
+            s.untracked += len(frames[-1]) + len(frames[0]) if len(frames) > 1 else len(frames[0])
             if s.untracked >= TRACK_BYTES:
                 covered, s.untracked = s.untracked, 0
                 s.replies += covered
@@ -101,20 +104,29 @@ class Outbox:
 
     def send_value(self, identity: bytes, req_id: int, value: Any, flags: int = 0,
                    session: Session | None = None) -> None:
-        """Reply ``value``; an error reply instead when msgpack cannot carry it."""
+        """Reply ``value``, in the wire version of the client's requests; an error reply
+        instead when msgpack cannot carry it."""
+        s = session if session is not None and not session.closed else self._session_of(identity)
         try:
-            body = _pack(value)
+            if s is None or s.version == VERSION:
+                frames = [_pack((req_id, flags, value))]
+            else:
+                frames = framing.reply_frames(s.version, req_id, flags, value)
         except Exception as e:  # a handler returned something msgpack cannot carry
             self.send_error(identity, req_id, e)
             return
-        self.send(identity, [_pack_header(req_id, flags), body], session)
+        self._queue_reply(identity, frames, s)
 
-    def send_error(self, identity: bytes, req_id: int, exc: BaseException, extra_flags: int = 0) -> None:
-        """Reply the error ``exc`` (flag ``ERROR``, plus ``extra_flags``)."""
+    def send_error(self, identity: bytes, req_id: int, exc: BaseException, extra_flags: int = 0,
+                   version: int | None = None) -> None:
+        """Reply the error ``exc`` (flag ``ERROR``, plus ``extra_flags``) in wire ``version``
+        (default: that of the client's requests)."""
         self._stats.errors += 1
-        name, message = error_to_wire(exc)
-        self.send(identity, [framing.pack_reply_header(req_id, framing.ERROR | extra_flags),
-                             framing.pack([name, message])])
+        s = self._session_of(identity)
+        if version is None:
+            version = s.version if s is not None else VERSION
+        self._queue_reply(identity, framing.reply_frames(version, req_id, framing.ERROR | extra_flags,
+                                                         list(error_to_wire(exc))), s)
 
     def poll_trackers(self) -> list[Session]:
         """Release the reply bytes ZeroMQ has finished with; return the sessions that
@@ -146,7 +158,7 @@ class Outbox:
         sock = self.sock
         if sock is None or not out:
             return
-        send3, sendm = zmqfast.send3, zmqfast.send_multipart
+        send2, send3, sendm = zmqfast.send2, zmqfast.send3, zmqfast.send_multipart
         stats = self._stats
         sent = 0
         for identity, frames, s, covered in out:
@@ -160,7 +172,9 @@ class Outbox:
                     s = None
                     sent += 1
                     continue
-                if len(frames) == 2:
+                if len(frames) == 1:
+                    send2(sock, identity, frames[0])
+                elif len(frames) == 2:
                     send3(sock, identity, frames[0], frames[1])
                 else:
                     sendm(sock, [identity, *frames])

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import InvalidArgument
+from .deferred import Deferred
 
 CALL = "call"
 STREAM = "stream"
@@ -34,8 +35,8 @@ EXECUTORS = ("inline", "pool", "write")
 VARIADIC = 1 << 30  # max_args of a handler taking *args
 
 #: A ``write`` handler's batch function: the argument lists of several calls, in arrival
-#: order, to one ``(ok, value or exception)`` each.
-BatchFn = Callable[[Sequence[Sequence[Any]]], list[tuple[bool, Any]]]
+#: order, to one ``(ok, value or exception)`` each, or a :class:`~.deferred.Deferred` of them.
+BatchFn = Callable[[Sequence[Sequence[Any]]], "list[tuple[bool, Any]] | Deferred"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 

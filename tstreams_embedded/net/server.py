@@ -409,18 +409,21 @@ class Server:
             what = f"{count} frames (the limit is {self.opts.max_frames})"
         else:
             what = f"more than {self.opts.max_request_bytes} bytes (the limit, all frames together)"
-        self._error(frames[0], framing.guess_request_id(frames), framing.guess_flags(frames),
-                    RequestTooLarge(f"request of {what} was not executed; send smaller requests"))
+        version, req_id, flags = framing.guess_header(frames)
+        self._error(frames[0], req_id, flags,
+                    RequestTooLarge(f"request of {what} was not executed; send smaller requests"), version=version)
         if self._rejected_bytes >= TRIM_AFTER:
             self._rejected_bytes = 0
             self._loop.add_callback(self._trim)  # after the rejected frames are freed
 
-    def _error(self, identity: bytes, req_id: int, flags: int, exc: BaseException, extra_flags: int = 0) -> None:
-        """Reply the error ``exc`` unless the request asked ``NO_REPLY`` (then only count it)."""
+    def _error(self, identity: bytes, req_id: int, flags: int, exc: BaseException, extra_flags: int = 0,
+               version: int | None = None) -> None:
+        """Reply the error ``exc`` unless the request asked ``NO_REPLY`` (then only count it),
+        in wire ``version`` (default: that of the client's requests)."""
         if flags & framing.NO_REPLY:
             self.stats.errors += 1
         else:
-            self._outbox.send_error(identity, req_id, exc, extra_flags)
+            self._outbox.send_error(identity, req_id, exc, extra_flags, version)
 
     # ------------------------------------------------------------------ budgets
     def _on_done(self, done: list[Done]) -> None:
@@ -492,11 +495,12 @@ class Server:
 
     def _busy(self, session: Session, frames: list[bytes], size: int) -> None:
         self.stats.busy += 1
-        self._error(session.identity, framing.guess_request_id(frames), framing.guess_flags(frames), ServerBusy(
+        version, req_id, flags = framing.guess_header(frames)
+        self._error(session.identity, req_id, flags, ServerBusy(
             f"request of {size} bytes not executed: this client has {session.in_flight} bytes in flight and "
             f"{session.parked_bytes} bytes of requests waiting (budget {self.opts.max_client_bytes}), the server "
             f"{self.held_bytes} bytes for all clients (budget {self.opts.max_server_bytes}); "
-            "read the replies owed, then send it again"))
+            "read the replies owed, then send it again"), version=version)
 
     def _unpark(self, session: Session) -> tuple[list[bytes], int]:
         frames, size = session.parked.popleft()
@@ -534,10 +538,11 @@ class Server:
                 self._hold_back(session, frames, size)
                 return
         try:
-            req_id, method, flags, args = framing.unpack_request(frames)
+            session.version, req_id, method, flags, args = framing.unpack_request(frames)
         except ProtocolError as e:
             self.stats.malformed += 1
-            self._error(identity, framing.guess_request_id(frames), framing.guess_flags(frames), e)
+            version, req_id, flags = framing.guess_header(frames)
+            self._error(identity, req_id, flags, e, version=version)
             return
         if self._stopping:
             self._error(identity, req_id, flags, RemoteError("server is shutting down; request not executed"),

@@ -36,6 +36,8 @@ class Session:
     last_seen: float = field(default_factory=time.monotonic)
     running: dict[int, Running] = field(default_factory=dict)
     closed: bool = False
+    #: The wire protocol version of its requests, in which it is answered (see ``framing``).
+    version: int = 2
     # Memory accounting (bytes; see server.py "Memory budgets"):
     requests: int = 0  # requests handed to an executor and not yet answered
     replies: int = 0  # replies handed to ZeroMQ and not yet known to have left the process

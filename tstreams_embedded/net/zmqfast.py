@@ -22,6 +22,7 @@ _EVENTS = int(zmq.EVENTS)
 NOBLOCK = int(zmq.NOBLOCK)
 SNDMORE = int(zmq.SNDMORE)
 COPY_THRESHOLD = 65536  # larger frames are sent without a copy
+HEAD_BYTES = 256  # of a request frame over the size limit, the bytes kept (its header)
 
 
 def send_multipart(sock: zmq.Socket[Any], frames: Sequence[Any], flags: int = NOBLOCK) -> None:
@@ -51,8 +52,9 @@ def recv_request(sock: zmq.Socket[Any], max_bytes: int, max_frames: int,
 
     When ``size`` passes ``max_bytes`` or ``frames`` passes ``max_frames``, the rest of the
     message is received and dropped frame by frame without being copied, and ``parts``
-    holds only what was kept by then (at least the identity and the header): the caller
-    rejects it (``size > max_bytes or frames > max_frames``)."""
+    holds only what was kept by then (at least the identity and the first :data:`HEAD_BYTES`
+    of the request frame, where its request ID is): the caller rejects it (``size >
+    max_bytes or frames > max_frames``)."""
     f = _recv(sock, flags, False)
     parts = [f.bytes]
     size = 0
@@ -65,9 +67,18 @@ def recv_request(sock: zmq.Socket[Any], max_bytes: int, max_frames: int,
         if keep:
             if n > 2 and (size > max_bytes or n > max_frames):
                 keep = False
+            elif size > max_bytes:  # one frame over the limit (a version-2 request is one
+                parts.append(bytes(f.buffer[:HEAD_BYTES]))  # frame): keep only its head
+                keep = False
             else:
                 parts.append(f.bytes)
     return parts, size, n
+
+
+def send2(sock: zmq.Socket[Any], a: Any, b: Any, flags: int = NOBLOCK) -> None:
+    """``send_multipart(sock, [a, b])`` for the common reply ``[identity, reply]`` (small a)."""
+    _send(sock, a, flags | SNDMORE)
+    _send(sock, b, flags, len(b) < COPY_THRESHOLD)
 
 
 def send3(sock: zmq.Socket[Any], a: Any, b: Any, c: Any, flags: int = NOBLOCK) -> None:

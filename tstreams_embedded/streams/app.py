@@ -9,10 +9,12 @@ from typing import Any
 
 from .. import errors
 from ..engine.backend import StreamInfo
+from ..engine.core import Core
 from ..engine.engine import Engine
 from ..engine.validate import check_name
 from .global_table import GlobalTableMetrics, GlobalTables, global_namespace
 from .joins import check_partition_counts
+from .mapped_pages import MappedPages
 from .membership import Membership
 from .metrics import GLOBAL, AppMetrics, DropCounter
 from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
@@ -176,6 +178,8 @@ class App:
         self.dead_letter_stream = None if on_record_error != "dead_letter" else (
             dead_letter_stream or dead_letter_stream_of(application_id))
         self.store_cache_bytes = store_cache_bytes
+        #: the input read, to give back the pages of an embedded engine's map (:mod:`.mapped_pages`)
+        self.mapped_pages = MappedPages(engine.backend.path if isinstance(engine.backend, Core) else None)
         self.turn_records = turn_records
         self.turn_slack_ms = turn_slack_ms if turn_slack_ms is not None else default_slack_ms(
             topology.instantiate(application_id).values())

@@ -276,9 +276,9 @@ class GlobalTables:
                 self._renew()
             return self.epoch != 0
         lease = unpack_lease(self.backend.store_get(self.store, GLOBAL_LEASE))
-        if lease is not None and lease[0] and lease[2] > self.backend.now_ms():
+        if lease is not None and lease.live_at(self.backend.now_ms()):
             return False  # held by a live instance
-        epoch = 1 if lease is None else lease[1] + 1
+        epoch = 1 if lease is None else lease.epoch + 1
         try:
             self.backend.submit([O.Lease(self.store, GLOBAL_LEASE, self.owner, epoch, self.lease_ms)])
         except errors.LeaseConflict:

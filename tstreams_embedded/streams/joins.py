@@ -159,6 +159,21 @@ class StreamTableJoinNode(N.Node):
             return
         self.forward(Record(rec.key, self.joiner(rec.value, other), rec.timestamp, rec.headers))
 
+    def process_batch(self, recs: list[Record], origins: list[int]) -> None:
+        """(The table is not changed within a batch: its rows come in transactions of their own.)"""
+        lookup, joiner, selector, left = self.lookup, self.joiner, self.key_selector, self.left
+        out: list[Record] = []
+        out_origins: list[int] = []
+        for rec, origin in zip(recs, origins, strict=True):
+            key = rec.key if selector is None else selector(rec.key, rec.value)
+            other = None if key is None else lookup(key)
+            if other is None and not left:
+                self.ctx.count("skipped_null_key" if key is None else "join_no_match")
+                continue
+            out.append(Record(rec.key, joiner(rec.value, other), rec.timestamp, rec.headers))
+            out_origins.append(origin)
+        self.forward_batch(out, out_origins)
+
 
 class BufferSerde:
     """A join buffer entry: a list of ``[timestamp, matched, value]``, values with ``inner``."""

@@ -56,7 +56,7 @@ from .. import errors
 from ..engine import ops as O
 from ..engine.appgroups import INFO, MEMBER, PROCESS, TASK, group_store, task_key
 from ..engine.backend import Backend
-from ..engine.state import unpack_lease
+from ..engine.state import LeaseRecord, unpack_lease
 from .assignor import assign
 from .process_id import ProcessId
 from .stores import pages
@@ -102,22 +102,22 @@ class GroupView:
     now: int
     members: dict[str, MemberInfo] = field(default_factory=dict)  # live ones
     expired: list[str] = field(default_factory=list)  # long-dead members, to forget
-    tasks: dict[int, tuple[str, int, int]] = field(default_factory=dict)  # p -> (owner, epoch, deadline)
+    tasks: dict[int, LeaseRecord] = field(default_factory=dict)  # partition -> its task lease
 
     def owner(self, partition: int) -> str | None:
         """The live holder of task ``partition``'s lease, or None."""
         lease = self.tasks.get(partition)
-        if lease is None or not lease[0] or lease[0] not in self.members:
+        if lease is None or not lease.owner or lease.owner not in self.members:
             return None
-        return lease[0]
+        return lease.owner
 
     def is_free(self, partition: int) -> bool:
         lease = self.tasks.get(partition)
-        return lease is None or not lease[0] or lease[2] <= self.now
+        return lease is None or not lease.live_at(self.now)
 
     def epoch(self, partition: int) -> int:
         lease = self.tasks.get(partition)
-        return 0 if lease is None else lease[1]
+        return 0 if lease is None else lease.epoch
 
 
 def read_group(backend: Backend, application_id: str, lease_ms: int) -> GroupView:
@@ -126,7 +126,7 @@ def read_group(backend: Backend, application_id: str, lease_ms: int) -> GroupVie
     view = GroupView(backend.now_ms())
     infos: dict[str, tuple[str | None, int | None]] = {}
     processes: dict[str, ProcessId | None] = {}
-    leases: dict[str, tuple[str, int, int]] = {}
+    leases: dict[str, LeaseRecord] = {}
     for k, v in pages(backend, store, None, None):
         if k.startswith(TASK):
             lease = unpack_lease(v)
@@ -141,11 +141,11 @@ def read_group(backend: Backend, application_id: str, lease_ms: int) -> GroupVie
             infos[k[len(INFO):].decode()] = (host, port)
         elif k.startswith(PROCESS):
             processes[k[len(PROCESS):].decode()] = ProcessId.from_wire(msgpack.unpackb(v))
-    for member, (owner, epoch, deadline) in leases.items():
+    for member, lease in leases.items():
         host, port = infos.get(member, (None, None))
-        if owner and deadline > view.now:
-            view.members[member] = MemberInfo(member, host, port, deadline, epoch, processes.get(member))
-        elif deadline <= view.now - FORGET_AFTER_LEASES * lease_ms:
+        if lease.live_at(view.now):
+            view.members[member] = MemberInfo(member, host, port, lease.deadline, lease.epoch, processes.get(member))
+        elif lease.deadline <= view.now - FORGET_AFTER_LEASES * lease_ms:
             view.expired.append(member)
     return view
 
@@ -238,7 +238,7 @@ class Membership:
             held = dict(self._held)
         for p, epoch in held.items():  # leases we lost (taken while we were slow)
             lease = view.tasks.get(p)
-            if lease is None or lease[:2] != (self.member_id, epoch):
+            if lease is None or not lease.held_by(self.member_id, epoch):
                 self.lost(p, epoch)
         # earlier incarnations of this static member, and members whose process is provably
         # dead, are gone: we succeed them at once
@@ -319,10 +319,10 @@ class Membership:
                 view = read_group(self.backend, self.application_id, self.lease_ms)
                 for p, e in held.items():
                     lease = view.tasks.get(p)
-                    if lease is None or lease[:2] != (self.member_id, e):
+                    if lease is None or not lease.held_by(self.member_id, e):
                         self.lost(p, e)
                 lease = unpack_lease(self.backend.store_get(self.store, MEMBER + self.member_id.encode()))
-                if lease is None or lease[:2] != (self.member_id, self._member_epoch):
+                if lease is None or not lease.held_by(self.member_id, self._member_epoch):
                     for p, e in held.items():  # forgotten by the others while we were paused:
                         self.lost(p, e)  # our tasks are long gone; join again as a new member
                     self.member_id = new_member_id(self.name, self.static_id)

@@ -3,6 +3,16 @@
 Each node receives a :class:`~.records.Record` in :meth:`Node.process` and passes results
 on with :meth:`Node.forward`. Nodes reach their task only through :class:`TaskContext`
 (stores, output, metrics, time).
+
+**Batches.** A task may also hand a node the records of a whole input transaction at once:
+:meth:`Node.process_batch` takes the records in order with their *origins* (each record's
+index in its transaction, for the record-error policy) and passes its results on with
+:meth:`Node.forward_batch`. A node that has no batch implementation processes the batch one
+record at a time, each through its whole subtree, as :meth:`process` does; a node with more
+than one child forwards one record at a time too, so every stream and store sees the
+records in the same order as record by record. What changes is only the order in which the
+user functions of *different* nodes of one chain are called (each node's own calls stay in
+record order).
 """
 
 from __future__ import annotations
@@ -44,6 +54,10 @@ class TaskContext(Protocol):
 
     def wall_clock_ms(self) -> int: ...
 
+    def record_failed(self, origin: int, error: errors.StoreKeyTooLong) -> None:
+        """In a batch: the record of index ``origin`` in its transaction failed with
+        ``error`` (the record-error policy: re-raise it, skip or dead-letter the record)."""
+
     def schedule(self, interval_ms: int, punctuation: str, callback: Callable[[int], Any]) -> None: ...
 
 
@@ -67,6 +81,32 @@ class Node:
     def forward(self, rec: Record) -> None:
         for child in self.children:
             child.process(rec)
+
+    def process_batch(self, recs: list[Record], origins: list[int]) -> None:
+        """Process ``recs`` (in order; ``origins[i]`` is the index of ``recs[i]``'s input
+        record in its transaction). By default one record at a time through the whole
+        subtree, with the record-error policy applied per record."""
+        process = self.process
+        for rec, origin in zip(recs, origins, strict=True):
+            try:
+                process(rec)
+            except errors.StoreKeyTooLong as exc:
+                self.ctx.record_failed(origin, exc)
+
+    def forward_batch(self, recs: list[Record], origins: list[int]) -> None:
+        """Pass ``recs`` on: as a batch to a sole child, else record by record."""
+        if not recs:
+            return
+        children = self.children
+        if len(children) == 1:
+            children[0].process_batch(recs, origins)
+            return
+        forward = self.forward
+        for rec, origin in zip(recs, origins, strict=True):
+            try:
+                forward(rec)
+            except errors.StoreKeyTooLong as exc:
+                self.ctx.record_failed(origin, exc)
 
     def flush(self) -> None:
         """Called before each commit: put state kept in memory into the task's stores."""
@@ -105,6 +145,14 @@ class FilterNode(Node):
         if bool(self.predicate(rec.key, rec.value)) is self.keep:
             self.forward(rec)
 
+    def process_batch(self, recs: list[Record], origins: list[int]) -> None:
+        predicate, keep = self.predicate, self.keep
+        kept = [i for i, rec in enumerate(recs) if bool(predicate(rec.key, rec.value)) is keep]
+        if len(kept) == len(recs):
+            self.forward_batch(recs, origins)
+        else:
+            self.forward_batch([recs[i] for i in kept], [origins[i] for i in kept])
+
 
 class MapNode(Node):
     """``map``: ``fn(key, value) -> (key, value)``."""
@@ -117,6 +165,16 @@ class MapNode(Node):
         key, value = _pair(self.fn(rec.key, rec.value), self.name)
         self.forward(Record(key, value, rec.timestamp, rec.headers))
 
+    def process_batch(self, recs: list[Record], origins: list[int]) -> None:
+        fn, name = self.fn, self.name
+        out = []
+        for rec in recs:
+            pair = fn(rec.key, rec.value)
+            if type(pair) is not tuple or len(pair) != 2:
+                pair = _pair(pair, name)
+            out.append(Record(pair[0], pair[1], rec.timestamp, rec.headers))
+        self.forward_batch(out, origins)
+
 
 class MapValuesNode(Node):
     def __init__(self, name: str, fn: Callable[[Any, Any], Any], with_key: bool) -> None:
@@ -127,6 +185,15 @@ class MapValuesNode(Node):
     def process(self, rec: Record) -> None:
         value = self.fn(rec.key, rec.value) if self.with_key else self.fn(rec.value)  # type: ignore[call-arg]
         self.forward(Record(rec.key, value, rec.timestamp, rec.headers))
+
+    def process_batch(self, recs: list[Record], origins: list[int]) -> None:
+        fn = self.fn
+        if self.with_key:
+            out = [Record(rec.key, fn(rec.key, rec.value), rec.timestamp, rec.headers) for rec in recs]
+        else:
+            out = [Record(rec.key, fn(rec.value), rec.timestamp, rec.headers)  # type: ignore[call-arg]
+                   for rec in recs]
+        self.forward_batch(out, origins)
 
 
 class FlatMapNode(Node):
@@ -156,6 +223,11 @@ class SelectKeyNode(Node):
     def process(self, rec: Record) -> None:
         self.forward(Record(self.fn(rec.key, rec.value), rec.value, rec.timestamp, rec.headers))
 
+    def process_batch(self, recs: list[Record], origins: list[int]) -> None:
+        fn = self.fn
+        self.forward_batch([Record(fn(rec.key, rec.value), rec.value, rec.timestamp, rec.headers) for rec in recs],
+                           origins)
+
 
 class PeekNode(Node):
     """``peek`` (forwards) and ``foreach`` (terminal)."""
@@ -167,6 +239,12 @@ class PeekNode(Node):
     def process(self, rec: Record) -> None:
         self.fn(rec.key, rec.value)
         self.forward(rec)
+
+    def process_batch(self, recs: list[Record], origins: list[int]) -> None:
+        fn = self.fn
+        for rec in recs:
+            fn(rec.key, rec.value)
+        self.forward_batch(recs, origins)
 
 
 class BranchNode(Node):
@@ -207,6 +285,16 @@ class SinkNode(Node):
         vb = None if rec.value is None else self.value_serde.serialize(rec.value)
         self.ctx.send(self.stream, kb, vb, rec.timestamp, rec.headers)
 
+    def process_batch(self, recs: list[Record], origins: list[int]) -> None:
+        if self.fused is not None:
+            self.fused.forward_batch(recs, origins)
+            return
+        ks, vs, send, stream = self.key_serde.serialize, self.value_serde.serialize, self.ctx.send, self.stream
+        for rec in recs:
+            key, value = rec.key, rec.value
+            send(stream, None if key is None else ks(key), None if value is None else vs(value), rec.timestamp,
+                 rec.headers)
+
 
 class Aggregation:
     """``initializer() -> agg``, ``aggregator(key, value, agg) -> agg`` and, for sessions,
@@ -242,6 +330,15 @@ class AggregateNode(Node):
         new = self.agg.aggregator(rec.key, rec.value, current)
         self.store.put_raw(kb, new)
         self.forward(Record(rec.key, new, rec.timestamp, rec.headers))
+
+    def process_batch(self, recs: list[Record], origins: list[int]) -> None:
+        """Each record as :meth:`process`, the keys of the batch read ahead from a served
+        engine in one round trip (:meth:`~.stores.KeyValueStore.prefetch_raw`)."""
+        store = self.store
+        if store.remote:
+            serialize = store.key_serde.serialize
+            store.prefetch_raw([serialize(rec.key) for rec in recs if rec.key is not None])
+        super().process_batch(recs, origins)
 
 
 def _iterable(value: Any, where: str, what: str) -> Iterable[Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import typing
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -62,6 +63,17 @@ class JsonSerde:
             raise errors.SerdeError(f"not JSON: {bytes(data)[:80]!r} ({exc})") from None
 
 
+class _Packers(threading.local):
+    """One msgpack packer per thread (``msgpack.packb`` makes a new one per call, most of its
+    cost for small values; a packer resets itself when a ``pack`` fails)."""
+
+    def __init__(self) -> None:
+        self.packer = msgpack.Packer(use_bin_type=True)
+
+
+_packers = _Packers()
+
+
 class MsgpackSerde:
     """msgpack (tuples come back as lists)."""
 
@@ -69,7 +81,7 @@ class MsgpackSerde:
 
     def serialize(self, obj: Any) -> bytes:
         try:
-            data: bytes = msgpack.packb(obj, use_bin_type=True)
+            data: bytes = _packers.packer.pack(obj)
             return data
         except (TypeError, ValueError, OverflowError) as exc:
             raise errors.SerdeError(f"cannot serialize {obj!r:.80} as msgpack: {exc}") from None

@@ -87,6 +87,8 @@ class KeyValueStore:
         self.value_serde = value_serde
         self.cache = StoreCache(max_bytes)
         self._ranges: list[tuple[bytes, bytes | None]] = []  # range deletes since the last commit
+        #: whether the engine is served (a read is a round trip): :meth:`prefetch_raw` reads ahead
+        self.remote = False
 
     @property
     def max_bytes(self) -> int:
@@ -110,6 +112,25 @@ class KeyValueStore:
             data = None if self._ranges and self._deleted_by_range(kb) else self.backend.store_get(self.namespace, kb)
             self.cache.remember(kb, data)
         return None if data is None else self.value_serde.deserialize(data)
+
+    def prefetch_raw(self, kbs: list[bytes]) -> None:
+        """Read the keys of ``kbs`` that are not cached into the cache, in one engine read
+        per :data:`~.state.MAX_SCANS` keys (one round trip to a served engine instead of one
+        per key; see :attr:`remote`). Nothing for an embedded engine, whose point reads cost
+        less than the scans."""
+        if not self.remote:
+            return
+        lookup, ranges = self.cache.lookup, self._ranges
+        missing = [kb for kb in dict.fromkeys(kbs) if len(kb) <= state.MAX_STORE_KEY and lookup(kb) is MISSING
+                   and not (ranges and self._deleted_by_range(kb))]
+        for first in range(0, len(missing), state.MAX_SCANS):
+            chunk = missing[first:first + state.MAX_SCANS]
+            try:
+                found = self.backend.store_snapshot([StoreScan(self.namespace, kb, kb + b"\0", 1) for kb in chunk])
+            except errors.QueryTooLarge:
+                return  # (the values are large: read one at a time, as without prefetching)
+            for kb, entries in zip(chunk, found, strict=True):
+                self.cache.remember(kb, entries[0][1] if entries else None)
 
     def put_raw(self, kb: bytes, value: Any) -> None:
         if len(kb) > state.MAX_STORE_KEY:

@@ -1,7 +1,11 @@
 """A task: one partition number of every source stream, its nodes, stores and outputs.
 
-The task reads whole transactions of its partitions, processes them record by record, and
-at commit submits ONE batch to the engine:
+The task reads whole transactions of its partitions and processes each as one batch of
+records (the batched record path: the transaction decoded at once, :mod:`.batch_decode`, then
+moved through each node as a list, :meth:`~.nodes.Node.process_batch`), or record by record
+when a node needs it (a :class:`~.processor.ProcessorNode`, whose processor may read the
+task's stream time or schedule punctuators) or a record of the transaction is bad data. At
+commit it submits ONE batch to the engine:
 
 * an ``Instant`` per output (stream, partition) holding the records written since the
   last commit,
@@ -45,11 +49,14 @@ from typing import Any, Protocol
 from .. import errors
 from ..engine import ops as O
 from ..engine.backend import Backend, StreamInfo, TxnData
+from ..engine.core import Core
 from ..ids import ID_MULTIPLIER
 from . import nodes as N
 from .appview import AppView
+from .batch_decode import decode_batch
+from .mapped_pages import MappedPages
 from .metrics import AppMetrics, TaskMetrics
-from .processor import STREAM_TIME, WALL_CLOCK
+from .processor import STREAM_TIME, WALL_CLOCK, ProcessorNode
 from .record_errors import DEAD_LETTERED_METRIC, RecordErrors, dead_letter
 from .records import (
     ENVELOPE_MARK,
@@ -102,6 +109,10 @@ class TaskHost(AppView, Protocol):
     @property
     def max_future_ms(self) -> int | None:
         """How far ahead of the wall clock a record may be stamped (None: any distance)."""
+
+    @property
+    def mapped_pages(self) -> MappedPages:
+        """Where the input read is counted, to give back the engine map's pages."""
 
     @property
     def idle_advance_ms(self) -> int | None:
@@ -175,6 +186,9 @@ class Task:
                                                spec.key_serde, spec.value_serde, app.store_cache_bytes)
         self._windows = {name: WindowStore(self._stores[name], spec.size_ms, spec.retention_ms, self.stream_time)
                          for name, spec in app.topology.stores.items() if spec.windowed}
+        remote = not isinstance(self.backend, Core)
+        for store in self._stores.values():
+            store.remote = remote
         self._meta = KeyValueStore(self.backend, namespace(self.application_id, partition, META_STORE), META_STORE,
                                    BytesSerde(), MsgpackSerde(), app.store_cache_bytes)
         self.nodes = app.topology.instantiate(self.application_id)
@@ -226,6 +240,10 @@ class Task:
         self.metrics = TaskMetrics(app.prometheus, partition)
         for node in self.nodes.values():
             node.init(self)
+        #: whether transactions go through the nodes as batches (see the module docstring)
+        self.batched = not any(isinstance(node, ProcessorNode) for node in self.nodes.values())
+        #: the transaction being processed as a batch: (source node, partition, transaction)
+        self._batch_source: tuple[N.SourceNode, int, TxnData] | None = None
 
     # -- TaskContext ---------------------------------------------------------------------
     def store(self, name: str) -> KeyValueStore:
@@ -283,6 +301,8 @@ class Task:
                     raise errors.StreamNotFound(f"stream {r.stream!r} was deleted while application "
                                                 f"{self.application_id!r} was reading it")
                 r.buffer.extend(f.txns)
+                if f.txns:
+                    self.app.mapped_pages.read(sum(sum(map(len, t.items)) for t in f.txns))
                 r.fetched_to = max(r.fetched_to, f.position)
                 r.passed_to = r.fetched_to
                 if not f.txns and r.passed_to > r.offset:
@@ -367,12 +387,42 @@ class Task:
                           None if vb is None else node.value_serde.deserialize(vb), txn)
 
     def _process_txn(self, node: N.SourceNode, partition: int, txn: TxnData) -> None:
+        ahead = self.app.max_future_ms
+        now = self.app.clock() if ahead is not None else 0  # the bound holds for the whole transaction
+        latest = MAX_TIMESTAMP if ahead is None else now + ahead
+        if self.batched and not self._punctuators and txn.items:
+            recs = decode_batch(node, txn, latest)
+            if recs is not None:
+                self._process_batch(node, partition, txn, recs)
+                return
+        self._process_records(node, partition, txn, now, latest)
+
+    def _process_batch(self, node: N.SourceNode, partition: int, txn: TxnData, recs: list[Record]) -> None:
+        """The records of ``txn`` through the nodes as one batch (the task's stream time moves
+        to their largest timestamp first: no node of a batched task reads it in between)."""
+        top = max(rec.timestamp for rec in recs)
+        if self._stream_time is None or top > self._stream_time:
+            self._stream_time = top
+        self._batch_source = (node, partition, txn)
+        try:
+            node.forward_batch(recs, list(range(len(recs))))
+        finally:
+            self._batch_source = None
+
+    def record_failed(self, origin: int, error: errors.StoreKeyTooLong) -> None:
+        """A record of the batch being processed failed (see :class:`~.nodes.TaskContext`)."""
+        if not self.app.record_errors.skip("task"):
+            raise error
+        assert self._batch_source is not None
+        node, partition, txn = self._batch_source
+        self._dead_letter(txn.items[origin], node.stream, partition, txn, origin, error)
+
+    def _process_records(self, node: N.SourceNode, partition: int, txn: TxnData, now: int, latest: int) -> None:
+        """The records of ``txn`` one at a time (each through every node before the next)."""
         txn_ts = txn.id // ID_MULTIPLIER
         ks, vs, extract = node.key_serde, node.value_serde, node.extract
         punctuate = bool(self._punctuators)
         ahead = self.app.max_future_ms
-        now = self.app.clock() if ahead is not None else 0  # the bound holds for the whole transaction
-        latest = MAX_TIMESTAMP if ahead is None else now + ahead
         for index, item in enumerate(txn.items):
             try:  # bad data (see record_errors): a damaged envelope, undecodable key or value, bad timestamp
                 if item and item[0] == ENVELOPE_MARK:

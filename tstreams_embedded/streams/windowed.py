@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import Any
 
 from .. import errors
@@ -11,7 +12,12 @@ from .nodes import Aggregation, Node, TaskContext
 from .record_slices import RecordSlices
 from .records import Record
 from .serdes import Serde
-from .windows import SessionWindows, SlidingWindows, Windowed, Windows
+from .windows import SessionWindows, SlidingWindows, TimeWindows, Windowed, Windows
+
+#: aggregate values a batch may keep in memory between its records (they cannot be changed
+#: in place by a later aggregator call, so what was forwarded stays as it was)
+_IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None)})
+_MISSING = object()
 
 
 class WindowAggregateNode(Node):
@@ -27,6 +33,13 @@ class WindowAggregateNode(Node):
       instead, when it closes, with the window end as timestamp. So the table's updates and
       its final results can be read side by side.
     * Windows are deleted from the store once ``end + retention <= stream time``.
+
+    A window that is not tracked as open is not in the store (every window written is
+    tracked until it closes, and a closed one takes no more records), so a record that starts
+    a window reads nothing from the store. :meth:`process_batch` (time windows) keeps the
+    batch's immutable aggregates (counts, sums) in memory from record to record and puts each
+    changed window into the store once per batch; records are still aggregated, found late
+    and closing windows one at a time, in order.
     """
 
     def __init__(self, name: str, store: str, windows: Windows, agg: Aggregation, late_to: str | None,
@@ -55,6 +68,8 @@ class WindowAggregateNode(Node):
         self.observed: int | None = ctx.meta().get_raw(self.meta_key)
         self.retired_to = state.MIN_TIME
         self.heap: list[tuple[int, int, bytes]] = []
+        #: window key -> aggregate, kept in memory within a batch (see :meth:`process_batch`)
+        self._local: dict[bytes, Any] = {}
         self.open: set[bytes] = set()
         self.by_key: dict[bytes, set[tuple[int, int]]] = {}
         if self.observed is not None:  # windows not closed yet, from the store (no replay)
@@ -118,7 +133,7 @@ class WindowAggregateNode(Node):
 
     def _add(self, rec: Record, kb: bytes, start: int, end: int) -> None:
         wk = state.window_key(end, start, kb)
-        current = self.store.get_raw(wk)
+        current = self.store.get_raw(wk) if wk in self.open else None  # (not open: a new window)
         if current is None:
             current = self.agg.initializer()
         self._put(rec, wk, kb, start, end, self.agg.aggregator(rec.key, rec.value, current))
@@ -183,6 +198,174 @@ class WindowAggregateNode(Node):
             self.slices.keep(kb, t, rec.key, rec.value)
         return late
 
+    def process_batch(self, recs: list[Record], origins: list[int]) -> None:
+        """The records of a batch, each as :meth:`process` does (see the class docstring).
+        Session and sliding windows, a ``late_to`` stream and children of both kinds (updates
+        and final results) go record by record."""
+        if self.sessions or self.sliding or self.late_to is not None or (self.updates and self.finals):
+            super().process_batch(recs, origins)
+            return
+        out: list[Record] = []  # updates, or final results
+        out_origins: list[int] = []
+        windows = self.windows
+        if isinstance(windows, TimeWindows) and windows.advance_ms == windows.size_ms:
+            self._tumbling_batch(recs, origins, windows.size_ms, out, out_origins)
+        else:
+            self._windows_batch(recs, origins, out, out_origins)
+        self._put_local()
+        if not out:
+            return
+        updates = bool(self.updates)
+        children = self.updates or self.finals
+        if len(children) == 1:
+            if updates:
+                children[0].process_batch(out, out_origins)
+            else:
+                children[0].final_batch(out, out_origins)  # type: ignore[attr-defined]
+            return
+        for rec, origin in zip(out, out_origins, strict=True):
+            try:
+                for child in children:
+                    if updates:
+                        child.process(rec)
+                    else:
+                        child.final(rec)  # type: ignore[attr-defined]
+            except errors.StoreKeyTooLong as exc:
+                self.ctx.record_failed(origin, exc)
+
+    def _key_bytes(self) -> Callable[[Any], bytes]:
+        """The key serde's ``serialize``, remembering str keys' bytes for one batch."""
+        serialize = self.key_serde.serialize
+        known: dict[str, bytes] = {}
+
+        def key_bytes(key: Any) -> bytes:
+            if type(key) is not str:
+                return serialize(key)
+            kb = known.get(key)
+            if kb is None:
+                kb = known[key] = serialize(key)
+            return kb
+        return key_bytes
+
+    def _closing(self, observed: int) -> bool:
+        """Whether :meth:`_close` at ``observed`` would close a window or delete expired ones."""
+        heap = self.heap
+        retention = self.windows.retention_ms
+        return bool(heap and heap[0][0] + self.grace <= observed) or \
+            observed - retention - self.retired_to >= max(1, retention // 4)
+
+    def _tumbling_batch(self, recs: list[Record], origins: list[int], size: int, out: list[Record],
+                        out_origins: list[int]) -> None:
+        """:meth:`process_batch` for tumbling windows (one window per record)."""
+        store, is_open, local, heap = self.store, self.open, self._local, self.heap
+        initializer, aggregator = self.agg.initializer, self.agg.aggregator
+        grace, longest, key_bytes = self.grace, state.MAX_STORE_KEY, self._key_bytes()
+        updates = bool(self.updates)
+        retention = self.windows.retention_ms
+        every = max(1, retention // 4)  # (see _closing)
+        prefix_start: int | None = None
+        prefix = b""
+        observed = self.observed
+        for rec, origin in zip(recs, origins, strict=True):
+            key = rec.key
+            if key is None:
+                self.ctx.count("skipped_null_key")
+                continue
+            t = rec.timestamp
+            if observed is None or t > observed:
+                observed = t
+                self.observed = t
+            kb = key_bytes(key)
+            start = t - t % size
+            end = start + size
+            if end + grace <= observed:
+                self._late(rec)
+            else:
+                if start != prefix_start:
+                    prefix_start, prefix = start, state.window_key(end, start, b"")
+                wk = prefix + kb
+                current = local.get(wk, _MISSING)
+                if current is _MISSING:
+                    current = store.get_raw(wk) if wk in is_open else None
+                if current is None:
+                    current = initializer()
+                new = aggregator(key, rec.value, current)
+                if len(wk) > longest or type(new) not in _IMMUTABLE:
+                    local.pop(wk, None)
+                    try:
+                        store.put_raw(wk, new)  # StoreKeyTooLong for a key too long
+                    except errors.StoreKeyTooLong as exc:
+                        self.ctx.record_failed(origin, exc)
+                        continue
+                else:
+                    local[wk] = new
+                if wk not in is_open:
+                    is_open.add(wk)
+                    heapq.heappush(heap, (end, start, kb))
+                if updates:
+                    out.append(Record(Windowed(key, start, end), new, t, rec.headers))
+                    out_origins.append(origin)
+            if (heap and heap[0][0] + grace <= observed) or observed - retention - self.retired_to >= every:
+                self._close(observed, out, out_origins, origin)
+
+    def _windows_batch(self, recs: list[Record], origins: list[int], out: list[Record],
+                       out_origins: list[int]) -> None:
+        """:meth:`process_batch` for any windows of :meth:`~.windows.Windows.windows_for`."""
+        store, is_open, local = self.store, self.open, self._local
+        initializer, aggregator = self.agg.initializer, self.agg.aggregator
+        grace, windows_for, window_key = self.grace, self.windows.windows_for, state.window_key
+        longest, key_bytes = state.MAX_STORE_KEY, self._key_bytes()
+        updates = bool(self.updates)
+        observed = self.observed
+        for rec, origin in zip(recs, origins, strict=True):
+            key = rec.key
+            if key is None:
+                self.ctx.count("skipped_null_key")
+                continue
+            t = rec.timestamp
+            if observed is None or t > observed:
+                observed = t
+                self.observed = t
+            kb = key_bytes(key)
+            late = True
+            try:
+                for start, end in windows_for(t):
+                    if end + grace <= observed:
+                        continue
+                    wk = window_key(end, start, kb)
+                    current = local.get(wk, _MISSING)
+                    if current is _MISSING:
+                        current = store.get_raw(wk) if wk in is_open else None
+                    if current is None:
+                        current = initializer()
+                    new = aggregator(key, rec.value, current)
+                    if len(wk) > longest or type(new) not in _IMMUTABLE:
+                        local.pop(wk, None)
+                        store.put_raw(wk, new)  # StoreKeyTooLong for a key too long
+                    else:
+                        local[wk] = new
+                    self._track(wk, end, start, kb)
+                    if updates:
+                        out.append(Record(Windowed(key, start, end), new, t, rec.headers))
+                        out_origins.append(origin)
+                    late = False
+            except errors.StoreKeyTooLong as exc:
+                self.ctx.record_failed(origin, exc)
+                continue
+            if late:
+                self._late(rec)
+            if self._closing(observed):
+                self._close(observed, out, out_origins, origin)
+
+    def _put_local(self) -> None:
+        """Put the aggregates a batch kept in memory into the store."""
+        local = self._local
+        if local:
+            put = self.store.put_raw
+            for wk, value in local.items():
+                put(wk, value)
+            local.clear()
+
     def _late(self, rec: Record) -> None:
         if self.late_to is None:
             self.ctx.count("late_dropped")
@@ -191,9 +374,13 @@ class WindowAggregateNode(Node):
             vb = None if rec.value is None else self.late_value_serde.serialize(rec.value)
             self.ctx.send(self.late_to, self.key_serde.serialize(rec.key), vb, rec.timestamp, rec.headers)
 
-    def _close(self, observed: int) -> None:
+    def _close(self, observed: int, out: list[Record] | None = None, out_origins: list[int] | None = None,
+               origin: int = 0) -> None:
+        """Close the windows whose ``end + grace <= observed``: their final results to the
+        :class:`SuppressNode` children, or (in a batch) onto ``out`` with ``origin``."""
         heap = self.heap
         grace = self.grace
+        local = self._local
         while heap and heap[0][0] + grace <= observed:
             end, start, kb = heapq.heappop(heap)
             wk = state.window_key(end, start, kb)
@@ -201,14 +388,21 @@ class WindowAggregateNode(Node):
                 continue
             self._untrack(wk, end, start, kb)
             if self.finals:
-                value = self.store.get_raw(wk)
+                value = local.get(wk, _MISSING)
+                if value is _MISSING:
+                    value = self.store.get_raw(wk)
                 if value is not None:
                     key = _hashable(self.key_serde.deserialize(kb))
                     final = Record(Windowed(key, start, end), value, end, None)
-                    for child in self.finals:
-                        child.final(final)
+                    if out is not None and out_origins is not None:
+                        out.append(final)
+                        out_origins.append(origin)
+                    else:
+                        for child in self.finals:
+                            child.final(final)
         cutoff = observed - self.windows.retention_ms
         if cutoff - self.retired_to >= max(1, self.windows.retention_ms // 4):
+            self._put_local()  # (before the range deletion, which may cover some of them)
             for store in (self.store, self.raw):
                 if store is not None:
                     store.delete_range_raw(state.window_bound(state.MIN_TIME), state.window_bound(cutoff + 1))
@@ -227,6 +421,9 @@ class SuppressNode(Node):
 
     def final(self, rec: Record) -> None:
         self.forward(rec)
+
+    def final_batch(self, recs: list[Record], origins: list[int]) -> None:
+        self.forward_batch(recs, origins)
 
 
 def _hashable(key: Any) -> Any:

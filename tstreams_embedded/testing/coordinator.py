@@ -12,24 +12,27 @@ expires it or :meth:`~MemoryZooKeeper.heal` reconnects it).
 from __future__ import annotations
 
 import itertools
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from .. import errors
 from ..cluster.coordinator import NodeIdInUse, SessionState
+from ..cluster.runtime import REAL, Runtime
 
 
 class MemoryZooKeeper:
     """The shared records of one cluster (see the module docstring). Thread-safe."""
 
     def __init__(self, nodes: int = 3, acks: str = "quorum", session_timeout: float = 2.0,
-                 **settings: Any) -> None:
-        self.lock = threading.Condition()
+                 runtime: Runtime = REAL, cluster_id: str | None = None, **settings: Any) -> None:
+        """``runtime``: whose condition the records are guarded by (the simulation's, under it);
+        ``cluster_id``: the cluster's id (by default a random one)."""
+        self.runtime = runtime
+        self.lock = runtime.condition()
         self.config: dict[str, Any] | None = {"nodes": nodes, "acks": acks, **settings}
         self.epoch = 0
-        self.cluster_id = uuid.uuid4().hex
+        self.cluster_id = cluster_id or uuid.uuid4().hex
         self.leader: tuple[int, dict[str, Any]] | None = None  # (owner session, record)
         self.nodes: dict[str, tuple[int, dict[str, Any]]] = {}  # node id -> (owner session, record)
         self.queue: list[tuple[int, str]] = []  # election contenders (session, node id), first holds it
@@ -74,22 +77,40 @@ class MemoryZooKeeper:
         self.client_of(node_id).expire()
 
     def cut(self, node_id: str) -> None:
-        """Cut node ``node_id`` off from ZooKeeper (its session lives on until expired)."""
-        self.client_of(node_id).set_reachable(False)
+        """Cut node ``node_id`` off from ZooKeeper: it hears ``SUSPENDED``; its session (its
+        records and its place in the election queue) lives on until the test expires it, or
+        for the session timeout, when ZooKeeper expires it (the node hears ``LOST`` only once
+        it is reconnected, as with kazoo)."""
+        client = self.client_of(node_id)
+        client.set_reachable(False)
+        self._expire_when_silent(client)
+
+    def _expire_when_silent(self, client: MemoryCoordinator) -> None:
+        """Drop ``client``'s session once it has been unreachable for the session timeout."""
+        with self.lock:
+            session = client.session
+
+        def expire() -> None:
+            self.runtime.sleep(self.session_timeout)
+            with self.lock:
+                if session is not None and client.session == session and not client.reachable:
+                    self.drop_session(session)
+                    client.session = None
+
+        self.runtime.spawn(f"zookeeper-expires-{client.node_id}", expire)
 
     def heal(self, node_id: str) -> None:
         self.client_of(node_id).set_reachable(True)
 
     def pause(self, node_id: str) -> None:
         """Node ``node_id`` stops hearing from ZooKeeper *without being told* (a paused
-        process: no ``SUSPENDED``), and its session is expired meanwhile, as ZooKeeper does
-        to a client silent for longer than the session timeout. :meth:`resume` ends it."""
+        process: no ``SUSPENDED``), and ZooKeeper expires its session once it has been silent
+        for the session timeout (until then it holds its records and the election lock, as a
+        real session does). :meth:`resume` ends it."""
         client = self.client_of(node_id)
         with self.lock:
             client.reachable = False
-            if client.session is not None:
-                self.drop_session(client.session)
-            client.session = None
+        self._expire_when_silent(client)
 
     def resume(self, node_id: str) -> None:
         """The paused node runs again: it learns its session was ``LOST`` and reconnects."""
@@ -128,8 +149,11 @@ class MemoryLock:
             return False
 
     def release(self) -> None:
+        """Remove this node from the queue; ``ClusterUnavailable`` without ZooKeeper (the
+        lock is then held until the session expires, as kazoo's is)."""
         zk = self.client.zk
         with zk.lock:
+            self.client.session_or_fail()
             if self.entry is not None and self.entry in zk.queue:
                 zk.queue.remove(self.entry)
                 zk.lock.notify_all()
@@ -150,6 +174,7 @@ class MemoryCoordinator:
         self.session: int | None = None
         self.reachable = True
         self.closed = False
+        self._had_session = False
         self._listeners: list[Callable[[SessionState], None]] = []
         zk.clients.append(self)
 
@@ -163,6 +188,7 @@ class MemoryCoordinator:
             raise errors.ClusterUnavailable("cannot reach ZooKeeper at memory://cluster: refused")
         with self.zk.lock:
             self.session = self.zk.new_session()
+        self._had_session = True
 
     def close(self) -> None:
         with self.zk.lock:
@@ -199,8 +225,11 @@ class MemoryCoordinator:
             self._tell(SessionState.SUSPENDED)
             return
         with self.zk.lock:
+            expired = self.session is None and not self.closed and self._had_session
             if self.session is None and not self.closed:
                 self.session = self.zk.new_session()
+        if expired:  # it expired while away: kazoo reports LOST before the new session
+            self._tell(SessionState.LOST)
         self._tell(SessionState.CONNECTED)
 
     def session_or_fail(self) -> int:

@@ -14,40 +14,58 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import errors
 from ..cluster.clock import StateClock
 from ..cluster.log import ReplicatedLog
 from ..cluster.node import LOG_MAP_SIZE, Node
+from ..cluster.runtime import REAL, Runtime
 from ..cluster.serve import state_digest
+from ..cluster.timesource import TimeSource
 from ..engine import ops as O
 from ..engine.core import Core
 from .coordinator import MemoryCoordinator, MemoryZooKeeper
-from .disk import FaultyDisk
+from .disk import FaultyDisk, StateDisk
 from .network import MemoryNetwork
 from .node_time import NemesisTime
 from .polling import eventually
 
+T = TypeVar("T")
+
 
 class MemoryCluster:
-    """``n`` nodes ``n1 … nN`` under ``root`` (see the module docstring)."""
+    """``n`` nodes ``n1 … nN`` under ``root`` (see the module docstring). ``runtime`` and
+    ``clock``: the nodes' threads and clocks (real ones by default; the deterministic
+    simulation passes its own); ``map_size``: each node's engine map (bytes)."""
 
     def __init__(self, root: str | os.PathLike[str], n: int = 3, *, seed: int = 0, session_timeout: float = 1.0,
-                 ack_timeout: float = 5.0, acks: str = "quorum") -> None:
+                 ack_timeout: float = 5.0, acks: str = "quorum", runtime: Runtime = REAL,
+                 clock: TimeSource | None = None, cluster_id: str | None = None,
+                 map_size: int | None = None, **settings: Any) -> None:
+        """``settings``: more of the cluster's configuration (e.g. ``log_retain_entries``)."""
         self.root = Path(root)
-        self.zk = MemoryZooKeeper(nodes=n, acks=acks, session_timeout=session_timeout)
-        self.network = MemoryNetwork(seed)
+        self.runtime = runtime
+        self.clock = clock
+        self.map_size = map_size
+        self.zk = MemoryZooKeeper(nodes=n, acks=acks, session_timeout=session_timeout, runtime=runtime,
+                                  cluster_id=cluster_id, **settings)
+        self.network = MemoryNetwork(seed, runtime)
         self.session_timeout = session_timeout
         self.ack_timeout = ack_timeout
         self.ids = [f"n{i}" for i in range(1, n + 1)]
         self.nodes: dict[str, Node] = {}
         #: each node's clocks (kept over restarts), which a nemesis jumps or pauses
-        self.times = {node_id: NemesisTime() for node_id in self.ids}
+        self.times = {node_id: NemesisTime(clock) for node_id in self.ids}
         #: each node's log fsync, which a nemesis makes fail
-        self.disks = {node_id: FaultyDisk() for node_id in self.ids}
+        self.disks = {node_id: FaultyDisk(runtime) for node_id in self.ids}
+        #: each node's engine state as of its last fsync (what :meth:`crash` leaves of it)
+        self.states: dict[str, StateDisk] = {}
         self._seq = itertools.count(1)
+        #: nodes whose process is paused (:meth:`pause`)
+        self.paused: set[str] = set()
         for node_id in self.ids:
             self.start(node_id)
 
@@ -62,18 +80,28 @@ class MemoryCluster:
         """Start node ``node_id`` on its directory (kept from an earlier run, if any), or on
         ``data``; its replication endpoint is ``mem://<endpoint>`` (by default the node id)."""
         name = endpoint or node_id
+        sizes = {} if self.map_size is None else {"map_size": self.map_size}
         core = Core(os.fspath(data if data is not None else self.root / node_id), "sync", clock=StateClock(),
-                    compaction_interval=None, fire_schedules=False)
+                    compaction_interval=None, fire_schedules=False, **sizes)
         try:
+            state_disk = self.states[node_id] = StateDisk(self.root / ".state-images" / node_id)
+            state_disk.keep(core)  # what it opens is on disk
             node = Node(core, MemoryCoordinator(self.zk, node_id), node_id, f"mem-client://{name}",
                         f"mem://{name}", session_timeout=self.session_timeout, ack_timeout=self.ack_timeout,
-                        transport=self.network.transport(name), timer=self.times.setdefault(node_id, NemesisTime()),
-                        log_fsync=self.disks.setdefault(node_id, FaultyDisk()).fsync)
+                        transport=self.network.transport(name),
+                        timer=self.times.setdefault(node_id, NemesisTime(self.clock)),
+                        log_fsync=self.disks.setdefault(node_id, FaultyDisk(self.runtime)).fsync,
+                        state_fsync=state_disk.fsync, runtime=self.runtime)
         except BaseException:
             core.close()
             raise
+        grouped = getattr(self.runtime, "grouped", None)  # the simulation: the node's tasks are one process
         try:
-            node.start()
+            if grouped is not None:
+                with grouped(node_id):
+                    node.start()
+            else:
+                node.start()
         except BaseException:
             node.stop()
             core.close()
@@ -81,19 +109,50 @@ class MemoryCluster:
         self.nodes[node_id] = node
         return node
 
+    def pause(self, node_id: str) -> None:
+        """Node ``node_id``'s process stops (SIGSTOP, a long GC pause) and ZooKeeper expires
+        its session without telling it (:meth:`.coordinator.MemoryZooKeeper.pause`). Under
+        the simulation its tasks stop where they are (the clock goes on; frames to it queue
+        up); with real threads, which cannot be stopped, its clocks freeze instead and its
+        links are cut both ways. :meth:`resume` ends it; the node learns of its lost session
+        only at :meth:`.coordinator.MemoryZooKeeper.resume`."""
+        self.paused.add(node_id)
+        pause_group = getattr(self.runtime, "pause_group", None)
+        if pause_group is not None:
+            pause_group(node_id)
+        else:
+            self.times[node_id].pause()
+            self.network.isolate(node_id, self.others(node_id))
+        self.zk.pause(node_id)
+
+    def resume(self, node_id: str) -> None:
+        """The paused process runs again (before it hears from ZooKeeper; see :meth:`pause`)."""
+        if node_id not in self.paused:
+            return
+        self.paused.discard(node_id)
+        resume_group = getattr(self.runtime, "resume_group", None)
+        if resume_group is not None:
+            resume_group(node_id)
+        else:
+            self.times[node_id].resume()  # its clocks jump to the real time
+            self.network.heal()
+
     def stop(self, node_id: str) -> None:
         """Stop node ``node_id`` (its session closes; its disk stays)."""
+        self.resume(node_id)
         node = self.nodes.pop(node_id)
         node.stop()
         node.core.close()
 
     def crash(self, node_id: str) -> int:
         """Stop node ``node_id`` as a power loss would: log entries it wrote but had not
-        synced (after :attr:`~..cluster.log.ReplicatedLog.durable_index`) are lost. Returns how
-        many were. (The engine's state is written with ``sync`` durability: nothing to lose.)"""
+        synced (after :attr:`~..cluster.log.ReplicatedLog.durable_index`) are lost, and so are
+        the applies made since the last fsync of its engine state (applies are not synced:
+        :mod:`~..cluster.applier`). Returns how many log entries were lost."""
         node = self.nodes[node_id]
         durable = node.log.durable_index
         self.stop(node_id)
+        self.states[node_id].restore(node.core.path)
         log = ReplicatedLog(node.log.path, map_size=LOG_MAP_SIZE)
         try:
             return log.truncate_after(max(durable, log.base_index))
@@ -114,9 +173,23 @@ class MemoryCluster:
             leaders = [n for n in self.nodes.values() if n.serving() and n.node_id != exclude]
             return leaders[0] if len(leaders) == 1 else None
 
-        node = eventually(serving, timeout, 0.02, message="one node serves as leader")
+        node = self.eventually(serving, timeout, 0.02, "one node serves as leader")
         assert node is not None
         return node
+
+    def eventually(self, fn: Callable[[], T | None], timeout: float, interval: float, message: str) -> T | None:
+        """:func:`.polling.eventually` on the cluster's runtime (its clock and sleeps)."""
+        if self.runtime is REAL:
+            return eventually(fn, timeout, interval, message=message)
+        rt = self.runtime
+        deadline = rt.monotonic() + timeout
+        while True:
+            got = fn()
+            if got:
+                return got
+            if rt.monotonic() >= deadline:
+                raise AssertionError(f"{message}: not true after {timeout:g} s (simulated)")
+            rt.sleep(interval)
 
     # -------------------------------------------------------------- writes and state
     def submit(self, ops: list[O.Operation], node: Node | None = None, client_id: str = "test") -> Any:
@@ -153,6 +226,6 @@ class MemoryCluster:
             digests = set(self.digests().values())
             return digests.pop() if len(digests) == 1 else None
 
-        digest = eventually(same, timeout, 0.05, message="all nodes reach the same state")
+        digest = self.eventually(same, timeout, 0.05, "all nodes reach the same state")
         assert digest is not None
         return digest

@@ -22,11 +22,14 @@ checks:
 * no two nodes acknowledged in one epoch;
 * all nodes reach the same state digest.
 
-The schedule of faults comes from the seed; the nodes' threads run on the real clock, so a
-run is *not* replayed step for step (this is not a deterministic simulation), but a
-failing seed is re-run with::
+The schedule of faults comes from the seed. Run from here, the nodes' threads run on the
+real clock, so a run is *not* replayed step for step; a failing seed is re-run with::
 
     python -m tstreams_embedded.testing.nemesis --seed N
+
+Given a simulated ``runtime`` and ``clock`` (:mod:`.simulation` passes its
+:class:`~.scheduler.Scheduler`), the same run is deterministic: the seed fixes every
+interleaving, and :mod:`.simulation` replays it exactly.
 """
 
 from __future__ import annotations
@@ -35,13 +38,14 @@ import argparse
 import logging
 import random
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import errors
 from ..cluster.node import Node
+from ..cluster.runtime import REAL, Runtime
+from ..cluster.timesource import TimeSource
 from .memory_cluster import MemoryCluster
 from .network import Faults
 
@@ -60,6 +64,10 @@ class RunResult:
     problems: list[str] = field(default_factory=list)
 
     kinds: list[str] = field(default_factory=list)  # the faults drawn from (empty: all)
+    #: per fault: seconds from its start to the next acknowledgement before the next fault
+    #: began (None: none), and how long that span was
+    recoveries: list[float | None] = field(default_factory=list)
+    spans: list[float] = field(default_factory=list)
     fault_count: int = 4
     nodes: int = 3
 
@@ -97,9 +105,7 @@ def _fault(c: MemoryCluster, rng: random.Random, kinds: Sequence[str]) -> tuple[
     if kind == "pause-leader":
         if lead not in c.nodes:
             return f"{kind} {lead} (not running)", lambda: None
-        c.times[lead].pause()
-        c.network.isolate(lead, others)
-        c.zk.pause(lead)
+        c.pause(lead)
         return f"{kind} {lead}", lambda: None  # resumed by the run (a stale client writes first)
     if kind == "isolate-leader":
         c.network.isolate(lead, others)
@@ -165,12 +171,17 @@ def read_back(node: Node, unread: list[tuple[bytes, int, int]], problems: list[s
 
 def _serving(c: MemoryCluster) -> Node | None:
     """A node serving as leader that is not paused (a paused process takes no requests)."""
-    return next((n for i, n in c.nodes.items() if n.serving() and not c.times[i].paused), None)
+    return next((n for i, n in c.nodes.items() if n.serving() and i not in c.paused), None)
 
 
-def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[str] = ()) -> RunResult:
+def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[str] = (), *,
+        runtime: Runtime = REAL, clock: TimeSource | None = None, map_size: int | None = None,
+        pace: float = 0.0) -> RunResult:
     """One run (see the module docstring) in directory ``root``, its faults drawn from
-    ``kinds`` (by default all of :data:`KINDS`)."""
+    ``kinds`` (by default all of :data:`KINDS`). ``runtime`` and ``clock``: the nodes' and
+    the workload's threads, waits and clocks (real by default; :mod:`.simulation` passes
+    simulated ones, which makes the run deterministic); ``map_size``: each engine's map;
+    ``pace``: seconds the client waits after each write (0: none)."""
     unknown_kinds = set(kinds) - set(KINDS)
     if unknown_kinds:
         raise ValueError(f"unknown fault kinds {sorted(unknown_kinds)}; they are {KINDS}")
@@ -180,7 +191,10 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
     acked: list[tuple[bytes, int, int]] = []  # (item, partition, txn id) in acknowledgement order
     epochs: dict[int, set[str]] = {}
     unread: list[tuple[bytes, int, int]] = []  # acknowledged, not yet read back
-    with MemoryCluster(root, nodes, seed=seed, session_timeout=SESSION_TIMEOUT, ack_timeout=ACK_TIMEOUT) as c:
+    ack_times: list[float] = []  # when each acknowledgement came (runtime clock)
+    now = runtime.monotonic
+    with MemoryCluster(root, nodes, seed=seed, session_timeout=SESSION_TIMEOUT, ack_timeout=ACK_TIMEOUT,
+                       runtime=runtime, clock=clock, cluster_id=f"cluster-{seed}", map_size=map_size) as c:
         c.create_stream(STREAM, PARTITIONS)
         seq = 0
 
@@ -196,26 +210,26 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
                 result.unknown += 1
                 return
             acked.append((item, partition, txn_id))
+            ack_times.append(now())
             unread.append((item, partition, txn_id))
             if epoch and leader.epoch == epoch:
                 epochs.setdefault(epoch, set()).add(leader.node_id)
 
         def write(until: float) -> None:
-            while time.monotonic() < until:
+            while now() < until:
                 leader = _serving(c)
                 if leader is None:
-                    time.sleep(0.01)  # (a simulated client's back-off, not a synchronisation)
+                    runtime.sleep(0.01)  # (a simulated client's back-off, not a synchronisation)
                     continue
                 read_back(leader, unread, result.problems)
                 write_once(leader)
                 read_back(leader, unread, result.problems)
+                if pace:
+                    runtime.sleep(pace)
 
         def resume_paused() -> None:
-            for node_id, clock in c.times.items():
-                if not clock.paused:
-                    continue
-                clock.resume()  # its clocks jump to the real time
-                c.network.heal()
+            for node_id in sorted(c.paused):
+                c.resume(node_id)
                 if node_id in c.nodes:
                     # stale clients reach it before it hears of its session: a read of the
                     # newest acknowledged write (made elsewhere while it was paused), and a write
@@ -225,13 +239,15 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
                     write_once(node)
                     c.zk.resume(node_id)
 
+        fault_times: list[float] = []
         for _ in range(faults):
-            write(time.monotonic() + rng.uniform(0.1, 0.4))
+            write(now() + rng.uniform(0.1, 0.4))
+            fault_times.append(now())
             name, heal = _fault(c, rng, kinds)
             result.faults.append(name)
             # faults last 0.6-1.2 session timeouts (a pause longer than the session, so its lease lapses)
             least = 1.1 if name.startswith("pause-leader") else 0.6
-            write(time.monotonic() + rng.uniform(least, 1.2) * SESSION_TIMEOUT)
+            write(now() + rng.uniform(least, 1.2) * SESSION_TIMEOUT)
             resume_paused()
             heal()
         c.network.heal()
@@ -239,13 +255,17 @@ def run(seed: int, root: str, faults: int = 4, nodes: int = 3, kinds: Sequence[s
             if node_id not in c.nodes:
                 c.start(node_id)
             c.zk.heal(node_id)
-        write(time.monotonic() + 0.3)
+        write(now() + 0.3)
         c.converged(timeout=30)
         leader = c.leader()
         read_back(leader, unread, result.problems)
         if unread:
             result.problems.append(f"{len(unread)} acknowledged writes were never read back on a serving leader")
         result.acked = len(acked)
+        ends = [*fault_times[1:], now()] if fault_times else []
+        result.spans = [end - start for start, end in zip(fault_times, ends, strict=True)]
+        result.recoveries = [next((t - start for t in ack_times if start <= t < end), None)
+                             for start, end in zip(fault_times, ends, strict=True)]
         _check(c, acked, epochs, result)
     return result
 

@@ -5,19 +5,19 @@ Endpoints are ``mem://<name>``. Every frame travels from one node to another, so
 can cut any set of links in either direction (:meth:`MemoryNetwork.partition`,
 :meth:`~MemoryNetwork.isolate`, :meth:`~MemoryNetwork.heal`) and make the network lose,
 delay, duplicate and reorder frames (:meth:`MemoryNetwork.set_faults`), all drawn from one
-seeded random generator.
+seeded random generator. Its waits and clock are a :class:`~tstreams_embedded.cluster.runtime.Runtime`'s
+(real threads by default; the deterministic simulation passes its own).
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .. import errors
+from ..cluster.runtime import REAL, Event, Runtime
 
 PREFIX = "mem://"
 
@@ -39,13 +39,14 @@ class _Inbox:
         self.network = network
         self.frames: list[tuple[float, bytes, bytes]] = []
 
-    def take(self, timeout: float, wake: threading.Event | None = None) -> list[tuple[bytes, bytes]]:
+    def take(self, timeout: float, wake: Event | None = None) -> list[tuple[bytes, bytes]]:
         """The frames due, waiting up to ``timeout`` for one (or for ``wake``)."""
         cv = self.network.cv
-        deadline = time.monotonic() + timeout
+        clock = self.network.runtime.monotonic
+        deadline = clock() + timeout
         with cv:
             while True:
-                now = time.monotonic()
+                now = clock()
                 due = [f for f in self.frames if f[0] <= now]
                 if due:
                     self.frames = [f for f in self.frames if f[0] > now]
@@ -63,11 +64,13 @@ class _Inbox:
 class MemoryNetwork:
     """The links between the nodes of one test (see the module docstring). Thread-safe."""
 
-    def __init__(self, seed: int = 0) -> None:
-        self.cv = threading.Condition()
+    def __init__(self, seed: int = 0, runtime: Runtime = REAL) -> None:
+        self.runtime = runtime
+        self.cv = runtime.condition()
         self.random = random.Random(seed)
         self.faults = Faults()
         self.cut: set[tuple[str, str]] = set()  # (from, to) node names whose frames are lost
+        self.lose_next: dict[tuple[str, str], int] = {}  # (from, to) -> how many of the next frames are lost
         self.servers: dict[str, _Inbox] = {}
         self.links: dict[bytes, tuple[str, _Inbox]] = {}  # link id -> (owner node, reply inbox)
         self._ids = itertools.count(1)
@@ -91,6 +94,11 @@ class MemoryNetwork:
     def isolate(self, name: str, others: Iterable[str]) -> None:
         self.partition([name], others)
 
+    def drop_next(self, sender: str, receiver: str, count: int = 1) -> None:
+        """Lose the next ``count`` frames from ``sender`` to ``receiver`` (a scripted loss)."""
+        with self.cv:
+            self.lose_next[(sender, receiver)] = self.lose_next.get((sender, receiver), 0) + count
+
     def heal(self) -> None:
         with self.cv:
             self.cut.clear()
@@ -106,12 +114,15 @@ class MemoryNetwork:
         with self.cv:
             self.sent += 1
             f = self.faults
-            if (sender, receiver) in self.cut or self.random.random() < f.drop:
+            scripted = self.lose_next.get((sender, receiver), 0)
+            if scripted:
+                self.lose_next[(sender, receiver)] = scripted - 1
+            if scripted or (sender, receiver) in self.cut or self.random.random() < f.drop:
                 self.dropped += 1
                 return
             copies = 2 if self.random.random() < f.duplicate else 1
             for _ in range(copies):
-                at = time.monotonic() + (self.random.uniform(*f.delay) if f.delay[1] > 0 else 0.0)
+                at = self.runtime.monotonic() + (self.random.uniform(*f.delay) if f.delay[1] > 0 else 0.0)
                 item = (at, frame_from, body)
                 if inbox.frames and self.random.random() < f.reorder:
                     inbox.frames.insert(self.random.randrange(len(inbox.frames)), item)
@@ -127,7 +138,7 @@ class MemoryServer:
         self.network = network
         self.name = name
         self.inbox = _Inbox(network)
-        self._wake = threading.Event()
+        self._wake = network.runtime.event()
 
     @property
     def endpoint(self) -> str:
@@ -184,7 +195,7 @@ class MemoryLink:
         first, *rest = got
         if rest:  # put the others back, in order
             with self.network.cv:
-                now = time.monotonic()
+                now = self.network.runtime.monotonic()
                 self.inbox.frames[:0] = [(now, s, b) for s, b in rest]
         return first[1]
 

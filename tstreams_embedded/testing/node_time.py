@@ -11,13 +11,16 @@ the process's clocks plus offsets a nemesis moves, and a pause that stops time f
 from __future__ import annotations
 
 import threading
-import time
+
+from ..cluster.timesource import SystemTime, TimeSource
 
 
 class NemesisTime:
-    """See the module docstring. Thread-safe."""
+    """See the module docstring. Thread-safe. ``base``: the clocks it offsets (the process's
+    by default; the simulation's simulated ones under it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: TimeSource | None = None) -> None:
+        self.base: TimeSource = base or SystemTime()
         self._lock = threading.Lock()
         self._mono_offset = 0.0
         self._wall_offset_ms = 0
@@ -27,13 +30,13 @@ class NemesisTime:
         with self._lock:
             if self._frozen is not None:
                 return self._frozen[0]
-            return time.monotonic() + self._mono_offset
+            return self.base.monotonic() + self._mono_offset
 
     def wall_ms(self) -> int:
         with self._lock:
             if self._frozen is not None:
                 return self._frozen[1]
-            return time.time_ns() // 1_000_000 + self._wall_offset_ms
+            return self.base.wall_ms() + self._wall_offset_ms
 
     def jump(self, seconds: float) -> None:
         """Move the wall clock by ``seconds`` (either way) and the monotonic one forward by ``|seconds|``."""
@@ -45,8 +48,8 @@ class NemesisTime:
         """Freeze both clocks (see the module docstring)."""
         with self._lock:
             if self._frozen is None:
-                wall = time.time_ns() // 1_000_000 + self._wall_offset_ms
-                self._frozen = (time.monotonic() + self._mono_offset, wall)
+                wall = self.base.wall_ms() + self._wall_offset_ms
+                self._frozen = (self.base.monotonic() + self._mono_offset, wall)
 
     def resume(self) -> None:
         with self._lock:

@@ -72,7 +72,7 @@ class ZooKeeperServer(ManagedProcess):
     default), its configuration, data and log (``zookeeper.log``) in ``workdir`` (a new
     temporary directory by default, removed by :meth:`cleanup`).
 
-    Ready when it answers ``ruok`` with ``imok``. Stopped by PID (SIGTERM, then SIGKILL).
+    Ready when it serves clients (``srvr`` names its mode). Stopped by PID (SIGTERM, then SIGKILL).
     The admin HTTP server is off, and ``ruok``, ``srvr``, ``stat`` and ``mntr`` are allowed.
 
     >>> with ZooKeeperServer() as zk:                       # doctest: +SKIP
@@ -136,7 +136,10 @@ class ZooKeeperServer(ManagedProcess):
                 MAIN_CLASS, str(self.config_path)]
 
     def is_ready(self) -> bool:
-        return four_letter_word(self.port, "ruok", self.host) == "imok"
+        """Whether the server serves clients: ``srvr`` names its mode. (``ruok`` answers
+        ``imok`` as soon as the process listens, while a restarting server still loads its
+        data and closes every client connection for a second or more.)"""
+        return "Mode: " in four_letter_word(self.port, "srvr", self.host)
 
     def client(self, **options: Any) -> KazooClient:
         """A (not yet started) ``kazoo.client.KazooClient`` for this server."""

@@ -14,7 +14,9 @@ topologies over the engine directory ``data``:
 * ``state``: ``blobs`` keyed by ``k`` -> ``reduce`` keeping the latest value per key (the
   large state of the recovery scenario) -> ``blob-acks`` (JSON ``[k, seq]`` per update).
 
-``mode`` ``run`` processes until idle and exits (``app.run(until_idle=True)``); ``serve``
+``connect`` (a ``ts.connect`` URL) runs the app against a served engine or cluster instead
+of the engine directory ``data``. ``mode`` ``run`` processes until idle and exits
+(``app.run(until_idle=True)``); ``serve``
 starts the app, prints ``READY`` and runs until it is killed (SIGTERM stops it cleanly);
 ``latency`` starts the app and runs the latency scenario's closed loop in this process
 (:func:`benchmarks.streams.output.latency_loop`), then reports every round trip.
@@ -92,7 +94,9 @@ def run(spec: dict[str, Any]) -> None:
         switch_off_value_seals()
 
     kind = spec.get("topology", "count")
-    with ts.open(spec["data"], durability=spec.get("durability", "sync")) as engine:
+    opened = ts.connect(spec["connect"], timeout=60) if spec.get("connect") else \
+        ts.open(spec["data"], durability=spec.get("durability", "sync"))
+    with opened as engine:
         app = App(engine, application_id=APPLICATION_ID[kind], topology=topology(kind), **app_options(spec))
         mode = spec.get("mode", "run")
         if mode == "run":
