@@ -20,6 +20,7 @@ from tstreams_embedded.testing import (
     eventually,
     four_letter_word,
     stop_process,
+    stop_processes,
     wait_port,
     wait_until,
     zookeeper_classpath,
@@ -75,6 +76,21 @@ def test_stop_process_continues_a_paused_process() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     proc.send_signal(signal.SIGSTOP)
     assert stop_process(proc, timeout=10) == -signal.SIGTERM
+
+
+def test_stop_processes_stops_several_side_by_side() -> None:
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(60)")
+    stubborn = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
+    paused = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    paused.send_signal(signal.SIGSTOP)
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    t0 = time.monotonic()
+    assert stop_processes([stubborn, paused, None, plain], timeout=0.3) == [
+        -signal.SIGKILL, -signal.SIGTERM, None, -signal.SIGTERM]
+    assert time.monotonic() - t0 < 10
+    stubborn.stdout.close()
 
 
 def test_serve_process_kill_pause_and_restart(tmp_path: Path) -> None:

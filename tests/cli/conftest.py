@@ -4,7 +4,7 @@
 the embedded engine) and once through a real ``tstreams serve`` child process
 (``--connect tcp://…``). It gives an engine on the same data for setting up and checking
 state, and runs ``tstreams`` commands through click's ``CliRunner`` with the site's target
-options.
+options. ``shared_site`` is the same, one per module and kind.
 """
 
 from __future__ import annotations
@@ -57,9 +57,20 @@ class Site:
         return [sys.executable, "-m", "tstreams_embedded.cli", *args, *self.target]
 
 
+def _site(kind: str, directory: Path) -> Iterator[Site]:
+    servers: list[ServeProcess] = []
+    options: dict[str, Any] = {"compaction_interval": None} if kind == "embedded" else {}
+    with engine_on(kind, directory, on_server=servers.append, **options) as engine:
+        yield Site(kind, directory / "data", engine, servers[0] if servers else None)
+
+
 @pytest.fixture(params=["embedded", "served"])
 def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
-    servers: list[ServeProcess] = []
-    options: dict[str, Any] = {"compaction_interval": None} if request.param == "embedded" else {}
-    with engine_on(request.param, tmp_path, on_server=servers.append, **options) as engine:
-        yield Site(request.param, tmp_path / "data", engine, servers[0] if servers else None)
+    yield from _site(request.param, tmp_path)
+
+
+@pytest.fixture(scope="module", params=["embedded", "served"])
+def shared_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """A :func:`site` shared by the tests of a module (one server per module, not per test): for
+    the many cases of a test that only checks that bad input is refused and writes nothing."""
+    yield from _site(request.param, tmp_path_factory.mktemp(f"site-{request.param}"))

@@ -394,17 +394,29 @@ BAD_INPUT = [
 ]
 
 
+@pytest.fixture(scope="module")
+def bad_input_site(shared_site: Site) -> Site:
+    """Stream ``s`` (2 partitions, one transaction) and group ``g`` past it, shared by every case
+    of :data:`BAD_INPUT` (each checks that nothing moved)."""
+    shared_site.engine.create_stream("s", partitions=2)
+    shared_site.engine.producer("s").instant([b"x"], partition=0)
+    _consumer_at(shared_site, "s", "g", 1)
+    return shared_site
+
+
 @pytest.mark.parametrize("args, status, message", BAD_INPUT, ids=[" ".join(a) for a, _, _ in BAD_INPUT])
-def test_bad_input_exits_non_zero_with_one_line(site: Site, args: list[str], status: int, message: str) -> None:
-    site.engine.create_stream("s", partitions=2)
-    site.engine.producer("s").instant([b"x"], partition=0)
-    _consumer_at(site, "s", "g", 1)
+def test_bad_input_exits_non_zero_with_one_line(bad_input_site: Site, args: list[str], status: int,
+                                                message: str) -> None:
+    site = bad_input_site
     offsets = site.engine.backend.get_offsets("s", "g")
+    assert offsets == {0: site.engine.backend.last_txn_id("s", 0), 1: 0}  # (no earlier case moved them)
+    last = [site.engine.backend.last_txn_id("s", p) for p in (0, 1)]
     result = site.run(*args)
     assert result.exit_code == status, (result.stdout, result.stderr)
     assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert site.engine.backend.get_offsets("s", "g") == offsets  # nothing moved
+    assert [site.engine.backend.last_txn_id("s", p) for p in (0, 1)] == last  # nothing written
 
 
 def test_deleting_an_unknown_consumer_writes_nothing(site: Site) -> None:

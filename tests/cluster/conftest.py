@@ -1,4 +1,4 @@
-"""Fixtures for the cluster tests: one real ZooKeeper per module, a fresh 3-node cluster
+"""Fixtures for the cluster tests: one real ZooKeeper per session, a fresh 3-node cluster
 (real ``tstreams serve --cluster`` processes) per test."""
 
 from __future__ import annotations
@@ -65,8 +65,10 @@ class Cluster(LocalCluster):
         super().stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper for every cluster test (each cluster has a path of its own in it;
+    tests that pause it resume it before they end)."""
     server = ZooKeeperServer(tmp_path_factory.mktemp("zk"))
     server.start()
     yield server

@@ -2,8 +2,10 @@
 and SIGSTOPs node processes of a real 3-node cluster (real ZooKeeper, session 3 s); then the
 history and every node's final state are checked (:mod:`tstreams_embedded.testing.history`).
 
-* ``test_jepsen``: 20 leader SIGKILLs, 5 leader SIGSTOPs past the session timeout, 5 follower
-  SIGKILLs (each killed node restarted), 3 writers, 1 consumer group — a few minutes.
+* ``test_jepsen`` (``make test``): 6 leader SIGKILLs, 2 leader SIGSTOPs past the session timeout,
+  2 follower SIGKILLs (each killed node restarted), 3 writers, 1 consumer group — under a minute.
+* ``test_jepsen_30_faults`` (``-m soak``): the same plan with 20 leader SIGKILLs, 5 leader SIGSTOPs
+  and 5 follower SIGKILLs — a few minutes.
 * ``test_jepsen_soak`` (``-m soak``, not in ``make test``): 5 times as many faults, plus
   leader-and-follower SIGKILLs at once (no quorum) and follower SIGSTOPs, without waiting
   for followers to catch up between faults; 4 writers, 3 partitions.
@@ -85,11 +87,24 @@ def assert_valid(history: History, final: FinalState, violations: list[str], nem
     assert spanning(history.writes, leader_faults, "txn"), "no transaction spanning a leader fault succeeded"
 
 
+#: ``make test``'s plan: every fault kind of :class:`Plan`'s default, a third as many times
+QUICK_PLAN = Plan(leader_kills=6, leader_pauses=2, follower_kills=2)
+
+
 @pytest.mark.timeout(900)
 def test_jepsen(zk: ZooKeeperServer, tmp_path: Path) -> None:
-    plan = Plan()
+    run_and_check(zk, tmp_path, QUICK_PLAN)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(900)
+def test_jepsen_30_faults(zk: ZooKeeperServer, tmp_path: Path) -> None:
+    run_and_check(zk, tmp_path, Plan())
+
+
+def run_and_check(zk: ZooKeeperServer, root: Path, plan: Plan) -> None:
     t0 = time.monotonic()
-    history, final, violations, nemesis = run_jepsen(zk, tmp_path, plan)
+    history, final, violations, nemesis = run_jepsen(zk, root, plan)
     assert_valid(history, final, violations, nemesis, plan)
     print(f"jepsen: {history.counts()} in {time.monotonic() - t0:.0f} s; failovers "
           f"{sorted(round(t, 2) for f, _n, t in nemesis.log if f != 'kill-follower')}")

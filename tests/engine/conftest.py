@@ -8,6 +8,7 @@
 * ``engine``: THE backend-parametrized fixture. Every semantic test written against it runs
   once per backend in :data:`BACKENDS`: ``"embedded"`` (``ts.open``) and ``"remote"``
   (``ts.connect`` to a ``tstreams serve`` subprocess on 127.0.0.1, stopped by PID).
+  ``shared_engine`` is the same, one per module and backend.
 * Worker subprocesses (``tests/engine/workers.py``): see ``procs.py``.
 """
 
@@ -68,6 +69,16 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ts.Engine
     """An engine on each backend in :data:`BACKENDS` (same API, same expected behaviour)."""
     kind = BACKENDS[request.param]
     with engine_on(kind, tmp_path / f"{request.param}", **_options(kind)) as e:
+        e.kind = request.param  # type: ignore[attr-defined]
+        yield e
+
+
+@pytest.fixture(scope="module", params=list(BACKENDS))
+def shared_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ts.Engine]:
+    """:func:`engine`, one per test module and backend: for the many cases of a test that only
+    checks that bad input is refused (one server per module instead of one per case)."""
+    kind = BACKENDS[request.param]
+    with engine_on(kind, tmp_path_factory.mktemp(f"shared-{request.param}"), **_options(kind)) as e:
         e.kind = request.param  # type: ignore[attr-defined]
         yield e
 

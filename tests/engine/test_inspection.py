@@ -43,16 +43,22 @@ def test_describe_partitions_counts_heads_open_transactions_and_bytes(engine: ts
     opened.cancel()
 
 
+@pytest.fixture(scope="module")
+def stream_s(shared_engine: ts.Engine) -> ts.Engine:
+    """The module's shared engine with an empty stream ``s`` (the bad-input cases only read)."""
+    shared_engine.create_stream("s")
+    return shared_engine
+
+
 @pytest.mark.parametrize("args, error", [
     (("nope",), errors.StreamNotFound),
     (("s", -1), errors.InvalidArgument),
     (("s", 0, 0), errors.InvalidArgument),
     (("s", 0, MAX_DESCRIBED_PARTITIONS + 1), errors.InvalidArgument),
 ])
-def test_describe_partitions_refuses_bad_input(engine: ts.Engine, args: tuple, error: type) -> None:
-    engine.create_stream("s")
+def test_describe_partitions_refuses_bad_input(stream_s: ts.Engine, args: tuple, error: type) -> None:
     with pytest.raises(error):
-        engine.backend.describe_partitions(*args)
+        stream_s.backend.describe_partitions(*args)
 
 
 def test_first_open_at_finds_the_oldest_transaction_open_at_a_time(engine: ts.Engine) -> None:
@@ -100,10 +106,9 @@ def test_first_open_at_finds_the_oldest_transaction_open_at_a_time(engine: ts.En
     (("s", 0, 2**62), errors.InvalidArgument),
     (("s", 0, True), errors.InvalidArgument),
 ])
-def test_first_open_at_refuses_bad_input(engine: ts.Engine, args: tuple, error: type) -> None:
-    engine.create_stream("s")
+def test_first_open_at_refuses_bad_input(stream_s: ts.Engine, args: tuple, error: type) -> None:
     with pytest.raises(error):
-        engine.backend.first_open_at(*args)
+        stream_s.backend.first_open_at(*args)
 
 
 def test_open_with_create_false_needs_an_existing_data_directory(tmp_path) -> None:

@@ -161,7 +161,9 @@ def test_failover_through_haproxy_loses_nothing_acknowledged(cluster: Any) -> No
     (inputs,) = eventually(lambda: [all_items("in", range(2))], 30, ignore=(ConnectionError,))
     finish = ts.connect(proxy.endpoint, timeout=10, txn_ttl=1.0)
     try:
-        time.sleep(1.5)  # output transactions abandoned by failed attempts expire
+        # output transactions abandoned by failed attempts expire (1 s TTL)
+        eventually(lambda: _unblocked(finish, "out", 0), 30, 0.05, ignore=(ConnectionError,),
+                   message="the abandoned output transactions expired")
         c = finish.consumer("in", name="etl")
         out = finish.producer("out", partition=0)
         while _copy_once(c, out):
@@ -172,6 +174,16 @@ def test_failover_through_haproxy_loses_nothing_acknowledged(cluster: Any) -> No
     assert len(inputs) >= len(acked)
     assert sorted(outputs) == sorted(inputs)  # exactly once: same multiset
     admin.close()
+
+
+def _unblocked(engine: Any, stream: str, partition: int) -> bool:
+    """Whether no open transaction holds back the readers of ``partition`` of ``stream``."""
+    position = 0
+    while True:
+        fetched = engine.backend.fetch(stream, partition, position, 1000)
+        if not fetched.txns:
+            return not fetched.blocked
+        position = fetched.position
 
 
 def _copy_once(c: Any, out: Any) -> int:

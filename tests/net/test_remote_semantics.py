@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.net import framing
-from tstreams_embedded.testing import eventually
+from tstreams_embedded.testing import ServeProcess, eventually
 
 
 @pytest.fixture
@@ -120,10 +119,24 @@ BAD_CALLS: list[tuple[str, Callable[[Any], Any]]] = [
 ]
 
 
+@pytest.fixture(scope="module")
+def shared_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An engine connected to one server shared by the cases of :data:`BAD_CALLS` (one server
+    per module, not per case; each case deletes its stream again)."""
+    directory = tmp_path_factory.mktemp("bad-calls")
+    with ServeProcess(directory / "data", directory) as server:
+        engine = server.connect(timeout=20.0)
+        yield engine
+        engine.close()
+
+
 @pytest.mark.parametrize("name,call", BAD_CALLS, ids=[b[0] for b in BAD_CALLS])
-def test_bad_requests_raise_the_embedded_error(tmp_path: Path, remote: Any, name: str, call: Callable) -> None:
+def test_bad_requests_raise_the_embedded_error(tmp_path: Path, shared_remote: Any, name: str,
+                                               call: Callable) -> None:
     """Well-formed bad requests: the remote error has the embedded error's class and message,
     and nothing of a failed batch is written."""
+    remote = shared_remote
+    assert [s.name for s in remote.list_streams()] == []  # (every earlier case deleted its stream)
     emb = ts.open(tmp_path / "emb", compaction_interval=None)
     try:
         results = {}
@@ -136,11 +149,20 @@ def test_bad_requests_raise_the_embedded_error(tmp_path: Path, remote: Any, name
         assert results["remote"] == results["embedded"]
     finally:
         emb.close()
+        if any(s.name == "s" for s in remote.list_streams()):
+            remote.delete_stream("s")
 
 
-def test_expired_transaction_error_matches(tmp_path: Path, remote: Any) -> None:
+def _expired(engine: Any) -> None:
+    """Wait until ``engine``'s store has expired the one open transaction of stream "s" (it no
+    longer blocks partition 0)."""
+    eventually(lambda: not engine.backend.fetch("s", 0, 0, 1).blocked, 10, 0.02,
+               message="the open transaction expired")
+
+
+def test_expired_transaction_error_matches(tmp_path: Path, remote: Any, tstreams_clock: Any) -> None:
     # without keep-alive the producer is as good as dead: nobody keeps its transaction alive
-    emb = ts.open(tmp_path / "emb", compaction_interval=None, keepalive_interval=None)
+    emb = ts.open(tmp_path / "emb", compaction_interval=None, keepalive_interval=None, clock=tstreams_clock)
     silent = ts.connect(remote.backend.endpoint, keepalive_interval=None)
     try:
         got = {}
@@ -150,7 +172,9 @@ def test_expired_transaction_error_matches(tmp_path: Path, remote: Any) -> None:
             t = p.new_transaction()
             assert t.id  # reading the id opens it in storage now
             t.send(b"late")
-            time.sleep(0.5)
+            if kind == "embedded":
+                tstreams_clock.advance(201)
+            _expired(e)  # (the server's real clock: waited for)
             with pytest.raises(errors.TransactionExpired) as info:
                 t.checkpoint()
             got[kind] = _norm(str(info.value))
@@ -170,7 +194,7 @@ def test_pipelined_data_error_surfaces_before_checkpoint(remote: Any) -> None:
         p = silent.producer("s", txn_ttl=0.2, batch_size=10)
         t = p.new_transaction()
         assert t.id  # opened in storage now
-        time.sleep(0.5)  # expired on the server; the client does not know yet
+        _expired(remote)  # expired on the server; the client does not know yet
         t.send_many([b"x"] * 25)  # flushes are pipelined: no error yet
         with pytest.raises(errors.TransactionExpired):
             t.checkpoint()

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import tstreams_embedded as ts
+from tstreams_embedded.testing.polling import wait_until
 
 
 def _java_missing() -> str | None:
@@ -62,19 +63,24 @@ def read_direct(engine: ts.Engine, stream: str, wait_unblocked: float = 0.0) -> 
     info = backend.get_stream(stream)
     out = []
     deadline = time.monotonic() + wait_unblocked
+
+    def moved(p: int, pos: int) -> bool:
+        fetched = backend.fetch(stream, p, pos, 1024)
+        return bool(fetched.txns) or not fetched.blocked
+
     for p in range(info.partitions):
         pos = 0
         while True:
             fetched = backend.fetch(stream, p, pos, 1024)
+            if not fetched.txns and fetched.blocked and wait_unblocked > 0:
+                # (still blocked at the deadline: the items before the open transaction)
+                wait_until(lambda p=p, pos=pos: moved(p, pos), max(0.0, deadline - time.monotonic()), 0.05)
+                fetched = backend.fetch(stream, p, pos, 1024)
             for t in fetched.txns:
                 out.extend((p, t.id, i, v) for i, v in enumerate(t.items))
             pos = max(pos, fetched.position)
-            if fetched.txns:
-                continue
-            if fetched.blocked and time.monotonic() < deadline:
-                time.sleep(0.2)
-                continue
-            break
+            if not fetched.txns:
+                break
     return out
 
 

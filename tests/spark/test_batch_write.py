@@ -88,14 +88,12 @@ def test_staged_rows_are_invisible_until_the_job_commits(spark, engine, data_dir
     def probe(v):
         if v != "probe":
             return v
-        import time
-
         import tstreams_embedded as ts
+        from tstreams_embedded.testing import eventually
 
         with ts.open(path) as e:
-            deadline = time.monotonic() + 60
-            while e.backend.last_txn_id("out", 0) == 0 and time.monotonic() < deadline:
-                time.sleep(0.05)  # wait until the other task has staged something
+            eventually(lambda: e.backend.last_txn_id("out", 0) > 0, 60, 0.02,
+                       message="the other task staged rows")
             f = e.backend.fetch("out", 0, 0, 100)
             return f"probe staged={e.backend.last_txn_id('out', 0) > 0} visible={len(f.txns)} blocked={f.blocked}"
 

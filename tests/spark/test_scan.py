@@ -3,10 +3,9 @@ reading the transactions finds, embedded and remote."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+import tstreams_embedded as ts
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.engine.iteration import iter_transactions
 from tstreams_embedded.spark import scan as S
@@ -55,16 +54,18 @@ def test_index_scan_matches_reading_the_transactions(engine):
     assert [t for t, _ in full.txns] == ids[:6] + [opened, ids[6]]
 
 
-def test_expired_open_transaction_is_invalidated_then_passed(engine):
-    engine.create_stream("s", partitions=1)
-    backend = engine.backend
-    first = engine.producer("s").instant([b"a"], partition=0)
-    _stage(backend, ttl_ms=300)
-    last = engine.producer("s").instant([b"b"], partition=0)
-    assert S.scan_partition(backend, "s", 0, 0).blocked  # still open
-    time.sleep(0.4)
-    fast = S.scan_partition(backend, "s", 0, 0)
-    assert [t for t, _ in fast.txns] == [first, last] and not fast.blocked
+def test_expired_open_transaction_is_invalidated_then_passed(data_dir, tstreams_clock):
+    with ts.open(str(data_dir), clock=tstreams_clock) as engine:
+        engine.create_stream("s", partitions=1)
+        backend = engine.backend
+        first = engine.producer("s").instant([b"a"], partition=0)
+        _stage(backend, ttl_ms=300)
+        last = engine.producer("s").instant([b"b"], partition=0)
+        tstreams_clock.advance(299)
+        assert S.scan_partition(backend, "s", 0, 0).blocked  # still open
+        tstreams_clock.advance(2)
+        fast = S.scan_partition(backend, "s", 0, 0)
+        assert [t for t, _ in fast.txns] == [first, last] and not fast.blocked
 
 
 def test_unknown_stream_and_partition(engine):

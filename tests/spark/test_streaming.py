@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from spark_helpers import fill, read_direct
 
 from tstreams_embedded.spark import sink_marker_key
+from tstreams_embedded.testing import eventually
 
 
 def _stream(spark, data_dir, stream="s", **options):
@@ -78,9 +78,7 @@ def test_new_transactions_are_picked_up_within_the_trigger(spark, engine, data_d
     q = (_stream(spark, data_dir, startingOffsets="newest").writeStream.foreachBatch(collector)
          .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="500 milliseconds").start())
     try:
-        deadline = time.monotonic() + 120
-        while not q.recentProgress and time.monotonic() < deadline:
-            time.sleep(0.2)
+        eventually(lambda: q.recentProgress, 120, 0.1, message="the query's first trigger")
         producer = engine.producer("s")
         sent = []
         for i in range(3):
@@ -88,9 +86,8 @@ def test_new_transactions_are_picked_up_within_the_trigger(spark, engine, data_d
             producer.instant(values)
             sent.extend(values)
             want = sorted(sent)
-            while sorted(v for *_, v in collector.rows()) != want and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert sorted(v for *_, v in collector.rows()) == want
+            eventually(lambda w=want: sorted(v for *_, v in collector.rows()) == w, 120, 0.05,
+                       message=lambda w=want: f"the rows {sorted(v for *_, v in collector.rows())} reach {w}")
     finally:
         q.stop()
 

@@ -96,14 +96,14 @@ def test_dedup_bad_arguments() -> None:
 
 
 PARTITIONS = 2
-KILLS = 12
 
 
 @pytest.mark.timeout(240)
-def test_dedup_survives_sigkills_exactly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kills", [6, pytest.param(12, marks=pytest.mark.soak)])
+def test_dedup_survives_sigkills_exactly(tmp_path: Path, kills: int) -> None:
     """Orders with duplicates (resent up to 3 times, some after the TTL) go through a worker
-    (dedup, then a join with a customers table) that is SIGKILLed 12 times at random points:
-    "unique" and the table aggregation must equal the model exactly."""
+    (dedup, then a join with a customers table) that is SIGKILLed 6 times (12 under ``-m soak``)
+    at random points: "unique" and the table aggregation must equal the model exactly."""
     sys.path.insert(0, str(WORKER.parent))
     from dedup_kill_worker import TTL_MS
 
@@ -129,7 +129,7 @@ def test_dedup_survives_sigkills_exactly(tmp_path: Path) -> None:
             (order["id"], t, (customer, order["id"], t)))
     ops = envelope_transactions("orders", ((key_serde.serialize(customer), value_serde.serialize(order), t)
                                            for customer, order, t in events), PARTITIONS, 4)
-    parts = chunks(ops, KILLS + 1)
+    parts = chunks(ops, kills + 1)
     expected = sorted((customer, ident, t, tiers[customer]) for evs in by_partition.values()
                       for customer, ident, t in model_dedup(evs, TTL_MS) if customer in tiers)
     assert len(expected) < len(events)  # the input holds duplicates that must go
@@ -146,11 +146,11 @@ def test_dedup_survives_sigkills_exactly(tmp_path: Path) -> None:
         def processed() -> int:
             return committed_transactions(engine, "orders", "dedup-kill")
 
-        progress = kill_at_random_points(engine, worker_command(WORKER, data, "run"), parts[:KILLS], processed,
+        progress = kill_at_random_points(engine, worker_command(WORKER, data, "run"), parts[:kills], processed,
                                          rng, reach=0.5)
         print("order transactions committed at the kills:", progress, "of", len(ops))
-        assert progress == sorted(progress) and len(set(progress)) == KILLS  # progress before every kill
-        engine.backend.submit(parts[KILLS])
+        assert progress == sorted(progress) and len(set(progress)) == kills  # progress before every kill
+        engine.backend.submit(parts[kills])
         run_to_completion(worker_command(WORKER, data, "finish"))
         assert processed() == len(ops)  # every order transaction
         out = []

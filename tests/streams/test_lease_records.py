@@ -73,8 +73,8 @@ def test_take_renew_release_and_fence(tstreams_engine: ts.Engine) -> None:
     (O.CheckLease(STORE, b"k", 7, 1), errors.InvalidArgument),  # type: ignore[arg-type]
     (O.CheckLease(STORE, b"k", "a", 1), errors.LeaseConflict),  # no such lease
 ])
-def test_bad_lease_records_write_nothing(tstreams_engine: ts.Engine, bad: Any, error: type) -> None:
-    b = tstreams_engine.backend
+def test_bad_lease_records_write_nothing(shared_engine: ts.Engine, bad: Any, error: type) -> None:
+    b = shared_engine.backend
     with pytest.raises(error):
         b.submit([O.StoreWrite("app/0/s", [[b"x", b"1"]]), bad])
     assert b.store_get("app/0/s", b"x") is None

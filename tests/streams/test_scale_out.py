@@ -29,7 +29,6 @@ WORKER = Path(__file__).resolve().parent / "scale_worker.py"
 PAGES = [f"/p{i}" for i in range(12)] + ["/health"]
 USERS = ["u1", "u2", "u3", "u4"]
 PARTITIONS = 6
-ROUNDS = 12
 
 
 class Worker(WorkerProcess):
@@ -39,8 +38,10 @@ class Worker(WorkerProcess):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("rounds", [6, pytest.param(12, marks=pytest.mark.soak)])  # (seed 13: every action by 5)
 @pytest.mark.parametrize("deployment", ["directory", "served"])
-def test_three_processes_killed_restarted_and_paused_exactly_once(tmp_path: Path, deployment: str) -> None:
+def test_three_processes_killed_restarted_and_paused_exactly_once(tmp_path: Path, deployment: str,
+                                                                  rounds: int) -> None:
     rng = random.Random(int(os.environ.get("SCALE_OUT_SEED", "13")))
     data = str(tmp_path / "data")
     if deployment == "served":
@@ -48,22 +49,22 @@ def test_three_processes_killed_restarted_and_paused_exactly_once(tmp_path: Path
         server.start()
         try:
             with server.connect() as engine:
-                run_scenario(engine, server.endpoint, rng, ["kill", "kill-restart", "pause"])
+                run_scenario(engine, server.endpoint, rng, ["kill", "kill-restart", "pause"], rounds)
         finally:
             server.stop()
     else:
         with ts.open(data, compaction_interval=None) as engine:
-            run_scenario(engine, data, rng, ["kill", "kill-restart"])
+            run_scenario(engine, data, rng, ["kill", "kill-restart"], rounds)
 
 
-def run_scenario(engine: ts.Engine, target: str, rng: random.Random, actions: list[str]) -> None:
+def run_scenario(engine: ts.Engine, target: str, rng: random.Random, actions: list[str], rounds: int) -> None:
     data = target
     events = make_events(rng, 4000, PAGES, USERS)
     ops, by_partition = views_input(events, PARTITIONS)
     workers: list[Worker] = []
     engine.create_stream("views", partitions=PARTITIONS)
     total = len(ops)
-    parts = chunks(ops, ROUNDS + 1)
+    parts = chunks(ops, rounds + 1)
 
     def processed() -> int:
         return committed_transactions(engine, "views", "scale")
@@ -71,7 +72,7 @@ def run_scenario(engine: ts.Engine, target: str, rng: random.Random, actions: li
     events_log = []
     try:
         workers = [Worker(data) for _ in range(3)]
-        for rnd in range(ROUNDS):
+        for rnd in range(rounds):
             engine.backend.submit(parts[rnd])
             before = processed()
             eventually(lambda b=before: processed() > b, timeout=60, message="no progress")
@@ -92,7 +93,7 @@ def run_scenario(engine: ts.Engine, target: str, rng: random.Random, actions: li
             events_log.append(action)
         while len(workers) < 3:
             workers.append(Worker(data))
-        engine.backend.submit(parts[ROUNDS])
+        engine.backend.submit(parts[rounds])
         print("actions:", events_log)
 
         totals, expected = totals_store(engine, "scale", PARTITIONS), expected_totals(events)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -58,8 +60,8 @@ def test_windowed_fetch(tstreams_engine: ts.Engine) -> None:
     (O.StoreWrite("s", [], [1]), errors.InvalidArgument),
     (O.StoreWrite("s", [], None, [[b"a"]]), errors.InvalidArgument),
 ])
-def test_bad_store_writes_write_nothing(tstreams_engine: ts.Engine, bad: Any, error: type) -> None:
-    b = tstreams_engine.backend
+def test_bad_store_writes_write_nothing(shared_engine: ts.Engine, bad: Any, error: type) -> None:
+    b = shared_engine.backend
     b.submit([O.StoreWrite("s", [[b"before", b"1"]])])
     with pytest.raises(error):
         b.submit([O.StoreWrite("s", [[b"partial", b"no"]]), bad])
@@ -191,14 +193,24 @@ def test_store_snapshot_reads_several_stores_and_windows(tstreams_engine: ts.Eng
     ([StoreScan("s")], 0),
     ([StoreScan("s")], (16 << 20) + 1),
 ])
-def test_bad_store_snapshots(tstreams_engine: ts.Engine, scans: Any, max_bytes: Any) -> None:
+def test_bad_store_snapshots(shared_engine: ts.Engine, scans: Any, max_bytes: Any) -> None:
     with pytest.raises(errors.InvalidArgument):
-        tstreams_engine.backend.store_snapshot(scans, max_bytes)
+        shared_engine.backend.store_snapshot(scans, max_bytes)
 
 
 WINDOW_KEYS = [b"", b"a", b"ab", b"b", b"\xff"]
 window_entries = st.dictionaries(st.tuples(st.integers(-1, 2), st.integers(0, 1), st.sampled_from(WINDOW_KEYS)),
                                  st.binary(max_size=2), min_size=1, max_size=30)
+
+
+@pytest.fixture(scope="module")
+def window_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ts.Engine]:
+    """One embedded engine for every example of the seeking test (each writes stores of its own)."""
+    with ts.open(tmp_path_factory.mktemp("windows"), durability="async", compaction_interval=None) as engine:
+        yield engine
+
+
+_examples = itertools.count()
 
 
 @settings(max_examples=150, deadline=None)
@@ -210,21 +222,19 @@ window_entries = st.dictionaries(st.tuples(st.integers(-1, 2), st.integers(0, 1)
 @example(stored={(0, 1, b"a"): b"1", (0, 1, b"b"): b"2"}, key=b"b", start_from=None, start_to=None, end_from=None,
          limit=None)  # another key first in the slot
 def test_windows_of_one_key_found_by_seeking_equal_a_full_scan(
-        stored: dict[tuple[int, int, bytes], bytes], key: bytes, start_from: int | None, start_to: int | None,
-        end_from: int | None, limit: int | None) -> None:
+        window_engine: ts.Engine, stored: dict[tuple[int, int, bytes], bytes], key: bytes, start_from: int | None,
+        start_to: int | None, end_from: int | None, limit: int | None) -> None:
     """The windows of one key (found one window slot at a time) are those a filter of every
-    entry finds."""
-    import tempfile
-
+    entry finds (each example in stores of its own: ``eN/w``, and ``eN/w2`` right after it)."""
     windows = {(start + length, start, k): v for (start, length, k), v in stored.items()}
     expected = sorted((window_key(end, start, k), v) for (end, start, k), v in windows.items()
                       if k == key and (start_from is None or start >= start_from)
                       and (start_to is None or start <= start_to) and (end_from is None or end >= end_from))
-    with tempfile.TemporaryDirectory() as d, ts.open(d, durability="async", compaction_interval=None) as engine:
-        engine.backend.submit([O.StoreWrite("w", [[window_key(*w), v] for w, v in windows.items()]),
-                               O.StoreWrite("w2", [[b"after", b"x"]])])
-        start = None if end_from is None else window_bound(end_from)
-        got = engine.backend.store_snapshot([StoreScan("w", start, None, limit, key, start_from, start_to)])
+    store = f"e{next(_examples)}/w"
+    window_engine.backend.submit([O.StoreWrite(store, [[window_key(*w), v] for w, v in windows.items()]),
+                                  O.StoreWrite(store + "2", [[b"after", b"x"]])])
+    start = None if end_from is None else window_bound(end_from)
+    got = window_engine.backend.store_snapshot([StoreScan(store, start, None, limit, key, start_from, start_to)])
     assert got == [expected[:limit]]
 
 

@@ -2,7 +2,8 @@
 
 * :func:`eventually`, :func:`wait_until`: poll a condition instead of sleeping.
 * :func:`free_port`, :func:`wait_port`: loopback ports.
-* :func:`stop_process`: the one "SIGTERM, wait, SIGKILL" by PID; :class:`ManagedProcess`,
+* :func:`stop_process`: the one "SIGTERM, wait, SIGKILL" by PID (:func:`stop_processes`: several
+  side by side); :class:`ManagedProcess`,
   the base of the server classes:
   :class:`ServeProcess` (``tstreams serve``), :class:`HAProxyProcess`,
   :class:`ZooKeeperServer`, :class:`RedisServer`; :class:`ClusterNodeProcess` and
@@ -34,7 +35,7 @@ from .cluster import ClusterNodeProcess, LocalCluster
 from .haproxy import HAProxyProcess
 from .polling import eventually, wait_until
 from .ports import free_port, port_open, wait_port
-from .processes import ManagedProcess, kill_process, stop_process
+from .processes import ManagedProcess, kill_process, stop_process, stop_processes
 from .redis_server import RedisServer
 from .serve import ServeProcess
 from .zookeeper import ZooKeeperServer, four_letter_word, zookeeper_classpath
@@ -57,6 +58,7 @@ __all__ = [
     "kill_process",
     "port_open",
     "stop_process",
+    "stop_processes",
     "wait_port",
     "wait_until",
     "zookeeper_classpath",

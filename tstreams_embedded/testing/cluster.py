@@ -14,6 +14,7 @@ from typing import Any
 
 from .polling import eventually
 from .ports import free_port
+from .processes import stop_processes
 from .serve import ServeProcess
 
 
@@ -79,10 +80,13 @@ class LocalCluster:
                       for i in range(1, n + 1)]
 
     def start(self) -> LocalCluster:
-        """Start every node; if one fails to start, stop those started and re-raise."""
+        """Start every node (side by side: all are spawned, then each is waited for); if one
+        fails to start, stop those started and re-raise."""
         try:
             for node in self.nodes:
-                node.start()
+                node.spawn()
+            for node in self.nodes:
+                node.wait_ready()
         except BaseException:
             self.stop()
             raise
@@ -118,5 +122,6 @@ class LocalCluster:
         return found
 
     def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
+        """Stop every node by PID, side by side (SIGTERM to all, then SIGKILL to those still
+        running after their stop timeout)."""
+        stop_processes([node.proc for node in self.nodes], ClusterNodeProcess.stop_timeout)

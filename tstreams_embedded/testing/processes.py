@@ -14,6 +14,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, Union
 
+from .polling import wait_until
+
 #: What :func:`stop_process` accepts: a ``subprocess.Popen`` or a ``multiprocessing.Process``.
 Stoppable = Union["subprocess.Popen[Any]", multiprocessing.process.BaseProcess]
 
@@ -68,6 +70,25 @@ def stop_process(proc: Stoppable | None, timeout: float = 10.0, *, sig: int = si
         rc = _wait(proc, kill_timeout)
         if rc is None:
             raise TimeoutError(f"process {pid} survived SIGKILL for {kill_timeout} s")
+    return rc
+
+
+def stop_processes(procs: Sequence[Stoppable | None], timeout: float = 10.0) -> list[int | None]:
+    """:func:`stop_process` for several processes at once: SIGTERM to all of them first, so
+    that they stop side by side, then each is waited for (SIGKILL after ``timeout``)."""
+    for proc in procs:
+        if proc is not None and _poll(proc) is None and proc.pid is not None and _signal(proc.pid, signal.SIGTERM):
+            _signal(proc.pid, signal.SIGCONT)
+    return [_finish_stop(proc, timeout) for proc in procs]
+
+
+def _finish_stop(proc: Stoppable | None, timeout: float) -> int | None:
+    """Wait ``timeout`` seconds for a process sent SIGTERM, then SIGKILL it (see :func:`stop_process`)."""
+    if proc is None:
+        return None
+    rc = _wait(proc, timeout)
+    if rc is None:
+        return stop_process(proc, 0.0, sig=signal.SIGKILL)
     return rc
 
 
@@ -139,10 +160,19 @@ class ManagedProcess:
         Raises :class:`RuntimeError` with the end of the log if it exits first or is not
         ready within ``timeout`` seconds (it is then stopped).
         """
+        return self.spawn().wait_ready(timeout)
+
+    def spawn(self: P) -> P:
+        """Start the process without waiting for it (then :meth:`wait_ready`): several
+        processes spawned before any is waited for start side by side."""
         if self.alive():
             raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._spawn()
+        return self
+
+    def wait_ready(self: P, timeout: float | None = None) -> P:
+        """Wait until the process :meth:`spawn` started :meth:`is_ready` (see :meth:`start`)."""
         limit = self.start_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         retries = 3  # a first start whose picked ports were taken meanwhile: new ports
@@ -191,16 +221,16 @@ class ManagedProcess:
         request sent right after could still be answered)."""
         pid = self._running().pid
         os.kill(pid, signal.SIGSTOP)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def stopped() -> bool:
             try:
                 with open(f"/proc/{pid}/stat", "rb") as f:
                     state = f.read().rsplit(b")", 1)[1].split()[0]
             except (OSError, IndexError):  # no procfs, or gone: nothing to wait for
-                return
-            if state in (b"T", b"t"):
-                return
-            time.sleep(0.002)
+                return True
+            return state in (b"T", b"t")
+
+        wait_until(stopped, timeout, 0.002)
 
     def resume(self) -> None:
         """SIGCONT after :meth:`pause`."""
