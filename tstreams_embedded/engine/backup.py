@@ -41,7 +41,7 @@ from crc32c import crc32c
 from .. import errors
 from . import directory
 from . import ops as O
-from .backup_copies import DATA_FILE, MAX_BACKUP_READ, file_crc, newest_entry
+from .backup_copies import DATA_FILE, MAX_BACKUP_READ, copy_with_crc, file_crc, newest_entry
 from .core import Core
 from .store import Store
 
@@ -96,19 +96,18 @@ def backup(source: str | Core, out: str) -> BackupManifest:
     out = os.fspath(out)
     _empty_target(out, "the backup directory")
     if isinstance(source, Core):
-        env, label = source.store.env, source.path
-        env.copy(out, compact=True)
+        label = source.path
+        crc, size = copy_with_crc(source.store.env, out)
     else:
         label = os.path.abspath(os.fspath(source))
         if not directory.is_data_directory(label):
             raise errors.DataDirectoryNotFound(f"{label!r} is not a tstreams data directory")
         store = Store(label, "sync", readonly=True)
         try:
-            store.env.copy(out, compact=True)
+            crc, size = copy_with_crc(store.env, out)
         finally:
             store.close()
     seq, at = newest_entry(out)
-    crc, size = file_crc(os.path.join(out, DATA_FILE))
     manifest = BackupManifest(BACKUP_FORMAT, int(time.time() * 1000), seq, at, size, crc, str(label))
     _write_synced(os.path.join(out, MANIFEST), json.dumps(manifest.to_json(), indent=1).encode())
     directory.sync_dir(out)
