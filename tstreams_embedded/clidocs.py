@@ -1,7 +1,7 @@
 """``docs/CLI.md``: the help of every ``tstreams`` command, generated from click.
 
 ``python -m tstreams_embedded.clidocs`` rewrites ``docs/CLI.md`` (``--check`` only
-compares, exit status 1 when it is out of step); ``tests/cli/test_docs.py`` fails when the
+compares, exit status 1 when it is out of step); ``tests/tools/test_docs.py`` fails when the
 file differs from :func:`render`.
 """
 
@@ -18,7 +18,7 @@ HEADER = """\
 # Command line reference
 
 Every `tstreams` command with its `--help`. This file is generated from the click commands by
-`python -m tstreams_embedded.clidocs` (`tests/cli/test_docs.py` fails when it is out of
+`python -m tstreams_embedded.clidocs` (`tests/tools/test_docs.py` fails when it is out of
 step). How to operate a deployment with them: README, "Operating it".
 """
 
