@@ -328,6 +328,7 @@ class ClusterBackend:
         frames = [framing.pack([wire[0], bool(durable), self.client_id, seq]), *body[1:]]
 
         def call(r: RemoteBackend) -> list[Any]:
+            r.check_request_size(frames)  # RequestTooLarge unsent, not a connection ZeroMQ drops
             results: list[Any] = r.connection.call_frames("submit", frames, self.request_timeout, retry_safe=False)
             return results
 

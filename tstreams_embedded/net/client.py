@@ -80,10 +80,12 @@ PIPELINE_WINDOW = 16 * 1024 * 1024
 #: Seconds between two attempts of a request answered ``ServerBusy`` (not executed).
 BUSY_BACKOFF = 0.05
 #: Requests up to this many bytes are sent without checking the server's size limits; a
-#: larger one is checked first against them (asked once, ``server_stats``), so a request
-#: the server would refuse raises :class:`~tstreams_embedded.errors.RequestTooLarge`
-#: unsent, instead of being dropped by ZeroMQ with the connection (``--max-msg-size``).
-CHECKED_REQUEST = 1 << 20
+#: larger one is checked first against them (asked once per connection, ``server_stats``,
+#: then known), so a request the server would refuse raises
+#: :class:`~tstreams_embedded.errors.RequestTooLarge` unsent, instead of being dropped by
+#: ZeroMQ with the connection (``--max-msg-size``; a server set below this size can still drop a
+#: smaller request that way, before the limits are known).
+CHECKED_REQUEST = 4 << 10
 #: Bytes of a request beyond its ``[body, *blobs]``: the header frame (with some margin).
 HEADER_BYTES = 64
 
@@ -294,11 +296,11 @@ class RemoteBackend:
             self._size_limits = (int(st["max_request_bytes"]), int(st["max_msg_size"]))
         return self._size_limits
 
-    def _check_size(self, frames: list[Any]) -> None:
+    def check_request_size(self, frames: list[Any]) -> None:
         """Raise :class:`~tstreams_embedded.errors.RequestTooLarge` for a request the server
         would refuse (not sent: nothing executed)."""
         total = sum(len(f) for f in frames) + HEADER_BYTES
-        if total <= CHECKED_REQUEST:
+        if total <= CHECKED_REQUEST and self._size_limits is None:
             return
         max_request, max_frame = self._limits()
         biggest = max(len(f) for f in frames)
@@ -341,7 +343,7 @@ class RemoteBackend:
         body = encode_submit(ops, durable)
         if not ops:
             return []
-        self._check_size(body)
+        self.check_request_size(body)
         keys = [k for k in map(O.txn_address, ops) if k is not None]
         if self.pipeline_data and not durable and all(type(op) is O.Data for op in ops):
             fut = self._conn.request("submit", body, self.timeout, retry_safe=False)
@@ -384,7 +386,7 @@ class RemoteBackend:
         body = encode_submit(ops, durable, self.client_id, next(self._seq))
         if not ops:
             return []
-        self._check_size(body)
+        self.check_request_size(body)
         self._barrier([k for k in map(O.txn_address, ops) if k is not None])
 
         def attempt(left: float) -> list[Any]:
@@ -397,7 +399,7 @@ class RemoteBackend:
         """Send a submit without waiting; the returned future gives its results (or error)."""
         self._check()
         body = encode_submit(ops, bool(durable))
-        self._check_size(body)
+        self.check_request_size(body)
         return self._conn.request("submit", body, self.timeout, retry_safe=False)
 
     def _barrier(self, keys: list[tuple[Any, ...]]) -> None:
