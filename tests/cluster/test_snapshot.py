@@ -18,7 +18,7 @@ from tstreams_embedded.engine.core import Core
 
 
 def make_core(path: Path) -> Core:
-    return Core(path, "sync", compaction_interval=None)
+    return Core(path, "sync", compaction_interval=None, fire_schedules=False)  # as a cluster node's engine
 
 
 def set_position(core: Core, p: snap.Position) -> None:
