@@ -18,7 +18,9 @@ def test_cluster_suite_tiny(tmp_path) -> None:
     loaded = json.loads((tmp_path / "out" / "cluster.json").read_text())
     assert not loaded["skipped"], loaded["skipped"]
     produce = loaded["scenarios"]["replicated_produce"]
-    assert set(produce["results"]) == {"ours-cluster", "ours-serve-node", "redis-replicated"}
+    scenario = next(sc for sc in SUITES["cluster"][0] if sc.id == "replicated_produce")
+    assert set(produce["results"]) == {v.system for v in scenario.variants}
+    assert {"ours-cluster", "ours-serve-node", "redis-replicated"} <= set(produce["results"])
     for name, row in produce["results"].items():
         assert row["ok"], (name, row.get("errors"))
         for run in produce["raw_runs"][name]:
@@ -27,7 +29,7 @@ def test_cluster_suite_tiny(tmp_path) -> None:
     assert failover["ok"], failover.get("errors")
     assert 0 < failover["failover_p50_s"] <= failover["failover_max_s"]
     ours = [g for g in loaded["goals"] if g["scenario"] in ("replicated_produce", "failover")]
-    assert len(ours) == sum(g.scenario in ("replicated_produce", "failover") for g in CLUSTER_GOALS) == 4
+    assert len(ours) == sum(g.scenario in ("replicated_produce", "failover") for g in CLUSTER_GOALS) >= 4
     assert all(g["value"] is not None and g["value"] > 0 for g in ours), ours
     assert "kill → first acknowledged write p50" in (tmp_path / "out" / "cluster.md").read_text()
     assert "cluster" in SUITES
