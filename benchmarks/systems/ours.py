@@ -280,14 +280,14 @@ class OursEmbeddedUnsealed(OursEmbedded):
         """The same pre-load, through the same write path, storing chunks unsealed."""
         import lmdb
 
-        from tstreams_embedded.engine import apply, directory, seals
+        from tstreams_embedded.engine import apply_base, directory, seals
 
-        sealing = apply.seal
-        apply.seal = lambda payload: payload  # this worker process only
+        sealing = apply_base.seal
+        apply_base.seal = lambda payload: payload  # this worker process only
         try:
             super().setup_scan(n_items, batch, commit_every)
         finally:
-            apply.seal = sealing
+            apply_base.seal = sealing
         self.engine.close()
         env = lmdb.open(str(self.workdir / "data"), max_dbs=16)
         with env.begin(write=True) as txn:  # unsealed chunks are legacy data in such a directory
