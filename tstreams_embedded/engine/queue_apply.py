@@ -114,7 +114,7 @@ class _Receive:
             if self.full:
                 break
             txn.delete(dkey, db=a.store.queues)
-            ekey = Q.entry_key(sid, group, partition, txn_id, index)
+            ekey = Q.entry_key_in(self.prefix, partition, txn_id, index)
             raw = a.store.get(txn, "queues", ekey)
             if raw is None:  # pragma: no cover - the index and the entries change together
                 raise errors.DataCorrupted(f"work queue {group!r}: redelivery index names a missing item")

@@ -140,12 +140,8 @@ def cursor_key(stream_id: int, group: str, partition: int) -> bytes:
     return b"c" + group_prefix(stream_id, group) + _PART.pack(partition)
 
 
-def entry_key(stream_id: int, group: str, partition: int, txn_id: int, index: int) -> bytes:
-    return entry_key_in(group_prefix(stream_id, group), partition, txn_id, index)
-
-
 def entry_key_in(prefix: bytes, partition: int, txn_id: int, index: int) -> bytes:
-    """:func:`entry_key` with the :func:`group_prefix` already made."""
+    """An unsettled item's key, under its group's :func:`group_prefix`."""
     return b"e" + prefix + _ITEM.pack(partition, txn_id, index)
 
 
@@ -154,12 +150,8 @@ def entry_prefix(stream_id: int, group: str, partition: int | None = None) -> by
     return b"e" + group_prefix(stream_id, group) + tail
 
 
-def due_key(stream_id: int, group: str, at: int, partition: int, txn_id: int, index: int) -> bytes:
-    return due_key_in(group_prefix(stream_id, group), at, partition, txn_id, index)
-
-
 def due_key_in(prefix: bytes, at: int, partition: int, txn_id: int, index: int) -> bytes:
-    """:func:`due_key` with the :func:`group_prefix` already made."""
+    """A redelivery index key, under its group's :func:`group_prefix`."""
     return b"d" + prefix + _DUE.pack(at, partition, txn_id, index)
 
 
@@ -183,11 +175,6 @@ def stream_prefixes(stream_id: int) -> list[bytes]:
     """The key prefixes of every group of a stream (dropped with the stream)."""
     sid = _U64.pack(stream_id)
     return [kind + sid for kind in (b"g", b"c", b"e", b"d")]
-
-
-def group_of_key(key: bytes) -> str:
-    """The group name of a ``g`` key."""
-    return key[1 + _U64.size:-1].decode("utf-8")
 
 
 def check_not_declared(config: GroupConfig | None, stream: str, group: str) -> GroupConfig:
