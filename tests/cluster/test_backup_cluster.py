@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import backup as B
+from tstreams_embedded.engine.operator import backup as B
 from tstreams_embedded.testing.serve import child_environment
 
 from .conftest import Cluster

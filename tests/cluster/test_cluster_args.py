@@ -182,7 +182,7 @@ def test_a_node_may_only_strengthen_the_cluster_acks(zk: ZooKeeperServer, tmp_pa
     would depend on which node leads); a stronger one is used."""
     from tstreams_embedded.cluster.clock import StateClock
     from tstreams_embedded.cluster.node import Node
-    from tstreams_embedded.engine.core import Core
+    from tstreams_embedded.engine.storage.core import Core
 
     url = f"zk://{zk.address}/acks"
     init_cluster(url, 3, acks="quorum")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams.records import pack_envelope, partition_of, unpack_envelope
 from tstreams_embedded.testing import eventually, kill_process
 from tstreams_embedded.testing.serve import child_environment

@@ -31,7 +31,7 @@ import psutil
 import pytest
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams.records import pack_envelope, partition_of
 from tstreams_embedded.testing import eventually
 from tstreams_embedded.testing.serve import child_environment

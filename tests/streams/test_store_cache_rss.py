@@ -17,7 +17,7 @@ from pathlib import Path
 import msgpack
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams.records import pack_envelope
 from tstreams_embedded.testing import eventually
 from tstreams_embedded.testing.serve import child_environment

@@ -1,7 +1,7 @@
 """The lag history of the console's charts: a bounded ring of samples taken by a thread.
 
 Every ``interval`` seconds :class:`LagSampler` reads a bounded
-:func:`~tstreams_embedded.engine.overview.stream_overview` (at most :data:`SAMPLE_LIMITS`
+:func:`~tstreams_embedded.engine.operator.overview.stream_overview` (at most :data:`SAMPLE_LIMITS`
 rows) and the engine's commit and fsync counters, and keeps the last ``keep`` samples
 (default one every 10 s for an hour: 360). Memory is bounded by ``keep`` times
 ``SAMPLE_LIMITS.rows`` lag rows, whatever the engine holds.
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import errors
-from ..engine.core import Core
-from ..engine.overview import OverviewLimits, stream_overview
+from ..engine.operator.overview import OverviewLimits, stream_overview
+from ..engine.storage.core import Core
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import threading
 from typing import Any
 
 from .. import errors
-from .core import Core
-from .directory import DATA_FILE, is_data_directory
-from .engine import DEFAULT_TXN_TTL, Engine, check_handle_options
+from .api.engine import DEFAULT_TXN_TTL, Engine, check_handle_options
+from .storage.core import Core
+from .storage.directory import DATA_FILE, is_data_directory
 
 #: Core's keyword options and their defaults (what a second open is compared with)
 CORE_OPTIONS: dict[str, Any] = {

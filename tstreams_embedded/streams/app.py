@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
-from ..engine.backend import StreamInfo
-from ..engine.core import Core
-from ..engine.engine import Engine
+from ..engine.api.engine import Engine
+from ..engine.protocol.backend import StreamInfo
+from ..engine.storage.core import Core
 from .app_config import DEFAULT_TURN_RECORDS, AppConfig, Processing
 from .global_table import GlobalTableMetrics, GlobalTables, global_namespace
 from .joins import check_partition_counts
@@ -65,7 +65,7 @@ class App:
       instances, which are not synchronized with each other.
     * A running app (``start()``) without input waits for the next commit: at once when it is
       made in this process, by a served engine's server, or by another process writing the
-      same directory (inotify, :mod:`tstreams_embedded.engine.commit_waker`; without it,
+      same directory (inotify, :mod:`tstreams_embedded.engine.storage.commit_waker`; without it,
       within ``poll_interval_ms``, which is also the wall-clock punctuators' granularity).
     * The application's offsets are stored under the consumer name ``application_id``;
       its stores under ``application_id/partition/store``; internal streams are named

@@ -2,7 +2,7 @@
 
 Every instance of an application (same ``application_id``, any process, embedded, remote or
 on a cluster) is a *member*. The group lives in the application's state store
-``<application_id>/__group`` (layout defined in :mod:`tstreams_embedded.engine.appgroups`,
+``<application_id>/__group`` (layout defined in :mod:`tstreams_embedded.engine.operator.appgroups`,
 which status pages read) and changes only through ``Lease`` records (engine-side
 deadlines: one clock decides, the engine's) and ``StoreWrite``:
 
@@ -53,10 +53,10 @@ from dataclasses import dataclass, field
 import msgpack
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.appgroups import INFO, MEMBER, PROCESS, TASK, group_store, task_key
-from ..engine.backend import Backend
-from ..engine.state import LeaseRecord, unpack_lease
+from ..engine.operator.appgroups import INFO, MEMBER, PROCESS, TASK, group_store, task_key
+from ..engine.protocol import ops as O
+from ..engine.protocol.backend import Backend
+from ..engine.storage.state_stores import LeaseRecord, unpack_lease
 from .assignor import assign
 from .process_id import ProcessId
 from .stores import pages

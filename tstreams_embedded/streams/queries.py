@@ -61,7 +61,7 @@ import tornado.netutil
 import tornado.web
 
 from .. import errors
-from ..engine import state
+from ..engine.storage import state_stores as state
 from .appview import AppView
 from .membership import read_group
 from .metrics import AppMetrics

@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.backend import Backend, StreamInfo, TxnData
-from ..engine.core import Core
+from ..engine.protocol import ops as O
+from ..engine.protocol.backend import Backend, StreamInfo, TxnData
+from ..engine.storage.core import Core
 from ..ids import ID_MULTIPLIER
 from . import nodes as N
 from .appview import AppView

@@ -43,7 +43,7 @@ from .serve import ServeProcess
 from .zookeeper import ZooKeeperServer, zookeeper_classpath
 
 if TYPE_CHECKING:
-    from tstreams_embedded.engine.engine import Engine
+    from tstreams_embedded.engine.api.engine import Engine
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -13,7 +13,7 @@ from .ports import LOOPBACK, free_port
 from .processes import ManagedProcess
 
 if TYPE_CHECKING:
-    from tstreams_embedded.engine.engine import Engine
+    from tstreams_embedded.engine.api.engine import Engine
 
 #: The directory that holds the ``tstreams_embedded`` package (a checkout or site-packages).
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
