@@ -17,7 +17,7 @@ from tstreams_embedded.cluster import ZkAddress, init_cluster
 from tstreams_embedded.cluster.coordinator import CONNECT_TIMEOUT
 from tstreams_embedded.cluster.zk import BoundedZk, required_acks
 from tstreams_embedded.testing import ZooKeeperServer, free_port
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 
 @pytest.mark.parametrize("url", ["", "tcp://h:1/x", "zk://", "zk://h:1", "zk://h:1/", "zk://h/x", "zk://h:p/x", 7])

@@ -15,7 +15,7 @@ from tstreams_embedded import errors
 from tstreams_embedded.engine.operator import backup as B
 from tstreams_embedded.engine.operator.check import check_directory
 from tstreams_embedded.testing import FakeClock
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 from .procs import start_worker
 from .workers import transform

@@ -26,7 +26,7 @@ from tstreams_embedded.cli import main as cli
 from tstreams_embedded.engine.operator.check import check_directory
 from tstreams_embedded.engine.protocol.ops import StoreWrite
 from tstreams_embedded.engine.storage import chunks, directory, keys, seals
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 ITEM = b"payload-%06d-" + b"z" * 40
 

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .serve import ServeProcess
+from .server_process import ServeProcess
 
 if TYPE_CHECKING:
     from tstreams_embedded.engine.api.engine import Engine

@@ -39,7 +39,7 @@ import pytest
 
 from .backends import BACKENDS, engine_on
 from .clock import FakeClock
-from .serve import ServeProcess
+from .server_process import ServeProcess
 from .zookeeper import ZooKeeperServer, zookeeper_classpath
 
 if TYPE_CHECKING:

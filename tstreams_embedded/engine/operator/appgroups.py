@@ -1,7 +1,7 @@
 """Stream-processing applications as the engine stores them: the layout of an application's
 group table, and a bounded overview of every application for status pages.
 
-**Layout** (one definition: :mod:`tstreams_embedded.streams.membership` writes it, the
+**Layout** (one definition: :mod:`tstreams_embedded.streams.app_members` writes it, the
 cluster's status page reads it through :func:`app_overview`). An application
 ``application_id`` keeps its group in the state store ``<application_id>/__group``:
 

@@ -13,7 +13,7 @@ import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams import App, StreamsBuilder, send_records
-from tstreams_embedded.streams.membership import group_store, read_group, task_key
+from tstreams_embedded.streams.app_members import group_store, read_group, task_key
 from tstreams_embedded.testing import eventually
 
 PARTITIONS = 4
