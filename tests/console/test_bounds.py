@@ -1,7 +1,7 @@
 """The console's costs are bounded: the lag sampler's ring holds a bounded memory whatever
 the engine holds, a consumer page counts its lag up to a cap (reported as "at least"), and
 the read budget answers repeated questions from what it read while its time share is
-spent, never older than its ``max_age`` and within its bytes."""
+spent, within its bytes."""
 
 from __future__ import annotations
 
@@ -94,16 +94,18 @@ def test_read_budget_reuses_answers_within_its_share() -> None:
         reads.append(value)
         return {"v": value}
 
-    budget = ReadBudget(share=0.1, max_age=5.0, max_bytes=1000, clock=lambda: now[0])
+    budget = ReadBudget(share=0.1, max_bytes=1000, clock=lambda: now[0])
     assert json.loads(budget.answer("a", lambda: read(1, 0.2)))["v"] == 1
     now[0] += 1.0  # 0.2 s read at 10 %: the next fresh read 1.8 s after it
     assert json.loads(budget.answer("a", lambda: read(2, 0.2)))["v"] == 1
     assert json.loads(budget.answer("b", lambda: read(3, 0.2)))["v"] == 3  # first asked: read
-    now[0] += 4.0
+    now[0] += 1.9  # past the 1.8 s after the read of "b"
     assert json.loads(budget.answer("a", lambda: read(4, 0.5)))["v"] == 4
-    now[0] += 4.4  # within the 4.5 s after that read, but "b" is older than max_age
+    now[0] += 4.4  # within the 4.5 s after that read, however old "b" is
+    assert json.loads(budget.answer("b", lambda: read(5, 0.0)))["v"] == 3
+    now[0] += 0.2
     assert json.loads(budget.answer("b", lambda: read(5, 0.0)))["v"] == 5
-    assert reads == [1, 3, 4, 5] and (budget.fresh_reads, budget.kept_answers) == (4, 1)
+    assert reads == [1, 3, 4, 5] and (budget.fresh_reads, budget.kept_answers) == (4, 2)
     assert "as_of_ms" in json.loads(budget.answer("b", lambda: read(6, 0.0)))
     # bounded by bytes: the least recently used answers go first, a too large one is not kept
     budget.answer("a", lambda: read(7, 0.0))  # (kept: "a" now used after "b")

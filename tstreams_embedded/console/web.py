@@ -62,13 +62,13 @@ class Context:
     """What the handlers read: the engine's core, the lag sampler, the read budget; ``token``
     if required; ``cluster``: the cluster as this node sees it (on a cluster node)."""
 
-    def __init__(self, core: Core, sampler: LagSampler, token: str | None,
+    def __init__(self, core: Core, sampler: LagSampler, budget: ReadBudget, token: str | None,
                  cluster: Callable[[], dict[str, Any]] | None = None) -> None:
         self.core = core
         self.sampler = sampler
+        self.budget = budget
         self.token = token
         self.cluster = cluster
-        self.budget = ReadBudget()
         #: the console's own reader threads: at most two of its reads at a time, whatever
         #: the number of open pages (its cost to the engine stays bounded)
         self.readers = ThreadPoolExecutor(2, thread_name_prefix="console-read")
@@ -257,9 +257,10 @@ def start_console(core: Core, token: str | None = None, interval: float = 10.0, 
     """The console's routes over ``core`` and a function that stops its sampler (started
     here). On a cluster node, ``cluster()`` answers the cluster as the node sees it (roles,
     epochs, positions, lag: what the status page shows), shown on the overview."""
+    budget = ReadBudget()
     sampler = LagSampler(core, interval, keep)
     sampler.start()
-    ctx = Context(core, sampler, token, cluster)
+    ctx = Context(core, sampler, budget, token, cluster)
 
     def stop() -> None:
         sampler.stop()

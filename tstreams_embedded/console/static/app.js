@@ -5,12 +5,14 @@ const params = new URLSearchParams(location.search);
 const token = params.get("token");
 const main = document.getElementById("main");
 let timer = null;
+let asOf = Infinity;  // the oldest as_of_ms of the page's answers (reused within the read budget)
 
 async function api(path) {
   const headers = token ? {Authorization: "Bearer " + token} : {};
   const r = await fetch("/api/" + path, {headers});
   const body = await r.json();
   if (!r.ok) throw new Error(body.error + ": " + body.message);
+  if (body.as_of_ms) asOf = Math.min(asOf, body.as_of_ms);
   return body;
 }
 
@@ -261,10 +263,12 @@ async function render() {
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.id === "nav-" + r.nav);
   const status = document.getElementById("status");
   try {
+    asOf = Infinity;
     const content = await r.page();
     main.replaceChildren(...content.filter(c => c !== ""));
     main.dataset.page = location.hash || "#/overview";
-    status.textContent = "";
+    const age = Date.now() - asOf;
+    status.textContent = age > 3000 ? "figures as of " + duration(age) + " ago (the console's read budget)" : "";
   } catch (e) {
     status.textContent = String(e.message || e);
     main.replaceChildren(el("p", {class: "error", id: "error"}, String(e.message || e)));
