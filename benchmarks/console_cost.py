@@ -7,13 +7,16 @@ refreshed once a second by a poller: overview, streams, the stream, the consumer
 consumer's detail and lag history, a page of the message browser). The net suite's
 pipelined write clients (:func:`benchmarks.net.run_clients`) run against them alternately,
 ``--reps`` times, in an order that flips every repetition. Prints each server's median
-writes/s and server CPU µs per write, their ratio, and every repetition's figures. The
-target: the console costs at most 5 % of the write throughput.
+writes/s and server CPU µs per write, their ratio, every repetition's figures, and the
+console's own reads: the time its fresh page reads and its lag samples took, as a share of
+the time the poller ran (``/api/overview``'s ``reads``; the share the read budget bounds).
+The target: the console costs at most 5 % of the write throughput.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -78,6 +81,7 @@ def main() -> None:
                 consumer.get_transaction(0)
                 consumer.checkpoint()
         poller = threading.Thread(target=poll, args=(http_port, stop, counts), daemon=True)
+        polled_from = time.monotonic()
         poller.start()
         cfg = {"warmup": 0.5, "measure": a.measure, "window": 100, "settle": 0.3}
         for rep in range(a.reps):
@@ -85,6 +89,9 @@ def main() -> None:
                 p, endpoint = servers[name]
                 r = run_clients("pipelined", endpoint, a.clients, cfg, [p.pid])
                 runs[name].append((r["rate"], r["server_cpu_us_per_req"] or 0.0))
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/overview", timeout=30) as resp:
+            reads = json.loads(resp.read())["reads"]
+        polled = time.monotonic() - polled_from
     finally:
         stop.set()
         if poller is not None:
@@ -98,7 +105,11 @@ def main() -> None:
         print(f"{name}: {medians[name][0]:.0f} writes/s, {medians[name][1]:.1f} µs server CPU/write (medians); "
               f"rates {[round(x[0]) for x in v]}, CPU {[round(x[1], 1) for x in v]}")
     print(f"console/plain throughput: {medians['console'][0] / medians['plain'][0]:.3f} "
-          f"(target >= 0.95); {counts[0]} console requests; load average {os.getloadavg()[0]:.2f}")
+          f"(target >= 0.95); CPU per write console/plain: {medians['console'][1] / medians['plain'][1]:.3f}; "
+          f"{counts[0]} console requests; load average {os.getloadavg()[0]:.2f}")
+    print(f"console reads over {polled:.1f} s: {reads['fresh']} fresh ({reads['read_seconds']:.2f} s), "
+          f"{reads['kept']} reused, lag samples {reads['sample_seconds']:.2f} s: "
+          f"{(reads['read_seconds'] + reads['sample_seconds']) / polled:.1%} of the time")
 
 
 if __name__ == "__main__":

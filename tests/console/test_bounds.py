@@ -106,7 +106,14 @@ def test_read_budget_reuses_answers_within_its_share() -> None:
     now[0] += 0.2
     assert json.loads(budget.answer("b", lambda: read(5, 0.0)))["v"] == 5
     assert reads == [1, 3, 4, 5] and (budget.fresh_reads, budget.kept_answers) == (4, 2)
+    assert budget.read_seconds == pytest.approx(0.2 + 0.2 + 0.5)
+    # paid before too: "a" took 0.5 s, so it is read again only 4.5 s after the last fresh read
+    now[0] += 4.4
+    assert json.loads(budget.answer("a", lambda: read(8, 0.0)))["v"] == 4
+    now[0] += 0.2
+    assert json.loads(budget.answer("a", lambda: read(8, 0.0)))["v"] == 8
     assert "as_of_ms" in json.loads(budget.answer("b", lambda: read(6, 0.0)))
+    assert reads == [1, 3, 4, 5, 8, 6]
     # bounded by bytes: the least recently used answers go first, a too large one is not kept
     budget.answer("a", lambda: read(7, 0.0))  # (kept: "a" now used after "b")
     big = budget.answer("big", lambda: {"x": "y" * 900})

@@ -58,6 +58,7 @@ class LagSampler:
         self.core = core
         self.interval = interval
         self.ring: deque[Sample] = deque(maxlen=keep)
+        self.sample_seconds = 0.0  # the time the samples took
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -65,7 +66,9 @@ class LagSampler:
         """Take one sample now (the thread calls it every ``interval``)."""
         if self.core.closed:
             return
+        started = time.monotonic()
         ov = stream_overview(self.core.store, SAMPLE_LIMITS)
+        self.sample_seconds += time.monotonic() - started
         c = self.core.committer
         rows = tuple((s.name, r.consumer, r.partition) for s in ov.streams for r in s.consumers)
         if self.ring and self.ring[-1].rows == rows:

@@ -134,7 +134,9 @@ class OverviewHandler(ApiHandler):
         return {"node": views.node(self.ctx.core), **self.ctx.sampler.rates(),
                 "sample_interval_s": self.ctx.sampler.interval,
                 "cluster": self.ctx.cluster() if self.ctx.cluster is not None else None,
-                "reads": {"fresh": self.ctx.budget.fresh_reads, "kept": self.ctx.budget.kept_answers}}
+                "reads": {"fresh": self.ctx.budget.fresh_reads, "kept": self.ctx.budget.kept_answers,
+                          "read_seconds": self.ctx.budget.read_seconds,
+                          "sample_seconds": self.ctx.sampler.sample_seconds}}
 
 
 class StreamsHandler(ApiHandler):
