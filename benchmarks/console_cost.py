@@ -10,7 +10,9 @@ pipelined write clients (:func:`benchmarks.net.run_clients`) run against them al
 writes/s and server CPU µs per write, their ratio, every repetition's figures, and the
 console's own reads: the time its fresh page reads and its lag samples took, as a share of
 the time the poller ran (``/api/overview``'s ``reads``; the share the read budget bounds).
-The target: the console costs at most 5 % of the write throughput.
+The target: the console costs at most 5 % of the write throughput. ``--control`` runs the
+same comparison with neither server serving the console (an A/A run: the noise and any bias
+of the pair of servers on the machine).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--measure", type=float, default=2.0)
+    ap.add_argument("--control", action="store_true", help="neither server serves the console (A/A)")
     a = ap.parse_args()
     import tstreams_embedded as ts
 
@@ -64,7 +67,7 @@ def main() -> None:
         for name in runs:
             endpoint = f"tcp://127.0.0.1:{free_port()}"
             ready = work / f"{name}.ready"
-            extra = ["--http", f"127.0.0.1:{http_port}"] if name == "console" else []
+            extra = ["--http", f"127.0.0.1:{http_port}"] if name == "console" and not a.control else []
             p = subprocess.Popen([sys.executable, "-m", "tstreams_embedded.cli", "serve", "--data",
                                   str(work / name), "--bind", endpoint, "--durability", "async",
                                   "--ready-file", str(ready), "--log-level", "WARNING", *extra], cwd=work)
@@ -82,19 +85,22 @@ def main() -> None:
                 consumer.checkpoint()
         poller = threading.Thread(target=poll, args=(http_port, stop, counts), daemon=True)
         polled_from = time.monotonic()
-        poller.start()
+        if not a.control:
+            poller.start()
         cfg = {"warmup": 0.5, "measure": a.measure, "window": 100, "settle": 0.3}
         for rep in range(a.reps):
             for name in (("plain", "console") if rep % 2 == 0 else ("console", "plain")):
                 p, endpoint = servers[name]
                 r = run_clients("pipelined", endpoint, a.clients, cfg, [p.pid])
                 runs[name].append((r["rate"], r["server_cpu_us_per_req"] or 0.0))
-        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/overview", timeout=30) as resp:
-            reads = json.loads(resp.read())["reads"]
+        reads = {"fresh": 0, "kept": 0, "read_seconds": 0.0, "sample_seconds": 0.0}
+        if not a.control:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/overview", timeout=30) as resp:
+                reads = json.loads(resp.read())["reads"]
         polled = time.monotonic() - polled_from
     finally:
         stop.set()
-        if poller is not None:
+        if poller is not None and poller.is_alive():
             poller.join()  # no request in flight when the servers stop
         for p, _ in servers.values():
             p.terminate()

@@ -142,4 +142,11 @@ def test_every_node_serves_the_console(cluster: Cluster, connect: Callable[..., 
                20, 0.1)
     assert browser.find_element("id", "lag-chart").tag_name == "svg"
     holder.close()
+
+    # the lists of consumers and of stream apps answer from a follower too
+    browser.get(base + "#/consumers")
+    eventually(lambda: cells(browser, "#consumers tbody tr", ".partitions") == {"orders/billing": "1"}, 20, 0.1)
+    browser.get(base + "#/apps")
+    assert "no application" in eventually(lambda: browser.execute_script(
+        "const e = document.getElementById('no-apps'); return e && e.textContent;"), 20, 0.1)
     engine.close()

@@ -285,3 +285,50 @@ def test_work_queue_equals_the_cli(console: Console) -> None:
                                 ("streams/jobs/queues/w?full=1", 400, "InvalidArgument")):
         got, _, body = console.get("/api/" + path)
         assert (got, body["error"]) == (status, error), (path, body)
+
+
+#: every endpoint, its path segments to vary and its query parameters
+ENDPOINTS = [
+    ("overview", [], []),
+    ("streams", [], []),
+    ("streams/{0}", ["s"], []),
+    ("streams/{0}/partitions/{1}/messages", ["s", "0"],
+     ["after", "since_ms", "limit", "format", "key_serde", "value_serde"]),
+    ("consumers", [], ["stream"]),
+    ("streams/{0}/consumers/{1}", ["s", "c"], []),
+    ("streams/{0}/consumers/{1}/lag", ["s", "c"], []),
+    ("streams/{0}/queues/{1}", ["s", "w"], []),
+    ("apps", [], []),
+]
+
+
+@pytest.mark.parametrize("console", ["served"], indirect=True)
+def test_no_input_gets_a_500(console: Console) -> None:
+    """Any text in any path segment or query parameter of any endpoint gets JSON: 200, 400 or
+    404, never a 500 (hypothesis picks the text, the endpoint and where it goes)."""
+    from urllib.parse import quote
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    traffic(console.engine)[0].close()
+    console.engine.work_queue("s", "w")
+    text = st.one_of(st.text(max_size=30), st.binary(max_size=12).map(lambda b: b.decode("latin-1")),
+                     st.integers(-2**70, 2**70).map(str), st.sampled_from(["", "0", "-1", "1e3", "%", "..", "raw"]))
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(ENDPOINTS), st.data())
+    def check(endpoint: tuple[str, list[str], list[str]], data: st.DataObject) -> None:
+        path, segments, params = endpoint
+        given_segments = [data.draw(st.one_of(st.just(s), text)) for s in segments]
+        names = data.draw(st.lists(st.sampled_from([*params, "x"]), max_size=3)) if params or data.draw(
+            st.booleans()) else []
+        query = "&".join(f"{quote(n)}={quote(data.draw(text), safe='')}" for n in names)
+        url = "/api/" + path.format(*(quote(s, safe="") or "%20" for s in given_segments)) + ("?" + query if query
+                                                                                             else "")
+        status, content_type, body = console.get(url)
+        assert status in (200, 400, 404), (url, status, body)
+        assert content_type.startswith("application/json") and isinstance(body, dict), (url, body)
+        assert status == 200 or set(body) == {"error", "message"}, (url, body)
+
+    check()

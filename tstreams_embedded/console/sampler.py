@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 #: bounds of one sample: the rows kept per sample and the lag counting cost
 SAMPLE_LIMITS = OverviewLimits(streams=50, partitions=64, consumers=20, rows=500, count_cap=10_000,
-                               scan_budget=50_000)
+                               scan_budget=20_000)
 
 Row = tuple[str, str, int]  # (stream, consumer, partition)
 
