@@ -316,7 +316,7 @@ def test_no_input_gets_a_500(console: Console) -> None:
     text = st.one_of(st.text(max_size=30), st.binary(max_size=12).map(lambda b: b.decode("latin-1")),
                      st.integers(-2**70, 2**70).map(str), st.sampled_from(["", "0", "-1", "1e3", "%", "..", "raw"]))
 
-    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.sampled_from(ENDPOINTS), st.data())
     def check(endpoint: tuple[str, list[str], list[str]], data: st.DataObject) -> None:
         path, segments, params = endpoint
