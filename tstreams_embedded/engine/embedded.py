@@ -1,10 +1,10 @@
 """Opening the embedded engine: ``ts.open(path)``.
 
 LMDB allows one environment per file per process, so this module keeps a per-process
-registry of open :class:`~.core.Core` instances by process ID and directory. Opening the
+registry of open :class:`~.storage.core.Core` instances by process ID and directory. Opening the
 same directory again shares its Core (with the same storage options, or
 :class:`~tstreams_embedded.errors.EngineBusy` naming the one that differs; per-handle
-options such as ``txn_ttl`` may differ); each :class:`~.engine.Engine` handle is closed on
+options such as ``txn_ttl`` may differ); each :class:`~.api.engine.Engine` handle is closed on
 its own and the Core closes with the last one.
 
 After ``fork()``, the child never uses (nor closes) an environment inherited from its
@@ -114,8 +114,8 @@ def open_engine(path: str | os.PathLike[str], durability: str = "sync", *, txn_t
     created (no directory, no file). Read-only tools open with it, so that a mistyped path
     is an error rather than a new, empty engine.
 
-    ``durability`` is ``"sync"``, ``"strict"`` or ``"async"`` (see :class:`~.core.Core`);
-    ``core_options`` are :class:`~.core.Core`'s keyword options (``map_size``,
+    ``durability`` is ``"sync"``, ``"strict"`` or ``"async"`` (see :class:`~.storage.core.Core`);
+    ``core_options`` are :class:`~.storage.core.Core`'s keyword options (``map_size``,
     ``max_item_size``, ``clock``, ``compaction_interval``, ``log_retention``,
     ``log_retention_bytes``, …). Opening the
     same directory again in one process shares the underlying environment; its storage

@@ -59,7 +59,7 @@ class Consumer:
         backend = engine.backend
         info = backend.get_stream(stream)
         self.stream = info.name
-        #: the incarnation of the stream (see :mod:`.ops`)
+        #: the incarnation of the stream (see :mod:`..protocol.ops`)
         self.stream_id = info.id
         self.ttl_ms = info.ttl * 1000
         self.name = check_name(name, "consumer name")

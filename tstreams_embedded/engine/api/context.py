@@ -1,7 +1,7 @@
 """The narrow, public contract between an engine handle and the agents it creates.
 
 Producers, consumers, subscribers, batches and checkpoint groups need four things of the
-:class:`~.engine.Engine` that made them, and only these: its :class:`~.backend.Backend`, a
+:class:`~.engine.Engine` that made them, and only these: its :class:`~..protocol.backend.Backend`, a
 closed check, the transaction TTL in milliseconds, and keep-alive registration.
 :class:`AgentContext` names exactly that, so the agents never touch the handle's internals.
 :class:`GroupMember` is what a :class:`~.group.CheckpointGroup` needs of its members.

@@ -1,6 +1,6 @@
 """The user-facing engine handle: stream administration and factories for producers,
-consumers, subscribers. It works over any :class:`~.backend.Backend`: the embedded
-:class:`~.core.Core` (``ts.open``) or a remote server (``ts.connect``)."""
+consumers, subscribers. It works over any :class:`~..protocol.backend.Backend`: the embedded
+:class:`~..storage.core.Core` (``ts.open``) or a remote server (``ts.connect``)."""
 
 from __future__ import annotations
 
@@ -209,7 +209,7 @@ class Engine:
         ``partition`` (round-robin when None); return the schedule's ID. Durable at return;
         it fires exactly once, at or after its time, across crashes and restarts, unless
         :meth:`cancel_schedule` cancels it first. Until then it is not a transaction of the
-        stream: readers do not wait for it. See :mod:`.schedules` and docs/SCHEDULES.md."""
+        stream: readers do not wait for it. See :mod:`..protocol.schedules` and docs/SCHEDULES.md."""
         self.check_open()
         at_ms, delay_ms = S.due_ms_of(at, delay)
         info = self.get_stream(check_name(stream))

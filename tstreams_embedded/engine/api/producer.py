@@ -241,7 +241,7 @@ class Producer:
         info = engine.backend.get_stream(stream)
         self.info = info
         self.stream = info.name
-        #: the incarnation of the stream (every record carries it: see :mod:`.ops`)
+        #: the incarnation of the stream (every record carries it: see :mod:`..protocol.ops`)
         self.stream_id = info.id
         self.partitions = info.partitions
         if partition is not None:

@@ -5,7 +5,7 @@ round of transactions, their offsets are stored; after a restart the subscriber 
 the stored offsets (delivery is at-least-once: a crash between the callback and the offset
 write delivers those transactions again). In the same process, delivery is woken by the
 commit itself; commits made by other processes on the same directory wake it too, through
-the engine's inotify waker (:mod:`.commit_waker`; without inotify, within ``poll_interval``).
+the engine's inotify waker (:mod:`..storage.commit_waker`; without inotify, within ``poll_interval``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ checkpointed transaction goes to one consumer at a time, as a :class:`Delivery`.
   output is never written twice.
 
 The state is kept as a range per partition plus the unsettled items (see
-:mod:`.queuestate`); ``max_in_flight`` bounds those, so memory and disk stay bounded
+:mod:`..protocol.queuestate`); ``max_in_flight`` bounds those, so memory and disk stay bounded
 whatever the backlog. See ``docs/QUEUES.md``.
 """
 
@@ -219,6 +219,6 @@ class WorkQueue:
 
     # -- reads ---------------------------------------------------------------------------
     def status(self, full: bool = False) -> QueueStatus:
-        """The group's state (:class:`~.backend.QueueStatus`)."""
+        """The group's state (:class:`~..protocol.backend.QueueStatus`)."""
         self.engine.check_open()
         return self.engine.backend.queue_status(self.stream, self.group, full)

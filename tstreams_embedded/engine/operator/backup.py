@@ -11,7 +11,7 @@ sequence number, up to a moment (``until_ms``) if asked: point-in-time restore.
 
 **Archive** (:class:`Archiver`): ships commit-log entries as they are written into segment
 files ``<first seq>-<last seq>.seg`` (20 digits each), each sealed: ``TSSEG1`` · CRC32C u32
-of the payload · the payload (:func:`~.ops.pack_entries`: entries with their items, not
+of the payload · the payload (:func:`~..protocol.ops.pack_entries`: entries with their items, not
 references). A segment is written to a temporary name, synced and renamed, so a crash
 leaves whole segments only. Entries must still be in the log when the archiver reads them:
 one trimmed away unread (``log_retention``) is a gap, reported as

@@ -6,8 +6,8 @@ Checks, in order (each problem is one line of the report):
    (``lmdb.verify``, py-lmdb >= 2.x): every page reachable, sound and ordered, read with
    plain file reads, so a damaged file cannot crash the checker. If it finds problems the
    data file is not opened at all.
-2. **The directory** (:mod:`.directory`): marker, directory id, file size against its header.
-3. **Every data chunk**: its checksum and encoding (:mod:`.chunks`).
+2. **The directory** (:mod:`..storage.directory`): marker, directory id, file size against its header.
+3. **Every data chunk**: its checksum and encoding (:mod:`..storage.chunks`).
 4. **The key structure**: every ``txns`` record decodes, belongs to an existing stream and
    partition, and its ``parts`` key is >= its ID; a checkpointed or open transaction has
    exactly chunks ``0 .. n-1`` holding its item count, a cancelled or invalid one has none;
@@ -15,7 +15,7 @@ Checks, in order (each problem is one line of the report):
    and partitions; stream ids are unique and below ``next_stream_id``; every commit-log
    entry decodes and none is past ``log_seq``.
 5. **Every entry is found by a lookup of its key** (not only by a scan of the leaves),
-   and **every sealed value** (:mod:`.seals`): catalog records, ``parts``, transaction records,
+   and **every sealed value** (:mod:`..storage.seals`): catalog records, ``parts``, transaction records,
    offsets, markers, commit-log entries, state-store entries and leases, and the ``meta``
    counters carry a checksum over key and value; each is verified (in a directory written
    before sealed values, which a read-only open never upgrades, there is none to verify).

@@ -217,7 +217,7 @@ MAX_DESCRIBED_PARTITIONS = 1024
 class ConsumerInfo:
     """A named consumer of a stream and its stored offsets (partition -> last processed txn
     ID); ``expired_unread``: partition -> items that the stream's TTL deleted before this
-    consumer read them (see :mod:`.expiry`; partitions without any are left out)."""
+    consumer read them (see :mod:`..storage.expiry`; partitions without any are left out)."""
 
     stream: str
     name: str
@@ -239,7 +239,7 @@ class StoreScan:
     """One range of a state store that :meth:`Backend.store_snapshot` reads: the entries of
     ``store`` with ``start <= key < end`` (None: unbounded; ``end`` may be one byte longer
     than a key, so that ``[key, key + b"\\0")`` reads one key), at most ``limit`` of them
-    (None: no limit). For a windowed store (keys as :func:`.state.window_key` encodes them),
+    (None: no limit). For a windowed store (keys as :func:`..storage.state_stores.window_key` encodes them),
     ``window_key`` keeps only the windows of that user key, and ``window_start_from`` /
     ``window_start_to`` only the windows that start in that range (epoch ms, inclusive)."""
 
@@ -380,7 +380,7 @@ class Backend(Protocol):
                     limit: int = 10_000) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` entries ``(key, value)`` of ``store`` with ``start <= key < end``
         (None: unbounded), in key order, and at most about 16 MiB
-        (:data:`.state.MAX_READ_BYTES`); page by continuing after the last key until a read
+        (:data:`..storage.state_stores.MAX_READ_BYTES`); page by continuing after the last key until a read
         returns nothing."""
         ...
 
@@ -388,7 +388,7 @@ class Backend(Protocol):
                       limit: int = 10_000) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` entries of the windowed store ``store`` whose window ends in
         ``[end_from, end_to]`` (epoch ms), of user key ``key`` (None: every key), ordered by
-        (end, start, key); keys as :func:`.state.window_key` encodes them. At most about
+        (end, start, key); keys as :func:`..storage.state_stores.window_key` encodes them. At most about
         16 MiB per read, like :meth:`store_range`."""
         ...
 
@@ -397,9 +397,9 @@ class Backend(Protocol):
         """The entries of each of ``scans`` (one list per scan, in key order), all read in ONE
         snapshot of the engine: a commit is either wholly in the answer or not at all, across
         every store and range it covers. The answer's keys and values total at most
-        ``max_bytes`` (default and most: :data:`.state.MAX_READ_BYTES`, 16 MiB);
+        ``max_bytes`` (default and most: :data:`..storage.state_stores.MAX_READ_BYTES`, 16 MiB);
         :class:`~tstreams_embedded.errors.QueryTooLarge` if they would exceed it (narrow the
-        ranges, or give limits). At most :data:`.state.MAX_SCANS` scans."""
+        ranges, or give limits). At most :data:`..storage.state_stores.MAX_SCANS` scans."""
         ...
 
     def wait_for_commit(self, seen: int, timeout: float) -> int:

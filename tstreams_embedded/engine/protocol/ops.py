@@ -40,7 +40,7 @@ deleting or compacting data frees its space at once. Reading the log resolves re
 back to bytes; a chunk deleted since is read as :class:`GoneChunk`.
 
 To add an operation: declare its record here with :func:`operation`, and register its
-handler in :mod:`.apply` with ``@handles(NewRecord)``. Nothing else dispatches on opcodes.
+handler in :mod:`..storage.apply` with ``@handles(NewRecord)``. Nothing else dispatches on opcodes.
 """
 
 from __future__ import annotations
@@ -375,7 +375,7 @@ class StoreWrite(NamedTuple):
 @operation(Opcode.LEASE, mergeable=False, resolved=("deadline",))
 class Lease(NamedTuple):
     """Take, renew or release the lease ``key`` of state store ``store`` (its value there is
-    a :class:`.state.LeaseRecord`, the msgpack array ``[owner, epoch, deadline_ms]``).
+    a :class:`..storage.state_stores.LeaseRecord`, the msgpack array ``[owner, epoch, deadline_ms]``).
     Result: the new deadline (epoch ms of the engine's clock; 0 after a release).
 
     * **renew** (``ttl_ms > 0``): the stored lease is ``(owner, epoch)``; deadline = now + ttl;
@@ -668,7 +668,7 @@ def _entry_ext_hook(code: int, data: bytes) -> Any:
 def pack_entries(entries: Iterable[tuple[int, int, Sequence[Operation]]]) -> bytes:
     """Encode log entries as ``Core.read_log`` returns them (``(seq, now_ms, records)``, with
     chunks as bytes) into one self-contained value: what ``Core.apply_log`` takes back after
-    :func:`unpack_entries` (the archive's segments, :mod:`.backup`)."""
+    :func:`unpack_entries` (the archive's segments, :mod:`..operator.backup`)."""
     rows = [[seq, now_ms, [[_CODES[type(op)], *op] for op in ops]] for seq, now_ms, ops in entries]
     packed: bytes = msgpack.packb(rows, use_bin_type=True, default=_entry_ext)
     return packed

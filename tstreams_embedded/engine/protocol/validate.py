@@ -2,7 +2,7 @@
 
 This module imports no storage code: the facade (``Engine``, ``Producer``, ``Consumer``,
 ``Batch``) validates arguments with it before anything is sent, and the applier
-(:mod:`.apply`) validates the same way when it applies a record, because records may also
+(:mod:`..storage.apply`) validates the same way when it applies a record, because records may also
 arrive over the wire or from a replica. Every check raises a specific error from
 :mod:`tstreams_embedded.errors` with a message naming the argument.
 """

@@ -10,7 +10,7 @@ write.
 Two origins of batches:
 
 * **submitted** (``replay=False``): clients and the engine itself. Resolved fields must be
-  ``None`` (:func:`.ops.check_client_batch` enforces it at the client entry point); the
+  ``None`` (:func:`..protocol.ops.check_client_batch` enforces it at the client entry point); the
   handlers compute them.
 * **replayed** (``replay=True``): resolved records from a commit log (a replica catching
   up, see ``Core.apply_log``). The handlers take the resolved values as given, so the

@@ -29,7 +29,7 @@ R = TypeVar("R")
 ID_FLOOR = b"id_floor"
 #: ``meta`` key: the id of the next stream created
 NEXT_STREAM_ID = b"next_stream_id"
-#: ``meta`` key: the id of the next schedule (:mod:`.schedules`)
+#: ``meta`` key: the id of the next schedule (:mod:`..protocol.schedules`)
 NEXT_SCHEDULE_ID = b"next_schedule_id"
 #: the state namespace of the schedules, written only by the schedule records
 Handler = Callable[["Applier", "BatchScope", Any], tuple[Any, Any]]
@@ -181,7 +181,7 @@ class Applier:
         return scope.now + ttl_ms
 
     def count_items(self, scope: BatchScope, chunk: Any) -> int:
-        """Items in a record's chunk (validated); a replayed :class:`~.ops.GoneChunk` counts
+        """Items in a record's chunk (validated); a replayed :class:`~..protocol.ops.GoneChunk` counts
         its items without data."""
         if scope.replay and type(chunk) is O.GoneChunk:
             return chunk.items

@@ -1,6 +1,6 @@
 """Backup copies: a consistent, compacted copy of an engine's LMDB environment in a
 temporary directory, read in pieces (what ``Backend.backup_begin``/``backup_read``/
-``backup_end`` serve for ``tstreams backup --connect``), and the helpers :mod:`.backup`
+``backup_end`` serve for ``tstreams backup --connect``), and the helpers :mod:`..operator.backup`
 shares: a file's CRC32C and a copy's newest commit-log entry."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Bulk reads for columnar consumers: a partition's stored, undecoded chunk payloads in
 one read-only snapshot (:meth:`Core.payload_snapshot <.core.Core.payload_snapshot>`).
 
-Reading through the :class:`~.backend.Backend` decodes every item into a Python ``bytes``
+Reading through the :class:`~..protocol.backend.Backend` decodes every item into a Python ``bytes``
 object, which dominates the cost of filling Arrow columns (the Spark source). A
 :class:`PayloadSnapshot` instead gives each checkpointed transaction's verified payloads
 (msgpack arrays of items) as views into the memory map, valid only inside the ``with``

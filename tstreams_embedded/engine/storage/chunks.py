@@ -1,7 +1,7 @@
 """Checksummed data chunks: the value format of the ``data`` database.
 
 A chunk (one flushed batch of items) travels and is logged as a msgpack array of ``bytes``
-(:func:`.ops.pack_items`). It is *stored* in ``data`` sealed with a CRC32C checksum::
+(:func:`..protocol.ops.pack_items`). It is *stored* in ``data`` sealed with a CRC32C checksum::
 
     0xC1 | crc32c(payload) u32 big-endian | payload (the msgpack array)
 

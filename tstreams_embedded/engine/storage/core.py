@@ -202,7 +202,7 @@ class Core:
         if compaction_interval or durability == "async":
             self._maintenance = threading.Thread(target=self._maintain, name="tstreams-maintenance", daemon=True)
             self._maintenance.start()
-        #: fires due schedules (:mod:`.schedules`); off in a cluster, whose leader fires
+        #: fires due schedules (:mod:`..protocol.schedules`); off in a cluster, whose leader fires
         if fire_schedules:
             self._firer = schedules.Firer(self.clock, self.next_schedule_due, self.fire_due_schedules)
         _LIVE.add(self)
@@ -301,8 +301,8 @@ class Core:
 
     # ------------------------------------------------------------------ writes
     def submit(self, ops: Sequence[Operation], durable: bool = True) -> list[Any]:
-        """Apply client ``ops`` atomically; see :class:`~.backend.Backend`. Engine-only
-        operations and engine-resolved fields are refused (:func:`.ops.check_client_batch`)."""
+        """Apply client ``ops`` atomically; see :class:`~..protocol.backend.Backend`. Engine-only
+        operations and engine-resolved fields are refused (:func:`..protocol.ops.check_client_batch`)."""
         self._check()
         batch = O.check_client_batch(ops)
         if not batch:
@@ -341,7 +341,7 @@ class Core:
         ``finish(write_txn, outcomes)`` share one LMDB commit. The same state and the same
         ``now_ms`` give the same results on every node. One ``(ok, results or exception)``
         per call; a call that is not a valid client batch fails alone, deterministically.
-        A :class:`~.ops.MaintenanceBatch` (a leader's replicated compaction) holds engine
+        A :class:`~..protocol.ops.MaintenanceBatch` (a leader's replicated compaction) holds engine
         records that clients cannot submit."""
         self._check()
         check_int(now_ms, "now_ms", 0, 2**62)
@@ -611,8 +611,8 @@ class Core:
     # ------------------------------------------------------------------ commit log
     def read_log(self, from_seq: int, limit: int = 1000) -> list[tuple[int, int, list[Operation]]]:
         """Log entries with ``seq >= from_seq`` as ``(seq, now_ms, ops)``, oldest first. Chunks
-        are read from where they are stored (the log keeps references, see :mod:`.ops`); a
-        chunk deleted since is a :class:`~.ops.GoneChunk`."""
+        are read from where they are stored (the log keeps references, see :mod:`..protocol.ops`); a
+        chunk deleted since is a :class:`~..protocol.ops.GoneChunk`."""
         self._check()
         check_int(from_seq, "from_seq", 0, 2**63 - 1)
         check_int(limit, "limit", 1, 1 << 20)
@@ -664,8 +664,8 @@ class Core:
         return schedules.split_due_key(first[0][0])[0] if first else None
 
     def due_schedule_firings(self, now: int | None = None) -> list[O.FireSchedule]:
-        """The :class:`~.ops.FireSchedule` records of the schedules due at ``now`` (epoch ms;
-        default: the engine's clock), earliest first, at most :data:`.schedules.FIRE_BATCH`.
+        """The :class:`~..protocol.ops.FireSchedule` records of the schedules due at ``now`` (epoch ms;
+        default: the engine's clock), earliest first, at most :data:`..protocol.schedules.FIRE_BATCH`.
         :meth:`fire_due_schedules` applies them; a cluster leader replicates them."""
         now = self.clock() if now is None else now
         entries = self.store_range(schedules.NAMESPACE, schedules.DUE, schedules.BY_ID,
@@ -704,7 +704,7 @@ class Core:
     COMPACTION_STEP = 64
 
     def expired_compactions(self, now: int | None = None) -> Iterator[list[O.Compact]]:
-        """The :class:`~.ops.Compact` records that delete every transaction past its
+        """The :class:`~..protocol.ops.Compact` records that delete every transaction past its
         stream's TTL as of ``now`` (epoch ms; default: the engine's clock), in batches of at
         most :attr:`COMPACTION_BATCH` records and about :attr:`COMPACTION_STEP`
         transactions and chunks, computed on consistent slices of :attr:`COMPACTION_SLICE`

@@ -2,13 +2,13 @@
 
 **The rule:** a stream's TTL deletes transactions by age, whoever has or has not read them.
 A consumer (or a streams app) that falls further behind than the TTL loses input. This is
-never silent: when a :class:`~.ops.Compact` record deletes checkpointed transactions past
+never silent: when a :class:`~..protocol.ops.Compact` record deletes checkpointed transactions past
 the stored offset of a consumer of that stream (a consumer with stored offsets on it; a
 partition it has no offset for counts from the start), their items are counted per stream,
 consumer and partition, and a warning is logged. The counts are kept in ``meta`` under
 ``expired_unread | offset key`` (u64), dropped with the stream or the consumer, shown by
 ``tstreams consumers describe`` and returned in :attr:`ConsumerInfo.expired_unread
-<.backend.ConsumerInfo.expired_unread>` (``Backend.list_consumers``, embedded and remote).
+<..protocol.backend.ConsumerInfo.expired_unread>` (``Backend.list_consumers``, embedded and remote).
 Compaction applies the same records on every node of a cluster, so the counts agree.
 """
 

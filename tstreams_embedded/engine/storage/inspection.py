@@ -3,7 +3,7 @@
 Both run on one LMDB snapshot and read keys and transaction records only, never item data
 (:func:`describe_partition` takes the length of each stored chunk from the map without
 reading it: the snapshot must be opened with ``buffers=True``). They serve
-:meth:`~.backend.Backend.describe_partitions` and :meth:`~.backend.Backend.list_consumers`.
+:meth:`~..protocol.backend.Backend.describe_partitions` and :meth:`~..protocol.backend.Backend.list_consumers`.
 """
 
 from __future__ import annotations

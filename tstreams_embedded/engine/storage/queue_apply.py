@@ -1,6 +1,6 @@
-"""Apply handlers of the work queue records (:class:`~.ops.QueueDeclare`,
-:class:`~.ops.QueueReceive`, :class:`~.ops.QueueSettle`); the layout they write is
-described in :mod:`.queuestate`.
+"""Apply handlers of the work queue records (:class:`~..protocol.ops.QueueDeclare`,
+:class:`~..protocol.ops.QueueReceive`, :class:`~..protocol.ops.QueueSettle`); the layout they write is
+described in :mod:`..protocol.queuestate`.
 
 Everything a handler decides depends only on the stored state, the record and the batch's
 clock (``scope.now``), so a replica replaying the commit log reaches the same state. A

@@ -1,4 +1,4 @@
-"""Reads of work queue state (:mod:`.queuestate`): :func:`status`, behind
+"""Reads of work queue state (:mod:`..protocol.queuestate`): :func:`status`, behind
 ``Backend.queue_status`` and ``tstreams queues describe``."""
 
 from __future__ import annotations

@@ -274,8 +274,8 @@ def offsets_of(txn: lmdb.Transaction, store: Store, stream: str, consumer: str) 
 
 
 def resolve_chunks(txn: lmdb.Transaction, store: Store, records: list[Operation]) -> list[Operation]:
-    """Logged records with every :class:`~.ops.ChunkRef` replaced by the stored chunk (its
-    verified payload bytes), or by a :class:`~.ops.GoneChunk` if it was deleted since."""
+    """Logged records with every :class:`~..protocol.ops.ChunkRef` replaced by the stored chunk (its
+    verified payload bytes), or by a :class:`~..protocol.ops.GoneChunk` if it was deleted since."""
     out: list[Operation] = []
     for op in records:
         if not isinstance(op, (Open, Data, Checkpoint, Instant)):

@@ -91,7 +91,7 @@ def window_bound(end: int) -> bytes:
 
 class LeaseRecord(NamedTuple):
     """A lease as stored: the value of its key in a state store, written by the
-    :class:`~.ops.Lease` operation (msgpack ``[owner, epoch, deadline_ms]``)."""
+    :class:`~..protocol.ops.Lease` operation (msgpack ``[owner, epoch, deadline_ms]``)."""
 
     owner: str  # "" once released
     epoch: int  # moved on by every take; a holder is fenced by it

@@ -229,10 +229,10 @@ class Store:
         self.offsets = self.dbs["offsets"]
         self.markers = self.dbs["markers"]
         self.log = self.dbs["log"]
-        #: state stores of stream applications (:mod:`.state`); None only in a read-only open
+        #: state stores of stream applications (:mod:`.state_stores`); None only in a read-only open
         #: of a directory older than them
         self.state = self.dbs.get("state")
-        #: work queue groups (:mod:`.queuestate`); None only in a read-only open of an older directory
+        #: work queue groups (:mod:`..protocol.queuestate`); None only in a read-only open of an older directory
         self.queues = self.dbs.get("queues")
 
     def _reserve_lock_file(self, readonly: bool) -> None:
