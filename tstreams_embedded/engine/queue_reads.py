@@ -31,9 +31,9 @@ def status(txn: lmdb.Transaction, store: Store, stream: str, group: str, now: in
                 break
             entry = Q.Entry.unpack(store.unseal("queues", k, v))
             if entry.state is Q.EntryState.IN_FLIGHT:
-                in_flight += 1
+                in_flight += entry.count
             else:
-                waiting += 1
+                waiting += entry.count
             _, txn_id, _ = Q.parse_entry_key(k, len(prefix))
             born = txn_id // ID_MULTIPLIER
             oldest = born if oldest is None else min(oldest, born)
