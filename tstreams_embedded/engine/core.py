@@ -204,7 +204,8 @@ class Core:
             self._maintenance.start()
         #: fires due schedules (:mod:`.schedules`); off in a cluster, whose leader fires
         if fire_schedules:
-            self._firer = schedules.Firer(self.clock, self.next_schedule_due, self.fire_due_schedules)
+            self._firer = schedules.Firer(self.clock, self.next_schedule_due,
+                                          lambda: self.fire_due_schedules(durable=False), self.sync_firings)
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ lifecycle
@@ -672,15 +673,23 @@ class Core:
                                    limit=schedules.FIRE_BATCH)
         return [O.FireSchedule(sid) for sid in schedules.iter_due(iter(entries), now, schedules.FIRE_BATCH)]
 
-    def fire_due_schedules(self) -> int:
+    def fire_due_schedules(self, durable: bool = True) -> int:
         """Turn every schedule due on the engine's clock into its transaction (the firer
-        thread does this by itself); how many fired."""
+        thread does this by itself); how many fired. ``durable=False`` (the firer) does not
+        wait for an fsync: see :mod:`.schedules` and :meth:`sync_firings`."""
         fired = 0
         while True:
             batch = self.due_schedule_firings()
             if not batch:
                 return fired
-            fired += sum(1 for txn_id in self.committer.submit(batch, durable=True) if txn_id is not None)
+            fired += sum(1 for txn_id in self.committer.submit(batch, durable=durable) if txn_id is not None)
+
+    def sync_firings(self) -> None:
+        """Make the firer's firings durable (an fsync, in ``sync`` mode; ``async`` mode
+        flushes on its own schedule and ``strict`` commits are synced already)."""
+        if self.durability == "sync":
+            self._check()
+            self.store.sync()
 
     # ------------------------------------------------------------------ maintenance
     def compact(self) -> dict[str, int]:
