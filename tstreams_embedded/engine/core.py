@@ -669,7 +669,8 @@ class Core:
         default: the engine's clock), earliest first, at most :data:`.schedules.FIRE_BATCH`.
         :meth:`fire_due_schedules` applies them; a cluster leader replicates them."""
         now = self.clock() if now is None else now
-        entries = self.store_range(schedules.NAMESPACE, schedules.DUE, schedules.BY_ID,
+        # only the due ones are read (keys order by due time; no schedule ID is 0)
+        entries = self.store_range(schedules.NAMESPACE, schedules.DUE, schedules.due_key(min(now, 2**63 - 2) + 1, 0),
                                    limit=schedules.FIRE_BATCH)
         return [O.FireSchedule(sid) for sid in schedules.iter_due(iter(entries), now, schedules.FIRE_BATCH)]
 
