@@ -25,7 +25,7 @@ from .backend import StreamInfo
 from .ops import TxnState
 from .reads import load_items, scan, ttl_floor
 from .store import as_bytes, entries
-from .validate import check_int, check_name, check_partition, check_txn_id
+from .validate import MAX_ID, check_int, check_name, check_partition, check_txn_id
 
 #: the most items one receive hands out
 MAX_RECEIVE_ITEMS = 10_000
@@ -260,15 +260,19 @@ def _settle(a: Applier, scope: BatchScope, op: O.QueueSettle) -> tuple[None, O.Q
                                      "[partition, txn id, index, delivery] entries")
     config = load_config(a, scope, info, op.group)
     settle = _Settle(a, scope, info, op, action, config)
+    parts = info.partitions
     for target in op.deliveries:
         if not isinstance(target, (list, tuple)) or len(target) != 4:
             raise errors.InvalidArgument(f"each delivery must be [partition, txn id, index, delivery], "
                                          f"got {target!r:.80}")
         partition, txn_id, index, delivery = target
-        check_partition(info, partition)
-        check_txn_id(txn_id)
-        check_int(index, "index", 0, 2**32 - 1)
-        check_int(delivery, "delivery", 1, 2**31)
+        if not (type(partition) is int and type(txn_id) is int and type(index) is int and type(delivery) is int
+                and 0 <= partition < parts and 0 <= txn_id <= MAX_ID and 0 <= index < 2**32
+                and 1 <= delivery <= 2**31):  # the common case at a glance; else the specific error
+            check_partition(info, partition)
+            check_txn_id(txn_id)
+            check_int(index, "index", 0, 2**32 - 1)
+            check_int(delivery, "delivery", 1, 2**31)
         settle.one(partition, txn_id, index, delivery)
     settle.flush()
     _save_config(a, scope, info, op.group, config)
