@@ -73,7 +73,8 @@ def _pending(txn: lmdb.Transaction, store: Store, stream: str, partition: int, c
     first: int | None = None
     position = cursor.position
     while True:
-        s = scan(txn, store, stream, partition, position, 2**63 - 1, _STEP, now, load=False)
+        # without full, the first transaction with items left answers: read few at a time
+        s = scan(txn, store, stream, partition, position, 2**63 - 1, _STEP if full else 2, now, load=False)
         for txn_id, items in s.index:
             left = items - (cursor.index if txn_id == cursor.partial else 0)
             if left > 0:
