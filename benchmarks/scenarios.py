@@ -486,7 +486,7 @@ STREAMS_SCENARIOS = (
         "windowed count without suppression, commit_interval_ms=1) has committed its count update and the "
         "update is readable, then write the next. The loop runs in the app's process (embedded: the app's "
         "commits wake the reader at once) or in another process on the same engine directory (each side is "
-        "woken by the other's commits through the engine's inotify waker, engine/commit_waker.py).",
+        "woken by the other's commits through the engine's inotify waker, engine/storage/commit_waker.py).",
         (Variant("ours-streams", _OURS_LATENCY_LOCAL, params={"producer": "same-process"}),
          Variant("ours-streams", _OURS_LATENCY_REMOTE, params={"producer": "other-process"})),
         {"tiny": {"n_records": 30, "commit_interval_ms": 1}, "quick": {"n_records": 300, "commit_interval_ms": 1},

@@ -25,7 +25,7 @@ from tstreams_embedded.net.endpoints import check_endpoint
 from tstreams_embedded.net.registry import Registry
 from tstreams_embedded.net.serve import serve
 from tstreams_embedded.net.server import Server
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 BAD_PORTS = ["99999", "65536", "-5", "0", "", "x", "²", "7000x", "+80", " 80"]
 BAD_ADDRESSES = ["garbage", "tcp://", "tcp://:7000", "tcp://127.0.0.1", "udp://127.0.0.1:7000", "ipc://"]

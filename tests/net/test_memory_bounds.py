@@ -24,7 +24,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.net import framing
 from tstreams_embedded.net.auth import generate_keys
 from tstreams_embedded.net.client import encode_submit

@@ -24,7 +24,7 @@ from tornado.log import access_log
 from tornado.web import Application, RequestHandler
 
 from .. import errors
-from ..engine.core import Core
+from ..engine.storage.core import Core
 from ..net.auth import load_peer_keys
 from ..net.handlers import DEFAULT_PAGE_BYTES, backend_registry
 from ..net.metrics import metrics_route

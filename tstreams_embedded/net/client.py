@@ -1,4 +1,4 @@
-"""``RemoteBackend``: the :class:`~tstreams_embedded.engine.backend.Backend` protocol over ZeroMQ.
+"""``RemoteBackend``: the :class:`~tstreams_embedded.engine.protocol.backend.Backend` protocol over ZeroMQ.
 
 ``Engine(RemoteBackend("tcp://host:7000"))`` (what :func:`tstreams_embedded.net.connect`
 returns) has the same public API as an embedded engine: producers, transactions, consumers,
@@ -28,7 +28,7 @@ and applied once. Reads are retried the same way once the client knows the serve
 cluster node (after its first write, or any ``server_info``). Writes are not pipelined then.
 
 The read methods are made by :func:`_remote` from their declarations in
-:class:`~tstreams_embedded.engine.backend.Backend`: each calls the server method of the
+:class:`~tstreams_embedded.engine.protocol.backend.Backend`: each calls the server method of the
 same name (:mod:`~tstreams_embedded.net.handlers`) and decodes the reply.
 """
 
@@ -48,8 +48,8 @@ import msgpack
 import zmq
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.backend import (
+from ..engine.protocol import ops as O
+from ..engine.protocol.backend import (
     Backend,
     BackupCopy,
     ConsumerInfo,
@@ -61,7 +61,7 @@ from ..engine.backend import (
     StreamInfo,
     TxnData,
 )
-from ..engine.validate import check_wait
+from ..engine.protocol.validate import check_wait
 from . import framing
 from .connection import Connection
 from .future import Future
@@ -449,7 +449,7 @@ class RemoteBackend:
     now_ms = _remote(Backend.now_ms, _as_is)
     stats = _remote(Backend.stats, _as_is)
 
-    # ------------------------------------------------------------------ paged reads (see engine/paging.py)
+    # ------------------------------------------------------------------ paged reads (see engine/storage/paging.py)
     def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:
         """The checkpointed transaction ``txn_id``, or None (read in pages of the server's size cap)."""
         return self._one("get_transaction", stream, partition, txn_id)

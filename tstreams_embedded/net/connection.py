@@ -53,7 +53,7 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from ..engine.validate import check_interval
+from ..engine.protocol.validate import check_interval
 from ..errors import EngineClosed, InvalidArgument, ProtocolError, ProtocolVersionError, RemoteError, error_from_wire
 from . import framing, zmqfast
 from .endpoints import check_endpoints

@@ -205,7 +205,7 @@ def serve(
     # every argument is checked before anything is created (the data directory included)
     binds = check_endpoints(bind, bind=True)
     http_addr = parse_http(http) if http is not None else None
-    from ..engine.core import Core
+    from ..engine.storage.core import Core
 
     opts = server_options(durability, max_msg_size, max_request_size=max_request_size,
                           max_client_bytes=max_client_bytes, max_write_queue_bytes=max_write_queue_bytes,
