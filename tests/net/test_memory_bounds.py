@@ -90,6 +90,12 @@ def call(s: zmq.Socket[Any], rid: int, method: str, *args: Any, flags: int = 0) 
     s.send_multipart(framing.request_frames(rid, method, flags, framing.encode_args(args)))
 
 
+def send(s: zmq.Socket[Any], rid: int, frames: list[Any]) -> None:
+    """Send a request as a client of this release does: whole, or in pieces when over 64 KiB."""
+    for message in framing.split_request(rid, frames):
+        s.send_multipart(message, copy=False)
+
+
 def reply(s: zmq.Socket[Any], timeout: float = 20.0) -> tuple[int, int, Any]:
     assert s.poll(int(timeout * 1000)), "no reply"
     return framing.unpack_reply(s.recv_multipart())
@@ -157,15 +163,15 @@ def test_pipelined_writes_bounded(served: Callable[..., ServeProcess], ctx: zmq.
                 for i in range(n)}
     busy = 0
     with RssSampler(srv.pid) as rss:
-        for frames in requests.values():
-            s.send_multipart(frames)
+        for rid, frames in requests.items():
+            send(s, rid, frames)
         got = 0
         while got < n:
             rid, flags, value = reply(s, 60)
             if flags & framing.ERROR:
                 assert value[0] == "ServerBusy", value
                 busy += 1
-                s.send_multipart(requests[rid])  # not executed: send it again
+                send(s, rid, requests[rid])  # not executed: send it again
                 continue
             got += 1
     rss.check(f"{n} MiB of pipelined writes ({busy} sent again after ServerBusy)")
@@ -353,7 +359,7 @@ def flood(srv: ServeProcess, ctx: zmq.Context[Any], clients: int, per_client: in
     body = encode_submit([O.Instant("m", 0, O.pack_items([b"m" * (size - 64)]))], False)
     for i in range(per_client):
         for s in sockets:
-            s.send_multipart(framing.request_frames(i + 1, "submit", 0, body), copy=False)
+            send(s, i + 1, framing.request_frames(i + 1, "submit", 0, body))
     with srv.connect(timeout=120) as good:
         while (st := good.backend.server_stats())["received"] < clients * per_client:  # type: ignore[attr-defined]
             good.backend.ping()  # type: ignore[attr-defined]
@@ -423,8 +429,8 @@ def test_writes_held_back_for_the_write_queue_keep_their_order(served: Callable[
     n = 60
     for i in range(n):
         chunk = O.pack_items([bytes([i]) * (MiB - 100)])
-        s.send_multipart(framing.request_frames(i + 1, "submit", 0,
-                                                encode_submit([O.Data("o", 0, txn_id, chunk)], False)))
+        send(s, i + 1, framing.request_frames(i + 1, "submit", 0,
+                                              encode_submit([O.Data("o", 0, txn_id, chunk)], False)))
     order = [reply(s, 60) for _ in range(n)]
     assert [rid for rid, _, _ in order] == list(range(1, n + 1)), order
     assert all(not flags & framing.ERROR for _, flags, _ in order), order
@@ -514,7 +520,9 @@ def test_a_request_over_the_servers_largest_is_refused_unsent(served: Callable[.
         txn.checkpoint()
         assert [len(t.items) for t in e.backend.transactions_range("m", 0, 0, 2**63 - 1)] == [5]
         assert e.backend.server_stats()["too_large"] == 0  # type: ignore[attr-defined]
-    # ZeroMQ's frame limit follows the largest request unless set apart
-    assert server_options().max_msg_size == server_options().max_request_bytes == 16 * MiB
-    assert server_options(max_request_size=4 * MiB).max_msg_size == 4 * MiB
+    # ZeroMQ's frame limit is a piece (wire protocol 3), whatever the largest request
+    assert server_options().max_msg_size == framing.MESSAGE_LIMIT
+    assert server_options(max_request_size=4 * MiB).max_msg_size == framing.MESSAGE_LIMIT
     assert server_options(max_msg_size=-1, max_request_size=4 * MiB).max_msg_size == -1
+    with pytest.raises(errors.InvalidArgument, match="at least"):
+        server_options(max_msg_size=framing.MESSAGE_LIMIT - 1)
