@@ -352,11 +352,12 @@ def test_exposed_bind_without_curve_warns(served: Callable[..., ServeProcess]) -
 
 # ---------------------------------------------------------------------------------- issue 19 item 4
 def flood(srv: ServeProcess, ctx: zmq.Context[Any], clients: int, per_client: int, size: int) -> dict[str, Any]:
-    """``clients`` connections each pipelining ``per_client`` submits of ``size`` bytes and
-    never reading; returns the server's stats once it has received them all, while a
-    well-behaved client pings it (each ping answered)."""
+    """``clients`` connections each pipelining ``per_client`` submits of ``size`` bytes (items
+    of at most 8 MiB: under ``max_item_size``) and never reading; returns the server's stats
+    once it has received them all, while a well-behaved client pings it (each answered)."""
     sockets = [dealer(srv.endpoint, ctx, rcvhwm=1) for _ in range(clients)]
-    body = encode_submit([O.Instant("m", 0, O.pack_items([b"m" * (size - 64)]))], False)
+    n = -(-size // (8 * MiB))
+    body = encode_submit([O.Instant("m", 0, O.pack_items([b"m" * (size // n - 64)] * n))], False)
     for i in range(per_client):
         for s in sockets:
             send(s, i + 1, framing.request_frames(i + 1, "submit", 0, body))
@@ -370,15 +371,16 @@ def flood(srv: ServeProcess, ctx: zmq.Context[Any], clients: int, per_client: in
 def test_many_clients_that_never_read_stay_within_the_server_budget(served: Callable[..., ServeProcess],
                                                                     ctx: zmq.Context[Any], durability: str) -> None:
     """32 connections each pipelining 24 submits of 1 MiB (the client's chunk size) and never
-    reading. Before (issue 19 item 4) the server stopped reading when its write queue was
-    full, and ZeroMQ then queued ``rcvhwm`` (64) requests per connection: all 768 MiB here, and
-    1,813 MiB for 16 clients of 16 MiB submits. Now it never stops reading; what is over the
-    budgets is held back or refused ``ServerBusy``, so its anonymous RSS stays within
-    ``--max-server-bytes`` + 100 MiB with ``--rcvhwm 1`` (ZeroMQ then holds about two
-    requests per connection; the default 64 allows 65); a client that reads its replies is served meanwhile
-    and after."""
-    budget = 256 * MiB
-    srv = served("--max-server-bytes", str(budget), "--rcvhwm", "1", durability=durability)
+    reading, at the default settings. Before (issue 19 item 4) the server stopped reading
+    when its write queue was full, and ZeroMQ then queued ``rcvhwm`` (64) requests per
+    connection: all 768 MiB here; with the server always reading but requests whole, 402 /
+    395 MiB (ZeroMQ still queued up to 65 whole requests per connection while the loop was
+    busy; only ``--rcvhwm 1`` kept within the bound). Now each request travels in 64 KiB
+    pieces, so ZeroMQ holds at most (16 + 2) x 64 KiB per connection, and the server counts
+    the pieces it reassembles: anonymous RSS within ``--max-server-bytes`` + 100 MiB; a
+    client that reads its replies is served meanwhile and after."""
+    budget = DEFAULT_MAX_SERVER_BYTES
+    srv = served(durability=durability)
     with srv.connect(timeout=20) as e:
         e.create_stream("m", partitions=1)
     with RssSampler(srv.pid) as rss:
@@ -391,6 +393,50 @@ def test_many_clients_that_never_read_stay_within_the_server_budget(served: Call
     with srv.connect(timeout=60) as good:  # a client that reads its replies is served after
         good.producer("m").instant([b"after"])
         assert good.backend.ping() < 5.0  # type: ignore[attr-defined]
+
+
+def test_many_clients_pipelining_requests_just_under_the_limit_stay_within_the_server_budget(
+        served: Callable[..., ServeProcess], ctx: zmq.Context[Any]) -> None:
+    """16 connections each pipelining 4 submits just under ``--max-request-size`` (16 MiB),
+    never reading, default settings: 824 MiB when requests travelled whole (ZeroMQ held
+    about three per connection whatever ``--rcvhwm``). In pieces, a request the budget
+    cannot take is refused ``ServerBusy`` at its first piece and its other pieces dropped
+    uncopied: anonymous RSS within ``--max-server-bytes`` + 100 MiB."""
+    srv = served(durability="async")
+    with srv.connect(timeout=20) as e:
+        e.create_stream("m", partitions=1)
+    with RssSampler(srv.pid) as rss:
+        st = flood(srv, ctx, clients=16, per_client=4, size=16 * MiB - 4096)
+    print(f"16 x 4 x 16 MiB never read: peak anonymous RSS {rss.peak / MiB:.0f} MiB, "
+          f"total {rss.peak_total / MiB:.0f} MiB; busy {st['busy']}, held back {st['held_back']}")
+    bound = DEFAULT_MAX_SERVER_BYTES + 100 * MiB
+    assert rss.peak <= bound, f"peak anonymous RSS {rss.peak / MiB:.0f} MiB, bound {bound / MiB:.0f} MiB"
+    assert st["busy"] > 0 and st["too_large"] == 0, st  # the excess was refused at its first piece
+
+
+def test_requests_of_many_frames_in_pieces_stay_within_the_server_budget(
+        served: Callable[..., ServeProcess], ctx: zmq.Context[Any]) -> None:
+    """32 connections each sending one request of 2,000 frames (submits of 2,000 chunks of
+    7 KiB: 14 MiB), never reading. ZeroMQ holds a multipart message whole until its last
+    frame; in pieces no message is larger than 64 KiB, whatever the frames of the request:
+    anonymous RSS within ``--max-server-bytes`` + 100 MiB."""
+    srv = served(durability="async")
+    with srv.connect(timeout=20) as e:
+        e.create_stream("m", partitions=1)
+    chunk = O.pack_items([b"f" * 7000])
+    body = encode_submit([O.Instant("m", 0, chunk)] * 2000, False)
+    assert len(body) == 2001
+    sockets = [dealer(srv.endpoint, ctx, rcvhwm=1) for _ in range(32)]
+    with RssSampler(srv.pid) as rss:
+        for s in sockets:
+            send(s, 1, framing.request_frames(1, "submit", 0, body))
+        with srv.connect(timeout=120) as good:
+            st = eventually(lambda: (st := good.backend.server_stats())["received"] >= 32 + 2 and st,  # type: ignore[attr-defined]
+                            timeout=60)
+    print(f"32 x 1 request of 2,000 frames: peak anonymous RSS {rss.peak / MiB:.0f} MiB, "
+          f"total {rss.peak_total / MiB:.0f} MiB; busy {st['busy']}")
+    bound = DEFAULT_MAX_SERVER_BYTES + 100 * MiB
+    assert rss.peak <= bound, f"peak anonymous RSS {rss.peak / MiB:.0f} MiB, bound {bound / MiB:.0f} MiB"
 
 
 @pytest.mark.soak  # 1 GiB through the loopback: measured for docs/NETWORK.md, not in make test

@@ -170,7 +170,7 @@ def split_request(req_id: int, frames: Sequence[Any], piece_bytes: int = PIECE_B
         raise ValueError(f"piece_bytes must be positive, got {piece_bytes}")
     messages: list[list[Any]] = []
     last = len(frames) - 1
-    header = _PIECE_HEADER.pack
+    header = piece_header
     for k, frame in enumerate(frames):
         view = memoryview(frame).cast("B")
         size = len(view)
@@ -178,7 +178,7 @@ def split_request(req_id: int, frames: Sequence[Any], piece_bytes: int = PIECE_B
         while True:
             end = min(start + piece_bytes, size)
             flags = 0 if end < size else (LAST_PIECE | FRAME_END if k == last else FRAME_END)
-            messages.append([header(PIECE_MARK, req_id, len(messages), total, flags), view[start:end]])
+            messages.append([header(req_id, len(messages), total, flags), view[start:end]])
             if end == size:
                 break
             start = end
@@ -190,6 +190,11 @@ def request_messages(req_id: int, method: str, flags: int, body: Sequence[Any],
     """The ZeroMQ messages of a version-3 request: :func:`split_request` of
     :func:`request_frames` (what every client sends; see the module docstring)."""
     return split_request(req_id, request_frames(req_id, method, flags, body), piece_bytes)
+
+
+def piece_header(req_id: int, index: int, total: int, flags: int) -> bytes:
+    """The header frame of piece ``index`` of request ``req_id`` (``total`` bytes in all)."""
+    return _PIECE_HEADER.pack(PIECE_MARK, req_id, index, total, flags)
 
 
 def is_piece_header(frame: bytes | memoryview) -> bool:

@@ -433,7 +433,6 @@ class Server:
 
     def _too_large(self, frames: list[bytes], size: int, count: int) -> None:
         self.stats.too_large += 1
-        self._rejected_bytes += size
         version, req_id, flags = framing.guess_header(frames)
         exc: TStreamsError
         if count > self.opts.max_frames:
@@ -451,9 +450,17 @@ class Server:
             exc = RequestTooLarge(f"a message of more than {self._message_bytes} bytes (the limit, --max-msg-size) "
                                   "was not executed: larger requests travel in pieces (framing.split_request)")
         self._error(frames[0], req_id, flags, exc, version=version)
+        self._trimmed_after(size)
+
+    def _trimmed_after(self, size: int) -> None:
+        """Count ``size`` bytes freed by ZeroMQ's buffers (rejected requests, pieces); every
+        :data:`TRIM_AFTER` bytes, give the freed heap back to the system: ZeroMQ allocates
+        frames in its I/O thread's arena, where pieces held while a request is assembled and
+        pieces freed at once interleave, and glibc returns such holes only on a trim."""
+        self._rejected_bytes += size
         if self._rejected_bytes >= TRIM_AFTER:
             self._rejected_bytes = 0
-            self._loop.add_callback(self._trim)  # after the rejected frames are freed
+            self._loop.add_callback(self._trim)  # after the frames are freed
 
     def _error(self, identity: bytes, req_id: int, flags: int, exc: BaseException, extra_flags: int = 0,
                version: int | None = None) -> None:
@@ -495,6 +502,8 @@ class Server:
                     "being assembled: out of order, or it ended)"))
             return
         a.add(index, total, flags, payload, self._now)
+        if a.error is not None:
+            self._trimmed_after(len(payload))  # (dropped uncopied)
         if a.error is not None and a.reserved:
             self._unreserve(a)
         if flags & framing.LAST_PIECE:
@@ -529,6 +538,7 @@ class Server:
         session.assembly = None
         self._assembling.discard(session)
         self._unreserve(a)
+        self._trimmed_after(a.received)  # its pieces are freed (joined into its frames)
         self.stats.received += 1
         if a.complete:
             frames = [session.identity, *a.frames]
