@@ -463,10 +463,14 @@ class Connection:
         messages = r.messages
         if len(messages) == 1:
             return self._try_send(messages[0])
-        while r.sent < len(messages):
-            if not self._try_send(messages[r.sent]):
-                return False
-            r.sent += 1
+        send_piece, sock = zmqfast.send_piece, self._sock
+        try:
+            while r.sent < len(messages):
+                send_piece(sock, *messages[r.sent])
+                r.sent += 1
+                self._sends += 1
+        except zmq.Again:
+            return False
         return True
 
     def _messages(self, rid: int, method: str, body: Sequence[Any]) -> list[list[Any]]:
