@@ -38,17 +38,30 @@ Guarantees:
 
 Memory budgets (bytes, :class:`ServerOptions`; ZeroMQ's own bounds count messages only).
 The server never stops reading its socket for a budget: while it does not read, ZeroMQ
-queues ``rcvhwm`` whole requests per connection, however many connections there are (the
-issue-19 measurements: 1.8 GiB for 16 clients). What is over a budget is held back in the
+queues ``rcvhwm`` whole messages per connection, however many connections there are (the
+issue-19 measurements: 1.8 GiB for 16 clients). What ZeroMQ holds is bounded by keeping
+every message small: since wire protocol 3 a request over 64 KiB travels in **pieces**
+(:func:`~tstreams_embedded.net.framing.split_request`), each its own message, and
+``max_msg_size`` (``ZMQ_MAXMSGSIZE``, and the server's limit on a whole message) is one
+piece, so a connection can make ZeroMQ hold about ``(rcvhwm + 2) x max_msg_size`` (1.1 MiB
+at the defaults) whatever its requests' sizes. What is over a budget is held back in the
 server, counted, or refused:
 
-* **per request** (``max_request_bytes``, 16 MiB, all frames together): the size is added
-  up frame by frame while receiving; past the limit the rest of the message is dropped
-  uncopied and the request is answered :class:`~tstreams_embedded.errors.RequestTooLarge`.
-  It is also ZeroMQ's frame limit by default (``max_msg_size``, ``ZMQ_MAXMSGSIZE``): a
-  larger frame is refused by ZeroMQ at its header, before any of it is held, and its
-  sender disconnected — what ZeroMQ holds per connection is a few requests at most, so
-  this size is what bounds it.
+* **pieces** (:mod:`~tstreams_embedded.net.assembly`): a request arriving in pieces counts
+  its announced size against ``max_server_bytes`` from its first piece on; over
+  ``max_request_bytes`` it is refused :class:`~tstreams_embedded.errors.RequestTooLarge`,
+  over the budget :class:`~tstreams_embedded.errors.ServerBusy`, both at the first piece,
+  its other pieces dropped uncopied and the answer sent when its last piece is in. One
+  request per client is reassembled at a time; pieces out of order, duplicated, beyond
+  the announced size, or interrupted by another request's pieces get a specific
+  :class:`~tstreams_embedded.errors.ProtocolError`; a request without a piece for
+  ``piece_timeout`` seconds is dropped and its buffers freed. Once whole, it is
+  dispatched as if its frames had come in one message.
+* **per request** (``max_request_bytes``, 16 MiB, all frames together): a whole message
+  larger than ``max_msg_size`` is counted frame by frame while receiving; past the limit
+  the rest of it is dropped uncopied and the request answered ``RequestTooLarge`` (a
+  version-2 client, which cannot send pieces, ``ProtocolVersionError``). A larger frame is
+  refused by ZeroMQ at its header, before any of it is held, and its sender disconnected.
 * **per client** (``max_client_bytes``): requests handed to an executor and not yet
   answered, plus replies ZeroMQ has not yet written to the client's connection (tracked,
   see :mod:`~tstreams_embedded.net.outbox`). A client over budget — typically one that
@@ -66,9 +79,12 @@ server, counted, or refused:
   request (other than ``ping`` and notifications) that would pass it is answered
   :class:`~tstreams_embedded.errors.ServerBusy`, not executed; over it, requests larger
   than :data:`SMALL_REQUEST` are refused without being copied, so the loop keeps ahead of
-  ZeroMQ. What ZeroMQ holds per connection comes on top: the request being received, and
-  up to ``rcvhwm`` queued ones while the loop is busy (docs/NETWORK.md, *Memory model*;
-  ``rcvhwm`` is fixed: libzmq leaves connections stalled when it is changed on open ones).
+  ZeroMQ. What ZeroMQ holds per connection comes on top: the message being received, and
+  up to ``rcvhwm`` queued ones while the loop is busy, each at most ``max_msg_size``
+  (docs/NETWORK.md, *Memory model*; ``rcvhwm`` is fixed: libzmq leaves connections
+  stalled when it is changed on open ones). A peer that does not follow the protocol can
+  still send one multipart message of very many frames, which ZeroMQ holds whole: no
+  ZeroMQ option bounds the frames of a message.
 * **replies** are paged by the read handlers (``max_reply_bytes``, see ``handlers.py``).
 """
 
@@ -115,10 +131,8 @@ __all__ = ["DEFAULT_MAX_CLIENT_BYTES", "DEFAULT_MAX_MSG_SIZE", "DEFAULT_MAX_REPL
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-#: The largest request (all frames) and frame: 16 MiB, above the client's largest (an item
-#: of ``max_item_size``, 10 MiB, in its chunk). ZeroMQ holds a few requests per connection
-#: uncounted (docs/NETWORK.md), so this size times the connections is what remains outside
-#: the budgets; ZeroMQ refuses a larger frame at its header, before holding any of it.
+#: The largest request (all frames): 16 MiB, above the client's largest (an item of
+#: ``max_item_size``, 10 MiB, in its chunk). A larger one is refused at its first piece.
 DEFAULT_MAX_REQUEST_BYTES = 16 * MiB
 #: The largest ZeroMQ frame, and message: a piece (wire protocol 3: larger requests travel in
 #: pieces of 64 KiB), so that what ZeroMQ holds per connection is a few times this.
