@@ -5,6 +5,7 @@ specific error (hypothesis over the wire), and a request abandoned half-way free
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tstreams_embedded as ts
-from tstreams_embedded import errors
+from tstreams_embedded import aio, errors
 from tstreams_embedded.engine import ops as O
 from tstreams_embedded.net import framing
 from tstreams_embedded.net.client import encode_submit
@@ -252,3 +253,24 @@ def test_several_endpoints_send_whole_and_refuse_what_needs_pieces(srv: ServePro
         with pytest.raises(errors.RequestTooLarge, match="several endpoints"):
             p.instant([b"L" * (2 * PIECE)])
 
+
+
+def test_the_aio_remote_path_sends_large_requests_in_pieces(srv: ServeProcess) -> None:
+    """``aio.connect``: an instant of a 3 MiB item and a transaction of 1 MiB items travel in
+    pieces (counted by the server) and read back equal."""
+    before = stats(srv)
+
+    async def main() -> list[list[bytes]]:
+        async with await aio.connect(srv.endpoint, timeout=30.0) as engine:
+            producer = await engine.producer("p")
+            await producer.instant([b"A" * (3 * MiB)], partition=0)
+            async with producer.transaction(partition=0) as txn:
+                for i in range(3):
+                    await txn.send(bytes([i]) * MiB)
+        with ts.connect(srv.endpoint, timeout=20) as e:
+            txns = e.backend.transactions_range("p", 0, 0, 2**63 - 1)
+            return [t.items for t in txns[-2:]]
+
+    last_two = asyncio.run(main())
+    assert last_two == [[b"A" * (3 * MiB)], [bytes([i]) * MiB for i in range(3)]]
+    assert stats(srv)["pieces"] - before["pieces"] >= 6 * MiB // PIECE
