@@ -29,7 +29,14 @@ from ..net.auth import load_peer_keys
 from ..net.handlers import DEFAULT_PAGE_BYTES, backend_registry
 from ..net.metrics import metrics_route
 from ..net.registry import STREAM, Handler, Registry
-from ..net.serve import listen_http, parse_http, run_until_signal, server_options, start_security
+from ..net.serve import (
+    listen_http,
+    parse_http,
+    return_large_blocks,
+    run_until_signal,
+    server_options,
+    start_security,
+)
 from ..net.server import Server
 from ..net.session import Session
 from ..net.stats import ServerStats
@@ -256,6 +263,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
                           max_client_bytes=max_client_bytes, max_write_queue_bytes=max_write_queue_bytes,
                           max_reply_bytes=max_reply_bytes, max_server_bytes=max_server_bytes, rcvhwm=rcvhwm)
     peers = load_peer_keys(curve_dir) if curve_dir is not None else None
+    return_large_blocks()  # (as tstreams serve: pieces and large frames returned when freed)
     ctx: zmq.Context[Any] = zmq.Context()
     auth = start_security(ctx, curve_dir, [*binds, repl], opts, peers)
     try:

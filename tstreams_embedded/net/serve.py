@@ -47,7 +47,7 @@ def exposed_binds(binds: Sequence[str]) -> list[str]:
     return out
 
 
-def _return_large_blocks(threshold: int = 64 * 1024) -> None:
+def return_large_blocks(threshold: int = 64 * 1024) -> None:
     """glibc: serve blocks of ``threshold`` bytes or more with their own mappings, returned
     to the system when freed. By default glibc raises this threshold as large blocks are
     freed (up to 32 MiB), and the frames of large requests then stay in the heap after
@@ -224,7 +224,7 @@ def serve(
                           max_client_bytes=max_client_bytes, max_write_queue_bytes=max_write_queue_bytes,
                           max_reply_bytes=max_reply_bytes, max_server_bytes=max_server_bytes,
                           rcvhwm=rcvhwm, piece_timeout=piece_timeout)
-    _return_large_blocks()
+    return_large_blocks()
     ctx = zmq.Context()
     auth = start_security(ctx, curve_dir, binds, opts)
     server = Server(Registry(), binds, opts, context=ctx)  # its registry once the engine is open
