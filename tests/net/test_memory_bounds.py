@@ -427,12 +427,17 @@ def test_requests_of_many_frames_in_pieces_stay_within_the_server_budget(
     body = encode_submit([O.Instant("m", 0, chunk)] * 2000, False)
     assert len(body) == 2001
     sockets = [dealer(srv.endpoint, ctx, rcvhwm=1) for _ in range(32)]
+    frames = framing.request_frames(1, "submit", 0, body)
+    pieces = 32 * len(framing.split_request(1, frames))
     with RssSampler(srv.pid) as rss:
         for s in sockets:
-            send(s, 1, framing.request_frames(1, "submit", 0, body))
+            send(s, 1, frames)
         with srv.connect(timeout=120) as good:
-            st = eventually(lambda: (st := good.backend.server_stats())["received"] >= 32 + 2 and st,  # type: ignore[attr-defined]
-                            timeout=60)
+            def all_in() -> dict[str, Any] | None:
+                st: dict[str, Any] = good.backend.server_stats()  # type: ignore[attr-defined]
+                return st if st["pieces"] >= pieces and st["assembling"] == 0 else None
+
+            st = eventually(all_in, timeout=60)
     print(f"32 x 1 request of 2,000 frames: peak anonymous RSS {rss.peak / MiB:.0f} MiB, "
           f"total {rss.peak_total / MiB:.0f} MiB; busy {st['busy']}")
     bound = DEFAULT_MAX_SERVER_BYTES + 100 * MiB
