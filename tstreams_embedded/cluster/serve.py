@@ -241,6 +241,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
                   max_request_size: int | None = None, max_client_bytes: int | None = None,
                   max_write_queue_bytes: int | None = None, max_reply_bytes: int = DEFAULT_PAGE_BYTES,
                   max_server_bytes: int | None = None, rcvhwm: int | None = None,
+                  piece_timeout: float | None = None,
                   http_token: str | None = None, **core_options: Any) -> int:
     """Run a cluster node until SIGTERM/SIGINT; return the exit status (0).
 
@@ -261,7 +262,8 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         repl = f"tcp://{host}:*"
     opts = server_options(durability, max_msg_size, max_request_size=max_request_size,
                           max_client_bytes=max_client_bytes, max_write_queue_bytes=max_write_queue_bytes,
-                          max_reply_bytes=max_reply_bytes, max_server_bytes=max_server_bytes, rcvhwm=rcvhwm)
+                          max_reply_bytes=max_reply_bytes, max_server_bytes=max_server_bytes, rcvhwm=rcvhwm,
+                          piece_timeout=piece_timeout)
     peers = load_peer_keys(curve_dir) if curve_dir is not None else None
     return_large_blocks()  # (as tstreams serve: pieces and large frames returned when freed)
     ctx: zmq.Context[Any] = zmq.Context()
