@@ -302,12 +302,13 @@ class RemoteBackend:
         total = sum(len(f) for f in frames) + HEADER_BYTES
         if total <= CHECKED_REQUEST and self._size_limits is None:
             return
-        max_request, max_frame = self._limits()
-        biggest = max(len(f) for f in frames)
+        max_request, max_message = self._limits()
         if total > max_request:
             what = f"request of {total} bytes exceeds the server's max request size ({max_request} bytes)"
-        elif 0 <= max_frame < biggest:
-            what = f"frame of {biggest} bytes exceeds the server's max message size ({max_frame} bytes)"
+        elif len(self._conn.endpoints) > 1 and 0 <= max_message < total:  # sent whole: see Connection._messages
+            what = (f"request of {total} bytes exceeds the server's max message size ({max_message} bytes), and "
+                    "with several endpoints on one connection requests travel whole, not in pieces (connect to "
+                    "one endpoint, or raise the servers' --max-msg-size)")
         else:
             return
         raise errors.RequestTooLarge(f"{what}; not sent: write fewer or smaller items per call "
