@@ -5,7 +5,8 @@ The same wire protocol (:mod:`tstreams_embedded.net.framing`, version 2), socket
 CURVE) and failure handling as the threaded :class:`~tstreams_embedded.net.connection.Connection`,
 with no thread: one task receives the replies (after each wake-up it drains every queued
 reply without awaiting again), one follows the socket monitor (handshakes, disconnections),
-one sends the heartbeat pings and the backlog; each request's deadline is a loop timer.
+one sends the heartbeat pings and the backlog; the requests' deadlines are kept in a heap
+served by one loop timer (armed for the earliest).
 
 * **No server**: requests wait, unsent, until a handshake completes or their timeout
   passes (:class:`RemoteError` "not connected … was not sent").
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import heapq
 import itertools
 import logging
 import threading
@@ -60,7 +62,7 @@ BACKLOG_RETRY = 0.01
 
 
 class _Req:
-    __slots__ = ("id", "method", "frames", "future", "timeout", "retry_safe", "on_item", "epoch", "timer")
+    __slots__ = ("id", "method", "frames", "future", "timeout", "retry_safe", "on_item", "epoch", "deadline")
 
     def __init__(self, rid: int, method: str, frames: list[Any], future: Future, timeout: float,
                  retry_safe: bool, on_item: Callable[[Any], Any] | None) -> None:
@@ -72,7 +74,7 @@ class _Req:
         self.retry_safe = retry_safe
         self.on_item = on_item
         self.epoch = -1  # connection epoch it was sent on; -1 = not sent
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline = 0.0
 
 
 def as_asyncio(future: Future) -> asyncio.Future[Any]:
@@ -125,6 +127,9 @@ class AsyncConnection:
         self._last_rx = self._loop.time()
         self._last_failure = ""
         self._backlog_kick = asyncio.Event()
+        self._flush_soon = False  # a _send_backlog is scheduled
+        self._deadlines: list[tuple[float, int]] = []  # (deadline, request ID), a heap
+        self._deadline_timer: asyncio.TimerHandle | None = None
         self.handshakes = 0
         self.disconnects = 0
         ctx = zmq.asyncio.Context.shadow(context if context is not None else zmq.Context.instance())
@@ -169,10 +174,10 @@ class AsyncConnection:
                  self.timeout if timeout is None else timeout, retry_safe, on_item)
         self._pending[rid] = r
         self._arm(r)
-        if self._backlog or not self._can_send() or not self._try_send(r.frames):
-            self._backlog.append(r)
-        else:
-            r.epoch = self._epoch
+        self._backlog.append(r)
+        if not self._flush_soon:  # every request made in this turn of the loop goes in one batch
+            self._flush_soon = True
+            self._loop.call_soon(self._send_backlog)
         return fut
 
     def notify(self, method: str, body: Sequence[bytes] = ()) -> None:
@@ -186,8 +191,6 @@ class AsyncConnection:
         r = self._pending.pop(future.request_id, None)
         if r is None:
             return
-        if r.timer is not None:
-            r.timer.cancel()
         r.future.set_exception(EngineClosed("request cancelled"))
         self.notify("cancel", framing.encode_args([r.id]))
 
@@ -211,12 +214,21 @@ class AsyncConnection:
 
     def call_frames(self, method: str, body: Sequence[bytes], timeout: float | None = None,
                     retry_safe: bool = True) -> Any:
-        """A request and its reply, waited for by suspending the calling loop call."""
-        return self._block(lambda: self.call_async(method, body, timeout, retry_safe))
+        """A request and its reply, waited for by suspending the calling loop call (the
+        request's own deadline, ``timeout``, ends the wait)."""
+        if self._on_loop():
+            check_loop_call()
+            t = self.timeout if timeout is None else timeout
+            return await_only(as_asyncio(self._request_now(method, body, t, retry_safe, None)))
+        return self._from_thread(self.call_async, method, body, timeout, retry_safe)
 
     def wait(self, fut: Future, timeout: float) -> Any:
-        """The value of ``fut``, waited for by suspending the calling loop call."""
-        return self._block(lambda: self.reply(fut, timeout))
+        """The value of ``fut``, waited for by suspending the calling loop call (its
+        request's deadline ends the wait)."""
+        if self._on_loop():
+            check_loop_call()
+            return await_only(as_asyncio(fut))
+        return self._from_thread(self.reply, fut, timeout)
 
     def pause(self, seconds: float) -> None:
         """A back-off between two attempts of a request (the calling loop call sleeps)."""
@@ -248,41 +260,70 @@ class AsyncConnection:
                               "(is the event loop of this aio connection running?)") from None
 
     # ------------------------------------------------------------------ sending
-    def _try_send(self, frames: list[Any]) -> bool:
+    def _try_send(self, frames: list[Any], rearm: bool = True) -> bool:
         try:
             zmqfast.send_multipart(self._sock, frames)
         except zmq.Again:
             self._backlog_kick.set()
             return False
-        # a send may spend the edge of the socket's FD: reading EVENTS makes pyzmq look at
-        # it again, so that the receiving task learns of replies already queued
-        self._sock.get(zmq.EVENTS)
+        if rearm:
+            self._rearm()
         return True
 
+    def _rearm(self) -> None:
+        """A send may spend the edge of the socket's FD: reading EVENTS makes pyzmq look at
+        it again, so that the receiving task learns of replies already queued."""
+        self._sock.get(zmq.EVENTS)
+
     def _send_backlog(self) -> None:
+        """Send the requests waiting, in order, while a connection is up and the socket
+        takes them (the pings of :meth:`_tick` send the rest later)."""
+        self._flush_soon = False
+        if self._closed:
+            return
         b = self._backlog
+        sent = False
         while b and self._can_send():
             r = b[0]
             if self._pending.get(r.id) is not r:
                 b.popleft()
                 continue
-            if not self._try_send(r.frames):
-                return
+            if not self._try_send(r.frames, rearm=False):
+                break
+            sent = True
             b.popleft()
             r.epoch = self._epoch
+        if sent:
+            self._rearm()
 
     # ------------------------------------------------------------------ deadlines
     def _arm(self, r: _Req) -> None:
-        if r.timer is not None:
-            r.timer.cancel()
-        r.timer = self._loop.call_later(r.timeout, self._expire, r)
+        """(Re)start ``r``'s deadline: ``timeout`` seconds from now."""
+        r.deadline = self._loop.time() + r.timeout
+        if len(self._deadlines) > 4 * len(self._pending) + 1024:  # drop the entries of answered requests
+            self._deadlines = [(q.deadline, q.id) for q in self._pending.values() if q is not r]
+            heapq.heapify(self._deadlines)
+        heapq.heappush(self._deadlines, (r.deadline, r.id))
+        if self._deadline_timer is None or r.deadline < self._deadline_timer.when():
+            if self._deadline_timer is not None:
+                self._deadline_timer.cancel()
+            self._deadline_timer = self._loop.call_at(r.deadline, self._expire)
 
-    def _expire(self, r: _Req) -> None:
-        if self._pending.get(r.id) is not r:
-            return
-        del self._pending[r.id]
-        r.future.set_exception(RemoteError(expired_message(self.endpoints, r.method, r.timeout, r.epoch >= 0,
-                                                           self._last_failure)))
+    def _expire(self) -> None:
+        """Fail the requests whose deadline passed; arm the timer for the next deadline."""
+        self._deadline_timer = None
+        now = self._loop.time()
+        dl = self._deadlines
+        while dl and dl[0][0] <= now:
+            deadline, rid = heapq.heappop(dl)
+            r = self._pending.get(rid)
+            if r is None or r.deadline != deadline:
+                continue  # answered, or its deadline was moved
+            del self._pending[rid]
+            r.future.set_exception(RemoteError(expired_message(self.endpoints, r.method, r.timeout, r.epoch >= 0,
+                                                               self._last_failure)))
+        if dl and not self._closed:
+            self._deadline_timer = self._loop.call_at(dl[0][0], self._expire)
 
     # ------------------------------------------------------------------ the tasks
     async def _receive(self) -> None:
@@ -336,14 +377,10 @@ class AsyncConnection:
                     log.exception("stream callback failed")
         else:
             del self._pending[rid]
-            if r.timer is not None:
-                r.timer.cancel()
             r.future.set_result(value)
 
     def _finish(self, r: _Req, exc: BaseException) -> None:
         self._pending.pop(r.id, None)
-        if r.timer is not None:
-            r.timer.cancel()
         r.future.set_exception(exc)
 
     async def _follow_monitor(self) -> None:
@@ -448,9 +485,9 @@ class AsyncConnection:
         pending = list(self._pending.values())
         self._pending.clear()
         self._backlog.clear()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
         for r in pending:
-            if r.timer is not None:
-                r.timer.cancel()
             if error is not None:
                 r.future.set_exception(error)
             elif r.epoch >= 0 and not r.retry_safe:
