@@ -51,7 +51,7 @@ from ..net.connection import (
 )
 from ..net.endpoints import check_endpoints
 from ..net.future import Future
-from .greenbridge import await_only, check_loop_call, in_loop_call
+from .greenbridge import as_asyncio, await_only, await_reply, check_loop_call, in_loop_call
 
 log = logging.getLogger(__name__)
 
@@ -75,24 +75,6 @@ class _Req:
         self.on_item = on_item
         self.epoch = -1  # connection epoch it was sent on; -1 = not sent
         self.deadline = 0.0
-
-
-def as_asyncio(future: Future) -> asyncio.Future[Any]:
-    """An asyncio future of the running loop resolved with ``future`` (which this loop's
-    tasks resolve: no thread hand-off)."""
-    mirror: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-    def copy(done: Future) -> None:
-        if mirror.done():
-            return
-        error = done.exception()
-        if error is not None:
-            mirror.set_exception(error)
-        else:
-            mirror.set_result(done.result(0))
-
-    future.add_done_callback(copy)
-    return mirror
 
 
 class AsyncConnection:
@@ -219,7 +201,7 @@ class AsyncConnection:
         if self._on_loop():
             check_loop_call()
             t = self.timeout if timeout is None else timeout
-            return await_only(as_asyncio(self._request_now(method, body, t, retry_safe, None)))
+            return await_reply(self._request_now(method, body, t, retry_safe, None))
         return self._from_thread(self.call_async, method, body, timeout, retry_safe)
 
     def wait(self, fut: Future, timeout: float) -> Any:
@@ -227,7 +209,7 @@ class AsyncConnection:
         request's deadline ends the wait)."""
         if self._on_loop():
             check_loop_call()
-            return await_only(as_asyncio(fut))
+            return await_reply(fut)
         return self._from_thread(self.reply, fut, timeout)
 
     def pause(self, seconds: float) -> None:

@@ -18,7 +18,7 @@ import contextlib
 from .. import errors
 from ..engine.backend import Backend
 from ..net.client import RemoteBackend
-from .connection import as_asyncio
+from .greenbridge import as_asyncio
 from .offload import Runner
 
 #: how long one wait_for_commit call lasts before the watcher checks whether it should stop
