@@ -181,6 +181,45 @@ def test_cancelled_failing_write_raises_its_error_not_cancelled_error(open_async
     asyncio.run(main())
 
 
+def test_a_cancelled_read_loses_no_transaction(open_async: OpenAsync) -> None:
+    """A read cancelled while under way hands each transaction out once or not at all: the
+    next reads return the rest, none skipped. (Regression: embedded, the abandoned read went
+    on in its thread and moved the consumer past a transaction that nobody received.)"""
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s")
+            await producer.instant([b"a"])
+            await producer.instant([b"b"])
+            consumer = await engine.consumer("s", "c")
+            loop_thread = threading.current_thread()
+            started, proceed = threading.Event(), threading.Event()
+            read = consumer.sync.get_transaction
+
+            def gated_read(partition: int | None = None) -> Transaction | None:
+                started.set()
+                if threading.current_thread() is not loop_thread:  # a pool thread: held until the cancel
+                    proceed.wait(10)
+                return read(partition)
+
+            consumer.sync.get_transaction = gated_read  # type: ignore[method-assign]
+            task = asyncio.create_task(consumer.get_transaction())
+            await asyncio.to_thread(started.wait, 10)  # the read is under way
+            task.cancel()
+            proceed.set()
+            try:
+                first = await task
+                received = [first.items] if first is not None else []
+            except asyncio.CancelledError:
+                received = []
+            consumer.sync.get_transaction = read  # type: ignore[method-assign]
+            while (txn := await consumer.next(timeout=0)) is not None:
+                received.append(txn.items)
+            assert received == [[b"a"], [b"b"]]
+
+    asyncio.run(main())
+
+
 def test_commit_of_another_handle_wakes_a_waiting_consumer(open_async: OpenAsync) -> None:
     async def main() -> None:
         async with await open_async() as reader, await open_async() as writer:

@@ -54,7 +54,8 @@ def test_large_transactions_are_read_in_pages_and_too_large_requests_are_refused
     a request over the server's limit raises RequestTooLarge and writes nothing."""
     data = tmp_path / "data"
     data.mkdir()
-    with ServeProcess(data, tmp_path, extra_args=["--max-reply-bytes", "1024", "--max-request-size", "65536"]) as server:
+    limits = ["--max-reply-bytes", "1024", "--max-request-size", "65536"]
+    with ServeProcess(data, tmp_path, extra_args=limits) as server:
         async def main() -> None:
             async with await aio.connect(server.endpoint, timeout=20) as engine:
                 await engine.create_stream("s")

@@ -50,9 +50,17 @@ class AsyncConsumer:
         return self.sync.offsets
 
     async def get_transaction(self, partition: int | None = None) -> Transaction | None:
-        """The next checkpointed transaction now, or None (no waiting)."""
+        """The next checkpointed transaction now, or None (no waiting). Cancelled, it hands
+        nothing out and moves no position: the next read returns the same transaction."""
         async with self._lock:
-            return await self.runner.read(self.sync.get_transaction, partition)
+            before = self.sync.offsets
+            try:
+                return await self.runner.write(self.sync.get_transaction, partition)
+            except asyncio.CancelledError:  # the read completed, but its result is dropped: read it again
+                for p, position in before.items():
+                    if self.sync.offsets[p] != position:
+                        self.sync.set_offset(p, position)
+                raise
 
     async def next(self, timeout: float | None = None) -> Transaction | None:
         """The next checkpointed transaction, waiting for commits up to ``timeout`` seconds
