@@ -1,6 +1,7 @@
 """The asyncio API over ``tcp://`` (its ``zmq.asyncio`` transport, ``aio/connection.py``)
 against real ``tstreams serve`` processes: CURVE keys, the server's size limits checked
-before sending, paged read replies, a server restart under a waiting consumer."""
+before sending, paged read replies, ``ServerBusy`` retries, a server restart under a
+waiting consumer."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from tstreams_embedded import aio, errors
 from tstreams_embedded.net.auth import load_client_curve
+from tstreams_embedded.net.client import RemoteBackend
 from tstreams_embedded.testing import ServeProcess
 from tstreams_embedded.testing.serve import child_environment
 
@@ -92,5 +94,33 @@ def test_a_waiting_consumer_survives_a_server_restart(tmp_path: Path) -> None:
                 await producer.instant([b"after the restart"])
                 got = await asyncio.wait_for(waiting, 30)
                 assert got is not None and got.items == [b"after the restart"]
+
+        asyncio.run(main())
+
+
+def test_writes_refused_server_busy_are_sent_again_until_applied(tmp_path: Path) -> None:
+    """A server with a 4 MiB budget for all requests in flight, 16 coroutines writing 1 MiB
+    each at once: the requests over the budget are answered ServerBusy (not executed) and
+    the client sends them again after a back-off (awaited on the loop) until each is applied
+    once."""
+    data = tmp_path / "data"
+    data.mkdir()
+    budget = ["--max-server-bytes", str(4 << 20), "--max-request-size", str(2 << 20)]
+    with ServeProcess(data, tmp_path, extra_args=budget) as server:
+        async def main() -> None:
+            async with await aio.connect(server.endpoint, timeout=30) as engine:
+                await engine.create_stream("s")
+                producer = await engine.producer("s")
+                items = [bytes([i]) * ((1 << 20) - 4096) for i in range(16)]
+                ids = await asyncio.gather(*(producer.instant([item]) for item in items))
+                assert len(set(ids)) == 16
+                backend = engine.sync.backend
+                assert isinstance(backend, RemoteBackend)
+                stats = await engine.runner.read(backend.server_stats)
+                assert stats["busy"] > 0, stats  # (else this test proves nothing)
+                consumer = await engine.consumer("s", "c")
+                got = [await consumer.next(timeout=10) for _ in items]
+                assert sorted(t.items[0][0] for t in got if t) == list(range(16))
+                assert await consumer.next(timeout=0) is None  # each applied once
 
         asyncio.run(main())
