@@ -41,7 +41,7 @@ import zmq.asyncio
 from ..engine.validate import check_interval
 from ..errors import EngineClosed, ProtocolError, ProtocolVersionError, RemoteError, error_from_wire
 from ..net import framing, zmqfast
-from ..net.connection import (
+from ..net.dealer import (
     HANDSHAKE_FAILURES,
     POLLIN,
     expired_message,
