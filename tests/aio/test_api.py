@@ -220,6 +220,30 @@ def test_a_cancelled_read_loses_no_transaction(open_async: OpenAsync) -> None:
     asyncio.run(main())
 
 
+def test_a_group_checkpoint_during_a_flush_of_its_transaction_writes_each_item_once(
+        open_async: OpenAsync) -> None:
+    """A flush (whose first write opens the transaction) and a group checkpoint of the same
+    transaction, from two tasks at once, take turns. (Regression: over tcp:// both ran on
+    the loop's thread, which the sync transaction's re-entrant lock let in together: the
+    group wrote the items as a second transaction while the first stayed open, and readers
+    stopped at it.)"""
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s")
+            group = engine.checkpoint_group(producer)
+            txn = await producer.new_transaction()
+            await txn.send(b"a")
+            await asyncio.gather(txn.flush(), group.checkpoint())
+            assert txn.state == "checkpointed"
+            consumer = await engine.consumer("s", "c")
+            got = await consumer.next(timeout=5)
+            assert got is not None and got.items == [b"a"]
+            assert await consumer.next(timeout=0) is None
+
+    asyncio.run(main())
+
+
 def test_commit_of_another_handle_wakes_a_waiting_consumer(open_async: OpenAsync) -> None:
     async def main() -> None:
         async with await open_async() as reader, await open_async() as writer:

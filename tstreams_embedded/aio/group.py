@@ -11,7 +11,7 @@ from .. import errors
 from ..engine.group import CheckpointGroup
 from .consumer import AsyncConsumer
 from .offload import Runner
-from .producer import AsyncProducer
+from .producer import AsyncProducer, AsyncTransaction, holding
 from .workqueue import AsyncWorkQueue
 
 Member = AsyncProducer | AsyncConsumer | AsyncWorkQueue
@@ -55,9 +55,15 @@ class AsyncCheckpointGroup:
         in ONE atomic, durable write. Cancellation: CancelledError means it was written."""
         if self._runner is None:
             return
-        await self._runner.write(self._checkpoint)
+        async with holding(self._transactions()):
+            await self._runner.write(self._checkpoint)
 
     async def cancel(self) -> None:
         """Cancel every member producer's open transactions."""
         if self._runner is not None:
-            await self._runner.write(self.sync.cancel)
+            async with holding(self._transactions()):
+                await self._runner.write(self.sync.cancel)
+
+    def _transactions(self) -> list[AsyncTransaction]:
+        """The member producers' async transactions (their writes wait for the group's)."""
+        return [txn for agent in self._agents if isinstance(agent, AsyncProducer) for txn in agent.transactions]
