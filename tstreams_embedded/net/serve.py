@@ -19,7 +19,7 @@ import zmq
 from tornado.ioloop import IOLoop
 from zmq.auth.thread import ThreadAuthenticator
 
-from ..engine.validate import check_interval
+from ..engine.protocol.validate import check_interval
 from ..errors import BindFailed, InvalidArgument
 from . import framing
 from .auth import PeerKeys, load_server_curve, start_authenticator
