@@ -280,11 +280,61 @@ def test_work_queue_equals_the_cli(console: Console) -> None:
     assert {k: v for k, v in mine.items() if k not in moving} == {k: v for k, v in cli.items() if k not in moving}
     assert (mine["in_flight"], mine["dead_lettered"]) == (1, 1)
     assert sum(mine["pending_by_partition"].values()) == mine["pending"]
+    listed = console.api("queues")
+    assert listed["groups"] == [{**cli, "oldest_unsettled_age_ms": listed["groups"][0]["oldest_unsettled_age_ms"]}]
+    assert not listed["truncated"] and console.api("queues?stream=dlq")["groups"] == []
     for path, status, error in (("streams/jobs/queues/nope", 404, "WorkQueueNotFound"),
+                                ("queues?stream=nope", 404, "StreamNotFound"),
                                 ("streams/jobs/queues/%00", 400, "InvalidArgument"),
                                 ("streams/jobs/queues/w?full=1", 400, "InvalidArgument")):
         got, _, body = console.get("/api/" + path)
         assert (got, body["error"]) == (status, error), (path, body)
+
+
+def test_schedules_equal_the_cli(console: Console) -> None:
+    e = console.engine
+    e.create_stream("later", partitions=2)
+    e.create_stream("other")
+    ids = [e.schedule("later", [b"a"], delay=3600, partition=1), e.schedule("other", [b"b", b"c"], delay=1800),
+           e.schedule("later", [b"d"], delay=7200)]
+    moving = {"in"}  # how long until due: the two reads are not at the same moment
+
+    def steady_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k not in moving} for r in rows]
+
+    mine = console.api("schedules")
+    assert [r["id"] for r in mine["schedules"]] == [ids[1], ids[0], ids[2]]  # earliest due first
+    assert steady_rows(mine["schedules"]) == steady_rows(console.cli_json("schedules", "list"))
+    assert steady_rows(console.api("schedules?stream=later")["schedules"]) == steady_rows(
+        console.cli_json("schedules", "list", "later"))
+    assert mine["schedules"][0]["items"] == 2 and not mine["truncated"]
+    e.cancel_schedule(ids[1])
+    assert [r["id"] for r in console.api("schedules?stream=other")["schedules"]] == []
+    for path, status, error in (("schedules?stream=nope", 404, "StreamNotFound"),
+                                ("schedules?stream=%00", 400, "InvalidArgument"),
+                                ("schedules?limit=1", 400, "InvalidArgument")):
+        got, _, body = console.get("/api/" + path)
+        assert (got, body["error"]) == (status, error), (path, body)
+
+
+def test_console_fires_no_schedule(tmp_path: Path) -> None:
+    """``tstreams console`` only reads: a due schedule stays pending while only the
+    console has the directory open (the application fires it)."""
+    data = tmp_path / "data"
+    with ts.open(data, compaction_interval=None, fire_schedules=False) as engine:
+        engine.create_stream("s")
+        sid = engine.schedule("s", [b"x"], delay=0)
+        port = free_port()
+        proc = console_process(data, port, tmp_path / "console.log")
+        try:
+            wait_http(port)
+            console = Console("embedded", data, engine, port, ["--data", str(data)])
+            assert [r["id"] for r in console.api("schedules")["schedules"]] == [sid]
+            console.api("overview")  # the sampler has run at least once (0.2 s interval) by now
+            eventually(lambda: console.api("overview")["commits_per_s"] is not None, 10, 0.05)
+            assert [s.id for s in engine.schedules()] == [sid]
+        finally:
+            stop(proc)
 
 
 #: every endpoint, its path segments to vary and its query parameters
@@ -298,6 +348,8 @@ ENDPOINTS = [
     ("streams/{0}/consumers/{1}", ["s", "c"], []),
     ("streams/{0}/consumers/{1}/lag", ["s", "c"], []),
     ("streams/{0}/queues/{1}", ["s", "w"], []),
+    ("queues", [], ["stream"]),
+    ("schedules", [], ["stream"]),
     ("apps", [], []),
 ]
 
@@ -313,6 +365,7 @@ def test_no_input_gets_a_500(console: Console) -> None:
 
     traffic(console.engine)[0].close()
     console.engine.work_queue("s", "w")
+    console.engine.schedule("s", [b"later"], delay=3600)
     text = st.one_of(st.text(max_size=30), st.binary(max_size=12).map(lambda b: b.decode("latin-1")),
                      st.integers(-2**70, 2**70).map(str), st.sampled_from(["", "0", "-1", "1e3", "%", "..", "raw"]))
 

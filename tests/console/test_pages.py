@@ -114,3 +114,41 @@ def test_lag_chart_moves_when_a_consumer_falls_behind(console: Console, browser:
         producer.instant([b"{}"])
     assert eventually(lambda: chart_last() == 10, 20, 0.1, message=lambda: f"chart: {chart_last()}")  # 3 + 7
     shoot(browser, "console-lag.png", tmp_path)
+
+
+@pytest.mark.parametrize("console", ["served"], indirect=True)
+def test_work_queue_and_schedule_pages(console: Console, browser: Any) -> None:
+    """The work queues page and a stream's page show each group's figures as ``tstreams
+    queues describe --json``; the schedules page the pending schedules as ``tstreams
+    schedules list --json`` (their due time and stream)."""
+    e = console.engine
+    e.create_stream("jobs", partitions=2)
+    e.create_stream("dlq")
+    e.producer("jobs", partition=0).instant([b"a", b"b", b"c"])
+    q = e.work_queue("jobs", "w", dead_letter="dlq", max_deliveries=1)
+    d1, _ = q.receive(2, timeout=0)
+    d1.nak(0, "boom")  # dead-lettered
+    ids = [e.schedule("jobs", [b"x"], delay=3600, partition=1), e.schedule("dlq", [b"y", b"z"], delay=600)]
+    base = f"{console.base}/console/"
+
+    (cli,) = console.cli_json("queues", "describe", "jobs", "w")
+    want = {"jobs/w": {"pending": str(cli["pending"]), "in_flight": str(cli["in_flight"]),
+                       "dead_lettered": str(cli["dead_lettered"]), "dead_letter": "dlq"}}
+
+    def groups() -> dict[str, dict[str, str]]:
+        return {k: {c: cells(browser, "#queues tbody tr", "." + c)[k] for c in want["jobs/w"]}
+                for k in cells(browser, "#queues tbody tr", ".group")}
+
+    for page in ("#/queues", "#/streams/jobs"):
+        browser.get(base + page)
+        assert eventually(lambda: groups() or None, 20, 0.1) == want
+    browser.find_element("css selector", "#queues a").click()
+    eventually(lambda: cells(browser, "#queue tbody tr", ".value").get("dead_lettered") == "1", 20, 0.1)
+
+    listed = console.cli_json("schedules", "list")
+    browser.get(base + "#/schedules")
+    shown = eventually(lambda: cells(browser, "#schedules tbody tr", ".due") or None, 20, 0.1)
+    assert shown == {str(r["id"]): r["due"] for r in listed} and [r["id"] for r in listed] == [ids[1], ids[0]]
+    assert cells(browser, "#schedules tbody tr", ".stream") == {str(r["id"]): r["stream"] for r in listed}
+    e.cancel_schedule(ids[1])
+    eventually(lambda: list(cells(browser, "#schedules tbody tr", ".due")) == [str(ids[0])], 20, 0.1)

@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any
 
 from .. import errors
+from ..engine import schedules as S
 from ..engine.appgroups import app_overview
 from ..engine.backend import Backend, PartitionInfo
 from ..engine.core import Core
@@ -22,12 +23,18 @@ from ..tools import report
 from ..tools.formats import RecordSerdes, decode_item, record_serdes
 from ..tools.output import id_time
 from ..tools.queues import queue_summary
+from ..tools.schedules import schedule_row
+from .groups import queue_groups
 
 #: streams listed by ``/api/streams`` (the list says when more exist)
 MAX_LISTED_STREAMS = 1000
 #: transactions counted per partition for a consumer's lag: past it the count reads "at
 #: least" (``lag_capped``), so a consumer page costs the same however far behind it is
 LAG_COUNT_CAP = 10_000
+#: pending schedules listed by ``/api/schedules`` (earliest due first; the list says when more exist)
+MAX_LISTED_SCHEDULES = 1000
+#: work queue groups of a stream described by ``/api/streams/NAME/queues`` (each counts its pending items)
+MAX_DESCRIBED_GROUPS = 20
 
 
 def node(core: Core) -> dict[str, Any]:
@@ -160,3 +167,33 @@ def queue(backend: Backend, name: str, group: str) -> dict[str, Any]:
     status = backend.queue_status(name, group, full=True)
     return {**queue_summary(status, backend.now_ms()),
             "pending_by_partition": {str(p): n for p, n in sorted((status.pending or {}).items())}}
+
+
+def queues(core: Core, name: str | None) -> dict[str, Any]:
+    """The work queue groups (of stream ``name``, or of every listed stream), at most
+    :data:`MAX_DESCRIBED_GROUPS` (by stream, then group name), each the row of ``tstreams
+    queues describe --json``; ``truncated`` when more exist."""
+    names = [name] if name is not None else [s.name for s in core.list_streams("", MAX_LISTED_STREAMS)]
+    now = core.now_ms()
+    rows: list[dict[str, Any]] = []
+    truncated = False
+    for stream_name in names:
+        groups, more = queue_groups(core, stream_name, MAX_DESCRIBED_GROUPS - len(rows))
+        rows.extend(queue_summary(core.queue_status(stream_name, g, full=True), now) for g in groups)
+        if more:
+            truncated = True
+            break
+    return {"stream": name, "groups": rows, "truncated": truncated}
+
+
+def schedules(core: Core, name: str | None) -> dict[str, Any]:
+    """The pending schedules (of stream ``name``, or all), earliest due first, at most
+    :data:`MAX_LISTED_SCHEDULES` (``truncated`` when more exist; of one stream, at most as
+    many are looked at): the rows of ``tstreams schedules list --json``."""
+    if name is not None:
+        report.stream_info(core, name)  # StreamNotFound for an unknown stream
+    now = core.now_ms()
+    found = core.store_range(S.NAMESPACE, S.DUE, S.BY_ID, limit=MAX_LISTED_SCHEDULES + 1)
+    infos = [S.info_of(k, v) for k, v in found[:MAX_LISTED_SCHEDULES]]
+    return {"now_ms": now, "schedules": [schedule_row(i, now) for i in infos if name is None or i.stream == name],
+            "truncated": len(found) > MAX_LISTED_SCHEDULES}

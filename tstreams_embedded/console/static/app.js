@@ -108,7 +108,7 @@ async function streams() {
 }
 
 async function stream(name) {
-  const s = await api("streams/" + enc(name));
+  const [s, q] = await Promise.all([api("streams/" + enc(name)), api("queues?stream=" + enc(name))]);
   return [el("h2", {}, "Stream " + s.name), el("p", {}, s.partitions + " partitions, TTL " + s.ttl + " s. " + s.description),
           table("partitions", [
             ["partition", "partition", r => link("#/streams/" + enc(s.name) + "/partitions/" + r.partition, String(r.partition))],
@@ -116,7 +116,36 @@ async function stream(name) {
             ["bytes", "bytes"], ["open_count", "open"],
             ["open", "oldest open (age)", r => r.open.length ? r.open[0].id + " (" + duration(r.open[0].age_ms) + ")" : ""]],
             s.rows, r => ({"data-partition": r.partition})),
-          queueForm(s.name)];
+          el("h3", {}, "Work queue groups"), queueTable(q), queueForm(s.name)];
+}
+
+// The work queue groups of an /api/queues answer, each linked to its page.
+function queueTable(q) {
+  if (!q.groups.length) return el("p", {id: "no-queues"}, "no work queue group");
+  return el("div", {}, table("queues", [
+    ["stream", "stream"],
+    ["group", "group", r => link("#/queues/" + enc(r.stream) + "/" + enc(r.group), r.group)],
+    ["pending", "pending"], ["in_flight", "in flight"], ["waiting", "waiting redelivery"],
+    ["dead_lettered", "dead-lettered"], ["dead_letter", "dead letters to"],
+    ["oldest_unsettled_age_ms", "oldest unsettled", r => duration(r.oldest_unsettled_age_ms)],
+    ["next_redelivery", "next redelivery"]],
+    q.groups, r => ({"data-queue": r.stream + "/" + r.group})), q.truncated ? el("p", {}, "(more not listed)") : "");
+}
+
+async function queues() {
+  return [el("h2", {}, "Work queues"), queueTable(await api("queues"))];
+}
+
+async function schedulesPage(stream) {
+  const s = await api("schedules" + (stream ? "?stream=" + enc(stream) : ""));
+  const out = [el("h2", {}, "Pending schedules" + (stream ? " of " + stream : ""))];
+  if (!s.schedules.length) out.push(el("p", {id: "no-schedules"}, "no pending schedule"));
+  else out.push(table("schedules", [["id", "id"], ["stream", "stream", r => link("#/streams/" + enc(r.stream), r.stream)],
+                                    ["partition", "partition"], ["items", "items"], ["due", "due"], ["in", "due in"],
+                                    ["created", "created"]],
+                      s.schedules, r => ({"data-schedule": r.id})));
+  if (s.truncated) out.push(el("p", {}, "(only the first " + s.schedules.length + " due are listed)"));
+  return out;
 }
 
 function queueForm(stream) {
@@ -253,7 +282,9 @@ function route() {
   if (parts[0] === "consumers" && parts.length === 3) return {nav: "consumers", page: () => consumer(parts[1], parts[2]), refresh: true};
   if (parts[0] === "consumers") return {nav: "consumers", page: consumers, refresh: true};
   if (parts[0] === "apps") return {nav: "apps", page: apps, refresh: true};
-  if (parts[0] === "queues" && parts.length === 3) return {nav: "streams", page: () => queuePage(parts[1], parts[2]), refresh: true};
+  if (parts[0] === "queues" && parts.length === 3) return {nav: "queues", page: () => queuePage(parts[1], parts[2]), refresh: true};
+  if (parts[0] === "queues") return {nav: "queues", page: queues, refresh: true};
+  if (parts[0] === "schedules") return {nav: "schedules", page: () => schedulesPage(parts[1]), refresh: true};
   return {nav: "overview", page: overview, refresh: true};
 }
 
