@@ -97,7 +97,6 @@ def test_pages(console: Console, browser: Any, tmp_path: Path) -> None:
         "const e = document.getElementById('no-apps'); return e && e.textContent;"), 20, 0.1)
 
 
-@pytest.mark.parametrize("console", ["embedded"], indirect=True)
 def test_lag_chart_moves_when_a_consumer_falls_behind(console: Console, browser: Any, tmp_path: Path) -> None:
     holder, _ = traffic(console.engine)
     holder.close()  # cancels the open transaction
