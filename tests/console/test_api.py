@@ -265,6 +265,52 @@ def test_stream_apps_show_members_tasks_and_input_lag(console: Console) -> None:
                message=lambda: f"apps: {shown()}")
 
 
+def test_stream_apps_show_dropped_records_and_query_endpoints(console: Console) -> None:
+    """A live member's dropped records by reason, asked from its interactive-query server
+    (they live in its process), and that server's address; without one, or once expired,
+    the member has no figures and the page says why."""
+    from tstreams_embedded.streams import App, StreamsBuilder
+
+    engine = console.engine
+    engine.create_stream("clicks")
+    engine.producer("clicks").instant([b"a", b"b", b"a", b"a", b"c", b"b"])  # 3 duplicates
+    b = StreamsBuilder()
+    b.stream("clicks", value_serde="bytes").dedup(key=lambda k, v: v, ttl_ms=3_600_000).to(
+        "unique", value_serde="bytes")
+    port = free_port()
+    app = App(engine, application_id="dedup", topology=b.build(), instance_name="d1", http_port=port)
+    app.start()
+
+    def shown() -> Any:
+        (a,) = console.api("apps")["applications"] or [None]
+        if a is None or not a["members"]:
+            return None
+        (m,) = a["members"]
+        return m["live"], m["query_url"], m["dropped"], m["metrics_error"], a["dropped"]
+
+    try:
+        want = (True, f"http://127.0.0.1:{port}", {"dedup": 3}, None, {"dedup": 3})
+        eventually(lambda: shown() == want, 30, 0.05, message=lambda: f"apps: {shown()}")
+    finally:
+        app.close()
+    eventually(lambda: (shown() or [None])[0] is False, 30, 0.05, message=lambda: f"apps: {shown()}")
+    live, _, dropped, error, total = shown()
+    assert (dropped, total) == (None, {}) and "expired" in error
+
+
+def test_member_metrics_are_parsed_and_bounded() -> None:
+    from tstreams_embedded.console.appmetrics import dropped_records, parse_dropped, query_url
+
+    text = ('# HELP x\ntstreams_streams_dropped_records_total{app="a",partition="0",reason="late"} 2.0\n'
+            'tstreams_streams_dropped_records_total{app="a",partition="1",reason="late"} 3.0\n'
+            'tstreams_streams_dropped_records_total{app="a",partition="1",reason="dedup"} 1.0\n'
+            'tstreams_streams_dropped_records_created{app="a",partition="1",reason="dedup"} 1.7e9\n'
+            'tstreams_streams_records_processed_total{app="a",partition="1"} 9.0\n')
+    assert parse_dropped(text) == {"dedup": 1, "late": 5}
+    assert query_url("::1", 80) == "http://[::1]:80" and query_url(None, None) is None
+    assert "error" in dropped_records(f"http://127.0.0.1:{free_port()}", 1.0)  # nothing listens
+
+
 def test_work_queue_equals_the_cli(console: Console) -> None:
     e = console.engine
     e.create_stream("jobs", partitions=2)

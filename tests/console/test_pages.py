@@ -151,3 +151,48 @@ def test_work_queue_and_schedule_pages(console: Console, browser: Any) -> None:
     assert cells(browser, "#schedules tbody tr", ".stream") == {str(r["id"]): r["stream"] for r in listed}
     e.cancel_schedule(ids[1])
     eventually(lambda: list(cells(browser, "#schedules tbody tr", ".due")) == [str(ids[0])], 20, 0.1)
+
+
+@pytest.mark.parametrize("console", ["served"], indirect=True)
+def test_stream_apps_page(console: Console, browser: Any, tmp_path: Path) -> None:
+    """A running app on the apps page: its member, tasks, interactive-query address, dropped
+    records by reason, and its input lag as ``tstreams consumers describe --json`` counts it
+    for the app's consumer."""
+    from tstreams_embedded.streams import App, StreamsBuilder
+    from tstreams_embedded.testing import free_port
+
+    e = console.engine
+    e.create_stream("clicks")  # one partition: records without a key reach one dedup task
+    e.producer("clicks").instant([b"a", b"a", b"b", b"b"])  # two duplicates
+    b = StreamsBuilder()
+    b.stream("clicks", value_serde="bytes").dedup(key=lambda k, v: v, ttl_ms=3_600_000).to(
+        "unique", value_serde="bytes")
+    port = free_port()
+    app = App(e, application_id="dedup", topology=b.build(), instance_name="d1", http_port=port)
+    app.start()
+    try:
+        browser.get(f"{console.base}/console/#/apps")
+
+        def member() -> dict[str, str] | None:
+            got: dict[str, str] | None = browser.execute_script("""
+                const tr = document.querySelector('[data-app="dedup"] tr[data-member]');
+                if (!tr) return null;
+                const t = c => tr.querySelector("." + c).textContent;
+                return {state: t("live"), tasks: t("tasks"), queries: t("query_url"), dropped: t("dropped"),
+                        href: tr.querySelector(".query_url a").href};""")
+            return got
+
+        want = {"state": "live", "tasks": "0", "queries": f"http://127.0.0.1:{port} metrics",
+                "dropped": "dedup: 2", "href": f"http://127.0.0.1:{port}/v1/members"}
+        eventually(lambda: member() == want, 30, 0.1, message=lambda: f"member: {member()}")
+
+        def cli() -> dict[str, str]:
+            return {f"clicks/{r['partition']}": str(r["lag_transactions"])
+                    for r in console.cli_json("consumers", "describe", "clicks", "dedup")}
+
+        eventually(lambda: cli() == {"clicks/0": "0"}, 30, 0.1)  # the app committed its input offset
+        eventually(lambda: cells(browser, '[data-app="dedup"] tr[data-input]', ".lag_txns") == cli(), 20, 0.1)
+        if os.environ.get("TSTREAMS_UPDATE_DOCS") == "1":
+            shoot(browser, "console-apps.png", tmp_path)
+    finally:
+        app.close()

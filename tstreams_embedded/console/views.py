@@ -24,6 +24,7 @@ from ..tools.formats import RecordSerdes, decode_item, record_serdes
 from ..tools.output import id_time
 from ..tools.queues import queue_summary
 from ..tools.schedules import schedule_row
+from .appmetrics import ask_members
 from .groups import queue_groups
 
 #: streams listed by ``/api/streams`` (the list says when more exist)
@@ -156,9 +157,13 @@ def apps(core: Core) -> dict[str, Any]:
     """The stream-processing applications in the engine's state: each one's group members
     (live or not, their tasks), tasks no live member holds, and its input lag per partition
     (a bounded :func:`~tstreams_embedded.engine.appgroups.app_overview`, as the cluster's
-    status page shows)."""
+    status page shows). Each live member with an interactive-query server is asked for its
+    dropped records by reason (:func:`~.appmetrics.ask_members`: they are in its process,
+    not in the engine)."""
     found = app_overview(core.store, core.now_ms())
-    return {"applications": [dataclasses.asdict(a) for a in found.apps], "truncated": found.truncated}
+    listed = [dataclasses.asdict(a) for a in found.apps]
+    ask_members(listed)
+    return {"applications": listed, "truncated": found.truncated}
 
 
 def queue(backend: Backend, name: str, group: str) -> dict[str, Any]:

@@ -254,6 +254,18 @@ async function consumer(stream, name) {
             c.rows, r => ({"data-partition": r.partition}))];
 }
 
+// "reason: n, …" of a dropped-records count ("none" when empty)
+function reasons(counts) {
+  const e = Object.entries(counts || {});
+  return e.length ? e.map(([r, n]) => r + ": " + n).join(", ") : "none";
+}
+
+// A member's interactive-query server: its members list and its metrics (docs/STREAMS.md)
+function queryLinks(m) {
+  if (!m.query_url || !m.live) return "";
+  return el("span", {}, link(m.query_url + "/v1/members", m.query_url), " ", link(m.query_url + "/metrics", "metrics"));
+}
+
 async function apps() {
   const a = await api("apps");
   const out = [el("h2", {}, "Stream-processing applications")];
@@ -261,8 +273,11 @@ async function apps() {
   for (const app of a.applications) {
     const box = el("section", {"data-app": app.application_id}, el("h3", {}, app.application_id));
     box.append(table("", [["member_id", "member"], ["live", "state", m => m.live ? "live" : "expired"],
-                          ["tasks", "tasks", m => m.tasks.join(", ")], ["host", "host", m => m.host ? m.host + ":" + m.port : ""]],
+                          ["tasks", "tasks", m => m.tasks.join(", ")],
+                          ["query_url", "interactive queries", queryLinks],
+                          ["dropped", "dropped records", m => m.dropped ? reasons(m.dropped) : (m.metrics_error || "")]],
                       app.members, m => ({"data-member": m.member_id})));
+    box.append(el("p", {class: "dropped"}, "dropped records (live members): " + reasons(app.dropped)));
     if (app.unassigned.length) box.append(el("p", {}, "unassigned tasks: " + app.unassigned.join(", ")));
     box.append(table("", [["stream", "input stream"], ["partition", "partition"], ["offset", "offset"],
                           ["lag_txns", "lag txns"], ["lag_seconds", "lag (s)"]],
