@@ -26,6 +26,7 @@ from ..tools.queues import queue_summary
 from ..tools.schedules import schedule_row
 from .appmetrics import ask_members
 from .groups import queue_groups
+from .partitions import PARTITION_READ_CAP, describe_bounded
 
 #: streams listed by ``/api/streams`` (the list says when more exist)
 MAX_LISTED_STREAMS = 1000
@@ -71,13 +72,17 @@ def streams(backend: Backend) -> dict[str, Any]:
     }
 
 
-def stream(backend: Backend, name: str) -> dict[str, Any]:
-    """A stream and its partitions: the rows of ``tstreams streams describe --json``."""
-    info = report.stream_info(backend, name)
-    now = backend.now_ms()
-    parts = report.describe_partitions(backend, info, list(range(info.partitions)))
+def stream(core: Core, name: str, read_cap: int = PARTITION_READ_CAP) -> dict[str, Any]:
+    """A stream and its partitions: the rows of ``tstreams streams describe --json``, each
+    partition read at most ``read_cap`` records deep (:mod:`.partitions`): past that its
+    counts read "at least" (``counts_capped``; ``bytes_capped`` for its bytes)."""
+    info = report.stream_info(core, name)
+    now = core.now_ms()
+    parts = describe_bounded(core.store, info, list(range(info.partitions)), now, read_cap)
     return {"name": info.name, "partitions": info.partitions, "ttl": info.ttl, "description": info.description,
-            "now_ms": now, "rows": [report.partition_row(info, p, now) for p in parts]}
+            "now_ms": now, "read_cap": read_cap,
+            "rows": [{**report.partition_row(info, p.info, now), "counts_capped": p.counts_capped,
+                      "bytes_capped": p.bytes_capped} for p in parts]}
 
 
 def messages(backend: Backend, name: str, partition: int, after: int, limit: int, fmt: str, key_serde: str,
@@ -120,18 +125,19 @@ def consumers(backend: Backend, name: str | None) -> dict[str, Any]:
                           for c in backend.list_consumers(name)]}
 
 
-def consumer(backend: Backend, name: str, consumer_name: str, lag_cap: int = LAG_COUNT_CAP) -> dict[str, Any]:
+def consumer(core: Core, name: str, consumer_name: str, lag_cap: int = LAG_COUNT_CAP) -> dict[str, Any]:
     """A consumer's rows (``tstreams consumers describe --json``, the lag counted up to
     ``lag_cap`` transactions a partition: ``lag_capped`` then, and ``lag_transactions`` and
     ``lag_items`` read "at least"), each with ``waits_on``: the open transaction that holds
     it back (``id``, ``age_ms``, ``expires_in_ms``, ``items``) or ``null``. Which producer
-    opened it is not known: the engine does not record it."""
-    info = report.stream_info(backend, name)
-    offsets = report.stored_offsets(backend, info, consumer_name)
-    now = backend.now_ms()
-    parts = report.describe_partitions(backend, info, list(range(info.partitions)))
-    rows = report.consumer_rows(backend, info, consumer_name, offsets, now, parts, lag_cap)
-    unread = report.expired_unread(backend, info, consumer_name)
+    opened it is not known: the engine does not record it. The partitions' heads and open
+    transactions are read as the stream page reads them (bounded, :mod:`.partitions`)."""
+    info = report.stream_info(core, name)
+    offsets = report.stored_offsets(core, info, consumer_name)
+    now = core.now_ms()
+    parts = [p.info for p in describe_bounded(core.store, info, list(range(info.partitions)), now)]
+    rows = report.consumer_rows(core, info, consumer_name, offsets, now, parts, lag_cap)
+    unread = report.expired_unread(core, info, consumer_name)
     described = {p.partition: p for p in parts}
     for row in rows:
         row["lag_capped"] = row["lag_transactions"] >= lag_cap

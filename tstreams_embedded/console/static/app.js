@@ -112,10 +112,16 @@ async function stream(name) {
   return [el("h2", {}, "Stream " + s.name), el("p", {}, s.partitions + " partitions, TTL " + s.ttl + " s. " + s.description),
           table("partitions", [
             ["partition", "partition", r => link("#/streams/" + enc(s.name) + "/partitions/" + r.partition, String(r.partition))],
-            ["head", "head"], ["head_time", "head time"], ["transactions", "transactions"], ["items", "items"],
-            ["bytes", "bytes"], ["open_count", "open"],
+            ["head", "head"], ["head_time", "head time"],
+            ["transactions", "transactions", r => atLeast(r.counts_capped) + r.transactions],
+            ["items", "items", r => atLeast(r.counts_capped) + r.items],
+            ["bytes", "bytes", r => atLeast(r.bytes_capped) + r.bytes],
+            ["open_count", "open", r => atLeast(r.counts_capped) + r.open_count],
             ["open", "oldest open (age)", r => r.open.length ? r.open[0].id + " (" + duration(r.open[0].age_ms) + ")" : ""]],
             s.rows, r => ({"data-partition": r.partition})),
+          s.rows.some(r => r.counts_capped || r.bytes_capped)
+            ? el("p", {id: "read-cap"}, "≥: the console reads the newest " + s.read_cap + " records of a partition; tstreams streams describe counts all")
+            : "",
           el("h3", {}, "Work queue groups"), queueTable(q), queueForm(s.name)];
 }
 
