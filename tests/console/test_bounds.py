@@ -198,3 +198,23 @@ def test_stream_page_counts_read_at_least_past_the_cap(tmp_path: Path) -> None:
         assert p0["head"] == engine.backend.describe_partitions("s", 0, 1)[0].head
         assert (p1["transactions"], p1["counts_capped"], p1["bytes_capped"]) == (1, False, False)
         assert page["read_cap"] == 3
+
+
+def test_work_queue_groups_are_listed_up_to_a_limit(tmp_path: Path) -> None:
+    from tstreams_embedded.console.groups import queue_groups
+
+    with ts.open(tmp_path, compaction_interval=None) as engine:
+        engine.create_stream("a")
+        engine.create_stream("b")
+        for group in ("w3", "w1", "w2"):
+            engine.work_queue("a", group)
+        engine.work_queue("b", "other")
+        core = engine.backend
+        assert queue_groups(core, "a") == (["w1", "w2", "w3"], False)  # type: ignore[arg-type]
+        assert queue_groups(core, "a", limit=2) == (["w1", "w2"], True)  # type: ignore[arg-type]
+        assert queue_groups(core, "b") == (["other"], False)  # type: ignore[arg-type]
+        with pytest.raises(errors.StreamNotFound):
+            queue_groups(core, "nope")  # type: ignore[arg-type]
+        listed = views.queues(core, None)  # type: ignore[arg-type]
+        assert [(g["stream"], g["group"]) for g in listed["groups"]] == [("a", "w1"), ("a", "w2"), ("a", "w3"),
+                                                                         ("b", "other")]

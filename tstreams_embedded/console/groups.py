@@ -3,8 +3,7 @@ one ``g`` key a group, so listing them is one seek and one step a group."""
 
 from __future__ import annotations
 
-import struct
-
+from ..engine import queuestate
 from ..engine.catalog import lookup_stream
 from ..engine.core import Core
 from ..engine.store import entries
@@ -12,8 +11,6 @@ from ..engine.validate import check_name
 
 #: groups listed per stream (the list says when more exist)
 MAX_LISTED_GROUPS = 100
-
-_U64 = struct.Struct(">Q")
 
 
 def queue_groups(core: Core, stream: str, limit: int = MAX_LISTED_GROUPS) -> tuple[list[str], bool]:
@@ -24,7 +21,7 @@ def queue_groups(core: Core, stream: str, limit: int = MAX_LISTED_GROUPS) -> tup
         info = lookup_stream(txn, store, check_name(stream))
         if store.queues is None:
             return [], False
-        prefix = b"g" + _U64.pack(info.id)
+        prefix = queuestate.stream_prefixes(info.id)[0]  # the groups' ``g`` keys: g · stream id · group · 0
         names: list[str] = []
         cur = txn.cursor(db=store.queues)
         if store.seek(cur, "queues", prefix):
