@@ -1,7 +1,7 @@
 """What a stream app's live members answer about themselves: their dropped records by reason.
 
 The engine stores an application's group (members, their tasks, where each answers queries:
-:mod:`tstreams_embedded.engine.appgroups`), not its metrics: counters such as
+:mod:`tstreams_embedded.engine.operator.appgroups`), not its metrics: counters such as
 ``tstreams_streams_dropped_records_total{app,partition,reason}`` live in each member's
 process, served by its interactive-query server at ``GET /metrics``
 (:mod:`tstreams_embedded.streams.queries`). :func:`dropped_records` asks a member for
@@ -68,7 +68,7 @@ def dropped_records(base_url: str, timeout: float = METRICS_TIMEOUT) -> dict[str
 
 def ask_members(apps: list[dict[str, Any]]) -> None:
     """Add to each live member of ``apps`` (``dataclasses.asdict`` of
-    :class:`~tstreams_embedded.engine.appgroups.AppOverview`) its ``query_url`` and
+    :class:`~tstreams_embedded.engine.operator.appgroups.AppOverview`) its ``query_url`` and
     ``dropped`` (or ``metrics_error``), and to each application ``dropped``: the sum over
     the members that answered. At most :data:`MAX_ASKED_MEMBERS` members are asked, within
     :data:`ASK_SECONDS` in all; the others get a ``metrics_error`` saying so."""

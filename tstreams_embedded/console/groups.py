@@ -1,13 +1,13 @@
-"""The work queue groups of a stream, as the engine stores them (:mod:`tstreams_embedded.engine.queuestate`):
+"""The work queue groups of a stream, as the engine stores them (:mod:`tstreams_embedded.engine.protocol.queuestate`):
 one ``g`` key a group, so listing them is one seek and one step a group."""
 
 from __future__ import annotations
 
-from ..engine import queuestate
-from ..engine.catalog import lookup_stream
-from ..engine.core import Core
-from ..engine.store import entries
-from ..engine.validate import check_name
+from ..engine.protocol import queuestate
+from ..engine.protocol.validate import check_name
+from ..engine.storage.catalog import lookup_stream
+from ..engine.storage.core import Core
+from ..engine.storage.store import entries
 
 #: groups listed per stream (the list says when more exist)
 MAX_LISTED_GROUPS = 100

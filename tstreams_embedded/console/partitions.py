@@ -1,6 +1,6 @@
 """A stream's partitions as the console's stream and consumer pages show them, at a bounded cost.
 
-:meth:`~tstreams_embedded.engine.backend.Backend.describe_partitions` (``tstreams streams
+:meth:`~tstreams_embedded.engine.protocol.backend.Backend.describe_partitions` (``tstreams streams
 describe``) reads every transaction record and data key of a partition: its cost grows
 with the partition. The engine keeps no per-partition counts, so :func:`describe_bounded`
 reads a partition from its newest end, at most ``cap`` transaction records and ``cap``
@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import lmdb
 
-from ..engine import keys
-from ..engine.backend import MAX_OPEN_LISTED, OpenTxn, PartitionInfo, StreamInfo
-from ..engine.ops import TxnState
-from ..engine.reads import ttl_floor
-from ..engine.store import Store, as_bytes
-from ..engine.validate import check_partition
+from ..engine.protocol.backend import MAX_OPEN_LISTED, OpenTxn, PartitionInfo, StreamInfo
+from ..engine.protocol.ops import TxnState
+from ..engine.protocol.validate import check_partition
+from ..engine.storage import keys
+from ..engine.storage.reads import ttl_floor
+from ..engine.storage.store import Store, as_bytes
 
 #: records read per partition (transaction records, and data keys)
 PARTITION_READ_CAP = 10_000

@@ -1,5 +1,5 @@
 """``tstreams schedules list|cancel``: the pending schedules of scheduled delivery
-(``engine.schedule``, :mod:`tstreams_embedded.engine.schedules`)."""
+(``engine.schedule``, :mod:`tstreams_embedded.engine.protocol.schedules`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..engine.schedules import ScheduleInfo
+from ..engine.protocol.schedules import ScheduleInfo
 from .output import Output, duration, ms_time
 from .target import Target, target_options
 
