@@ -18,6 +18,9 @@ from .windows import SessionWindows, SlidingWindows, TimeWindows, Windowed, Wind
 #: in place by a later aggregator call, so what was forwarded stays as it was)
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None)})
 _MISSING = object()
+#: the most aggregates the batches since the last commit keep in memory (beyond, they go into
+#: the store's cache, which is bounded by bytes)
+LOCAL_MAX = 8192
 
 
 class WindowAggregateNode(Node):
@@ -37,9 +40,10 @@ class WindowAggregateNode(Node):
     A window that is not tracked as open is not in the store (every window written is
     tracked until it closes, and a closed one takes no more records), so a record that starts
     a window reads nothing from the store. :meth:`process_batch` (time windows) keeps the
-    batch's immutable aggregates (counts, sums) in memory from record to record and puts each
-    changed window into the store once per batch; records are still aggregated, found late
-    and closing windows one at a time, in order.
+    immutable aggregates (counts, sums) in memory from record to record and from batch to
+    batch, and puts each changed window into the store once per commit (:meth:`flush`; or
+    once :data:`LOCAL_MAX` are kept, and before any record goes through :meth:`process`);
+    records are still aggregated, found late and closing windows one at a time, in order.
     """
 
     def __init__(self, name: str, store: str, windows: Windows, agg: Aggregation, late_to: str | None,
@@ -68,7 +72,7 @@ class WindowAggregateNode(Node):
         self.observed: int | None = ctx.meta().get_raw(self.meta_key)
         self.retired_to = state.MIN_TIME
         self.heap: list[tuple[int, int, bytes]] = []
-        #: window key -> aggregate, kept in memory within a batch (see :meth:`process_batch`)
+        #: window key -> aggregate, kept in memory until the commit (see :meth:`process_batch`)
         self._local: dict[bytes, Any] = {}
         self.open: set[bytes] = set()
         self.by_key: dict[bytes, set[tuple[int, int]]] = {}
@@ -79,6 +83,7 @@ class WindowAggregateNode(Node):
                 self._track(wk, end, start, kb)
 
     def flush(self) -> None:
+        self._put_local()
         if self.observed is not None:
             self.ctx.meta().put_raw(self.meta_key, self.observed)
 
@@ -109,6 +114,8 @@ class WindowAggregateNode(Node):
                     del self.by_key[kb]
 
     def process(self, rec: Record) -> None:
+        if self._local:  # (record by record after batches: the store has every aggregate)
+            self._put_local()
         if rec.key is None:
             self.ctx.count("skipped_null_key")
             return
@@ -212,7 +219,8 @@ class WindowAggregateNode(Node):
             self._tumbling_batch(recs, origins, windows.size_ms, out, out_origins)
         else:
             self._windows_batch(recs, origins, out, out_origins)
-        self._put_local()
+        if len(self._local) > LOCAL_MAX:
+            self._put_local()
         if not out:
             return
         updates = bool(self.updates)
@@ -259,7 +267,9 @@ class WindowAggregateNode(Node):
         """:meth:`process_batch` for tumbling windows (one window per record)."""
         store, is_open, local, heap = self.store, self.open, self._local, self.heap
         initializer, aggregator = self.agg.initializer, self.agg.aggregator
-        grace, longest, key_bytes = self.grace, state.MAX_STORE_KEY, self._key_bytes()
+        grace, longest = self.grace, state.MAX_STORE_KEY
+        serialize = self.key_serde.serialize
+        known: dict[Any, bytes] = {}  # str key -> its bytes, for this batch
         updates = bool(self.updates)
         retention = self.windows.retention_ms
         every = max(1, retention // 4)  # (see _closing)
@@ -275,7 +285,12 @@ class WindowAggregateNode(Node):
             if observed is None or t > observed:
                 observed = t
                 self.observed = t
-            kb = key_bytes(key)
+            if type(key) is str:
+                kb = known.get(key)
+                if kb is None:
+                    kb = known[key] = serialize(key)
+            else:
+                kb = serialize(key)
             start = t - t % size
             end = start + size
             if end + grace <= observed:
