@@ -11,7 +11,7 @@ from ..engine import state
 from .nodes import Aggregation, Node, TaskContext
 from .record_slices import RecordSlices
 from .records import Record
-from .serdes import Serde
+from .serdes import JsonSerde, MsgpackSerde, Serde, StrSerde
 from .windows import SessionWindows, SlidingWindows, TimeWindows, Windowed, Windows
 
 #: aggregate values a batch may keep in memory between its records (they cannot be changed
@@ -21,6 +21,9 @@ _MISSING = object()
 #: the most aggregates the batches since the last commit keep in memory (beyond, they go into
 #: the store's cache, which is bounded by bytes)
 LOCAL_MAX = 8192
+#: the record keys a window remembers for its final result: those its key serde (str, JSON
+#: or msgpack) reads back as they were
+_KEPT_KEYS = (str, int)
 
 
 class WindowAggregateNode(Node):
@@ -71,10 +74,16 @@ class WindowAggregateNode(Node):
         self.meta_key = ("observed/" + self.name).encode()
         self.observed: int | None = ctx.meta().get_raw(self.meta_key)
         self.retired_to = state.MIN_TIME
-        self.heap: list[tuple[int, int, bytes]] = []
+        #: the ends of the open windows (a heap), and the keys of the windows of each end
+        #: (a window untracked early, by a session merge, stays there until its end)
+        self.ends: list[int] = []
+        self.closing: dict[int, list[bytes]] = {}
+        #: the keys of the batches' records, kept for the final results (see :meth:`_close`)
+        self.key_kept = type(self.key_serde) in (StrSerde, JsonSerde, MsgpackSerde)
         #: window key -> aggregate, kept in memory until the commit (see :meth:`process_batch`)
         self._local: dict[bytes, Any] = {}
-        self.open: set[bytes] = set()
+        #: open window key -> its record key (None: read back from the key bytes when it closes)
+        self.open: dict[bytes, Any] = {}
         self.by_key: dict[bytes, set[tuple[int, int]]] = {}
         if self.observed is not None:  # windows not closed yet, from the store (no replay)
             lo = state.window_bound(self.observed - self.grace + 1)
@@ -97,15 +106,20 @@ class WindowAggregateNode(Node):
             self.observed = to
             self._close(to)
 
-    def _track(self, wk: bytes, end: int, start: int, kb: bytes) -> None:
+    def _track(self, wk: bytes, end: int, start: int, kb: bytes, key: Any = None) -> None:
         if wk not in self.open:
-            self.open.add(wk)
-            heapq.heappush(self.heap, (end, start, kb))
+            self.open[wk] = key if self.key_kept and type(key) in _KEPT_KEYS else None
+            bucket = self.closing.get(end)
+            if bucket is None:
+                self.closing[end] = [wk]
+                heapq.heappush(self.ends, end)
+            else:
+                bucket.append(wk)
             if self.sessions or self.sliding:
                 self.by_key.setdefault(kb, set()).add((start, end))
 
     def _untrack(self, wk: bytes, end: int, start: int, kb: bytes) -> None:
-        self.open.discard(wk)
+        self.open.pop(wk, None)
         if self.sessions or self.sliding:
             spans = self.by_key.get(kb)
             if spans is not None:
@@ -147,7 +161,7 @@ class WindowAggregateNode(Node):
 
     def _put(self, rec: Record, wk: bytes, kb: bytes, start: int, end: int, value: Any) -> None:
         self.store.put_raw(wk, value)
-        self._track(wk, end, start, kb)
+        self._track(wk, end, start, kb, rec.key)
         self._update(Record(Windowed(rec.key, start, end), value, rec.timestamp, rec.headers))
 
     def _update(self, rec: Record) -> None:
@@ -257,15 +271,16 @@ class WindowAggregateNode(Node):
 
     def _closing(self, observed: int) -> bool:
         """Whether :meth:`_close` at ``observed`` would close a window or delete expired ones."""
-        heap = self.heap
+        ends = self.ends
         retention = self.windows.retention_ms
-        return bool(heap and heap[0][0] + self.grace <= observed) or \
+        return bool(ends and ends[0] + self.grace <= observed) or \
             observed - retention - self.retired_to >= max(1, retention // 4)
 
     def _tumbling_batch(self, recs: list[Record], origins: list[int], size: int, out: list[Record],
                         out_origins: list[int]) -> None:
         """:meth:`process_batch` for tumbling windows (one window per record)."""
-        store, is_open, local, heap = self.store, self.open, self._local, self.heap
+        store, is_open, local, ends, closing = self.store, self.open, self._local, self.ends, self.closing
+        key_kept = self.key_kept
         initializer, aggregator = self.agg.initializer, self.agg.aggregator
         grace, longest = self.grace, state.MAX_STORE_KEY
         serialize = self.key_serde.serialize
@@ -314,13 +329,18 @@ class WindowAggregateNode(Node):
                         continue
                 else:
                     local[wk] = new
-                if wk not in is_open:
-                    is_open.add(wk)
-                    heapq.heappush(heap, (end, start, kb))
+                if wk not in is_open:  # (as _track)
+                    is_open[wk] = key if key_kept and type(key) in _KEPT_KEYS else None
+                    bucket = closing.get(end)
+                    if bucket is None:
+                        closing[end] = [wk]
+                        heapq.heappush(ends, end)
+                    else:
+                        bucket.append(wk)
                 if updates:
                     out.append(Record(Windowed(key, start, end), new, t, rec.headers))
                     out_origins.append(origin)
-            if (heap and heap[0][0] + grace <= observed) or observed - retention - self.retired_to >= every:
+            if (ends and ends[0] + grace <= observed) or observed - retention - self.retired_to >= every:
                 self._close(observed, out, out_origins, origin)
 
     def _windows_batch(self, recs: list[Record], origins: list[int], out: list[Record],
@@ -359,7 +379,7 @@ class WindowAggregateNode(Node):
                         store.put_raw(wk, new)  # StoreKeyTooLong for a key too long
                     else:
                         local[wk] = new
-                    self._track(wk, end, start, kb)
+                    self._track(wk, end, start, kb, key)
                     if updates:
                         out.append(Record(Windowed(key, start, end), new, t, rec.headers))
                         out_origins.append(origin)
@@ -393,21 +413,26 @@ class WindowAggregateNode(Node):
                origin: int = 0) -> None:
         """Close the windows whose ``end + grace <= observed``: their final results to the
         :class:`SuppressNode` children, or (in a batch) onto ``out`` with ``origin``."""
-        heap = self.heap
+        ends, closing, is_open = self.ends, self.closing, self.open
         grace = self.grace
         local = self._local
-        while heap and heap[0][0] + grace <= observed:
-            end, start, kb = heapq.heappop(heap)
-            wk = state.window_key(end, start, kb)
-            if wk not in self.open:
-                continue
-            self._untrack(wk, end, start, kb)
-            if self.finals:
+        finals = bool(self.finals)
+        while ends and ends[0] + grace <= observed:
+            end = heapq.heappop(ends)
+            for wk in sorted(closing.pop(end)):  # (by start, then key bytes)
+                key = is_open.get(wk, _MISSING)
+                if key is _MISSING:
+                    continue
+                _, start, kb = state.split_window_key(wk)
+                self._untrack(wk, end, start, kb)
+                if not finals:
+                    continue
                 value = local.get(wk, _MISSING)
                 if value is _MISSING:
                     value = self.store.get_raw(wk)
                 if value is not None:
-                    key = _hashable(self.key_serde.deserialize(kb))
+                    if key is None:
+                        key = _hashable(self.key_serde.deserialize(kb))
                     final = Record(Windowed(key, start, end), value, end, None)
                     if out is not None and out_origins is not None:
                         out.append(final)
@@ -417,10 +442,12 @@ class WindowAggregateNode(Node):
                             child.final(final)
         cutoff = observed - self.windows.retention_ms
         if cutoff - self.retired_to >= max(1, self.windows.retention_ms // 4):
-            self._put_local()  # (before the range deletion, which may cover some of them)
+            hi = state.window_bound(cutoff + 1)
+            for wk in [wk for wk in local if wk < hi]:  # (the range deletion covers them)
+                del local[wk]
             for store in (self.store, self.raw):
                 if store is not None:
-                    store.delete_range_raw(state.window_bound(state.MIN_TIME), state.window_bound(cutoff + 1))
+                    store.delete_range_raw(state.window_bound(state.MIN_TIME), hi)
             if self.raw is not None:
                 self.slices.retire(cutoff)
             self.retired_to = cutoff
