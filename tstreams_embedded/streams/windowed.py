@@ -42,11 +42,11 @@ class WindowAggregateNode(Node):
 
     A window that is not tracked as open is not in the store (every window written is
     tracked until it closes, and a closed one takes no more records), so a record that starts
-    a window reads nothing from the store. :meth:`process_batch` (time windows) keeps the
-    immutable aggregates (counts, sums) in memory from record to record and from batch to
-    batch, and puts each changed window into the store once per commit (:meth:`flush`; or
-    once :data:`LOCAL_MAX` are kept, and before any record goes through :meth:`process`);
-    records are still aggregated, found late and closing windows one at a time, in order.
+    a window reads nothing from the store. Immutable aggregates (counts, sums) are kept in
+    memory from record to record and from batch to batch, and each changed window goes into
+    the store once per commit (:meth:`flush`; or once :data:`LOCAL_MAX` are kept);
+    :meth:`process_batch` (time windows) loops over a batch with the same rules. Records are
+    still aggregated, found late and closing windows one at a time, in order.
     """
 
     def __init__(self, name: str, store: str, windows: Windows, agg: Aggregation, late_to: str | None,
@@ -93,6 +93,10 @@ class WindowAggregateNode(Node):
 
     def flush(self) -> None:
         self._put_local()
+        if self.raw is not None:
+            observed = self.observed
+            size = self.windows.size_ms  # type: ignore[attr-defined]
+            self.slices.flush(None if observed is None else observed - size - self.grace)
         if self.observed is not None:
             self.ctx.meta().put_raw(self.meta_key, self.observed)
 
@@ -128,7 +132,7 @@ class WindowAggregateNode(Node):
                     del self.by_key[kb]
 
     def process(self, rec: Record) -> None:
-        if self._local:  # (record by record after batches: the store has every aggregate)
+        if len(self._local) > LOCAL_MAX:
             self._put_local()
         if rec.key is None:
             self.ctx.count("skipped_null_key")
@@ -154,13 +158,27 @@ class WindowAggregateNode(Node):
 
     def _add(self, rec: Record, kb: bytes, start: int, end: int) -> None:
         wk = state.window_key(end, start, kb)
-        current = self.store.get_raw(wk) if wk in self.open else None  # (not open: a new window)
+        current = self._get(wk) if wk in self.open else None  # (not open: a new window)
         if current is None:
             current = self.agg.initializer()
         self._put(rec, wk, kb, start, end, self.agg.aggregator(rec.key, rec.value, current))
 
+    def _get(self, wk: bytes) -> Any:
+        """The aggregate of window ``wk``: kept in memory, or from the store."""
+        value = self._local.get(wk, _MISSING)
+        return self.store.get_raw(wk) if value is _MISSING else value
+
+    def _set(self, wk: bytes, value: Any) -> None:
+        """Set the aggregate of window ``wk``: in memory until the commit when it is
+        immutable, else into the store at once (StoreKeyTooLong for a key too long)."""
+        if len(wk) > state.MAX_STORE_KEY or type(value) not in _IMMUTABLE:
+            self._local.pop(wk, None)
+            self.store.put_raw(wk, value)
+        else:
+            self._local[wk] = value
+
     def _put(self, rec: Record, wk: bytes, kb: bytes, start: int, end: int, value: Any) -> None:
-        self.store.put_raw(wk, value)
+        self._set(wk, value)
         self._track(wk, end, start, kb, rec.key)
         self._update(Record(Windowed(rec.key, start, end), value, rec.timestamp, rec.headers))
 
@@ -180,12 +198,12 @@ class WindowAggregateNode(Node):
         merger = self.agg.merger
         for s, e in merged:
             wk = state.window_key(e, s, kb)
-            old = self.store.get_raw(wk)
+            old = self._get(wk)
             if old is not None:
                 if merger is None:
                     raise errors.TopologyError("session windows need a merger: aggregate(..., merger=...)")
                 value = merger(rec.key, value, old)
-            self.store.put_raw(wk, None)
+            self._set(wk, None)
             self._untrack(wk, e, s, kb)
             if (s, e) != (start, end):
                 self._update(Record(Windowed(rec.key, s, e), None, t, rec.headers))
