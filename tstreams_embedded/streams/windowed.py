@@ -435,6 +435,7 @@ class WindowAggregateNode(Node):
         grace = self.grace
         local = self._local
         finals = bool(self.finals)
+        by_key = self.sessions or self.sliding
         while ends and ends[0] + grace <= observed:
             end = heapq.heappop(ends)
             for wk in sorted(closing.pop(end)):  # (by start, then key bytes)
@@ -442,7 +443,10 @@ class WindowAggregateNode(Node):
                 if key is _MISSING:
                     continue
                 _, start, kb = state.split_window_key(wk)
-                self._untrack(wk, end, start, kb)
+                if by_key:
+                    self._untrack(wk, end, start, kb)
+                else:
+                    del is_open[wk]
                 if not finals:
                     continue
                 value = local.get(wk, _MISSING)
