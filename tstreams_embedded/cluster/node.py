@@ -39,8 +39,8 @@ import lmdb
 import zmq
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.core import Core
+from ..engine.protocol import ops as O
+from ..engine.storage.core import Core
 from ..net.auth import PeerKeys
 from . import snapshot as snap
 from .applier import DEDUP_WINDOW, Applier, Outcome

@@ -16,7 +16,7 @@ from itertools import repeat
 from typing import Any
 
 from .. import errors
-from ..engine.backend import TxnData
+from ..engine.protocol.backend import TxnData
 from ..ids import ID_MULTIPLIER
 from .nodes import SourceNode
 from .records import ENVELOPE_MARK, MAX_TIMESTAMP, MIN_TIMESTAMP, Record, unpack_envelope

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import errors
+from .app_members import read_group
 from .appview import AppView
-from .membership import read_group
 from .metrics import AppMetrics
 from .records import partition_of
 from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from .. import errors
-from ..engine.backend import Backend
+from ..engine.protocol.backend import Backend
 from .records import Record
 from .serdes import Serde
 from .stores import KeyValueStore

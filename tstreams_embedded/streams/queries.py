@@ -3,7 +3,7 @@
 * :func:`query_metadata_for_key` says which instance runs the task that owns a key of a
   store (host and port of its HTTP endpoint, as Kafka Streams' ``queryMetadataForKey``):
   the key's task is ``crc32c(key bytes) % tasks``, its owner the holder of that task's
-  lease (:mod:`.membership`).
+  lease (:mod:`.app_members`).
 * :class:`QueryServer` (``App(..., http_port=0)``; Tornado, on its own thread and IO loop,
   store reads on a small thread pool) answers, in JSON:
 
@@ -59,9 +59,9 @@ import tornado.netutil
 import tornado.web
 
 from .. import errors
-from ..engine import state
+from ..engine.storage import state_stores as state
+from .app_members import read_group
 from .key_owners import QueriedApp, query_metadata_for_key
-from .membership import read_group
 from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore
 from .windows import Windowed
 

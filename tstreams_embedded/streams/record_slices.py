@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from ..engine import state
+from ..engine.storage import state_stores as state
 from .stores import KeyValueStore
 
 #: slices per window span: a window reads at most SLICES + 2 slices, a record rewrites one

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import errors
-from ..engine.validate import check_name
+from ..engine.protocol.validate import check_name
 from . import nodes as N
 from .joins import TagNode, check_copartitioned
 from .kstream import KStream
