@@ -167,13 +167,12 @@ class MapNode(Node):
 
     def process_batch(self, recs: list[Record], origins: list[int]) -> None:
         fn, name = self.fn, self.name
-        out = []
-        for rec in recs:
+        for rec in recs:  # (in place: see the module docstring)
             pair = fn(rec.key, rec.value)
             if type(pair) is not tuple or len(pair) != 2:
                 pair = _pair(pair, name)
-            out.append(Record(pair[0], pair[1], rec.timestamp, rec.headers))
-        self.forward_batch(out, origins)
+            rec.key, rec.value = pair
+        self.forward_batch(recs, origins)
 
 
 class MapValuesNode(Node):
@@ -188,12 +187,13 @@ class MapValuesNode(Node):
 
     def process_batch(self, recs: list[Record], origins: list[int]) -> None:
         fn = self.fn
-        if self.with_key:
-            out = [Record(rec.key, fn(rec.key, rec.value), rec.timestamp, rec.headers) for rec in recs]
+        if self.with_key:  # (in place: see the module docstring)
+            for rec in recs:
+                rec.value = fn(rec.key, rec.value)
         else:
-            out = [Record(rec.key, fn(rec.value), rec.timestamp, rec.headers)  # type: ignore[call-arg]
-                   for rec in recs]
-        self.forward_batch(out, origins)
+            for rec in recs:
+                rec.value = fn(rec.value)  # type: ignore[call-arg]
+        self.forward_batch(recs, origins)
 
 
 class FlatMapNode(Node):
@@ -225,8 +225,9 @@ class SelectKeyNode(Node):
 
     def process_batch(self, recs: list[Record], origins: list[int]) -> None:
         fn = self.fn
-        self.forward_batch([Record(fn(rec.key, rec.value), rec.value, rec.timestamp, rec.headers) for rec in recs],
-                           origins)
+        for rec in recs:  # (in place: see the module docstring)
+            rec.key = fn(rec.key, rec.value)
+        self.forward_batch(recs, origins)
 
 
 class PeekNode(Node):
