@@ -19,6 +19,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from .. import errors
+from ..retry import RetryPolicy
+from .coordinator import ElectionLock
 from .leader import LeaderState
 from .messages import Hello, HelloReply, MembershipCall, pack, unpack
 from .retention import Retention
@@ -33,6 +35,10 @@ log = logging.getLogger(__name__)
 
 CLOCK_TICK = 1.0  # seconds: an idle leader appends an empty entry this often (the state clock moves on)
 HANDSHAKE_GRACE = 0.2  # seconds a candidate still waits for the other answers once a majority answered
+#: Releasing the election lock: three tries 0.1 s apart while the session lasts (after that
+#: the lock goes with the session).
+RELEASE_RETRY = RetryPolicy(retry_on=(errors.ClusterUnavailable,), max_tries=3, delay=0.1, backoff=1.0,
+                            max_delay=0.1)
 
 
 class Election:
@@ -54,8 +60,8 @@ class Election:
             n.lock_attempt = lock
             try:
                 if not lock.acquire():
-                    continue
-            except Exception as exc:  # noqa: BLE001 - session trouble or cancelled
+                    continue  # cancelled (stopping)
+            except errors.ClusterUnavailable as exc:  # the session was lost while waiting
                 log.debug("election: %s", exc)
                 n.stopping.wait(0.1)
                 continue
@@ -63,20 +69,23 @@ class Election:
             try:
                 if not n.stopping.is_set():
                     stepped_aside = not self.lead()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - last resort of the election thread: log, step down, try again
                 log.exception("leadership failed")
             finally:
                 n.step_down("leadership ended")
-                for _ in range(3):
-                    try:
-                        lock.release()
-                        break
-                    except Exception:  # noqa: BLE001
-                        if not n.zk_ok:
-                            break
-                        n.stopping.wait(0.1)
+                self.release(lock)
             if stepped_aside:
                 n.stopping.wait(0.3)  # let the better node take the lock
+
+    def release(self, lock: ElectionLock) -> None:
+        """Give up the election lock (:data:`RELEASE_RETRY`); without ZooKeeper, the lock
+        is freed when this node's session expires."""
+        n = self.node
+        try:
+            RELEASE_RETRY.call(lock.release, clock=n.runtime.monotonic, sleep=n.stopping.wait,
+                               stop=lambda: not n.zk_ok)
+        except errors.ClusterUnavailable as exc:
+            log.warning("could not release the election lock (%s); it is freed when the session expires", exc)
 
     def lead(self) -> bool:
         """Holding the election lock: become leader. False if this node must step aside."""

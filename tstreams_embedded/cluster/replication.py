@@ -79,7 +79,7 @@ class ReplicationService:
                     continue
                 try:
                     self.on_request(ident, request)
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - last resort of the serving thread: log it, serve the next
                     log.exception("replication request failed")
             self.answer_parked()
 
