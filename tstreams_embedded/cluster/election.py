@@ -16,7 +16,7 @@ time, and steps down when it has not heard from a majority within an election ti
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import errors
 from ..retry import RetryPolicy
@@ -29,7 +29,13 @@ from .transport import PeerLink
 from .zk import quorum_of
 
 if TYPE_CHECKING:
-    from .node import Node
+    from .applier import Applier
+    from .coordinator import Coordinator
+    from .log import ReplicatedLog
+    from .runtime import Event, Runtime
+    from .snapshot import SnapshotServer
+    from .timesource import TimeSource
+    from .transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +47,59 @@ RELEASE_RETRY = RetryPolicy(retry_on=(errors.ClusterUnavailable,), max_tries=3, 
                             max_delay=0.1)
 
 
+class ElectionNode(Protocol):
+    """What :class:`Election` uses of its node: :class:`~.node.Node` is one (a protocol,
+    so that this module need not import the node's)."""
+
+    applier: Applier
+    config: dict[str, Any]
+    coordinator: Coordinator
+    diverged: bool
+    elections: int
+    endpoint: str
+    http: str | None
+    identity_conflict: bool
+    known_epoch: int
+    last_now: int
+    leader_state: LeaderState | None
+    lock_attempt: ElectionLock | None
+    log: ReplicatedLog
+    need_snapshot: bool
+    node_id: str
+    repl_endpoint: str
+    retention: Retention
+    role: Role
+    runtime: Runtime
+    snapshot_server: SnapshotServer
+    stopping: Event
+    timer: TimeSource
+    transport: Transport
+    zk_ok: bool
+
+    @property
+    def granted_session_timeout(self) -> float: ...
+
+    @property
+    def lease_seconds(self) -> float: ...
+
+    @property
+    def nodes(self) -> int: ...
+
+    def advance_commit(self) -> None: ...
+
+    def next_now(self) -> int: ...
+
+    def serving(self) -> bool: ...
+
+    def step_down(self, why: str) -> None: ...
+
+    def wake(self) -> None: ...
+
+
 class Election:
     """``node``'s election loop (one thread, :meth:`run`) and its leadership."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ElectionNode) -> None:
         self.node = node
         #: while holding the lock, how many nodes had a coordinator session when fewer than
         #: a majority did (the election waits for a majority: :meth:`await_majority`); else None
