@@ -295,6 +295,8 @@ class ClusterBackend:
         with self._lock:
             if self._reader is not None:
                 return self._reader
+        from kazoo.exceptions import KazooException
+
         now = time.monotonic()
         candidates = []
         try:
@@ -304,7 +306,7 @@ class ClusterBackend:
                 info = decode_json(self._zk.get(self.addr.node(child))[0])
                 if info.get("role") == "follower" and not info.get("diverged") and info.get("endpoint"):
                     candidates.append((child, str(info["endpoint"])))
-        except Exception:  # noqa: BLE001 - ZooKeeper trouble: read from the leader meanwhile
+        except (KazooException, self._zk.handler.timeout_exception):  # ZooKeeper trouble: read from the leader
             return None
         if not candidates:
             return None

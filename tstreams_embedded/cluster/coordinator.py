@@ -99,7 +99,7 @@ class KazooElectionLock:
             return bool(self.lock.acquire())
         except CancelledError:
             return False
-        except KazooException as exc:
+        except (KazooException, self.lock.client.handler.timeout_exception) as exc:
             raise errors.ClusterUnavailable(f"ZooKeeper: waiting for the election lock failed: {exc!r}") from exc
 
     def release(self) -> None:
@@ -107,7 +107,7 @@ class KazooElectionLock:
 
         try:
             self.lock.release()
-        except KazooException as exc:
+        except (KazooException, self.lock.client.handler.timeout_exception) as exc:
             raise errors.ClusterUnavailable(f"ZooKeeper: releasing the election lock failed: {exc!r}") from exc
 
     def cancel(self) -> None:

@@ -97,7 +97,7 @@ class ReplicationService:
         while not n.stopping.is_set():
             try:
                 received = server.poll(0.05)
-            except Exception:  # noqa: BLE001 - the endpoint was closed under us (stopping)
+            except errors.EngineClosed:  # the endpoint was closed under us (stopping)
                 return
             n.snapshot_server.serve()
             for ident, body in received:
