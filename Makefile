@@ -42,7 +42,7 @@ demo: $(STAMP)
 test: $(STAMP) $(PATHWAY_STAMP) system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -ra tests
+	$(PY) -m pytest -ra --durations=25 tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -7,13 +7,18 @@ refreshed once a second by a poller: overview, streams, the stream, the consumer
 consumer's detail and lag history, a page of the message browser). The net suite's
 pipelined write clients (:func:`benchmarks.net.run_clients`) run against them alternately,
 ``--reps`` times, in an order that flips every repetition. Prints each server's median
-writes/s and server CPU µs per write, their ratio, and every repetition's figures. The
-target: the console costs at most 5 % of the write throughput.
+writes/s and server CPU µs per write, their ratio, every repetition's figures, and the
+console's own reads: the time its fresh page reads and its lag samples took, as a share of
+the time the poller ran (``/api/overview``'s ``reads``; the share the read budget bounds).
+The target: the console costs at most 5 % of the write throughput. ``--control`` runs the
+same comparison with neither server serving the console (an A/A run: the noise and any bias
+of the pair of servers on the machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -47,6 +52,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--measure", type=float, default=2.0)
+    ap.add_argument("--control", action="store_true", help="neither server serves the console (A/A)")
     a = ap.parse_args()
     import tstreams_embedded as ts
 
@@ -61,7 +67,7 @@ def main() -> None:
         for name in runs:
             endpoint = f"tcp://127.0.0.1:{free_port()}"
             ready = work / f"{name}.ready"
-            extra = ["--http", f"127.0.0.1:{http_port}"] if name == "console" else []
+            extra = ["--http", f"127.0.0.1:{http_port}"] if name == "console" and not a.control else []
             p = subprocess.Popen([sys.executable, "-m", "tstreams_embedded.cli", "serve", "--data",
                                   str(work / name), "--bind", endpoint, "--durability", "async",
                                   "--ready-file", str(ready), "--log-level", "WARNING", *extra], cwd=work)
@@ -78,16 +84,23 @@ def main() -> None:
                 consumer.get_transaction(0)
                 consumer.checkpoint()
         poller = threading.Thread(target=poll, args=(http_port, stop, counts), daemon=True)
-        poller.start()
+        polled_from = time.monotonic()
+        if not a.control:
+            poller.start()
         cfg = {"warmup": 0.5, "measure": a.measure, "window": 100, "settle": 0.3}
         for rep in range(a.reps):
             for name in (("plain", "console") if rep % 2 == 0 else ("console", "plain")):
                 p, endpoint = servers[name]
                 r = run_clients("pipelined", endpoint, a.clients, cfg, [p.pid])
                 runs[name].append((r["rate"], r["server_cpu_us_per_req"] or 0.0))
+        reads = {"fresh": 0, "kept": 0, "read_seconds": 0.0, "sample_seconds": 0.0}
+        if not a.control:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/overview", timeout=30) as resp:
+                reads = json.loads(resp.read())["reads"]
+        polled = time.monotonic() - polled_from
     finally:
         stop.set()
-        if poller is not None:
+        if poller is not None and poller.is_alive():
             poller.join()  # no request in flight when the servers stop
         for p, _ in servers.values():
             p.terminate()
@@ -98,7 +111,11 @@ def main() -> None:
         print(f"{name}: {medians[name][0]:.0f} writes/s, {medians[name][1]:.1f} µs server CPU/write (medians); "
               f"rates {[round(x[0]) for x in v]}, CPU {[round(x[1], 1) for x in v]}")
     print(f"console/plain throughput: {medians['console'][0] / medians['plain'][0]:.3f} "
-          f"(target >= 0.95); {counts[0]} console requests; load average {os.getloadavg()[0]:.2f}")
+          f"(target >= 0.95); CPU per write console/plain: {medians['console'][1] / medians['plain'][1]:.3f}; "
+          f"{counts[0]} console requests; load average {os.getloadavg()[0]:.2f}")
+    print(f"console reads over {polled:.1f} s: {reads['fresh']} fresh ({reads['read_seconds']:.2f} s), "
+          f"{reads['kept']} reused, lag samples {reads['sample_seconds']:.2f} s: "
+          f"{(reads['read_seconds'] + reads['sample_seconds']) / polled:.1%} of the time")
 
 
 if __name__ == "__main__":

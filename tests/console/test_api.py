@@ -25,6 +25,8 @@ pytestmark = pytest.mark.timeout(120)
 
 #: timings that move between two reads (the rest must be equal)
 MOVING = {"lag_ms", "age_ms", "deadline_ms", "open"}
+#: what a console's consumer row adds to the CLI's
+CONSOLE_ONLY = {"waits_on", "lag_capped"}
 
 
 def traffic(engine: ts.Engine) -> tuple[Any, int]:
@@ -67,15 +69,16 @@ def test_figures_equal_the_cli(console: Console) -> None:
 
     mine = console.api("streams/s/consumers/c")
     cli_rows = console.cli_json("consumers", "describe", "s", "c")
-    assert [steady({k: v for k, v in r.items() if k != "waits_on"}) for r in mine["rows"]] == \
+    assert [steady({k: v for k, v in r.items() if k not in CONSOLE_ONLY}) for r in mine["rows"]] == \
         [steady(r) for r in cli_rows]
+    assert not mine["lag_capped"] and not any(r["lag_capped"] for r in mine["rows"])
     p0, p1 = mine["rows"]
     assert (p0["lag_transactions"], p0["lag_items"], p0["blocked_by_open"]) == (3, 3 + 4 + 5, True)
     waits = p0["waits_on"]
     assert waits["id"] == open_id and waits["items"] in (0, 1)
     assert waits["age_ms"] >= 0 and 0 < waits["expires_in_ms"] <= 60_000
     assert p1["waits_on"] is None and p1["lag_transactions"] == 3
-    assert console.api("consumers") == console.api("consumers?stream=s")
+    assert console.api("consumers")["consumers"] == console.api("consumers?stream=s")["consumers"]
     assert [c["consumer"] for c in console.api("consumers")["consumers"]] == ["c"]
 
     holder.checkpoint()  # the blocker is gone once checkpointed
@@ -241,7 +244,7 @@ def test_stream_apps_show_members_tasks_and_input_lag(console: Console) -> None:
         engine.producer("orders", partition=p).instant([b"order"])
     b = StreamsBuilder()
     b.stream("orders", value_serde="bytes").map_values(len).to("order-sizes", value_serde="json")
-    assert console.api("apps") == {"applications": [], "truncated": False}
+    assert {k: v for k, v in console.api("apps").items() if k != "as_of_ms"} == {"applications": [], "truncated": False}
     app = App(engine, application_id="order-sizes", topology=b.build(), instance_name="sizer")
     app.start()
 
@@ -273,7 +276,7 @@ def test_work_queue_equals_the_cli(console: Console) -> None:
     d1.nak(0, "boom")  # its only delivery failed: dead-lettered
     mine = console.api("streams/jobs/queues/w")
     (cli,) = console.cli_json("queues", "describe", "jobs", "w")
-    moving = {"oldest_unsettled_age_ms", "pending_by_partition"}
+    moving = {"oldest_unsettled_age_ms", "pending_by_partition", "as_of_ms"}
     assert {k: v for k, v in mine.items() if k not in moving} == {k: v for k, v in cli.items() if k not in moving}
     assert (mine["in_flight"], mine["dead_lettered"]) == (1, 1)
     assert sum(mine["pending_by_partition"].values()) == mine["pending"]
@@ -282,3 +285,50 @@ def test_work_queue_equals_the_cli(console: Console) -> None:
                                 ("streams/jobs/queues/w?full=1", 400, "InvalidArgument")):
         got, _, body = console.get("/api/" + path)
         assert (got, body["error"]) == (status, error), (path, body)
+
+
+#: every endpoint, its path segments to vary and its query parameters
+ENDPOINTS = [
+    ("overview", [], []),
+    ("streams", [], []),
+    ("streams/{0}", ["s"], []),
+    ("streams/{0}/partitions/{1}/messages", ["s", "0"],
+     ["after", "since_ms", "limit", "format", "key_serde", "value_serde"]),
+    ("consumers", [], ["stream"]),
+    ("streams/{0}/consumers/{1}", ["s", "c"], []),
+    ("streams/{0}/consumers/{1}/lag", ["s", "c"], []),
+    ("streams/{0}/queues/{1}", ["s", "w"], []),
+    ("apps", [], []),
+]
+
+
+@pytest.mark.parametrize("console", ["served"], indirect=True)
+def test_no_input_gets_a_500(console: Console) -> None:
+    """Any text in any path segment or query parameter of any endpoint gets JSON: 200, 400 or
+    404, never a 500 (hypothesis picks the text, the endpoint and where it goes)."""
+    from urllib.parse import quote
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    traffic(console.engine)[0].close()
+    console.engine.work_queue("s", "w")
+    text = st.one_of(st.text(max_size=30), st.binary(max_size=12).map(lambda b: b.decode("latin-1")),
+                     st.integers(-2**70, 2**70).map(str), st.sampled_from(["", "0", "-1", "1e3", "%", "..", "raw"]))
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(ENDPOINTS), st.data())
+    def check(endpoint: tuple[str, list[str], list[str]], data: st.DataObject) -> None:
+        path, segments, params = endpoint
+        given_segments = [data.draw(st.one_of(st.just(s), text)) for s in segments]
+        names = data.draw(st.lists(st.sampled_from([*params, "x"]), max_size=3)) if params or data.draw(
+            st.booleans()) else []
+        query = "&".join(f"{quote(n)}={quote(data.draw(text), safe='')}" for n in names)
+        url = "/api/" + path.format(*(quote(s, safe="") or "%20" for s in given_segments)) + ("?" + query if query
+                                                                                             else "")
+        status, content_type, body = console.get(url)
+        assert status in (200, 400, 404), (url, status, body)
+        assert content_type.startswith("application/json") and isinstance(body, dict), (url, body)
+        assert status == 200 or set(body) == {"error", "message"}, (url, body)
+
+    check()

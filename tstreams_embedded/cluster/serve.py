@@ -11,6 +11,7 @@ page at ``/`` (with the JSON it polls, ``/overview``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -38,7 +39,7 @@ from .follower_reads import READ_METHODS, FollowerReads
 from .metrics import node_registry
 from .node import Node
 from .schedules import ReplicatedSchedules
-from .status_page import page_routes
+from .status_page import cluster_summary, page_routes
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +286,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         if http_host is not None:
             from ..console.web import start_console
 
-            routes, stop = start_console(core, http_token)
+            routes, stop = start_console(core, http_token, cluster=functools.partial(cluster_summary, node))
             stop_console.append(stop)
             listen_http(http_app(node, server.stats, routes), http_host, http_port)
         node.start()

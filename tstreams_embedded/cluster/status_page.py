@@ -32,11 +32,14 @@ from .node import Node
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 
 
-def overview(node: Node, limits: OverviewLimits = OverviewLimits(),
-             app_limits: AppLimits = AppLimits()) -> dict[str, Any]:
-    """What ``/overview`` answers (blocking: ZooKeeper and LMDB reads)."""
-    out: dict[str, Any] = {"time": time.time(), "this": {**node.info(), "serving": node.serving(),
-                                                          "leader": node.leader_hint()}}
+def cluster_summary(node: Node) -> dict[str, Any]:
+    """The cluster as ``node`` sees it (blocking: ZooKeeper reads): ``this`` (its
+    :meth:`~.Node.info`), ``cluster`` (``tstreams cluster status``: each node's role, epoch,
+    log position, commit and applied indexes, lag behind the leader; ``None`` with
+    ``cluster_error`` when ZooKeeper cannot be read) and, on the leader, ``replication``:
+    each follower's lag as the leader counts it (acknowledged entries). Also the web
+    console's (its overview)."""
+    out: dict[str, Any] = {"this": {**node.info(), "serving": node.serving(), "leader": node.leader_hint()}}
     try:
         out["cluster"] = node.coordinator.status()
     except Exception as exc:  # noqa: BLE001 - ZooKeeper unreachable: the page says so
@@ -44,6 +47,13 @@ def overview(node: Node, limits: OverviewLimits = OverviewLimits(),
         out["cluster_error"] = f"{type(exc).__name__}: {exc}"
     if node.leading:
         out["replication"] = {f: max(0, node.log.last_index - m) for f, m in sorted(dict(node.match).items())}
+    return out
+
+
+def overview(node: Node, limits: OverviewLimits = OverviewLimits(),
+             app_limits: AppLimits = AppLimits()) -> dict[str, Any]:
+    """What ``/overview`` answers (blocking: ZooKeeper and LMDB reads)."""
+    out: dict[str, Any] = {"time": time.time(), **cluster_summary(node)}
     ov = stream_overview(node.core.store, limits)
     out["streams"] = [dataclasses.asdict(s) for s in ov.streams]
     out["truncated"] = ov.truncated

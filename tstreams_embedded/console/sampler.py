@@ -2,16 +2,22 @@
 
 Every ``interval`` seconds :class:`LagSampler` reads a bounded
 :func:`~tstreams_embedded.engine.overview.stream_overview` (at most :data:`SAMPLE_LIMITS`
-rows) and the engine's commit and fsync counters, and keeps the last ``keep`` samples
-(default one every 10 s for an hour: 360). Memory is bounded by ``keep`` times
-``SAMPLE_LIMITS.rows`` lag rows, whatever the engine holds.
+rows, the lag counted up to ``count_cap`` transactions a row within ``scan_budget`` cursor
+steps a sample) and the engine's commit and fsync counters, and keeps the last ``keep``
+samples (default one every 10 s for an hour: 360). A sample holds its lags in two arrays
+(8 bytes a figure) beside its ``(stream, consumer, partition)`` keys, which it shares with
+the sample before when they are the same rows (the usual case), so the ring's memory is
+bounded by ``keep`` times ``SAMPLE_LIMITS.rows`` times a few dozen bytes plus the rows'
+names, whatever the engine holds (:meth:`LagSampler.ring_bytes`).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -23,19 +29,24 @@ from ..engine.overview import OverviewLimits, stream_overview
 log = logging.getLogger(__name__)
 
 #: bounds of one sample: the rows kept per sample and the lag counting cost
-SAMPLE_LIMITS = OverviewLimits(streams=50, partitions=64, consumers=20, rows=500, count_cap=100_000,
-                               scan_budget=200_000)
+SAMPLE_LIMITS = OverviewLimits(streams=50, partitions=64, consumers=20, rows=500, count_cap=10_000,
+                               scan_budget=20_000)
+
+Row = tuple[str, str, int]  # (stream, consumer, partition)
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One reading: ``t_ms`` (wall clock), the commit and fsync counters, and the lag per
-    ``(stream, consumer, partition)`` as ``(transactions or None, seconds)``."""
+    """One reading: ``t_ms`` (wall clock), the commit and fsync counters, and for each of
+    ``rows`` its lag in transactions (``-1``: not counted; ``count_cap``: at least that) and
+    in seconds."""
 
     t_ms: int
     commits: int
     fsyncs: int
-    lags: dict[tuple[str, str, int], tuple[int | None, float]]
+    rows: tuple[Row, ...]
+    txns: array[int]
+    seconds: array[float]
 
 
 class LagSampler:
@@ -47,6 +58,7 @@ class LagSampler:
         self.core = core
         self.interval = interval
         self.ring: deque[Sample] = deque(maxlen=keep)
+        self.sample_seconds = 0.0  # the time the samples took
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -54,11 +66,34 @@ class LagSampler:
         """Take one sample now (the thread calls it every ``interval``)."""
         if self.core.closed:
             return
+        started = time.monotonic()
         ov = stream_overview(self.core.store, SAMPLE_LIMITS)
+        self.sample_seconds += time.monotonic() - started
         c = self.core.committer
-        self.ring.append(Sample(int(time.time() * 1000), c.commits, c.fsyncs,
-                                {(s.name, r.consumer, r.partition): (r.lag_txns, r.lag_seconds)
-                                 for s in ov.streams for r in s.consumers}))
+        rows = tuple((s.name, r.consumer, r.partition) for s in ov.streams for r in s.consumers)
+        if self.ring and self.ring[-1].rows == rows:
+            rows = self.ring[-1].rows  # the same rows: shared, not kept twice
+        lags = [r for s in ov.streams for r in s.consumers]
+        self.ring.append(Sample(int(time.time() * 1000), c.commits, c.fsyncs, rows,
+                                array("q", (-1 if r.lag_txns is None else r.lag_txns for r in lags)),
+                                array("d", (r.lag_seconds for r in lags))))
+
+    def ring_bytes(self) -> int:
+        """The memory the ring holds: samples, arrays, row keys and names (shared ones once)."""
+        seen: set[int] = set()
+        total = sys.getsizeof(self.ring)
+
+        def once(obj: object) -> int:
+            if id(obj) in seen:
+                return 0
+            seen.add(id(obj))
+            return sys.getsizeof(obj)
+
+        for s in self.ring:
+            total += once(s) + once(s.txns) + once(s.seconds)
+            if id(s.rows) not in seen:
+                total += once(s.rows) + sum(once(r) + once(r[0]) + once(r[1]) + once(r[2]) for r in s.rows)
+        return total
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="console-sampler", daemon=True)
@@ -90,9 +125,15 @@ class LagSampler:
     def history(self, stream: str, consumer: str) -> dict[str, Any]:
         """The lag series of one consumer: per partition, ``[t_ms, transactions, seconds]``."""
         series: dict[int, list[list[Any]]] = {}
+        mine: list[tuple[int, int]] = []  # (index, partition) in the rows of the sample before
+        rows: tuple[Row, ...] = ()
         for s in list(self.ring):
-            for (name, cons, partition), (txns, secs) in s.lags.items():
-                if name == stream and cons == consumer:
-                    series.setdefault(partition, []).append([s.t_ms, txns, secs])
+            if s.rows is not rows:
+                rows = s.rows
+                mine = [(i, p) for i, (name, cons, p) in enumerate(rows) if name == stream and cons == consumer]
+            for i, partition in mine:
+                txns = s.txns[i]
+                series.setdefault(partition, []).append([s.t_ms, None if txns < 0 else txns, s.seconds[i]])
         return {"stream": stream, "consumer": consumer, "interval_s": self.interval,
-                "keep": self.ring.maxlen, "partitions": {str(p): v for p, v in sorted(series.items())}}
+                "keep": self.ring.maxlen, "count_cap": SAMPLE_LIMITS.count_cap,
+                "partitions": {str(p): v for p, v in sorted(series.items())}}

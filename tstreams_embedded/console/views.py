@@ -25,6 +25,9 @@ from ..tools.queues import queue_summary
 
 #: streams listed by ``/api/streams`` (the list says when more exist)
 MAX_LISTED_STREAMS = 1000
+#: transactions counted per partition for a consumer's lag: past it the count reads "at
+#: least" (``lag_capped``), so a consumer page costs the same however far behind it is
+LAG_COUNT_CAP = 10_000
 
 
 def node(core: Core) -> dict[str, Any]:
@@ -109,23 +112,28 @@ def consumers(backend: Backend, name: str | None) -> dict[str, Any]:
                           for c in backend.list_consumers(name)]}
 
 
-def consumer(backend: Backend, name: str, consumer_name: str) -> dict[str, Any]:
-    """A consumer's rows (``tstreams consumers describe --json``), each with ``waits_on``:
-    the open transaction that holds it back (``id``, ``age_ms``, ``expires_in_ms``,
-    ``items``) or ``null``."""
+def consumer(backend: Backend, name: str, consumer_name: str, lag_cap: int = LAG_COUNT_CAP) -> dict[str, Any]:
+    """A consumer's rows (``tstreams consumers describe --json``, the lag counted up to
+    ``lag_cap`` transactions a partition: ``lag_capped`` then, and ``lag_transactions`` and
+    ``lag_items`` read "at least"), each with ``waits_on``: the open transaction that holds
+    it back (``id``, ``age_ms``, ``expires_in_ms``, ``items``) or ``null``. Which producer
+    opened it is not known: the engine does not record it."""
     info = report.stream_info(backend, name)
     offsets = report.stored_offsets(backend, info, consumer_name)
     now = backend.now_ms()
-    rows = report.consumer_rows(backend, info, consumer_name, offsets, now)
+    parts = report.describe_partitions(backend, info, list(range(info.partitions)))
+    rows = report.consumer_rows(backend, info, consumer_name, offsets, now, parts, lag_cap)
     unread = report.expired_unread(backend, info, consumer_name)
-    described = {p.partition: p for p in report.describe_partitions(backend, info, list(range(info.partitions)))}
+    described = {p.partition: p for p in parts}
     for row in rows:
+        row["lag_capped"] = row["lag_transactions"] >= lag_cap
         row["expired_unread"] = unread.get(row["partition"], 0)
         row["waits_on"] = (_blocker(described[row["partition"]], row["offset"] or 0, now)
                            if row["blocked_by_open"] else None)
     return {"stream": info.name, "consumer": consumer_name, "now_ms": now, "rows": rows,
             "lag_transactions": sum(r["lag_transactions"] for r in rows),
-            "lag_items": sum(r["lag_items"] for r in rows)}
+            "lag_items": sum(r["lag_items"] for r in rows),
+            "lag_capped": any(r["lag_capped"] for r in rows), "lag_cap": lag_cap}
 
 
 def _blocker(p: PartitionInfo, offset: int, now_ms: int) -> dict[str, Any] | None:

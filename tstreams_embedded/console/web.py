@@ -2,7 +2,9 @@
 
 Every answer is JSON; bad input gets ``400 {"error": NAME, "message": ...}`` with the
 exception of :mod:`tstreams_embedded.errors` that the check raised, an unknown stream or
-consumer ``404``, an engine that cannot answer (closed) ``503``. With a token, every request
+consumer ``404``, an engine that cannot answer (closed) ``503``. The answers that scan what
+the engine holds go through the console's :class:`~.budget.ReadBudget` (they carry
+``as_of_ms``). With a token, every request
 (page and API alike) must carry it: ``Authorization: Bearer TOKEN``, ``?token=TOKEN`` (which
 also sets a cookie for the page's own files) or that cookie; otherwise ``401``.
 """
@@ -25,6 +27,7 @@ from .. import errors
 from ..engine.core import Core
 from ..ids import MAX_SECONDS, txn_id_at
 from . import views
+from .budget import ReadBudget
 from .params import MAX_ID, MAX_PAGE_TXNS, Query, message_format, path_name, path_partition
 from .sampler import LagSampler
 
@@ -56,21 +59,27 @@ def token_ok(handler: RequestHandler, token: str | None) -> bool:
 
 
 class Context:
-    """What the handlers read: the engine's core and the lag sampler; ``token`` if required."""
+    """What the handlers read: the engine's core, the lag sampler, the read budget; ``token``
+    if required; ``cluster``: the cluster as this node sees it (on a cluster node)."""
 
-    def __init__(self, core: Core, sampler: LagSampler, token: str | None) -> None:
+    def __init__(self, core: Core, sampler: LagSampler, budget: ReadBudget, token: str | None,
+                 cluster: Callable[[], dict[str, Any]] | None = None) -> None:
         self.core = core
         self.sampler = sampler
+        self.budget = budget
         self.token = token
+        self.cluster = cluster
         #: the console's own reader threads: at most two of its reads at a time, whatever
         #: the number of open pages (its cost to the engine stays bounded)
         self.readers = ThreadPoolExecutor(2, thread_name_prefix="console-read")
 
 
 class ApiHandler(RequestHandler):
-    """A JSON endpoint: :meth:`answer` runs off the event loop (it reads the store)."""
+    """A JSON endpoint: :meth:`answer` runs off the event loop (it reads the store); within
+    the read budget when ``scans`` (its cost grows with what the engine holds)."""
 
     params: tuple[str, ...] = ()
+    scans = False
 
     def initialize(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -84,7 +93,7 @@ class ApiHandler(RequestHandler):
         self.set_status(status)
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(body, default=str))
+        self.finish(body if isinstance(body, bytes) else json.dumps(body, default=str))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         """Errors Tornado answers itself (an unexpected one is logged) are JSON too."""
@@ -97,7 +106,7 @@ class ApiHandler(RequestHandler):
     async def get(self, *args: str) -> None:
         try:
             query = Query({k: v for k, v in self.request.arguments.items() if k != "token"}, self.params)
-            body = await IOLoop.current().run_in_executor(self.ctx.readers, self.answer, query, *args)
+            body = await IOLoop.current().run_in_executor(self.ctx.readers, self.budgeted, query, *args)
         except errors.TStreamsError as exc:
             self.reply(status_of(exc), {"error": type(exc).__name__, "message": str(exc)})
             return
@@ -110,6 +119,12 @@ class ApiHandler(RequestHandler):
             return
         self.reply(200, body)
 
+    def budgeted(self, query: Query, *args: str) -> Any:
+        if not self.scans:
+            return self.answer(query, *args)
+        key = (type(self).__name__, args, tuple(sorted(query.values.items())))
+        return self.ctx.budget.answer(key, lambda: self.answer(query, *args))
+
     def answer(self, query: Query, *args: str) -> Any:
         raise NotImplementedError
 
@@ -117,15 +132,23 @@ class ApiHandler(RequestHandler):
 class OverviewHandler(ApiHandler):
     def answer(self, query: Query, *args: str) -> Any:
         return {"node": views.node(self.ctx.core), **self.ctx.sampler.rates(),
-                "sample_interval_s": self.ctx.sampler.interval}
+                "sample_interval_s": self.ctx.sampler.interval,
+                "cluster": self.ctx.cluster() if self.ctx.cluster is not None else None,
+                "reads": {"fresh": self.ctx.budget.fresh_reads, "kept": self.ctx.budget.kept_answers,
+                          "read_seconds": self.ctx.budget.read_seconds,
+                          "sample_seconds": self.ctx.sampler.sample_seconds}}
 
 
 class StreamsHandler(ApiHandler):
+    scans = True
+
     def answer(self, query: Query, *args: str) -> Any:
         return views.streams(self.ctx.core)
 
 
 class StreamHandler(ApiHandler):
+    scans = True
+
     def answer(self, query: Query, *args: str) -> Any:
         (stream,) = args
         return views.stream(self.ctx.core, path_name(stream, "stream name"))
@@ -150,6 +173,7 @@ class MessagesHandler(ApiHandler):
 
 class ConsumersHandler(ApiHandler):
     params = ("stream",)
+    scans = True
 
     def answer(self, query: Query, *args: str) -> Any:
         stream = query.values.get("stream")
@@ -157,6 +181,8 @@ class ConsumersHandler(ApiHandler):
 
 
 class ConsumerHandler(ApiHandler):
+    scans = True
+
     def answer(self, query: Query, *args: str) -> Any:
         stream, consumer = args
         return views.consumer(self.ctx.core, path_name(stream, "stream name"), path_name(consumer, "consumer name"))
@@ -169,12 +195,16 @@ class LagHandler(ApiHandler):
 
 
 class QueueHandler(ApiHandler):
+    scans = True
+
     def answer(self, query: Query, *args: str) -> Any:
         stream, group = args
         return views.queue(self.ctx.core, path_name(stream, "stream name"), path_name(group, "group name"))
 
 
 class AppsHandler(ApiHandler):
+    scans = True
+
     def answer(self, query: Query, *args: str) -> Any:
         return views.apps(self.ctx.core)
 
@@ -223,12 +253,16 @@ def console_routes(ctx: Context) -> list[tuple[str, type[RequestHandler], dict[s
     return routes
 
 
-def start_console(core: Core, token: str | None = None, interval: float = 10.0,
-                  keep: int = 360) -> tuple[list[tuple[str, type[RequestHandler], dict[str, Any]]], Callable[[], None]]:
-    """The console's routes over ``core`` and a function that stops its sampler (started here)."""
+def start_console(core: Core, token: str | None = None, interval: float = 10.0, keep: int = 360,
+                  cluster: Callable[[], dict[str, Any]] | None = None,
+                  ) -> tuple[list[tuple[str, type[RequestHandler], dict[str, Any]]], Callable[[], None]]:
+    """The console's routes over ``core`` and a function that stops its sampler (started
+    here). On a cluster node, ``cluster()`` answers the cluster as the node sees it (roles,
+    epochs, positions, lag: what the status page shows), shown on the overview."""
+    budget = ReadBudget()
     sampler = LagSampler(core, interval, keep)
     sampler.start()
-    ctx = Context(core, sampler, token)
+    ctx = Context(core, sampler, budget, token, cluster)
 
     def stop() -> None:
         sampler.stop()

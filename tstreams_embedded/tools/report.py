@@ -98,31 +98,42 @@ class Lag:
     blocked: bool
 
 
-def lag_after(backend: Backend, stream: str, partition: int, offset: int) -> Lag:
-    """Count the visible checkpointed transactions after ``offset`` (index only)."""
+#: transactions one :meth:`~.Backend.scan_index` call returns at most
+SCAN_PAGE = 4096
+
+
+def lag_after(backend: Backend, stream: str, partition: int, offset: int, cap: int | None = None) -> Lag:
+    """Count the visible checkpointed transactions after ``offset`` (index only), all of
+    them, or with ``cap`` the first ``cap`` at most (their items with them): a count that
+    reaches ``cap`` reads "at least"."""
     txns = items = first = 0
     position = offset
     while True:
-        scan = backend.scan_index(stream, partition, position)
+        page = SCAN_PAGE if cap is None else max(1, min(SCAN_PAGE, cap - txns))
+        scan = backend.scan_index(stream, partition, position, max_txns=page)
         if scan.entries and not first:
             first = scan.entries[0][0]
         txns += len(scan.entries)
         items += sum(n for _, n in scan.entries)
-        if not scan.truncated or scan.position <= position:
+        if not scan.truncated or scan.position <= position or (cap is not None and txns >= cap):
             return Lag(txns, items, first, scan.blocked)
         position = scan.position
 
 
 def consumer_rows(backend: Backend, info: StreamInfo, consumer: str, offsets: dict[int, int],
-                  now_ms: int) -> list[dict[str, Any]]:
-    """One row per partition of ``tstreams consumers describe``: offset, head, lag."""
-    described = {p.partition: p for p in describe_partitions(backend, info, list(range(info.partitions)))}
+                  now_ms: int, described_partitions: list[PartitionInfo] | None = None,
+                  lag_cap: int | None = None) -> list[dict[str, Any]]:
+    """One row per partition of ``tstreams consumers describe``: offset, head, lag (counted
+    up to ``lag_cap`` transactions, :func:`lag_after`). ``described_partitions``: all the
+    stream's partitions, if the caller has described them already."""
+    described = {p.partition: p for p in (described_partitions if described_partitions is not None
+                                          else describe_partitions(backend, info, list(range(info.partitions))))}
     heads = {n: p.head for n, p in described.items()}
     rows = []
     for partition in range(info.partitions):
         offset = offsets.get(partition)
         stable = stable_offset(described[partition])
-        lag = lag_after(backend, info.name, partition, offset or 0)
+        lag = lag_after(backend, info.name, partition, offset or 0, lag_cap)
         rows.append({
             "stream": info.name,
             "consumer": consumer,

@@ -5,12 +5,14 @@ const params = new URLSearchParams(location.search);
 const token = params.get("token");
 const main = document.getElementById("main");
 let timer = null;
+let asOf = Infinity;  // the oldest as_of_ms of the page's answers (reused within the read budget)
 
 async function api(path) {
   const headers = token ? {Authorization: "Bearer " + token} : {};
   const r = await fetch("/api/" + path, {headers});
   const body = await r.json();
   if (!r.ok) throw new Error(body.error + ": " + body.message);
+  if (body.as_of_ms) asOf = Math.min(asOf, body.as_of_ms);
   return body;
 }
 
@@ -69,9 +71,30 @@ async function overview() {
     ["map_used", bytes(n.map_used_bytes) + " of " + bytes(n.map_size_bytes) + " (limit " + bytes(n.map_limit_bytes) + ")"],
     ["disk", bytes(n.disk_bytes)],
   ];
-  return [el("h2", {}, "Node"),
+  return [...(o.cluster ? clusterTable(o.cluster) : []),
+          el("h2", {}, o.cluster ? "This node (" + o.cluster.this.node + ")" : "Node"),
           table("node", [["name", ""], ["value", ""]], rows.map(([name, value]) => ({name, value})),
                 r => ({"data-field": r.name}))];
+}
+
+// A cluster node's view of its cluster (as its status page at / shows it): ZooKeeper's record
+// of every node, and on the leader each follower's lag as the leader counts it.
+function clusterTable(c) {
+  const zk = c.cluster || {nodes: {}};
+  const replication = c.replication || {};
+  const nodes = Object.entries(zk.nodes || {});
+  if (!nodes.length) nodes.push([c.this.node, c.this]);
+  for (const id of Object.keys(replication)) if (!(id in (zk.nodes || {}))) nodes.push([id, {role: "unreachable"}]);
+  const rows = nodes.map(([id, n]) => ({
+    node: id + (id === c.this.node ? " (this)" : ""), id, role: n.role || "down", epoch: n.epoch,
+    last_index: n.last_index, commit: n.commit, applied: n.applied,
+    lag: id === zk.leader ? 0 : (id in replication ? replication[id] : n.lag)}));
+  return [el("h2", {}, "Cluster " + (zk.cluster || "")),
+          el("p", {id: "cluster-summary"}, c.cluster ? "leader " + (zk.leader || "none") + ", epoch " + zk.epoch
+                                                     : "ZooKeeper not readable: " + c.cluster_error),
+          table("cluster", [["node", "node"], ["role", "role"], ["epoch", "epoch"], ["last_index", "log position"],
+                            ["commit", "commit"], ["applied", "applied"], ["lag", "lag (entries)"]],
+                rows, r => ({"data-node": r.id}))];
 }
 
 async function streams() {
@@ -149,10 +172,13 @@ async function consumers() {
             c.consumers, r => ({"data-consumer": r.stream + "/" + r.consumer}))];
 }
 
+function atLeast(capped) { return capped ? "≥ " : ""; }
+
 function waits(r) {
   if (!r.waits_on) return r.blocked_by_open ? "open transaction" : "";
   const w = r.waits_on;
-  return el("span", {class: "waits", "data-blocker": String(w.id)},
+  return el("span", {class: "waits", "data-blocker": String(w.id),
+                     title: "its producer is not known: the engine does not record who opened a transaction"},
             "txn " + w.id + ", age " + duration(w.age_ms) + ", expires in " + duration(w.expires_in_ms));
 }
 
@@ -170,7 +196,7 @@ function chart(history) {
   const vmax = Math.max(1, ...points.map(p => p[1] || 0));
   const last = Math.max(...series.map(([, s]) => s[s.length - 1][1] || 0));
   svg.setAttribute("data-last-max", last);
-  text(2, 12, vmax + " txns"); text(2, H - 4, "0");
+  text(2, 12, (vmax >= history.count_cap ? "≥ " : "") + vmax + " txns"); text(2, H - 4, "0");
   const colors = ["#2471a3", "#cb4335", "#229954", "#b9770e", "#7d3c98", "#17a589"];
   series.forEach(([partition, s], i) => {
     const path = document.createElementNS(ns, "polyline");
@@ -188,10 +214,12 @@ async function consumer(stream, name) {
   const [c, h] = await Promise.all([api("streams/" + enc(stream) + "/consumers/" + enc(name)),
                                     api("streams/" + enc(stream) + "/consumers/" + enc(name) + "/lag")]);
   return [el("h2", {}, "Consumer " + c.consumer + " on " + c.stream),
-          el("p", {id: "total"}, "lag: " + c.lag_transactions + " transactions, " + c.lag_items + " items"),
+          el("p", {id: "total"}, "lag: " + atLeast(c.lag_capped) + c.lag_transactions + " transactions, " +
+             atLeast(c.lag_capped) + c.lag_items + " items" + (c.lag_capped ? " (counted up to " + c.lag_cap + " transactions a partition)" : "")),
           chart(h),
           table("consumer-rows", [["partition", "partition"], ["offset", "offset"], ["offset_time", "offset time"],
-            ["head", "head"], ["lag_transactions", "lag txns"], ["lag_items", "lag items"],
+            ["head", "head"], ["lag_transactions", "lag txns", r => atLeast(r.lag_capped) + r.lag_transactions],
+            ["lag_items", "lag items", r => atLeast(r.lag_capped) + r.lag_items],
             ["lag_ms", "lag time", r => duration(r.lag_ms)], ["waits_on", "waits on open transaction", waits],
             ["expired_unread", "expired unread"]],
             c.rows, r => ({"data-partition": r.partition}))];
@@ -235,10 +263,12 @@ async function render() {
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.id === "nav-" + r.nav);
   const status = document.getElementById("status");
   try {
+    asOf = Infinity;
     const content = await r.page();
     main.replaceChildren(...content.filter(c => c !== ""));
     main.dataset.page = location.hash || "#/overview";
-    status.textContent = "";
+    const age = Date.now() - asOf;
+    status.textContent = age > 3000 ? "figures as of " + duration(age) + " ago (the console's read budget)" : "";
   } catch (e) {
     status.textContent = String(e.message || e);
     main.replaceChildren(el("p", {class: "error", id: "error"}, String(e.message || e)));
