@@ -363,3 +363,37 @@ def test_a_server_fires_each_schedule_once_across_sigkills_of_the_server(tmp_pat
             assert sorted(items) == sorted(due)  # each exactly once
         finally:
             engine.close()
+
+
+def test_a_due_schedule_is_delivered_while_another_writers_fsync_is_stuck(tmp_path: Path) -> None:
+    """The firer's write does not queue behind an fsync (a durable write arriving during
+    one waits for it before it commits): on a slow disk under a durable write load, that
+    made deliveries late by one or two fsyncs. Here one fsync hangs until the schedule has
+    been read; the firing still commits, and is synced once the disk answers."""
+    import threading
+
+    with ts.open(tmp_path / "data", durability="sync", compaction_interval=None) as engine:
+        engine.create_stream("s")
+        engine.create_stream("other")
+        engine.schedule("s", [b"due"], delay=0.3)
+        store = engine.backend.store  # type: ignore[attr-defined]
+        real_sync, stuck, release = store.sync, threading.Event(), threading.Event()
+
+        def slow_disk_sync() -> None:
+            stuck.set()
+            release.wait(30)
+            real_sync()
+
+        store.sync = slow_disk_sync
+        writer = threading.Thread(target=lambda: engine.producer("other").instant([b"w"]))  # durable: fsyncs
+        writer.start()
+        try:
+            assert stuck.wait(10)
+            reader = engine.consumer("s", "r")
+            txn = eventually(reader.get_transaction, timeout=5, message="the schedule fired behind the fsync")
+            assert txn.items == [b"due"]
+        finally:
+            release.set()
+            writer.join(30)
+            store.sync = real_sync
+        assert engine.schedules() == []

@@ -204,7 +204,8 @@ class Core:
             self._maintenance.start()
         #: fires due schedules (:mod:`.schedules`); off in a cluster, whose leader fires
         if fire_schedules:
-            self._firer = schedules.Firer(self.clock, self.next_schedule_due, self.fire_due_schedules)
+            self._firer = schedules.Firer(self.clock, self.next_schedule_due,
+                                          lambda: self.fire_due_schedules(durable=False), self.sync_firings)
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ lifecycle
@@ -668,19 +669,28 @@ class Core:
         default: the engine's clock), earliest first, at most :data:`.schedules.FIRE_BATCH`.
         :meth:`fire_due_schedules` applies them; a cluster leader replicates them."""
         now = self.clock() if now is None else now
-        entries = self.store_range(schedules.NAMESPACE, schedules.DUE, schedules.BY_ID,
+        # only the due ones are read (keys order by due time; no schedule ID is 0)
+        entries = self.store_range(schedules.NAMESPACE, schedules.DUE, schedules.due_key(min(now, 2**63 - 2) + 1, 0),
                                    limit=schedules.FIRE_BATCH)
         return [O.FireSchedule(sid) for sid in schedules.iter_due(iter(entries), now, schedules.FIRE_BATCH)]
 
-    def fire_due_schedules(self) -> int:
+    def fire_due_schedules(self, durable: bool = True) -> int:
         """Turn every schedule due on the engine's clock into its transaction (the firer
-        thread does this by itself); how many fired."""
+        thread does this by itself); how many fired. ``durable=False`` (the firer) does not
+        wait for an fsync: see :mod:`.schedules` and :meth:`sync_firings`."""
         fired = 0
         while True:
             batch = self.due_schedule_firings()
             if not batch:
                 return fired
-            fired += sum(1 for txn_id in self.committer.submit(batch, durable=True) if txn_id is not None)
+            fired += sum(1 for txn_id in self.committer.submit(batch, durable=durable) if txn_id is not None)
+
+    def sync_firings(self) -> None:
+        """Make the firer's firings durable (an fsync, in ``sync`` mode; ``async`` mode
+        flushes on its own schedule and ``strict`` commits are synced already)."""
+        if self.durability == "sync":
+            self._check()
+            self.store.sync()
 
     # ------------------------------------------------------------------ maintenance
     def compact(self) -> dict[str, int]:

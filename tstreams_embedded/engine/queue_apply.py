@@ -11,6 +11,7 @@ the replica's state is not the leader's.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import msgpack
@@ -24,7 +25,7 @@ from .backend import StreamInfo
 from .ops import TxnState
 from .reads import load_items, scan, ttl_floor
 from .store import as_bytes, entries
-from .validate import check_int, check_name, check_partition, check_txn_id
+from .validate import MAX_ID, check_int, check_name, check_partition, check_txn_id
 
 #: the most items one receive hands out
 MAX_RECEIVE_ITEMS = 10_000
@@ -68,7 +69,8 @@ def _declare(a: Applier, scope: BatchScope, op: O.QueueDeclare) -> tuple[bool, O
 
 # --------------------------------------------------------------------------- receive
 class _Receive:
-    """One receive's work: what it hands out, dead-letters and counts."""
+    """One receive's work: what it hands out, dead-letters and counts. Consecutive items of
+    one transaction handed out together are stored as one run (:class:`~.queuestate.Entry`)."""
 
     def __init__(self, a: Applier, scope: BatchScope, info: StreamInfo, op: O.QueueReceive,
                  config: Q.GroupConfig) -> None:
@@ -77,62 +79,95 @@ class _Receive:
         self.bytes = 0
         self.in_flight = config.counters.get("in_flight", 0)
         self.prefix = Q.group_prefix(info.id, op.group)
+        #: the run being handed out: [partition, txn id, first index, count, deliveries]
+        self.run: list[int] | None = None
+        #: due items a receive looks at: at most max_items (handed out, dead-lettered or gone)
+        self.due_budget = op.max_items
 
     @property
     def full(self) -> bool:
         return len(self.out) >= self.op.max_items or (bool(self.out) and self.bytes >= self.op.max_bytes)
 
     def hand_out(self, partition: int, txn_id: int, index: int, deliveries: int, item: bytes) -> None:
-        now, cfg = self.scope.now, self.config
-        lock = now + cfg.ack_timeout_ms
-        due = lock + cfg.backoff_for(deliveries)
-        entry = Q.Entry(Q.EntryState.IN_FLIGHT, deliveries, lock, due, self.op.consumer)
-        self.a.store.put(self.scope.txn, "queues", Q.entry_key_in(self.prefix, partition, txn_id, index),
-                         entry.pack())
-        self.a.store.put(self.scope.txn, "queues", Q.due_key_in(self.prefix, due, partition, txn_id, index), b"")
+        run = self.run
+        if run is not None and run[0] == partition and run[1] == txn_id and run[2] + run[3] == index \
+                and run[4] == deliveries:
+            run[3] += 1
+        else:
+            self.flush()
+            self.run = [partition, txn_id, index, 1, deliveries]
+        lock = self.scope.now + self.config.ack_timeout_ms
         self.out.append(Q.delivery_row(partition, txn_id, index, deliveries, lock, item))
         self.bytes += len(item)
         self.config.count("delivered")
         if deliveries > 1:
             self.config.count("redelivered")
 
+    def flush(self) -> None:
+        """Store the run handed out so far (one entry and its redelivery index key)."""
+        if self.run is None:
+            return
+        partition, txn_id, first, count, deliveries = self.run
+        self.run = None
+        cfg = self.config
+        lock = self.scope.now + cfg.ack_timeout_ms
+        due = lock + cfg.backoff_for(deliveries)
+        entry = Q.Entry(Q.EntryState.IN_FLIGHT, deliveries, lock, due, self.op.consumer, None, count)
+        store, txn = self.a.store, self.scope.txn
+        store.put(txn, "queues", Q.entry_key_in(self.prefix, partition, txn_id, first), entry.pack())
+        store.put(txn, "queues", Q.due_key_in(self.prefix, due, partition, txn_id, first), b"")
+
     def redeliveries(self) -> None:
-        """Items whose redelivery time has come, oldest first."""
+        """Items whose redelivery time has come, oldest first (a run's items in order), at
+        most ``max_items`` of them looked at."""
         a, txn, sid, group = self.a, self.scope.txn, self.info.id, self.op.group
         prefix = Q.due_prefix(sid, group)
         cur = txn.cursor(db=a.store.queues)
-        due: list[tuple[bytes, int, int, int]] = []
+        due: list[tuple[bytes, int, int, int, int]] = []
         if a.store.seek(cur, "queues", prefix):
             for k, _ in entries(cur.iternext()):
                 if not k.startswith(prefix):
                     break
-                at, partition, txn_id, index = Q.parse_due_key(k, len(prefix))
+                at, partition, txn_id, first = Q.parse_due_key(k, len(prefix))
                 if at > self.scope.now or len(due) >= self.op.max_items:
                     break
-                due.append((as_bytes(k), partition, txn_id, index))
-        for dkey, partition, txn_id, index in due:
-            if self.full:
+                due.append((as_bytes(k), at, partition, txn_id, first))
+        for dkey, at, partition, txn_id, first in due:
+            if self.full or self.due_budget <= 0:
                 break
-            txn.delete(dkey, db=a.store.queues)
-            ekey = Q.entry_key_in(self.prefix, partition, txn_id, index)
-            raw = a.store.get(txn, "queues", ekey)
-            if raw is None:  # pragma: no cover - the index and the entries change together
-                raise errors.DataCorrupted(f"work queue {group!r}: redelivery index names a missing item")
-            entry = Q.Entry.unpack(raw)
+            self._redeliver(dkey, at, partition, txn_id, first)
+
+    def _redeliver(self, dkey: bytes, at: int, partition: int, txn_id: int, first: int) -> None:
+        """Hand out the items of a run that came due, while there is room; the rest stays due."""
+        a, txn, group = self.a, self.scope.txn, self.op.group
+        ekey = Q.entry_key_in(self.prefix, partition, txn_id, first)
+        raw = a.store.get(txn, "queues", ekey)
+        if raw is None:  # pragma: no cover - the index and the entries change together
+            raise errors.DataCorrupted(f"work queue {group!r}: redelivery index names a missing item")
+        entry = Q.Entry.unpack(raw)
+        txn.delete(dkey, db=a.store.queues)
+        txn.delete(ekey, db=a.store.queues)
+        items = _items(a, self.scope, self.info, partition, txn_id)
+        end = first + entry.count
+        index = first
+        while index < end and not self.full and self.due_budget > 0:
+            self.due_budget -= 1
             if entry.state is Q.EntryState.IN_FLIGHT:
                 self.in_flight -= 1  # its lock ran out
-            item = _item(a, self.scope, self.info, partition, txn_id, index)
+            item = items[index] if items is not None and index < len(items) else None
             if item is None:  # the transaction expired (stream TTL) or was deleted meanwhile
-                txn.delete(ekey, db=a.store.queues)
                 self.config.count("gone")
-                continue
-            if entry.deliveries >= self.config.max_deliveries:
-                txn.delete(ekey, db=a.store.queues)
-                _dead_letter(a, self.scope, self.info, self.op.group, self.config, partition, txn_id, index,
+            elif entry.deliveries >= self.config.max_deliveries:
+                _dead_letter(a, self.scope, self.info, group, self.config, partition, txn_id, index,
                              entry.deliveries, entry.error or "the ack timeout ran out", "max_deliveries", item)
-                continue
-            self.hand_out(partition, txn_id, index, entry.deliveries + 1, item)
-            self.in_flight += 1
+            else:
+                self.hand_out(partition, txn_id, index, entry.deliveries + 1, item)
+                self.in_flight += 1
+            index += 1
+        if index < end:  # no room for the rest: it stays as it was
+            entry.count = end - index
+            a.store.put(txn, "queues", Q.entry_key_in(self.prefix, partition, txn_id, index), entry.pack())
+            a.store.put(txn, "queues", Q.due_key_in(self.prefix, at, partition, txn_id, index), b"")
 
     def new_items(self) -> None:
         """Items never delivered, partition by partition from the group's rotation."""
@@ -153,17 +188,23 @@ class _Receive:
         cursor = Q.Cursor.unpack(a.store.get(scope.txn, "queues", ckey))
         before = Q.Cursor(cursor.position, cursor.partial, cursor.index)
         while not self._stopped():
-            s = scan(scope.txn, a.store, info.name, partition, cursor.position, 2**63 - 1, _SCAN_STEP, scope.now)
-            for t in s.txns:
-                index = cursor.index if t.id == cursor.partial else 0
-                while index < len(t.items) and not self._stopped():
-                    self.hand_out(partition, t.id, index, 1, t.items[index])
-                    self.in_flight += 1
-                    index += 1
-                if index < len(t.items):  # stopped inside the transaction (or before it)
-                    cursor.partial, cursor.index = t.id, index
+            # an index-only scan: only the transactions items are handed out of are read
+            s = scan(scope.txn, a.store, info.name, partition, cursor.position, 2**63 - 1, _SCAN_STEP, scope.now,
+                     load=False)
+            for txn_id, count in s.index:
+                index = cursor.index if txn_id == cursor.partial else 0
+                if index < count and not self._stopped():
+                    items = _items(a, scope, info, partition, txn_id)
+                    if items is None:  # pragma: no cover - the scan just found it checkpointed and alive
+                        raise errors.DataCorrupted(f"work queue {group!r}: transaction {txn_id} vanished")
+                    while index < count and not self._stopped():
+                        self.hand_out(partition, txn_id, index, 1, items[index])
+                        self.in_flight += 1
+                        index += 1
+                if index < count:  # stopped inside the transaction (or before it)
+                    cursor.partial, cursor.index = txn_id, index
                     break
-                cursor.position, cursor.partial, cursor.index = t.id, 0, 0
+                cursor.position, cursor.partial, cursor.index = txn_id, 0, 0
             else:
                 # also past the cancelled, invalid or TTL-expired transactions the scan passed
                 cursor.position = max(cursor.position, s.position)
@@ -188,6 +229,7 @@ def _receive(a: Applier, scope: BatchScope, op: O.QueueReceive) -> tuple[list[An
     work = _Receive(a, scope, info, op, config)
     work.redeliveries()
     work.new_items()
+    work.flush()
     config.counters["in_flight"] = work.in_flight
     _save_config(a, scope, info, op.group, config)
     resolved = [row[:4] for row in work.out]
@@ -218,38 +260,84 @@ def _settle(a: Applier, scope: BatchScope, op: O.QueueSettle) -> tuple[None, O.Q
                                      "[partition, txn id, index, delivery] entries")
     config = load_config(a, scope, info, op.group)
     settle = _Settle(a, scope, info, op, action, config)
+    parts = info.partitions
     for target in op.deliveries:
         if not isinstance(target, (list, tuple)) or len(target) != 4:
             raise errors.InvalidArgument(f"each delivery must be [partition, txn id, index, delivery], "
                                          f"got {target!r:.80}")
         partition, txn_id, index, delivery = target
-        check_partition(info, partition)
-        check_txn_id(txn_id)
-        check_int(index, "index", 0, 2**32 - 1)
-        check_int(delivery, "delivery", 1, 2**31)
+        if not (type(partition) is int and type(txn_id) is int and type(index) is int and type(delivery) is int
+                and 0 <= partition < parts and 0 <= txn_id <= MAX_ID and 0 <= index < 2**32
+                and 1 <= delivery <= 2**31):  # the common case at a glance; else the specific error
+            check_partition(info, partition)
+            check_txn_id(txn_id)
+            check_int(index, "index", 0, 2**32 - 1)
+            check_int(delivery, "delivery", 1, 2**31)
         settle.one(partition, txn_id, index, delivery)
+    settle.flush()
     _save_config(a, scope, info, op.group, config)
     return None, op
 
 
+class _Run:
+    """A stored run (:class:`~.queuestate.Entry`) a settle record changes: the new fate of
+    some of its items (None: settled), written back by :meth:`_Settle.flush`."""
+
+    __slots__ = ("key", "partition", "txn_id", "first", "entry", "fates")
+
+    def __init__(self, key: bytes, partition: int, txn_id: int, first: int, entry: Q.Entry) -> None:
+        self.key, self.partition, self.txn_id, self.first, self.entry = key, partition, txn_id, first, entry
+        self.fates: dict[int, Q.Entry | None] = {}
+
+    def covers(self, partition: int, txn_id: int, index: int) -> bool:
+        return self.partition == partition and self.txn_id == txn_id \
+            and self.first <= index < self.first + self.entry.count
+
+
 class _Settle:
-    """One settle record's work, delivery by delivery."""
+    """One settle record's work, delivery by delivery; the runs it changes are written
+    back once, at the end (:meth:`flush`)."""
 
     def __init__(self, a: Applier, scope: BatchScope, info: StreamInfo, op: O.QueueSettle, action: Q.Settle,
                  config: Q.GroupConfig) -> None:
         self.a, self.scope, self.info, self.op, self.action, self.config = a, scope, info, op, action, config
         self.prefix = Q.group_prefix(info.id, op.group)
+        self.runs: dict[bytes, _Run] = {}
+        self.last: _Run | None = None
 
-    def _put(self, key: bytes, value: bytes) -> None:
-        self.a.store.put(self.scope.txn, "queues", key, value)
+    def _run_of(self, partition: int, txn_id: int, index: int) -> _Run | None:
+        """The stored run holding an item (None: the item is settled or was never handed out)."""
+        if self.last is not None and self.last.covers(partition, txn_id, index):
+            return self.last
+        store, txn = self.a.store, self.scope.txn
+        key = Q.entry_key_in(self.prefix, partition, txn_id, index)
+        run_prefix = key[:-4]
+        cur = txn.cursor(db=store.queues)
+        found = store.seek(cur, "queues", key)
+        if not (found and bytes(cur.key()) == key):
+            if not (cur.prev() if found else cur.last()):
+                return None
+        k = bytes(cur.key())
+        if not k.startswith(run_prefix) or len(k) != len(key):
+            return None
+        run = self.runs.get(k)
+        if run is None:
+            first = Q.parse_entry_key(k, len(self.prefix) + 1)[2]
+            run = _Run(k, partition, txn_id, first, Q.Entry.unpack(store.unseal("queues", k, as_bytes(cur.value()))))
+            if not run.covers(partition, txn_id, index):
+                return None
+            self.runs[k] = run
+        elif not run.covers(partition, txn_id, index):
+            return None
+        self.last = run
+        return run
 
     def one(self, partition: int, txn_id: int, index: int, delivery: int) -> None:
-        a, txn, op, action, config = self.a, self.scope.txn, self.op, self.action, self.config
-        ekey = Q.entry_key_in(self.prefix, partition, txn_id, index)
-        raw = a.store.get(txn, "queues", ekey)
-        entry = Q.Entry.unpack(raw) if raw else None
-        if entry is None or entry.state is not Q.EntryState.IN_FLIGHT or entry.deliveries != delivery \
-                or entry.consumer != op.consumer:
+        op, action, config = self.op, self.action, self.config
+        run = self._run_of(partition, txn_id, index)
+        entry = None if run is None else run.fates.get(index, run.entry)
+        if run is None or entry is None or entry.state is not Q.EntryState.IN_FLIGHT \
+                or entry.deliveries != delivery or entry.consumer != op.consumer:
             now = "settled" if entry is None else (
                 f"at delivery {entry.deliveries} to {entry.consumer!r}" if entry.state is Q.EntryState.IN_FLIGHT
                 else f"waiting for delivery {entry.deliveries + 1}")
@@ -257,49 +345,71 @@ class _Settle:
                 f"item {index} of transaction {txn_id} (partition {partition}) of work queue {op.group!r}: "
                 f"delivery {delivery} to {op.consumer!r} is no longer current (the item is {now}); its "
                 f"{action.name.lower()} was refused and nothing was written")
-        txn.delete(Q.due_key_in(self.prefix, entry.redeliver_at, partition, txn_id, index), db=a.store.queues)
         if action is Q.Settle.PROGRESS:
-            entry.lock_deadline = self.scope.now + config.ack_timeout_ms
-            entry.redeliver_at = entry.lock_deadline + config.backoff_for(entry.deliveries)
-            self._put(ekey, entry.pack())
-            self._put(Q.due_key_in(self.prefix, entry.redeliver_at, partition, txn_id, index), b"")
+            lock = self.scope.now + config.ack_timeout_ms
+            run.fates[index] = Q.Entry(entry.state, entry.deliveries, lock,
+                                       lock + config.backoff_for(entry.deliveries), entry.consumer, entry.error)
             return
         config.counters["in_flight"] = config.counters.get("in_flight", 0) - 1
         if action is Q.Settle.ACK:
-            txn.delete(ekey, db=a.store.queues)
+            run.fates[index] = None
             config.count("acked")
         elif action is Q.Settle.NAK and entry.deliveries < config.max_deliveries:
             delay = config.backoff_for(entry.deliveries) if op.delay_ms is None else op.delay_ms
-            entry.state, entry.error = Q.EntryState.WAITING, op.error
-            entry.redeliver_at = self.scope.now + delay
-            self._put(ekey, entry.pack())
-            self._put(Q.due_key_in(self.prefix, entry.redeliver_at, partition, txn_id, index), b"")
+            run.fates[index] = Q.Entry(Q.EntryState.WAITING, entry.deliveries, entry.lock_deadline,
+                                       self.scope.now + delay, entry.consumer, op.error)
             config.count("nacked")
         else:  # a term, or a nak of the last delivery allowed
-            txn.delete(ekey, db=a.store.queues)
+            run.fates[index] = None
             if action is Q.Settle.NAK:
                 config.count("nacked")
-            item = _item(a, self.scope, self.info, partition, txn_id, index)
+            item = _item(self.a, self.scope, self.info, partition, txn_id, index)
             if item is None:
                 config.count("gone")
             else:
                 reason = "terminated" if action is Q.Settle.TERM else "max_deliveries"
-                _dead_letter(a, self.scope, self.info, op.group, config, partition, txn_id, index,
+                _dead_letter(self.a, self.scope, self.info, op.group, config, partition, txn_id, index,
                              entry.deliveries, op.error, reason, item)
+
+    def flush(self) -> None:
+        """Write the changed runs back: each split into the runs of its items' new fates."""
+        store, txn, db = self.a.store, self.scope.txn, self.a.store.queues
+        for run in self.runs.values():
+            old = run.entry
+            txn.delete(run.key, db=db)
+            txn.delete(Q.due_key_in(self.prefix, old.redeliver_at, run.partition, run.txn_id, run.first), db=db)
+            pieces: list[tuple[int, Q.Entry]] = []  # (first index, entry) of the runs left
+            for index in range(run.first, run.first + old.count):
+                entry = run.fates.get(index, old)
+                if entry is None:
+                    continue
+                if pieces and pieces[-1][0] + pieces[-1][1].count == index and pieces[-1][1].fate == entry.fate:
+                    pieces[-1][1].count += 1
+                else:
+                    pieces.append((index, dataclasses.replace(entry, count=1)))
+            for first, entry in pieces:
+                store.put(txn, "queues", Q.entry_key_in(self.prefix, run.partition, run.txn_id, first), entry.pack())
+                store.put(txn, "queues",
+                          Q.due_key_in(self.prefix, entry.redeliver_at, run.partition, run.txn_id, first), b"")
 
 
 # --------------------------------------------------------------------------- helpers
-def _item(a: Applier, scope: BatchScope, info: StreamInfo, partition: int, txn_id: int, index: int
-          ) -> bytes | None:
-    """Item ``index`` of a checkpointed transaction, or None if it is gone (TTL, deletion)."""
+def _items(a: Applier, scope: BatchScope, info: StreamInfo, partition: int, txn_id: int) -> list[bytes] | None:
+    """The items of a checkpointed transaction, or None if it is gone (TTL, deletion)."""
     raw = a.store.get(scope.txn, "txns", keys.txn_key(info.id, partition, txn_id))
     if raw is None or txn_id < ttl_floor(info, scope.now):
         return None
     state, _, chunks, _ = keys.STATE.unpack(raw)
     if state != TxnState.CHECKPOINTED:
         return None
-    items = load_items(scope.txn, a.store, info, partition, txn_id, chunks)
-    return items[index] if index < len(items) else None
+    return load_items(scope.txn, a.store, info, partition, txn_id, chunks)
+
+
+def _item(a: Applier, scope: BatchScope, info: StreamInfo, partition: int, txn_id: int, index: int
+          ) -> bytes | None:
+    """Item ``index`` of a checkpointed transaction, or None if it is gone (TTL, deletion)."""
+    items = _items(a, scope, info, partition, txn_id)
+    return items[index] if items is not None and index < len(items) else None
 
 
 def _dead_letter(a: Applier, scope: BatchScope, info: StreamInfo, group: str, config: Q.GroupConfig,

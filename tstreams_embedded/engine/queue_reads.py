@@ -31,9 +31,9 @@ def status(txn: lmdb.Transaction, store: Store, stream: str, group: str, now: in
                 break
             entry = Q.Entry.unpack(store.unseal("queues", k, v))
             if entry.state is Q.EntryState.IN_FLIGHT:
-                in_flight += 1
+                in_flight += entry.count
             else:
-                waiting += 1
+                waiting += entry.count
             _, txn_id, _ = Q.parse_entry_key(k, len(prefix))
             born = txn_id // ID_MULTIPLIER
             oldest = born if oldest is None else min(oldest, born)
@@ -73,7 +73,8 @@ def _pending(txn: lmdb.Transaction, store: Store, stream: str, partition: int, c
     first: int | None = None
     position = cursor.position
     while True:
-        s = scan(txn, store, stream, partition, position, 2**63 - 1, _STEP, now, load=False)
+        # without full, the first transaction with items left answers: read few at a time
+        s = scan(txn, store, stream, partition, position, 2**63 - 1, _STEP if full else 2, now, load=False)
         for txn_id, items in s.index:
             left = items - (cursor.index if txn_id == cursor.partial else 0)
             if left > 0:

@@ -9,10 +9,14 @@ terminated). The state lives in the ``queues`` database, sealed like every other
 * ``c`` · stream id u64 · group · 0x00 · partition u32 -> :class:`Cursor`: how far the
   partition's items have been handed out;
 * ``e`` · stream id u64 · group · 0x00 · partition u32 · txn id u64 · index u32 ->
-  :class:`Entry`: an item handed out and not settled yet (in flight, or waiting for its
-  redelivery);
+  :class:`Entry`: a *run* of ``count`` consecutive items of one transaction, from item
+  ``index`` on, handed out and not settled yet, all in the same state (in flight, or
+  waiting for their redelivery) with the same delivery count, deadlines and consumer. A
+  receive writes one entry per transaction it hands items of; settling some items of a
+  run trims or splits it. Runs never overlap. (Entries written before runs have no count:
+  a run of one item.)
 * ``d`` · stream id u64 · group · 0x00 · redeliver-at ms u64 · partition u32 · txn id u64 ·
-  index u32 -> empty: the redelivery index, in time order.
+  index u32 -> empty: the redelivery index, in time order, one key per run (its first item).
 
 Only unsettled items that were handed out have keys. Items after a partition's cursor are
 pending (never delivered); items before it without an entry are settled. So the state is a
@@ -108,7 +112,8 @@ class Cursor:
 
 @dataclass
 class Entry:
-    """An item handed out and not settled."""
+    """A run of ``count`` consecutive items of one transaction handed out and not settled
+    (its key names the first)."""
 
     state: EntryState
     deliveries: int
@@ -116,15 +121,24 @@ class Entry:
     redeliver_at: int
     consumer: str
     error: str | None = None
+    count: int = 1
 
     def pack(self) -> bytes:
         return bytes(msgpack.packb([int(self.state), self.deliveries, self.lock_deadline, self.redeliver_at,
-                                    self.consumer, self.error]))
+                                    self.consumer, self.error, self.count]))
 
     @classmethod
     def unpack(cls, raw: bytes) -> Entry:
-        state, deliveries, lock, due, consumer, error = msgpack.unpackb(raw)
-        return cls(EntryState(state), deliveries, lock, due, consumer, error)
+        fields = msgpack.unpackb(raw)
+        if len(fields) == 6:  # written before runs: one item
+            fields.append(1)
+        state, deliveries, lock, due, consumer, error, count = fields
+        return cls(EntryState(state), deliveries, lock, due, consumer, error, count)
+
+    @property
+    def fate(self) -> tuple[Any, ...]:
+        """Everything but the count: two adjacent runs with the same fate are one."""
+        return self.state, self.deliveries, self.lock_deadline, self.redeliver_at, self.consumer, self.error
 
 
 # --------------------------------------------------------------------------- keys

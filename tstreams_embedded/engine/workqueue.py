@@ -115,11 +115,10 @@ class Delivery:
             raise errors.InvalidArgument(f"{self!r} is already settled")
         if error is not None and not isinstance(error, str):
             raise errors.InvalidArgument(f"error must be a string, got {type(error).__name__}")
-        op = self.settle_op(action, delay_ms, error)
         if commit:
-            self.queue.submit([op])
+            self.queue.submit([self.settle_op(action, delay_ms, error)])
         else:
-            self.queue.stage(op)
+            self.queue.stage_ack(self.target)
         self._settled = True
 
 
@@ -145,7 +144,7 @@ class WorkQueue:
             raise errors.InvalidArgument(f"max_in_flight must be an integer, got {max_in_flight!r}")
         info = engine.backend.get_stream(self.stream)
         self.stream_id: int = info.id
-        self._staged: list[QueueSettle] = []
+        self._staged: list[list[int]] = []  # the targets of the staged acks
         declare = QueueDeclare(self.stream, self.group, _seconds_to_ms(ack_timeout, "ack_timeout", 0.001),
                                max_deliveries, dead_letter, [_seconds_to_ms(d, "backoff delay") for d in backoff],
                                max_in_flight, self.stream_id)
@@ -191,8 +190,14 @@ class WorkQueue:
         self.engine.backend.submit(ops, durable=True)
 
     def stage(self, op: QueueSettle) -> None:
-        """Keep a settle record for :meth:`commit` or the queue's CheckpointGroup."""
-        self._staged.append(op)
+        """Keep the acks of a settle record (:meth:`Delivery.settle_op`) for :meth:`commit`
+        or the queue's CheckpointGroup."""
+        self._staged.extend(op.deliveries)
+
+    def stage_ack(self, target: list[int]) -> None:
+        """Keep the ack of one delivery (its :attr:`Delivery.target`) for :meth:`commit` or
+        the queue's CheckpointGroup."""
+        self._staged.append(target)
 
     @property
     def staged(self) -> int:
@@ -215,7 +220,8 @@ class WorkQueue:
         staged, self._staged = self._staged, []
         if not staged:
             return []
-        return [staged[0]._replace(deliveries=[t for op in staged for t in op.deliveries])]
+        return [QueueSettle(self.stream, self.group, self.consumer, int(Settle.ACK), staged, None, None,
+                            self.stream_id)]
 
     # -- reads ---------------------------------------------------------------------------
     def status(self, full: bool = False) -> QueueStatus:
