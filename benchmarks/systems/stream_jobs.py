@@ -459,7 +459,7 @@ class OursStreams(StreamJob):
         open the task at its last commit and process the probe). Every record's update must
         be there exactly once."""
         from benchmarks.streams.events import BASE_MS
-        from tstreams_embedded.streams.membership import read_group, static_of
+        from tstreams_embedded.streams.app_members import read_group, static_of
 
         def event(page: str, i: int) -> bytes:
             return json.dumps({"page": page, "ts": BASE_MS + i}).encode()

@@ -15,7 +15,7 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded.console.sampler import LagSampler
-from tstreams_embedded.engine.validate import MAX_NAME_BYTES
+from tstreams_embedded.engine.protocol.validate import MAX_NAME_BYTES
 from tstreams_embedded.ids import txn_millis
 from tstreams_embedded.testing import ServeProcess, eventually, free_port
 

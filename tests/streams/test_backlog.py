@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams import App, StreamsBuilder, TestDriver, TimeWindows, Topology
 from tstreams_embedded.streams.records import pack_envelope
 from tstreams_embedded.streams.serdes import serde

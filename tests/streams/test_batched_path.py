@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine.core import Core
+from tstreams_embedded.engine.storage.core import Core
 from tstreams_embedded.streams import App, Processor, Record, StreamsBuilder, TimeWindows, Windowed, send_records
 from tstreams_embedded.streams.records import pack_envelope
 

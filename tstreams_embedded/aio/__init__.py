@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import errors
-from ..engine.consumer import Transaction
+from ..engine.api.consumer import Transaction
 from .consumer import AsyncConsumer
 from .engine import AsyncEngine
 from .group import AsyncCheckpointGroup

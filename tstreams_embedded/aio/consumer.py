@@ -14,7 +14,7 @@ import asyncio
 from typing import Any
 
 from .. import errors
-from ..engine.consumer import Consumer, Transaction
+from ..engine.api.consumer import Consumer, Transaction
 from .offload import Offload
 from .remote import NativeRemote
 from .signal import CommitSignal

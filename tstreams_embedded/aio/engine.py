@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from ..engine.backend import StreamInfo
-from ..engine.consumer import Start
-from ..engine.engine import DEFAULT_STREAM_TTL, Engine
-from ..engine.schedules import ScheduleInfo
+from ..engine.api.consumer import Start
+from ..engine.api.engine import DEFAULT_STREAM_TTL, Engine
+from ..engine.protocol.backend import StreamInfo
+from ..engine.protocol.schedules import ScheduleInfo
 from .consumer import AsyncConsumer
 from .group import AsyncCheckpointGroup, Member
 from .offload import Offload

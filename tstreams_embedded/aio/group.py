@@ -8,7 +8,7 @@ handed over first, in the same pool call, so the group checkpoints everything se
 from __future__ import annotations
 
 from .. import errors
-from ..engine.group import CheckpointGroup
+from ..engine.api.group import CheckpointGroup
 from .consumer import AsyncConsumer
 from .offload import Offload
 from .producer import AsyncProducer

@@ -2,7 +2,7 @@
 
 Every call of the sync API that may block (an LMDB write and its fsync, a read, a network
 round trip) runs in an :class:`Offload`'s pool of at most ``max_threads`` threads, so the
-event loop never waits for storage. The embedded engine's group commit (``engine/committer.py``)
+event loop never waits for storage. The embedded engine's group commit (``engine/storage/committer.py``)
 merges the writes that these threads make concurrently into one LMDB transaction and one
 fsync: many small awaits share a disk sync.
 

@@ -17,9 +17,9 @@ from types import TracebackType
 from typing import Any
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.producer import FLUSH_BYTES, Producer, ProducerTransaction
-from ..engine.validate import check_partition
+from ..engine.api.producer import FLUSH_BYTES, Producer, ProducerTransaction
+from ..engine.protocol import ops as O
+from ..engine.protocol.validate import check_partition
 from ..policies import Policy
 from .offload import Offload
 from .remote import NativeRemote

@@ -24,7 +24,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..engine import ops as O
+from ..engine.protocol import ops as O
 from ..net.client import RemoteBackend, Subscription
 from ..net.future import Future
 from .offload import finish_before_cancelling

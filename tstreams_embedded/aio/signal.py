@@ -1,7 +1,7 @@
 """Waking coroutines when a commit lands: one watcher per async engine handle.
 
 The watcher waits in ``Backend.wait_for_commit`` (embedded: woken by this process's commits
-at once and by other processes' through :mod:`~tstreams_embedded.engine.commit_waker`;
+at once and by other processes' through :mod:`~tstreams_embedded.engine.storage.commit_waker`;
 remote: a long poll that the server answers when a commit lands), on one thread of its own,
 and wakes every coroutine waiting in :meth:`CommitSignal.wait_past`. However many consumers
 wait, they cost one thread and no polling. Over a ``tcp://`` connection not even that: the
@@ -16,7 +16,7 @@ import concurrent.futures
 import contextlib
 
 from .. import errors
-from ..engine.backend import Backend
+from ..engine.protocol.backend import Backend
 from .remote import NativeRemote, bridge
 
 #: how long one wait_for_commit call lasts before the watcher checks whether it should stop

@@ -15,8 +15,8 @@ import asyncio
 from typing import Any
 
 from .. import errors
-from ..engine.backend import QueueStatus
-from ..engine.workqueue import Delivery, WorkQueue
+from ..engine.api.workqueue import Delivery, WorkQueue
+from ..engine.protocol.backend import QueueStatus
 from .offload import Offload
 from .signal import CommitSignal
 

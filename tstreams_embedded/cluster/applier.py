@@ -1,6 +1,6 @@
 """The applier: every node applies committed log entries, in order, to its engine.
 
-Each entry is applied with :meth:`~tstreams_embedded.engine.core.Core.apply_committed` at the
+Each entry is applied with :meth:`~tstreams_embedded.engine.storage.core.Core.apply_committed` at the
 entry's ``now_ms``, deterministically from the state and the entry alone, so all nodes
 compute the same transaction IDs, deadlines and results. Nothing uncommitted is ever
 applied.
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import lmdb
 
 from .. import errors
-from ..engine import ops as O
+from ..engine.protocol import ops as O
 from . import snapshot as snap
 from .log import Entry
 from .membership import read_members, write_members
@@ -44,7 +44,7 @@ from .retention import trim_point
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..engine.core import Core
+    from ..engine.storage.core import Core
     from .clock import StateClock
     from .counters import NodeCounters
     from .leader import LeaderState

@@ -55,6 +55,7 @@ def _serve(cluster: str | None, node_id: str | None, repl: str | None, acks: str
                            max_write_queue_bytes=node_options["max_write_queue_bytes"],
                            max_reply_bytes=node_options["max_reply_bytes"],
                            max_server_bytes=node_options["max_server_bytes"], rcvhwm=node_options["rcvhwm"],
+                           piece_timeout=node_options["piece_timeout"],
                            http_token=node_options["http_token"]))
 
 

@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 import msgpack
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.backend import (
+from ..engine.protocol import ops as O
+from ..engine.protocol.backend import (
     BackupCopy,
     ConsumerInfo,
     Fetched,
@@ -469,7 +469,7 @@ class ClusterBackend:
 def connect_cluster(url: str, *, timeout: float = 30.0, txn_ttl: float | None = None,
                     keepalive_interval: float | None = -1, **options: Any) -> Any:
     """An ``Engine`` on the cluster at ``url`` (``zk://hosts/path``) that follows its leader."""
-    from ..engine.engine import DEFAULT_TXN_TTL, Engine
+    from ..engine.api.engine import DEFAULT_TXN_TTL, Engine
 
     backend = ClusterBackend(url, timeout=timeout, **options)
     ttl = DEFAULT_TXN_TTL if txn_ttl is None else txn_ttl

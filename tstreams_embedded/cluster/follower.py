@@ -22,7 +22,7 @@ from .roles import Role
 from .transport import PeerLink
 
 if TYPE_CHECKING:
-    from ..engine.core import Core
+    from ..engine.storage.core import Core
     from .applier import Applier
     from .clock import StateClock
     from .coordinator import Coordinator

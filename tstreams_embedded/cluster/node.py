@@ -40,8 +40,8 @@ import lmdb
 import zmq
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.core import Core
+from ..engine.protocol import ops as O
+from ..engine.storage.core import Core
 from ..net.auth import PeerKeys
 from ..retry import RetryPolicy
 from . import snapshot as snap

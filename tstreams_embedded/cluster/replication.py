@@ -39,7 +39,7 @@ from .messages import (
 )
 
 if TYPE_CHECKING:
-    from ..engine.core import Core
+    from ..engine.storage.core import Core
     from .applier import Applier
     from .coordinator import Coordinator
     from .counters import NodeCounters

@@ -24,12 +24,19 @@ from tornado.log import access_log
 from tornado.web import Application, RequestHandler
 
 from .. import errors
-from ..engine.core import Core
+from ..engine.storage.core import Core
 from ..net.auth import load_peer_keys
 from ..net.handlers import DEFAULT_PAGE_BYTES, backend_registry
 from ..net.metrics import metrics_route
 from ..net.registry import STREAM, Handler, Registry
-from ..net.serve import listen_http, parse_http, run_until_signal, server_options, start_security
+from ..net.serve import (
+    listen_http,
+    parse_http,
+    return_large_blocks,
+    run_until_signal,
+    server_options,
+    start_security,
+)
 from ..net.server import Server
 from ..net.session import Session
 from ..net.stats import ServerStats
@@ -234,6 +241,7 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
                   max_request_size: int | None = None, max_client_bytes: int | None = None,
                   max_write_queue_bytes: int | None = None, max_reply_bytes: int = DEFAULT_PAGE_BYTES,
                   max_server_bytes: int | None = None, rcvhwm: int | None = None,
+                  piece_timeout: float | None = None,
                   http_token: str | None = None, **core_options: Any) -> int:
     """Run a cluster node until SIGTERM/SIGINT; return the exit status (0).
 
@@ -254,8 +262,10 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         repl = f"tcp://{host}:*"
     opts = server_options(durability, max_msg_size, max_request_size=max_request_size,
                           max_client_bytes=max_client_bytes, max_write_queue_bytes=max_write_queue_bytes,
-                          max_reply_bytes=max_reply_bytes, max_server_bytes=max_server_bytes, rcvhwm=rcvhwm)
+                          max_reply_bytes=max_reply_bytes, max_server_bytes=max_server_bytes, rcvhwm=rcvhwm,
+                          piece_timeout=piece_timeout)
     peers = load_peer_keys(curve_dir) if curve_dir is not None else None
+    return_large_blocks()  # (as tstreams serve: pieces and large frames returned when freed)
     ctx: zmq.Context[Any] = zmq.Context()
     auth = start_security(ctx, curve_dir, [*binds, repl], opts, peers)
     try:

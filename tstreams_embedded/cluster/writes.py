@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import errors
-from ..engine import ops as O
+from ..engine.protocol import ops as O
 from ..net.deferred import Deferred
 from .applier import Outcome
 from .leader import LeaderState

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ..engine.core import Core
+from ..engine.storage.core import Core
 from ..net.serve import exposed_binds, listen_http, parse_http
 from ..tools.params import seconds
 

@@ -1,6 +1,6 @@
 """The answers of the console API, computed from the engine's reads.
 
-Every figure comes from the :class:`~tstreams_embedded.engine.backend.Backend` reads and the
+Every figure comes from the :class:`~tstreams_embedded.engine.protocol.backend.Backend` reads and the
 rows of :mod:`tstreams_embedded.tools.report` (what ``tstreams streams describe --json`` and
 ``tstreams consumers describe --json`` print), so the console and the CLI agree by
 construction. Items are decoded by :func:`tstreams_embedded.tools.formats.decode_item`
@@ -13,10 +13,10 @@ import dataclasses
 from typing import Any
 
 from .. import errors
-from ..engine.appgroups import app_overview
-from ..engine.backend import Backend, PartitionInfo
-from ..engine.core import Core
-from ..engine.validate import check_partition
+from ..engine.operator.appgroups import app_overview
+from ..engine.protocol.backend import Backend, PartitionInfo
+from ..engine.protocol.validate import check_partition
+from ..engine.storage.core import Core
 from ..ids import txn_millis
 from ..tools import report
 from ..tools.formats import RecordSerdes, decode_item, record_serdes
@@ -148,7 +148,7 @@ def _blocker(p: PartitionInfo, offset: int, now_ms: int) -> dict[str, Any] | Non
 def apps(core: Core) -> dict[str, Any]:
     """The stream-processing applications in the engine's state: each one's group members
     (live or not, their tasks), tasks no live member holds, and its input lag per partition
-    (a bounded :func:`~tstreams_embedded.engine.appgroups.app_overview`, as the cluster's
+    (a bounded :func:`~tstreams_embedded.engine.operator.appgroups.app_overview`, as the cluster's
     status page shows)."""
     found = app_overview(core.store, core.now_ms())
     return {"applications": [dataclasses.asdict(a) for a in found.apps], "truncated": found.truncated}

@@ -24,7 +24,7 @@ from tornado.ioloop import IOLoop
 from tornado.web import HTTPError, RequestHandler, StaticFileHandler
 
 from .. import errors
-from ..engine.core import Core
+from ..engine.storage.core import Core
 from ..ids import MAX_SECONDS, txn_id_at
 from . import views
 from .budget import ReadBudget

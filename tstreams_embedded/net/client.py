@@ -1,4 +1,4 @@
-"""``RemoteBackend``: the :class:`~tstreams_embedded.engine.backend.Backend` protocol over ZeroMQ.
+"""``RemoteBackend``: the :class:`~tstreams_embedded.engine.protocol.backend.Backend` protocol over ZeroMQ.
 
 ``Engine(RemoteBackend("tcp://host:7000"))`` (what :func:`tstreams_embedded.net.connect`
 returns) has the same public API as an embedded engine: producers, transactions, consumers,
@@ -28,7 +28,7 @@ and applied once. Reads are retried the same way once the client knows the serve
 cluster node (after its first write, or any ``server_info``). Writes are not pipelined then.
 
 The read methods are made by :func:`_remote` from their declarations in
-:class:`~tstreams_embedded.engine.backend.Backend`: each calls the server method of the
+:class:`~tstreams_embedded.engine.protocol.backend.Backend`: each calls the server method of the
 same name (:mod:`~tstreams_embedded.net.handlers`) and decodes the reply.
 """
 
@@ -48,8 +48,8 @@ import msgpack
 import zmq
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.backend import (
+from ..engine.protocol import ops as O
+from ..engine.protocol.backend import (
     Backend,
     BackupCopy,
     ConsumerInfo,
@@ -61,7 +61,7 @@ from ..engine.backend import (
     StreamInfo,
     TxnData,
 )
-from ..engine.validate import check_wait
+from ..engine.protocol.validate import check_wait
 from . import framing
 from .connection import Connection
 from .future import Future
@@ -302,12 +302,13 @@ class RemoteBackend:
         total = sum(len(f) for f in frames) + HEADER_BYTES
         if total <= CHECKED_REQUEST and self._size_limits is None:
             return
-        max_request, max_frame = self._limits()
-        biggest = max(len(f) for f in frames)
+        max_request, max_message = self._limits()
         if total > max_request:
             what = f"request of {total} bytes exceeds the server's max request size ({max_request} bytes)"
-        elif 0 <= max_frame < biggest:
-            what = f"frame of {biggest} bytes exceeds the server's max message size ({max_frame} bytes)"
+        elif len(self._conn.endpoints) > 1 and 0 <= max_message < total:  # sent whole: see Connection._messages
+            what = (f"request of {total} bytes exceeds the server's max message size ({max_message} bytes), and "
+                    "with several endpoints on one connection requests travel whole, not in pieces (connect to "
+                    "one endpoint, or raise the servers' --max-msg-size)")
         else:
             return
         raise errors.RequestTooLarge(f"{what}; not sent: write fewer or smaller items per call "
@@ -449,7 +450,7 @@ class RemoteBackend:
     now_ms = _remote(Backend.now_ms, _as_is)
     stats = _remote(Backend.stats, _as_is)
 
-    # ------------------------------------------------------------------ paged reads (see engine/paging.py)
+    # ------------------------------------------------------------------ paged reads (see engine/storage/paging.py)
     def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:
         """The checkpointed transaction ``txn_id``, or None (read in pages of the server's size cap)."""
         return self._one("get_transaction", stream, partition, txn_id)

@@ -53,7 +53,7 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from ..engine.validate import check_interval
+from ..engine.protocol.validate import check_interval
 from ..errors import EngineClosed, InvalidArgument, ProtocolError, ProtocolVersionError, RemoteError, error_from_wire
 from . import framing, zmqfast
 from .endpoints import check_endpoints
@@ -82,13 +82,15 @@ HANDSHAKE_FAILURES: dict[int, str] = {
 
 
 class _Req:
-    __slots__ = ("id", "method", "frames", "future", "deadline", "retry_safe", "on_item", "epoch", "timeout")
+    __slots__ = ("id", "method", "messages", "sent", "future", "deadline", "retry_safe", "on_item", "epoch",
+                 "timeout")
 
-    def __init__(self, rid: int, method: str, frames: list[Any], future: Future, timeout: float,
+    def __init__(self, rid: int, method: str, messages: list[list[Any]], future: Future, timeout: float,
                  retry_safe: bool, on_item: Callable[[Any], Any] | None) -> None:
         self.id = rid
         self.method = method
-        self.frames = frames
+        self.messages = messages  # one message, or the pieces of a large request (framing.split_request)
+        self.sent = 0  # messages of it sent on the current connection
         self.future = future
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
@@ -196,14 +198,14 @@ class Connection:
         rid = next(self._ids)
         fut = Future()
         fut.request_id = rid
-        r = _Req(rid, method, framing.request_frames(rid, method, 0, body), fut,
+        r = _Req(rid, method, self._messages(rid, method, body), fut,
                  self.timeout if timeout is None else timeout, retry_safe, on_item)
         with self._io:
             if self._closed or self._draining:
                 raise EngineClosed("the remote connection is closed")
             self._pending[rid] = r
             heapq.heappush(self._deadlines, (r.deadline, rid))
-            if self._backlog or not self._can_send() or not self._try_send(r.frames):
+            if self._backlog or not self._can_send() or not self._try_send_request(r):
                 self._backlog.append(r)
             else:
                 r.epoch = self._epoch
@@ -218,11 +220,11 @@ class Connection:
         (at most ``timeout``) for a connection, then it is dropped."""
         fut = Future()
         fut.set_result(None)
-        r = _Req(0, method, framing.request_frames(0, method, 0, body), fut, self.timeout, False, None)
+        r = _Req(0, method, [framing.request_frames(0, method, 0, body)], fut, self.timeout, False, None)
         with self._io:
             if self._closed:
                 raise EngineClosed("the remote connection is closed")
-            if self._backlog or not self._can_send() or not self._try_send(r.frames):
+            if self._backlog or not self._can_send() or not self._try_send_request(r):
                 self._backlog.append(r)
             input_pending = self._input_pending()
         self._ensure_reader(input_pending)
@@ -455,6 +457,31 @@ class Connection:
         except zmq.Again:
             return False
 
+    def _try_send_request(self, r: _Req) -> bool:
+        """Send the messages of ``r`` not yet sent; whether all are (the rest stays for later,
+        at the head of the backlog: a request's pieces go out one after another)."""
+        messages = r.messages
+        if len(messages) == 1:
+            return self._try_send(messages[0])
+        send_piece, sock = zmqfast.send_piece, self._sock
+        try:
+            while r.sent < len(messages):
+                send_piece(sock, *messages[r.sent])
+                r.sent += 1
+                self._sends += 1
+        except zmq.Again:
+            return False
+        return True
+
+    def _messages(self, rid: int, method: str, body: Sequence[Any]) -> list[list[Any]]:
+        """The ZeroMQ messages of a request: pieces when it is large (wire protocol 3), unless
+        the DEALER has several endpoints: it round-robins messages among them, so a request's
+        pieces would reach different servers; there a request travels whole (and one over
+        the server's message size is refused, see ``RemoteBackend.check_request_size``)."""
+        if len(self.endpoints) > 1:
+            return [framing.request_frames(rid, method, 0, body)]
+        return framing.request_messages(rid, method, 0, body)
+
     def _send_backlog(self) -> None:
         if not self._backlog or not self._can_send():
             return
@@ -466,10 +493,10 @@ class Connection:
                 if r.deadline < now:
                     b.popleft()
                     continue
-            elif self._pending.get(r.id) is not r:
+            elif r.sent == 0 and self._pending.get(r.id) is not r:  # (a request begun is finished)
                 b.popleft()
                 continue
-            if not self._try_send(r.frames):
+            if not self._try_send_request(r):
                 return
             b.popleft()
             r.epoch = self._epoch
@@ -569,6 +596,8 @@ class Connection:
                 r.future.set_exception(RemoteError(
                     f"connection to {endpoint} lost while {r.method} was in flight; "
                     "it may or may not have been executed"))
+        for r in self._backlog:  # pieces sent on the lost connection: all again, from the first
+            r.sent = 0
         if retry:
             self._backlog = deque(sorted([*self._backlog, *retry], key=lambda q: q.id))
 

@@ -8,14 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
-from ..engine.backend import StreamInfo
-from ..engine.core import Core
-from ..engine.engine import Engine
+from ..engine.api.engine import Engine
+from ..engine.protocol.backend import StreamInfo
+from ..engine.storage.core import Core
 from .app_config import DEFAULT_TURN_RECORDS, AppConfig, Processing
+from .app_members import Membership
 from .global_table import GlobalTableMetrics, GlobalTables, global_namespace
 from .joins import check_partition_counts
 from .mapped_pages import MappedPages
-from .membership import Membership
 from .metrics import GLOBAL, AppMetrics, DropCounter
 from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
 from .queries import advertised_host as advertised_host_of
@@ -65,14 +65,14 @@ class App:
       instances, which are not synchronized with each other.
     * A running app (``start()``) without input waits for the next commit: at once when it is
       made in this process, by a served engine's server, or by another process writing the
-      same directory (inotify, :mod:`tstreams_embedded.engine.commit_waker`; without it,
+      same directory (inotify, :mod:`tstreams_embedded.engine.storage.commit_waker`; without it,
       within ``poll_interval_ms``, which is also the wall-clock punctuators' granularity).
     * The application's offsets are stored under the consumer name ``application_id``;
       its stores under ``application_id/partition/store``; internal streams are named
       ``application_id-…``. Output and internal streams that do not exist are created with
       the task count of partitions (an internal stream: its ``repartition(partitions=)``)
       and the engine's default TTL, one day; create them beforehand to choose otherwise.
-    * Scale-out (:mod:`.membership`): instances of one ``application_id`` split the tasks
+    * Scale-out (:mod:`.app_members`): instances of one ``application_id`` split the tasks
       through leases in the engine (``lease_ms``); every commit is fenced by the task's
       lease. ``static_id`` (like ``group.instance.id``): a restart with the same static id
       takes its predecessor's tasks at once instead of waiting for its leases to expire.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import errors
-from ..engine.backend import TxnData
+from ..engine.protocol.backend import TxnData
 from ..ids import ID_MULTIPLIER
 from .nodes import SourceNode
 from .records import ENVELOPE_MARK, MAX_TIMESTAMP, MIN_TIMESTAMP, Record, unpack_envelope

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import errors
-from ..engine.validate import check_name
+from ..engine.protocol.validate import check_name
 from . import nodes as N
 from .dedup import add_dedup
 from .joins import join

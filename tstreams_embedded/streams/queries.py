@@ -3,7 +3,7 @@
 * :func:`query_metadata_for_key` says which instance runs the task that owns a key of a
   store (host and port of its HTTP endpoint, as Kafka Streams' ``queryMetadataForKey``):
   the key's task is ``crc32c(key bytes) % tasks``, its owner the holder of that task's
-  lease (:mod:`.membership`).
+  lease (:mod:`.app_members`).
 * :class:`QueryServer` (``App(..., http_port=0)``; Tornado, on its own thread and IO loop,
   store reads on a small thread pool) answers, in JSON:
 
@@ -61,9 +61,9 @@ import tornado.netutil
 import tornado.web
 
 from .. import errors
-from ..engine import state
+from ..engine.storage import state_stores as state
+from .app_members import read_group
 from .appview import AppView
-from .membership import read_group
 from .metrics import AppMetrics
 from .records import partition_of
 from .stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore

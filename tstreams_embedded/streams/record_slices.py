@@ -22,7 +22,7 @@ import bisect
 from collections.abc import Iterator
 from typing import Any
 
-from ..engine import state
+from ..engine.storage import state_stores as state
 from .stores import KeyValueStore
 
 #: slices per window span: a window reads at most SLICES + 2 slices, a record rewrites one

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
-from ..engine.validate import check_name
+from ..engine.protocol.validate import check_name
 from . import nodes as N
 from .joins import check_copartitioned
 from .kstream import KStream

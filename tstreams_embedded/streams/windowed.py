@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
-from ..engine import state
+from ..engine.storage import state_stores as state
 from .nodes import Aggregation, Node, TaskContext
 from .record_slices import RecordSlices
 from .records import Record

@@ -1,5 +1,5 @@
 """``tstreams schedules list|cancel``: the pending schedules of scheduled delivery
-(``engine.schedule``, :mod:`tstreams_embedded.engine.schedules`)."""
+(``engine.schedule``, :mod:`tstreams_embedded.engine.protocol.schedules`)."""
 
 from __future__ import annotations
 

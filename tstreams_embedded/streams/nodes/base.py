@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ... import errors
-from ...engine.backend import Backend
+from ...engine.protocol.backend import Backend
 from ..records import Record
 from ..stores import KeyValueStore
 from ..window_store import WindowStore
