@@ -242,7 +242,8 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
                   max_write_queue_bytes: int | None = None, max_reply_bytes: int = DEFAULT_PAGE_BYTES,
                   max_server_bytes: int | None = None, rcvhwm: int | None = None,
                   piece_timeout: float | None = None,
-                  http_token: str | None = None, **core_options: Any) -> int:
+                  http_token: str | None = None, console_sample_interval: float = 10.0,
+                  **core_options: Any) -> int:
     """Run a cluster node until SIGTERM/SIGINT; return the exit status (0).
 
     The byte budgets and ``curve_dir`` mean what they mean for a single node
@@ -296,7 +297,8 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         if http_host is not None:
             from ..console.web import start_console
 
-            routes, stop = start_console(core, http_token, cluster=functools.partial(cluster_summary, node))
+            routes, stop = start_console(core, http_token, console_sample_interval,
+                                         cluster=functools.partial(cluster_summary, node))
             stop_console.append(stop)
             listen_http(http_app(node, server.stats, routes), http_host, http_port)
         node.start()

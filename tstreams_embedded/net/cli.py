@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from ..tools.params import seconds
 from .handlers import DEFAULT_PAGE_BYTES
 from .server import (
     DEFAULT_MAX_CLIENT_BYTES,
@@ -61,13 +62,15 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
                    "/status and the status page at / (see docs/CLUSTER.md).")
 @click.option("--http-token", default=None, metavar="TOKEN", envvar="TSTREAMS_HTTP_TOKEN",
               help="Require this token on every console request (/console/, /api/; see docs/CONSOLE.md).")
+@click.option("--console-sample-interval", type=seconds(0, 3600, min_open=True), default=10.0, show_default=True,
+              metavar="SECONDS", help="Seconds between the console's lag samples (its charts keep 360).")
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Write the bound endpoints to this file once serving.")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(LOG_LEVELS, case_sensitive=False))
 def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | None, max_msg_size: int | None,
           max_request_size: int, max_client_bytes: int, max_write_queue_bytes: int, max_server_bytes: int,
           rcvhwm: int, piece_timeout: float, max_reply_bytes: int, http: str | None, http_token: str | None,
-          ready_file: str | None, log_level: str) -> None:
+          console_sample_interval: float, ready_file: str | None, log_level: str) -> None:
     """Serve the engine in DATA over ZeroMQ until SIGTERM (graceful: exit status 0)."""
     configure_logging(log_level)
     from .serve import serve as run
@@ -76,7 +79,7 @@ def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | N
                  max_request_size=max_request_size, max_client_bytes=max_client_bytes,
                  max_write_queue_bytes=max_write_queue_bytes, max_reply_bytes=max_reply_bytes,
                  max_server_bytes=max_server_bytes, rcvhwm=rcvhwm, piece_timeout=piece_timeout, http=http,
-                 http_token=http_token))
+                 http_token=http_token, console_sample_interval=console_sample_interval))
 
 
 def configure_logging(level: str) -> None:

@@ -209,12 +209,14 @@ def serve(
     piece_timeout: float | None = None,
     http: str | None = None,
     http_token: str | None = None,
+    console_sample_interval: float = 10.0,
     **core_options: Any,
 ) -> int:
     """Serve the engine in ``data`` until SIGTERM/SIGINT; return the exit status (0).
     Budgets left ``None`` keep :class:`ServerOptions`' defaults. ``http`` (``host:port``)
     also serves ``/metrics`` there (Prometheus; needs prometheus-client) and the console
-    (``/console/``, ``/api/``; every request must carry ``http_token`` when given)."""
+    (``/console/``, ``/api/``; every request must carry ``http_token`` when given; its lag
+    sampler reads every ``console_sample_interval`` seconds)."""
     # every argument is checked before anything is created (the data directory included)
     binds = check_endpoints(bind, bind=True)
     http_addr = parse_http(http) if http is not None else None
@@ -246,7 +248,7 @@ def serve(
         if http_addr is not None:
             from ..console.web import start_console
 
-            routes, stop = start_console(core, http_token)
+            routes, stop = start_console(core, http_token, console_sample_interval)
             stop_console.append(stop)
             listen_http(metrics_app(core, server, routes), http_addr[0], http_addr[1])
 
