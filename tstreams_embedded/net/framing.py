@@ -103,8 +103,6 @@ MORE = 1  # one of several responses of a generator method; more follow
 ERROR = 2  # an error reply; always final
 NOT_EXECUTED = 4  # with ERROR: the request was not executed (server stopping); the client may send it again
 
-MAX_METHOD_LEN = 64
-
 _LEGACY_MARK = 0x93  # first byte of every version-1 header: a 3-element msgpack array
 _LEGACY_REPLY_MARK = 0x92  # first byte of every version-1 reply header: [request_id, flags]
 _HEAD_PREFIX = 256  # bytes of a malformed request read to find its request ID and flags
