@@ -13,6 +13,11 @@ than one child forwards one record at a time too, so every stream and store sees
 records in the same order as record by record. What changes is only the order in which the
 user functions of *different* nodes of one chain are called (each node's own calls stay in
 record order).
+
+**In place.** A batch handed to :meth:`Node.process_batch` has one reader (a node forwards a
+batch only to a sole child), so stateless nodes (``map``, ``map_values``, ``select_key``)
+change its records in place instead of making a new record per event; a node with several
+children hands each child its records one at a time, unchanged.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class MapNode(Node):
 
     def process_batch(self, recs: list[Record], origins: list[int]) -> None:
         fn, name = self.fn, self.name
-        for rec in recs:  # (in place: see the module docstring)
+        for rec in recs:  # (in place: see nodes.base, "In place")
             pair = fn(rec.key, rec.value)
             if type(pair) is not tuple or len(pair) != 2:
                 pair = _pair(pair, name)
@@ -75,7 +75,7 @@ class MapValuesNode(Node):
 
     def process_batch(self, recs: list[Record], origins: list[int]) -> None:
         fn = self.fn
-        if self.with_key:  # (in place: see the module docstring)
+        if self.with_key:  # (in place: see nodes.base, "In place")
             for rec in recs:
                 rec.value = fn(rec.key, rec.value)
         else:
@@ -113,7 +113,7 @@ class SelectKeyNode(Node):
 
     def process_batch(self, recs: list[Record], origins: list[int]) -> None:
         fn = self.fn
-        for rec in recs:  # (in place: see the module docstring)
+        for rec in recs:  # (in place: see nodes.base, "In place")
             rec.key = fn(rec.key, rec.value)
         self.forward_batch(recs, origins)
 
