@@ -128,6 +128,20 @@ def test_cluster_node_takes_the_server_budget_too(tmp_path: Path) -> None:
     assert not new.exists()
 
 
+@pytest.mark.parametrize("cluster", [[], ["--cluster", "zk://127.0.0.1:1/nowhere", "--node-id", "n1"]],
+                         ids=["single", "cluster"])
+def test_a_non_finite_piece_timeout_is_refused_by_every_server(tmp_path: Path, cluster: list[str]) -> None:
+    """``--piece-timeout`` reaches single and cluster nodes alike: ``nan`` is refused at
+    once (it would keep an abandoned request for ever), before the data directory exists."""
+    new = tmp_path / "NEW"
+    result = subprocess.run([sys.executable, "-m", "tstreams_embedded.cli", "serve", "--data", str(new),
+                             "--bind", "tcp://127.0.0.1:*", *cluster, "--piece-timeout", "nan"],
+                            capture_output=True, text=True, timeout=60, env=child_environment())
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "piece_timeout" in result.stderr.strip().splitlines()[-1], result.stderr
+    assert not new.exists()
+
+
 def test_serve_on_a_taken_port_creates_no_data_directory(tmp_path: Path) -> None:
     """The socket is bound before the engine is opened: a taken port is ``BindFailed``
     and ``NEW/`` is not created (it was, with its files, before; issue 19 item 17)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..engine.api.engine import Engine
@@ -15,15 +15,18 @@ from .app_config import DEFAULT_TURN_RECORDS, AppConfig, Processing
 from .app_members import Membership
 from .global_table import GlobalTableMetrics, GlobalTables, global_namespace
 from .joins import check_partition_counts
+from .key_owners import KeyQueryMetadata, query_metadata_for_key
+from .key_owners import advertised_host as advertised_host_of
 from .mapped_pages import MappedPages
 from .metrics import GLOBAL, AppMetrics, DropCounter
-from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
-from .queries import advertised_host as advertised_host_of
 from .record_errors import RecordErrorPolicy, RecordErrors, dead_letter_stream_of
 from .stores import DEFAULT_CACHE_BYTES, ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
 from .topology import StoreSpec, Topology, internal_name
 from .turns import default_slack_ms
+
+if TYPE_CHECKING:
+    from .queries import QueryServer
 
 
 def _wall_ms() -> int:
@@ -494,6 +497,8 @@ class App:
         self.global_tables.bootstrap()  # processing starts with the global tables caught up
         self.global_tables.start()
         if self.http_port is not None and self._http is None:
+            from .queries import QueryServer  # (Tornado: imported only by apps that serve queries)
+
             self._http = QueryServer(self, self.http_host, self.http_port)
             self.membership.advertise(self.advertised_host, self._http.port)
         self._maybe_tick(force=True)
