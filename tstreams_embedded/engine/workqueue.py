@@ -41,6 +41,8 @@ from .validate import check_name
 
 #: the most a receive returns in bytes (it always returns at least one item)
 DEFAULT_MAX_BYTES = 16 << 20
+#: the most deliveries one settle record names (a receive's most items: the engine's limit)
+MAX_SETTLE_TARGETS = 10_000
 #: the longest a receive waits between looks when nothing wakes it (a redelivery comes due
 #: by time, not by a commit)
 _IDLE_LOOK = 0.5
@@ -145,6 +147,7 @@ class WorkQueue:
         info = engine.backend.get_stream(self.stream)
         self.stream_id: int = info.id
         self._staged: list[list[int]] = []  # the targets of the staged acks
+        self._staged_other: list[QueueSettle] = []  # staged settle records that are not acks
         declare = QueueDeclare(self.stream, self.group, _seconds_to_ms(ack_timeout, "ack_timeout", 0.001),
                                max_deliveries, dead_letter, [_seconds_to_ms(d, "backoff delay") for d in backoff],
                                max_in_flight, self.stream_id)
@@ -190,9 +193,17 @@ class WorkQueue:
         self.engine.backend.submit(ops, durable=True)
 
     def stage(self, op: QueueSettle) -> None:
-        """Keep the acks of a settle record (:meth:`Delivery.settle_op`) for :meth:`commit`
-        or the queue's CheckpointGroup."""
-        self._staged.extend(op.deliveries)
+        """Keep a settle record of this queue (:meth:`Delivery.settle_op`) for :meth:`commit`
+        or the queue's CheckpointGroup: its acks join the staged acks, any other action is
+        kept as it is. A record of another stream, group or consumer is refused."""
+        if (op.stream, op.group, op.consumer) != (self.stream, self.group, self.consumer):
+            raise errors.InvalidArgument(
+                f"a settle record of {op.stream!r}/{op.group!r} by {op.consumer!r} cannot be staged in {self!r}: "
+                "stage the records of this queue's own deliveries (its group and consumer)")
+        if op.action == int(Settle.ACK):
+            self._staged.extend(op.deliveries)
+        else:
+            self._staged_other.append(op)
 
     def stage_ack(self, target: list[int]) -> None:
         """Keep the ack of one delivery (its :attr:`Delivery.target`) for :meth:`commit` or
@@ -202,7 +213,7 @@ class WorkQueue:
     @property
     def staged(self) -> int:
         """How many acknowledgements wait for :meth:`commit` or a group checkpoint."""
-        return len(self._staged)
+        return len(self._staged) + sum(len(op.deliveries) for op in self._staged_other)
 
     def commit(self) -> None:
         """Write the staged acknowledgements in one write (all or nothing: DeliveryExpired if
@@ -216,12 +227,16 @@ class WorkQueue:
         return self._take_staged(), lambda results: None
 
     def _take_staged(self) -> list[Operation]:
-        """The staged acks as one settle record (they are all acks of this consumer)."""
+        """The staged acks as settle records of at most :data:`MAX_SETTLE_TARGETS` targets
+        each (all acks of this consumer), then the other staged records: written together,
+        in one write, by :meth:`commit` or the group."""
         staged, self._staged = self._staged, []
-        if not staged:
-            return []
-        return [QueueSettle(self.stream, self.group, self.consumer, int(Settle.ACK), staged, None, None,
-                            self.stream_id)]
+        other, self._staged_other = self._staged_other, []
+        ops: list[Operation] = [
+            QueueSettle(self.stream, self.group, self.consumer, int(Settle.ACK), staged[i:i + MAX_SETTLE_TARGETS],
+                        None, None, self.stream_id)
+            for i in range(0, len(staged), MAX_SETTLE_TARGETS)]
+        return ops + list(other)
 
     # -- reads ---------------------------------------------------------------------------
     def status(self, full: bool = False) -> QueueStatus:
