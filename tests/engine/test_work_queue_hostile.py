@@ -4,11 +4,14 @@ items the write names twice across records, and the bounds of a huge unsettled b
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import queuestate as Q
+from tstreams_embedded.engine.store import Store, entries
 
 
 def test_more_staged_acks_than_one_record_holds_commit_in_one_write(engine: ts.Engine) -> None:
@@ -66,3 +69,55 @@ def test_staging_a_record_of_another_stream_or_group_is_refused(engine: ts.Engin
     with pytest.raises(errors.InvalidArgument, match="group"):
         q.stage(d.settle_op(Q.Settle.ACK))
     assert q.staged == 0
+
+
+def _queue_keys(path: Path) -> tuple[dict[str, int], int, int]:
+    """How many keys of each kind (``g``, ``c``, ``e``, ``d``) the ``queues`` database holds,
+    and the bytes of its pages and of the commit log's."""
+    store = Store(str(path), "sync")
+    try:
+        with store.env.begin() as txn:
+            counts: dict[str, int] = {}
+            for k, _ in entries(txn.cursor(db=store.queues).iternext()):
+                kind = chr(k[0])
+                counts[kind] = counts.get(kind, 0) + 1
+            sizes = [txn.stat(db) for db in (store.queues, store.log)]
+            queue_bytes, log_bytes = (st["psize"] * (st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"])
+                                      for st in sizes)
+            return counts, queue_bytes, log_bytes
+    finally:
+        store.close()
+
+
+@pytest.mark.soak  # a million unsettled items: about a minute; measured for docs/QUEUES.md (Bounds)
+def test_a_million_unsettled_items_cost_one_entry_per_transaction(tmp_path: Path) -> None:
+    path = tmp_path / "data"
+    transactions, per_txn = 10_000, 100
+    with ts.open(path, durability="async", compaction_interval=None) as e:
+        e.create_stream("s", partitions=4)
+        p = e.producer("s")
+        for t in range(transactions):
+            p.instant([b"%07d" % (t * per_txn + i) for i in range(per_txn)], partition=t % 4)
+        before = _file_bytes(path)
+        q = e.work_queue("s", "g", ack_timeout=3600, max_in_flight=2_000_000)
+        handed = 0
+        while got := q.receive(max_items=10_000, timeout=0):
+            handed += len(got)
+            del got
+        assert handed == transactions * per_txn
+        status = q.status()
+        assert (status.in_flight, status.waiting) == (handed, 0)
+    counts, queue_bytes, log_bytes = _queue_keys(path)
+    # one run and one redelivery key per transaction (a receive ends inside a transaction
+    # at most once: a few transactions are split in two runs), settings and 4 cursors
+    assert counts["g"] == 1 and counts["c"] == 4
+    assert transactions <= counts["e"] == counts["d"] <= transactions + 100
+    grown = _file_bytes(path) - before
+    print(f"\n{handed} unsettled items: {counts} queue keys in {queue_bytes} bytes of pages; the commit log "
+          f"{log_bytes} bytes (bounded by log_retention_bytes, trimmed at compaction); the data file grew by "
+          f"{grown} bytes")
+    assert queue_bytes < 4 << 20  # about 200 bytes per transaction handed out
+
+
+def _file_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
