@@ -4,6 +4,7 @@ items the write names twice across records, and the bounds of a huge unsettled b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine import queuestate as Q
 from tstreams_embedded.engine.store import Store, entries
+from tstreams_embedded.testing import FakeClock
 
 
 def test_more_staged_acks_than_one_record_holds_commit_in_one_write(engine: ts.Engine) -> None:
@@ -121,3 +123,35 @@ def test_a_million_unsettled_items_cost_one_entry_per_transaction(tmp_path: Path
 
 def _file_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+
+
+def test_a_deleted_dead_letter_stream_does_not_wedge_the_queue(engine: ts.Engine) -> None:
+    engine.create_stream("s")
+    engine.create_stream("dlq")
+    engine.producer("s").instant([b"a", b"b", b"c"])
+    q = engine.work_queue("s", "g", max_deliveries=1, dead_letter="dlq", ack_timeout=60)
+    a, b, c = q.receive(max_items=3, timeout=0)
+    engine.delete_stream("dlq")
+    a.term("never")  # refused with StreamNotFound before: the item could never be settled
+    b.nak(delay=0)  # the last delivery allowed: settled for good
+    c.ack()
+    status = q.status(full=True)
+    assert (status.in_flight, status.waiting, status.pending) == (0, 0, {0: 0})
+    assert (status.counters["terminated"], status.counters["exhausted"], status.counters["acked"]) == (1, 1, 1)
+    assert status.counters["dead_lettered"] == 0
+
+
+def test_an_expired_item_past_max_deliveries_with_its_dead_letter_stream_deleted(
+        make_engine: Callable[..., ts.Engine], clock: FakeClock) -> None:
+    e = make_engine(clock=clock, keepalive_interval=None)
+    e.create_stream("s")
+    e.create_stream("dlq")
+    e.producer("s").instant([b"a"])
+    q = e.work_queue("s", "g", max_deliveries=1, dead_letter="dlq", ack_timeout=1)
+    assert len(q.receive(timeout=0)) == 1
+    e.delete_stream("dlq")
+    e.producer("s").instant([b"b"])
+    clock.advance(1_500)
+    [d] = q.receive(max_items=10, timeout=0)  # every receive raised StreamNotFound before
+    assert d.item == b"b"
+    assert q.status().counters["exhausted"] == 1
