@@ -155,3 +155,17 @@ def test_an_expired_item_past_max_deliveries_with_its_dead_letter_stream_deleted
     [d] = q.receive(max_items=10, timeout=0)  # every receive raised StreamNotFound before
     assert d.item == b"b"
     assert q.status().counters["exhausted"] == 1
+
+
+def test_staged_settles_are_written_in_the_order_they_were_staged(engine: ts.Engine) -> None:
+    engine.create_stream("s")
+    engine.producer("s").instant([b"a", b"b"])
+    q = engine.work_queue("s", "g", ack_timeout=60)
+    first, second = q.receive(max_items=2, timeout=0)
+    q.stage(first.settle_op(Q.Settle.PROGRESS))  # still working on it ...
+    first.ack(commit=False)  # ... then done: the same write
+    second.ack(commit=False)
+    assert q.staged == 3
+    q.commit()
+    status = q.status()
+    assert (status.in_flight, status.counters["acked"]) == (0, 2)

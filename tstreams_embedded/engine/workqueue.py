@@ -146,8 +146,7 @@ class WorkQueue:
             raise errors.InvalidArgument(f"max_in_flight must be an integer, got {max_in_flight!r}")
         info = engine.backend.get_stream(self.stream)
         self.stream_id: int = info.id
-        self._staged: list[list[int]] = []  # the targets of the staged acks
-        self._staged_other: list[QueueSettle] = []  # staged settle records that are not acks
+        self._staged: list[QueueSettle] = []  # staged settle records (their deliveries: lists of ours)
         declare = QueueDeclare(self.stream, self.group, _seconds_to_ms(ack_timeout, "ack_timeout", 0.001),
                                max_deliveries, dead_letter, [_seconds_to_ms(d, "backoff delay") for d in backoff],
                                max_in_flight, self.stream_id)
@@ -194,26 +193,33 @@ class WorkQueue:
 
     def stage(self, op: QueueSettle) -> None:
         """Keep a settle record of this queue (:meth:`Delivery.settle_op`) for :meth:`commit`
-        or the queue's CheckpointGroup: its acks join the staged acks, any other action is
-        kept as it is. A record of another stream, group or consumer is refused."""
+        or the queue's CheckpointGroup, after those staged before it (its acks join staged
+        acks right before them). A record of another stream, group or consumer is refused."""
         if (op.stream, op.group, op.consumer) != (self.stream, self.group, self.consumer):
             raise errors.InvalidArgument(
                 f"a settle record of {op.stream!r}/{op.group!r} by {op.consumer!r} cannot be staged in {self!r}: "
                 "stage the records of this queue's own deliveries (its group and consumer)")
         if op.action == int(Settle.ACK):
-            self._staged.extend(op.deliveries)
+            for target in op.deliveries:
+                self.stage_ack(list(target))
         else:
-            self._staged_other.append(op)
+            self._staged.append(op._replace(deliveries=list(op.deliveries)))
 
     def stage_ack(self, target: list[int]) -> None:
         """Keep the ack of one delivery (its :attr:`Delivery.target`) for :meth:`commit` or
-        the queue's CheckpointGroup."""
-        self._staged.append(target)
+        the queue's CheckpointGroup. Consecutive acks make one settle record (of at most
+        :data:`MAX_SETTLE_TARGETS`: the engine's limit)."""
+        last = self._staged[-1] if self._staged else None
+        if last is not None and last.action == int(Settle.ACK) and len(last.deliveries) < MAX_SETTLE_TARGETS:
+            last.deliveries.append(target)
+        else:
+            self._staged.append(QueueSettle(self.stream, self.group, self.consumer, int(Settle.ACK), [target],
+                                            None, None, self.stream_id))
 
     @property
     def staged(self) -> int:
-        """How many acknowledgements wait for :meth:`commit` or a group checkpoint."""
-        return len(self._staged) + sum(len(op.deliveries) for op in self._staged_other)
+        """How many settles (acknowledgements) wait for :meth:`commit` or a group checkpoint."""
+        return sum(len(op.deliveries) for op in self._staged)
 
     def commit(self) -> None:
         """Write the staged acknowledgements in one write (all or nothing: DeliveryExpired if
@@ -227,16 +233,10 @@ class WorkQueue:
         return self._take_staged(), lambda results: None
 
     def _take_staged(self) -> list[Operation]:
-        """The staged acks as settle records of at most :data:`MAX_SETTLE_TARGETS` targets
-        each (all acks of this consumer), then the other staged records: written together,
-        in one write, by :meth:`commit` or the group."""
+        """The staged settle records, in the order they were staged: written together, in
+        one write, by :meth:`commit` or the group."""
         staged, self._staged = self._staged, []
-        other, self._staged_other = self._staged_other, []
-        ops: list[Operation] = [
-            QueueSettle(self.stream, self.group, self.consumer, int(Settle.ACK), staged[i:i + MAX_SETTLE_TARGETS],
-                        None, None, self.stream_id)
-            for i in range(0, len(staged), MAX_SETTLE_TARGETS)]
-        return ops + list(other)
+        return list(staged)
 
     # -- reads ---------------------------------------------------------------------------
     def status(self, full: bool = False) -> QueueStatus:
