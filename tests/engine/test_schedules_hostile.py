@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import tstreams_embedded as ts
+from tstreams_embedded.engine import ops as O
 from tstreams_embedded.engine import schedules as S
 from tstreams_embedded.testing import FakeClock, eventually
 
@@ -65,3 +66,36 @@ def test_a_clock_behind_after_a_restart_neither_fires_early_nor_twice(tmp_path: 
         eventually(lambda: not engine.schedules(limit=1), timeout=30)
         items = sorted(i for _, _, txn in delivered(engine, "s") for i in txn)
         assert items == sorted([b"%d" % k for k in range(50)] + [b"late"])
+
+
+def test_firings_are_synced_even_when_schedules_keep_coming_due(tmp_path: Path) -> None:
+    """Schedules due every 10 ms for three seconds of the engine's clock: something is
+    always due within 50 ms, so the firer never synced its firings until the load ended (a
+    power failure would lose them all, however long the load). It syncs at least every
+    second of firing."""
+    clock = FakeClock()
+    with ts.open(tmp_path / "data", durability="sync", clock=clock, compaction_interval=None,
+                 keepalive_interval=None) as engine:
+        engine.create_stream("s")
+        engine.backend.submit([O.Schedule("s", 0, O.pack_items([b"%d" % k]), delay_ms=10 * k)
+                               for k in range(1, 301)])
+        store = engine.backend.store  # type: ignore[attr-defined]
+        real_sync, syncs = store.sync, []
+
+        def counted_sync() -> None:
+            syncs.append(clock())
+            real_sync()
+
+        store.sync = counted_sync
+        reader = engine.consumer("s", "r")
+        fired = 0
+        try:
+            for _ in range(300):  # the clock moves 10 ms once the schedule due then has fired
+                clock.advance(10)
+                eventually(reader.get_transaction, timeout=10)
+                fired += 1
+        finally:
+            store.sync = real_sync
+        assert fired == 300
+        during = [at for at in syncs if at < clock()]
+        assert len(during) >= 2, f"the firings of three seconds were synced {len(during)} times while they came"
