@@ -1,11 +1,11 @@
 """Backup and archiving figures (issue 22 §4): ``python -m benchmarks.backup_bench [--mib N]``.
 
-* **backup vs ``env.copy``:** ``tstreams_embedded.engine.backup.backup`` of a directory
+* **backup vs ``env.copy``:** ``tstreams_embedded.engine.operator.backup.backup`` of a directory
   holding about N MiB (a compacted copy, its CRC32C, its manifest, fsyncs) against LMDB's own
   ``env.copy(compact=True)`` of the same directory into the same filesystem; 3 interleaved
   repetitions, medians. Goal: >= 0.8x.
 * **archive lag:** one writer commits 1-item transactions (durable) while an
-  :class:`~tstreams_embedded.engine.backup.Archiver` runs, woken by commits; for each
+  :class:`~tstreams_embedded.engine.operator.backup.Archiver` runs, woken by commits; for each
   transaction, the time from its acknowledgement until a segment holding it is on disk.
   Goal: p99 <= 1 s.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import lmdb
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import backup as B
+from tstreams_embedded.engine.operator import backup as B
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

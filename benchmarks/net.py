@@ -153,7 +153,7 @@ def start_haproxy(front: int, servers: list[int], workdir: Path) -> Proc:
 
 def prepare_stream(endpoint: str) -> None:
     from tstreams_embedded import errors
-    from tstreams_embedded.engine import ops as O
+    from tstreams_embedded.engine.protocol import ops as O
     from tstreams_embedded.net.client import RemoteBackend
 
     b = RemoteBackend(endpoint, timeout=30)
@@ -173,7 +173,7 @@ def _client(kind: str, endpoint: str, k: int, window: int, warmup: float, measur
     remote-sync; ``KIND-v1`` sends the same requests in wire protocol version 1."""
     import zmq
 
-    from tstreams_embedded.engine import ops as O
+    from tstreams_embedded.engine.protocol import ops as O
     from tstreams_embedded.net import framing
     from tstreams_embedded.net.zmqfast import recv_multipart, send_multipart
 

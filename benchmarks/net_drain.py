@@ -34,8 +34,8 @@ from typing import Any
 import zmq
 from tornado.ioloop import IOLoop
 
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.core import Core
+from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.engine.storage.core import Core
 from tstreams_embedded.net import framing
 from tstreams_embedded.net.handlers import backend_registry
 from tstreams_embedded.net.registry import Registry

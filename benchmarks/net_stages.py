@@ -20,8 +20,8 @@ from typing import Any
 import msgpack
 import zmq
 
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.core import Core
+from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.engine.storage.core import Core
 from tstreams_embedded.net import framing, zmqfast
 from tstreams_embedded.net.handlers import submit_many
 

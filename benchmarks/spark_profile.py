@@ -6,7 +6,7 @@ stream of the same shape with values of varying length (50–150 bytes), then ti
 1M rows, what ``read()`` does for one partition after the other:
 
 * **LMDB scan**: the index walk, the chunk reads and their CRC32C checks
-  (:func:`~tstreams_embedded.engine.reads.transaction_payloads`), no decoding (the payloads
+  (:func:`~tstreams_embedded.engine.storage.reads.transaction_payloads`), no decoding (the payloads
   are copied out of the snapshot here; the reader copies them into Arrow buffers instead);
 * **msgpack decode**: ``msgpack.unpackb`` of every chunk into ``bytes`` objects (what
   ``Backend.fetch`` does), and the fixed-size layout check + view that replaces it when
@@ -37,9 +37,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import reads
-from tstreams_embedded.engine.catalog import lookup_stream
-from tstreams_embedded.engine.iteration import iter_transactions
+from tstreams_embedded.engine.protocol.iteration import iter_transactions
+from tstreams_embedded.engine.storage import reads
+from tstreams_embedded.engine.storage.catalog import lookup_stream
 from tstreams_embedded.ids import ID_MULTIPLIER
 from tstreams_embedded.spark.local_read import local_batches
 from tstreams_embedded.spark.payloads import fixed_items

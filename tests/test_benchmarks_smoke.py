@@ -171,6 +171,19 @@ def test_streams_a_wrong_job_fails_the_run(tmp_path):
     assert "ResultMismatch" in result["error"] and "differs from the reference" in result["error"]
 
 
+def test_streams_job_reports_its_cpu_time_and_imports_from_a_bytecode_cache(tmp_path):
+    """On a shared machine wall time alone misleads: each job's CPU time (wait4) is reported
+    beside it; and a job imports from bytecode, as an installed package does."""
+    from benchmarks.scenarios import STREAMS_SCENARIOS
+    from benchmarks.systems.stream_jobs import PYCACHE
+
+    result = run_worker("python-floor", "windowed_count", STREAMS_SCENARIOS[0].params("tiny"), tmp_path,
+                        timeout=120)
+    assert result["ok"], result.get("error")
+    assert 0 < result["extra"]["job_cpu_seconds"] < 60 and result["extra"]["load_1m"] >= 0
+    assert list(PYCACHE.rglob("floor*.pyc"))
+
+
 def test_streams_suite_tiny(tmp_path):
     import importlib.util
     import os

@@ -10,15 +10,15 @@ messaging, embedded in your process on LMDB.
 from __future__ import annotations
 
 from . import errors
-from .engine.backend import StreamInfo
-from .engine.batch import Batch
-from .engine.consumer import Consumer, Transaction
+from .engine.api.batch import Batch
+from .engine.api.consumer import Consumer, Transaction
+from .engine.api.engine import Engine
+from .engine.api.group import CheckpointGroup
+from .engine.api.producer import Producer, ProducerTransaction
+from .engine.api.subscriber import Subscriber
+from .engine.api.workqueue import Delivery, WorkQueue
 from .engine.embedded import open_engine as open  # noqa: A001 - the public name is ts.open
-from .engine.engine import Engine
-from .engine.group import CheckpointGroup
-from .engine.producer import Producer, ProducerTransaction
-from .engine.subscriber import Subscriber
-from .engine.workqueue import Delivery, WorkQueue
+from .engine.protocol.backend import StreamInfo
 from .ids import txn_id_at, txn_time
 from .policies import CancelIfOpened, CheckpointIfOpened, EnqueueIfOpened, ErrorIfOpened, Policy
 

@@ -141,8 +141,8 @@ def check(data: str, as_json: bool) -> None:
     """Verify every stored value's checksum (data chunks, transaction records, offsets, markers,
     state stores, leases, the commit log) and the key structure of a data directory (stop its
     writers first). Exit status: 0 if no problem was found, 1 otherwise."""
-    from .engine.check import check_directory
-    from .engine.directory import LOCK_FILE, MARKER, is_data_directory
+    from .engine.operator.check import check_directory
+    from .engine.storage.directory import LOCK_FILE, MARKER, is_data_directory
 
     if not (is_data_directory(data) or any(os.path.exists(os.path.join(data, f)) for f in (MARKER, LOCK_FILE))):
         raise errors.DataDirectoryNotFound(f"{data!r} is not a tstreams data directory (no data.mdb with data in it)")

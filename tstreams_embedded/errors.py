@@ -154,7 +154,7 @@ class QueryTooLarge(TStreamsError, ValueError):
 
 class StoreKeyTooLong(InvalidArgument):
     """A stream-processing record's key cannot be a state-store key: store keys are at most
-    255 bytes (``engine.state.MAX_STORE_KEY``). The message names the store, the key's length
+    255 bytes (``engine.storage.state_stores.MAX_STORE_KEY``). The message names the store, the key's length
     and the limit."""
 
 

@@ -23,7 +23,7 @@ def decode_json_output(item: bytes) -> Any:
 
 def read_stream_values(engine: Any, stream: str) -> list[Any]:
     """Every value checkpointed in ``stream`` (all partitions), decoded."""
-    from tstreams_embedded.engine.iteration import iter_transactions
+    from tstreams_embedded.engine.protocol.iteration import iter_transactions
 
     values = []
     for partition in range(engine.get_stream(stream).partitions):
@@ -37,7 +37,7 @@ class OutputReader:
 
     It waits with ``backend.wait_for_commit``, which commits wake at once: this process's
     directly, another process's on the same directory through the engine's inotify waker
-    (``engine/commit_waker.py``); with a remote engine the server's long poll does the same.
+    (``engine/storage/commit_waker.py``); with a remote engine the server's long poll does the same.
     """
 
     def __init__(self, engine: Any, stream: str) -> None:
@@ -54,7 +54,7 @@ class OutputReader:
 
     def poll(self) -> int:
         """Read what is new; returns how many values."""
-        from tstreams_embedded.engine.iteration import iter_transactions
+        from tstreams_embedded.engine.protocol.iteration import iter_transactions
 
         walk = iter_transactions(self.engine.backend, self.stream, 0, self.after)
         n = 0

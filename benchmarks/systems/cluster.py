@@ -37,7 +37,7 @@ FIELD = b"d"
 
 
 def _count_items(engine: Any, stream: str) -> int:
-    from tstreams_embedded.engine.iteration import iter_transactions
+    from tstreams_embedded.engine.protocol.iteration import iter_transactions
 
     return sum(len(t.items) for t in iter_transactions(engine.backend, stream, 0))
 

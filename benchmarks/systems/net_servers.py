@@ -103,14 +103,14 @@ class OursServeSync(OursServe):
 
 
 class OursServeBefore(OursServe):
-    """The limits of before issue 19 item 4's second part: 64 MiB requests and frames
-    (now 16 MiB, ``ZMQ_MAXMSGSIZE`` following ``--max-request-size``): the baseline of
-    what that change costs per request."""
+    """The settings of before wire protocol 3 (issue 19 item 4, pieces): ``--rcvhwm 64`` and
+    whole requests up to 16 MiB in one message (``--max-msg-size`` 16 MiB): the baseline of
+    what pieces and the smaller ``--rcvhwm`` (16) cost per request."""
 
     name = "ours-serve-before"
-    label = "tstreams serve (async), 64 MiB request limit (before)"
-    description = "tstreams serve --durability async --max-request-size 64MiB (so --max-msg-size 64 MiB)"
-    extra_args = ("--max-request-size", str(64 << 20))
+    label = "tstreams serve (async), before pieces (rcvhwm 64, 16 MiB messages)"
+    description = "tstreams serve --durability async --rcvhwm 64 --max-msg-size 16MiB"
+    extra_args = ("--rcvhwm", "64", "--max-msg-size", str(16 << 20))
 
 
 class OursHAProxy(_Served):

@@ -50,7 +50,7 @@ class OursEmbedded(System):
 
     def _count_items(self, stream: str, partition: int = 0) -> tuple[int, int]:
         """(items, last txn id) of every checkpointed transaction, read back through the backend."""
-        from tstreams_embedded.engine.iteration import iter_transactions
+        from tstreams_embedded.engine.protocol.iteration import iter_transactions
 
         walk = iter_transactions(self.engine.backend, stream, partition)
         n = sum(len(t.items) for t in walk)
@@ -213,7 +213,7 @@ class OursEmbedded(System):
         """A state store through the backend: ``n_keys`` 100-byte values written ``batch``
         per (non-durable) ``StoreWrite``, each read back by ``store_get``, then the whole
         store read by ``store_range`` in ranges of 1000 keys. Items: writes + gets + entries scanned."""
-        from tstreams_embedded.engine import ops as O
+        from tstreams_embedded.engine.protocol import ops as O
 
         backend = self.engine.backend
         key = b"key-%010d".__mod__
@@ -280,7 +280,7 @@ class OursEmbeddedUnsealed(OursEmbedded):
         """The same pre-load, through the same write path, storing chunks unsealed."""
         import lmdb
 
-        from tstreams_embedded.engine import apply_base, directory, seals
+        from tstreams_embedded.engine.storage import apply_base, directory, seals
 
         sealing = apply_base.seal
         apply_base.seal = lambda payload: payload  # this worker process only
@@ -301,7 +301,7 @@ class OursEmbeddedUnsealed(OursEmbedded):
 def switch_off_value_seals() -> None:
     """In this process only, store and read every value but the chunks without its seal
     (the baseline of the value-seal cost; directories written so are not for keeping)."""
-    from tstreams_embedded.engine import seals, store
+    from tstreams_embedded.engine.storage import seals, store
 
     if getattr(store.Store, "values_unsealed", False):
         return
@@ -320,7 +320,7 @@ def switch_off_value_seals() -> None:
 
 class OursEmbeddedValuesUnsealed(OursEmbedded):
     """Embedded, storing and reading every value but the chunks without its seal (the
-    checksum over key and value of :mod:`tstreams_embedded.engine.seals`): measures what
+    checksum over key and value of :mod:`tstreams_embedded.engine.storage.seals`): measures what
     sealing and verifying values costs on the consume and state-store paths. Chunks keep
     their own checksum, as in ``ours-embedded``."""
 

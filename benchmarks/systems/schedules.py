@@ -29,7 +29,7 @@ class OursSchedules(System):
 
     def run_lateness(self, n: int, spread_s: float, load_threads: int = 0, **_params: Any) -> Outcome:
         import tstreams_embedded as ts
-        from tstreams_embedded.engine import ops as O
+        from tstreams_embedded.engine.protocol import ops as O
 
         path = self.workdir / f"data-{time.monotonic_ns()}"
         with ts.open(str(path), durability="sync", compaction_interval=None) as engine:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.systems.base import Outcome, System
-from tstreams_embedded.engine.iteration import iter_transactions
+from tstreams_embedded.engine.protocol.iteration import iter_transactions
 
 TXN_ITEMS = 1_000
 PARTITIONS = 4

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from benchmarks.systems.base import Outcome, System
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PATHWAY_PYTHON_ENV = "BENCH_PATHWAY_PYTHON"
 """Interpreter with Pathway installed; default ``<repo>/.venv-pathway/bin/python``, else this one."""
+#: where job processes keep the bytecode of the modules they import (see :func:`job_env`)
+PYCACHE = Path(tempfile.gettempdir()) / "tstreams-bench-pycache"
 
 
 class JobFailed(RuntimeError):
@@ -45,6 +48,8 @@ class JobRun:
     returncode: int
     stdout: str
     stderr: str
+    #: CPU time of the process (user + system, its own threads; from ``os.wait4``)
+    cpu_seconds: float
 
     def result(self) -> dict[str, Any]:
         """The job's own ``JOB-RESULT`` fields (the last such line)."""
@@ -53,9 +58,22 @@ class JobRun:
 
 
 def job_env() -> dict[str, str]:
+    """The job processes' environment: the repository on the path, and a bytecode cache
+    (:data:`PYCACHE`) even where ``PYTHONDONTWRITEBYTECODE`` is set, as an installed package
+    has one (pip compiles on install): without it every job compiles the project's modules
+    from source at start-up (0.4-1 s on the shared machine), which peers installed from
+    wheels never do. :func:`warm_up` fills it, untimed."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
     return env
+
+
+def warm_up(python: str, modules: tuple[str, ...]) -> None:
+    """Untimed: import ``modules`` once in a job's environment (their bytecode cached)."""
+    subprocess.run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=str(REPO_ROOT), env=job_env(),
+                   capture_output=True, timeout=300, check=False)
 
 
 def start_job(python: str, module: str, spec: dict[str, Any], log_dir: Path, tag: str) -> subprocess.Popen[bytes]:
@@ -83,7 +101,8 @@ def wait_job(proc: subprocess.Popen[bytes], log_dir: Path, tag: str, started: fl
     proc.returncode = os.waitstatus_to_exitcode(status)
     stdout = (log_dir / f"{tag}.out").read_text(errors="replace")
     stderr = (log_dir / f"{tag}.err").read_text(errors="replace")
-    return JobRun(wall, usage.ru_maxrss * 1024, proc.returncode, stdout, stderr)
+    return JobRun(wall, usage.ru_maxrss * 1024, proc.returncode, stdout, stderr,
+                  usage.ru_utime + usage.ru_stime)
 
 
 def _kill(pid: int) -> None:
@@ -129,6 +148,8 @@ class StreamJob(System):
     module: ClassVar[str] = ""
     requires: ClassVar[str | None] = None
     """A module the job's interpreter must import (None: nothing beyond the project)."""
+    imports: ClassVar[tuple[str, ...]] = ()
+    """What the job imports when it runs, imported once untimed first (:func:`warm_up`)."""
 
     @classmethod
     def python(cls) -> str:
@@ -160,6 +181,7 @@ class StreamJob(System):
         self.expected = Expected({(p, s): c for p, s, c in raw["windows"]}, {(p, s) for p, s in raw["open_at_end"]},
                                  raw["late"], raw["events"], raw["stream_time_ms"])
         self.prepare_input()
+        warm_up(self.python(), (self.module, *self.imports))
 
     def prepare_input(self) -> None:
         """Untimed: put the input where the job reads it (default: the file as it is)."""
@@ -172,7 +194,9 @@ class StreamJob(System):
         version = job.result().get("version")
         return Outcome(
             items=n_events, seconds=job.wall_seconds, stored=checked, expected=len(self.expected.windows),
-            extra={"job_peak_rss_mb": job.peak_rss_bytes / 2**20, "windows": checked,
+            extra={"job_peak_rss_mb": job.peak_rss_bytes / 2**20, "job_cpu_seconds": job.cpu_seconds,
+                   "load_1m": os.getloadavg()[0],
+                   "windows": checked,
                    "late_dropped": self.expected.late, "job_process_seconds": job.result().get("process_seconds"),
                    **({"version": version} if version else {})},
         )
@@ -204,6 +228,7 @@ class PythonFloorOrjson(PythonFloor):
     description = "the same with orjson.loads (the parser of the streams JSON serde when orjson is installed)"
     parser = "orjson"
     requires = "orjson"
+    imports = ("orjson",)
 
 
 class Bytewax(StreamJob):
@@ -213,6 +238,7 @@ class Bytewax(StreamJob):
                    "with a 1-s epoch, 1 worker")
     module = "benchmarks.streams.jobs.bytewax_job"
     requires = "bytewax"
+    imports = ("bytewax.operators", "bytewax.connectors.files", "bytewax.dataflow", "bytewax.operators.windowing")
 
     def job_spec(self) -> dict[str, Any]:
         return {"recovery": True, "snapshot_s": 1.0, "workers": 1}
@@ -253,6 +279,7 @@ class OursStreams(StreamJob):
     description = ("StreamsBuilder: group_by(page) -> TimeWindows(5 min, grace 10 s) -> count -> "
                    "suppress_until_window_closes -> to(); App(engine) exactly_once, durability sync")
     module = "benchmarks.streams.jobs.ours_job"
+    imports = ("tstreams_embedded.streams",)
     is_ours = True
 
     @classmethod
@@ -459,7 +486,7 @@ class OursStreams(StreamJob):
         open the task at its last commit and process the probe). Every record's update must
         be there exactly once."""
         from benchmarks.streams.events import BASE_MS
-        from tstreams_embedded.streams.membership import read_group, static_of
+        from tstreams_embedded.streams.app_members import read_group, static_of
 
         def event(page: str, i: int) -> bytes:
             return json.dumps({"page": page, "ts": BASE_MS + i}).encode()

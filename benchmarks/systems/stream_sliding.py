@@ -14,6 +14,7 @@ window's count in the store must equal the brute-force reference, or the run FAI
 from __future__ import annotations
 
 import bisect
+import os
 import time
 from typing import Any
 
@@ -76,12 +77,13 @@ class OursSliding(System):
          .windowed_by(spec).count(store="n").to_stream().to("out", key_serde="str"))
         with ts.open(str(self.workdir / "data"), durability="sync") as engine:
             app = App(engine, application_id="sliding", topology=b.build())
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             app.run(until_idle=True)
-            seconds = time.perf_counter() - started
+            seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
             got = {(w.key, w.start, w.end): n for w, n in app.store("n").all().items()}
             app.close()
         expected = reference(self.records, windows)
         right = sum(1 for w, n in got.items() if expected.get(w) == n)
         return Outcome(n_records, seconds, stored=right if len(got) == len(expected) else -1,
-                       expected=len(expected), extra={"windows": len(expected)})
+                       expected=len(expected), extra={"windows": len(expected), "cpu_seconds": cpu,
+                                                      "load_1m": os.getloadavg()[0]})

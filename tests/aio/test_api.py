@@ -181,6 +181,69 @@ def test_cancelled_failing_write_raises_its_error_not_cancelled_error(open_async
     asyncio.run(main())
 
 
+def test_a_cancelled_read_loses_no_transaction(open_async: OpenAsync) -> None:
+    """A read cancelled while under way hands each transaction out once or not at all: the
+    next reads return the rest, none skipped. (Regression: embedded, the abandoned read went
+    on in its thread and moved the consumer past a transaction that nobody received.)"""
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s")
+            await producer.instant([b"a"])
+            await producer.instant([b"b"])
+            consumer = await engine.consumer("s", "c")
+            loop_thread = threading.current_thread()
+            started, proceed = threading.Event(), threading.Event()
+            read = consumer.sync.get_transaction
+
+            def gated_read(partition: int | None = None) -> Transaction | None:
+                started.set()
+                if threading.current_thread() is not loop_thread:  # a pool thread: held until the cancel
+                    proceed.wait(10)
+                return read(partition)
+
+            consumer.sync.get_transaction = gated_read  # type: ignore[method-assign]
+            task = asyncio.create_task(consumer.get_transaction())
+            await asyncio.to_thread(started.wait, 10)  # the read is under way
+            task.cancel()
+            proceed.set()
+            try:
+                first = await task
+                received = [first.items] if first is not None else []
+            except asyncio.CancelledError:
+                received = []
+            consumer.sync.get_transaction = read  # type: ignore[method-assign]
+            while (txn := await consumer.next(timeout=0)) is not None:
+                received.append(txn.items)
+            assert received == [[b"a"], [b"b"]]
+
+    asyncio.run(main())
+
+
+def test_a_group_checkpoint_during_a_flush_of_its_transaction_writes_each_item_once(
+        open_async: OpenAsync) -> None:
+    """A flush (whose first write opens the transaction) and a group checkpoint of the same
+    transaction, from two tasks at once, take turns. (Regression: over tcp:// both ran on
+    the loop's thread, which the sync transaction's re-entrant lock let in together: the
+    group wrote the items as a second transaction while the first stayed open, and readers
+    stopped at it.)"""
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s")
+            group = engine.checkpoint_group(producer)
+            txn = await producer.new_transaction()
+            await txn.send(b"a")
+            await asyncio.gather(txn.flush(), group.checkpoint())
+            assert txn.state == "checkpointed"
+            consumer = await engine.consumer("s", "c")
+            got = await consumer.next(timeout=5)
+            assert got is not None and got.items == [b"a"]
+            assert await consumer.next(timeout=0) is None
+
+    asyncio.run(main())
+
+
 def test_commit_of_another_handle_wakes_a_waiting_consumer(open_async: OpenAsync) -> None:
     async def main() -> None:
         async with await open_async() as reader, await open_async() as writer:
@@ -234,34 +297,78 @@ def test_open_rejects_bad_options() -> None:
     asyncio.run(main())
 
 
-def test_remote_instant_and_commit_waits_take_no_pool_thread(tmp_path: Path) -> None:
-    """Over tcp://, 64 concurrent durable instants, a commit wake-up and a consumer checkpoint
-    complete while the handle's only pool thread is held: no thread per call."""
+def test_remote_calls_start_no_thread_per_call(tmp_path: Path) -> None:
+    """Over tcp://, 1,000 concurrent calls of several kinds (instant writes, transactions,
+    stream reads, schedules, work-queue receives and acks, consumer checkpoints and commit
+    waits) run with no thread started: ``threading.active_count()`` stays flat throughout."""
     data = tmp_path / "data"
     data.mkdir()
     with ServeProcess(data, tmp_path, durability="sync") as server:
         async def main() -> None:
-            async with await aio.connect(server.endpoint, timeout=20.0, max_threads=1) as engine:
+            async with await aio.connect(server.endpoint, timeout=20.0) as engine:
                 assert engine.native is not None
                 await engine.create_stream("s", partitions=4)
+                await engine.create_stream("jobs")
                 producer = await engine.producer("s")
+                jobs = await engine.producer("jobs")
+                queue = await engine.work_queue("jobs", "workers")
                 consumer = await engine.consumer("s", "c", partitions=[0])
-                first = await consumer.get_transaction()  # warms the consumer: None
-                assert first is None
-                release = threading.Event()
-                held = asyncio.ensure_future(engine.offload.read(release.wait, 30))
-                try:
-                    waiting = asyncio.ensure_future(engine.signal.wait_past(await engine.signal.current(), 20))
-                    ids = await asyncio.wait_for(
-                        asyncio.gather(*(producer.instant([b"%d" % i]) for i in range(64))), 20)
-                    assert len(ids) == 64
-                    assert await asyncio.wait_for(waiting, 20) > 0  # woken with the pool still held
-                    await asyncio.wait_for(consumer.checkpoint(), 20)  # offsets stored, pool still held
-                    assert not held.done()
-                finally:
-                    release.set()
-                    await held
-                assert len([t async for t in _drain(consumer)]) == 16  # partition 0's share
+                assert await consumer.next(timeout=0) is None  # (starts the commit watcher)
+                before = threading.active_count()
+                peak = before
+                done = asyncio.Event()
+
+                async def sample() -> None:
+                    nonlocal peak
+                    while not done.is_set():
+                        peak = max(peak, threading.active_count())
+                        await asyncio.sleep(0)
+
+                async def transaction(i: int) -> None:
+                    async with producer.transaction() as txn:
+                        await txn.send(b"t%d" % i)
+                        await txn.send(b"u%d" % i)
+
+                async def receive_and_ack() -> None:
+                    for delivery in await queue.receive(max_items=10, timeout=5):
+                        await delivery.ack()
+
+                sampler = asyncio.create_task(sample())
+                waiting = asyncio.ensure_future(engine.signal.wait_past(await engine.signal.current(), 20))
+                kinds = [lambda i: producer.instant([b"%d" % i]), transaction,
+                         lambda i: engine.get_stream("s"), lambda i: engine.schedules(),
+                         lambda i: jobs.instant([b"job%d" % i])]
+                results = await asyncio.wait_for(asyncio.gather(*(kinds[i % 5](i) for i in range(1000))), 60)
+                assert len(results) == 1000
+                assert await asyncio.wait_for(waiting, 20) > 0
+                await asyncio.wait_for(asyncio.gather(*(receive_and_ack() for _ in range(20)),
+                                                      consumer.checkpoint()), 60)
+                done.set()
+                await sampler
+                assert (peak, threading.active_count()) == (before, before)
+                assert len([t async for t in _drain(consumer)]) > 0
+
+        asyncio.run(main())
+
+
+def test_sync_api_on_the_loop_of_a_remote_handle_raises_instead_of_blocking(tmp_path: Path) -> None:
+    """The sync handle underneath a tcp:// async handle is usable from other threads; on the
+    event loop itself a blocking call raises InvalidArgument (it would stall the loop)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with ServeProcess(data, tmp_path, durability="sync") as server:
+        async def main() -> None:
+            async with await aio.connect(server.endpoint, timeout=20.0) as engine:
+                await engine.create_stream("s")
+                with pytest.raises(errors.InvalidArgument, match="event loop"):
+                    engine.sync.get_stream("s")
+                info = await asyncio.to_thread(engine.sync.get_stream, "s")  # handed to the loop
+                assert info.name == "s"
+                producer = await asyncio.to_thread(engine.sync.producer, "s")
+                txn_id = await asyncio.to_thread(producer.instant, [b"from a thread"])
+                consumer = await engine.consumer("s", "c")
+                got = await consumer.next(timeout=5)
+                assert got is not None and (got.id, got.items) == (txn_id, [b"from a thread"])
 
         asyncio.run(main())
 
@@ -280,7 +387,7 @@ def test_waiting_iteration_ends_when_the_sync_handle_underneath_closes(open_asyn
         consumer = await engine.consumer("s", "c")
         waiting = asyncio.ensure_future(consumer.next(timeout=60))
         await asyncio.sleep(0)
-        await engine.offload.write(engine.sync.close)
+        await engine.runner.write(engine.sync.close)
         with pytest.raises(errors.EngineClosed):
             await asyncio.wait_for(waiting, 20)
         await engine.close()

@@ -16,7 +16,7 @@ def test_aio_on_a_cluster_produces_consumes_and_survives_a_leader_kill(cluster: 
 
     async def main() -> None:
         async with await aio.connect(cluster.url, timeout=60) as engine:
-            assert engine.native is None  # a cluster: every call retried across failover, in the pool
+            assert engine.native is None  # zk://: the cluster client follows ZooKeeper (threads), in the pool
             await engine.create_stream("in")
             await engine.create_stream("out")
             producer = await engine.producer("in")

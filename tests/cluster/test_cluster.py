@@ -15,7 +15,7 @@ import pytest
 
 from tstreams_embedded import errors
 from tstreams_embedded.cluster.zk import init_cluster
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.net import framing
 from tstreams_embedded.net.client import RemoteBackend, encode_submit
 from tstreams_embedded.testing import eventually

@@ -17,7 +17,7 @@ from tstreams_embedded.cluster import ZkAddress, init_cluster
 from tstreams_embedded.cluster.coordinator import CONNECT_TIMEOUT
 from tstreams_embedded.cluster.zk import BoundedZk, required_acks
 from tstreams_embedded.testing import ZooKeeperServer, free_port
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 
 @pytest.mark.parametrize("url", ["", "tcp://h:1/x", "zk://", "zk://h:1", "zk://h:1/", "zk://h/x", "zk://h:p/x", 7])
@@ -182,7 +182,7 @@ def test_a_node_may_only_strengthen_the_cluster_acks(zk: ZooKeeperServer, tmp_pa
     would depend on which node leads); a stronger one is used."""
     from tstreams_embedded.cluster.clock import StateClock
     from tstreams_embedded.cluster.node import Node
-    from tstreams_embedded.engine.core import Core
+    from tstreams_embedded.engine.storage.core import Core
 
     url = f"zk://{zk.address}/acks"
     init_cluster(url, 3, acks="quorum")

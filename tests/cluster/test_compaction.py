@@ -11,7 +11,7 @@ import pytest
 
 from tstreams_embedded import errors
 from tstreams_embedded.cluster.retention import check_compaction_interval
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.testing import ZooKeeperServer, eventually
 
 from .conftest import Cluster

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from tstreams_embedded.cli import main
-from tstreams_embedded.testing import eventually
+from tstreams_embedded.testing import ZooKeeperServer, eventually
 
 from .conftest import Cluster
 from .test_status_page import browser  # noqa: F401 - the headless Chromium fixture
@@ -47,6 +47,15 @@ def cells(driver: Any, selector: str, cell: str) -> dict[str, str]:
         }
         return out;""", selector, cell)
     return got
+
+
+@pytest.fixture
+def cluster(zk: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
+    """The cluster of ``conftest.py``, its consoles sampling the lag every 0.2 s
+    (``--console-sample-interval``), so a lag chart moves within the test."""
+    c = Cluster(zk, tmp_path, extra_args=["--console-sample-interval", "0.2"]).start()
+    yield c
+    c.stop()
 
 
 def test_every_node_serves_the_console(cluster: Cluster, connect: Callable[..., Any], browser: Any,  # noqa: F811
@@ -149,4 +158,16 @@ def test_every_node_serves_the_console(cluster: Cluster, connect: Callable[..., 
     browser.get(base + "#/apps")
     assert "no application" in eventually(lambda: browser.execute_script(
         "const e = document.getElementById('no-apps'); return e && e.textContent;"), 20, 0.1)
+
+    # the lag chart moves when the consumer falls behind (the follower samples every 0.2 s)
+    def chart_last() -> int | None:
+        value = browser.execute_script(
+            "const e = document.getElementById('lag-chart'); return e && e.getAttribute('data-last-max');")
+        return int(value) if value is not None else None
+
+    browser.get(base + "#/consumers/orders/billing")
+    assert eventually(lambda: chart_last() == 4, 20, 0.1, message=lambda: f"chart: {chart_last()}")  # 3 + 1
+    for i in range(3):
+        producer.instant([json.dumps({"order": 10 + i}).encode()])
+    assert eventually(lambda: chart_last() == 7, 20, 0.1, message=lambda: f"chart: {chart_last()}")
     engine.close()

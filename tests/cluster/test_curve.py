@@ -20,7 +20,7 @@ import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.net.auth import load_client_curve, load_server_curve
 from tstreams_embedded.testing import ZooKeeperServer, eventually
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 from .conftest import Cluster
 

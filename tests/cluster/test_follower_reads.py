@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.net.client import RemoteBackend
 from tstreams_embedded.testing import ZooKeeperServer, eventually
 

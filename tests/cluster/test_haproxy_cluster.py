@@ -92,3 +92,67 @@ def test_tcp_client_behind_haproxy_during_a_zookeeper_outage_is_told_no_leader(
         if engine is not None:
             engine.close()
         proxy.stop()
+
+
+def test_aio_client_behind_haproxy_carries_on_after_leader_sigkill(cluster: Cluster, tmp_path: Path) -> None:
+    """The asyncio client over ``tcp://`` (a ``zmq.asyncio`` socket, every call on the event
+    loop) on HAProxy: 8 coroutines writing instants carry on through the leader's SIGKILL
+    (the requests' deduplicated retries run on the loop too), and every acknowledged item is
+    present exactly once."""
+    import asyncio
+
+    from tstreams_embedded import aio
+
+    leader = cluster.ready()
+    config = write_leader_only_config(tmp_path / "haproxy-leader.cfg", [n.http_port for n in cluster.nodes])
+    proxy = HAProxyProcess([n.port for n in cluster.nodes], tmp_path / "haproxy", config=config).start()
+    try:
+        up = {f"n{i}" for i, n in enumerate(cluster.nodes, 1) if n is leader}
+        eventually(lambda: {n for n, st in proxy.server_status().items() if st == "UP"} == up, 20, 0.05,
+                   message=lambda: f"HAProxy routes to the leader only: {proxy.server_status()}")
+
+        async def main() -> tuple[list[str], Any]:
+            async with await aio.connect(proxy.endpoint, timeout=60) as engine:
+                assert engine.native is not None  # on the loop, not in the pool
+                await engine.create_stream("s")
+                producer = await engine.producer("s")
+                acked: list[str] = []
+                progress = asyncio.Event()
+                stop = asyncio.Event()
+
+                async def write(w: int) -> None:
+                    n = 0
+                    while not stop.is_set():
+                        item = f"a{w}-{n}"
+                        await producer.instant([item.encode()])
+                        acked.append(item)
+                        progress.set()
+                        n += 1
+
+                async def until(count: int) -> None:
+                    while len(acked) < count:
+                        progress.clear()
+                        await progress.wait()
+
+                writers = asyncio.gather(*(write(w) for w in range(8)))
+                try:
+                    await asyncio.wait_for(until(30), 30)
+                    leader.kill()
+                    before = len(acked)
+                    new = await asyncio.to_thread(cluster.leader, 60)
+                    assert new is not leader
+                    await asyncio.wait_for(until(before + 30), 60)
+                finally:
+                    stop.set()
+                await writers  # an error that reached the application fails the test here
+                return acked, new
+
+        acked, new = asyncio.run(main())
+        items = items_on(new)
+        assert sorted(items) == sorted(acked), "every acknowledged item, exactly once"
+        assert len(items) == len(set(items))
+        leader.start()
+        state = eventually(cluster.converged, 30, 0.1, message="all nodes reach the same state", ignore=(OSError,))
+        assert state is not None
+    finally:
+        proxy.stop()

@@ -371,7 +371,7 @@ def test_entries_in_flight_at_once_are_each_answered_with_their_own_outcome(tmp_
     """The leader's write path appends an entry and returns a Deferred (Writes.submit_deferred):
     several entries replicate at once, and each call is answered with the transaction its
     own entry made, in log order; a retry of a call still in flight gets the same answer."""
-    from tstreams_embedded.engine import ops as O
+    from tstreams_embedded.engine.protocol import ops as O
     from tstreams_embedded.net.deferred import Deferred
 
     with MemoryCluster(tmp_path, 3) as c:

@@ -14,7 +14,7 @@ from tstreams_embedded import errors
 from tstreams_embedded.cluster import snapshot as snap
 from tstreams_embedded.cluster.messages import SnapshotBegin, decode_request, pack
 from tstreams_embedded.cluster.serve import state_digest
-from tstreams_embedded.engine.core import Core
+from tstreams_embedded.engine.storage.core import Core
 
 
 def make_core(path: Path) -> Core:
@@ -28,7 +28,7 @@ def set_position(core: Core, p: snap.Position) -> None:
 
 
 def load(core: Core, n: int, size: int = 4096) -> None:
-    from tstreams_embedded.engine import ops as O
+    from tstreams_embedded.engine.protocol import ops as O
 
     core.submit([O.CreateStream("s", 2, 86400)])
     for i in range(n):
@@ -59,7 +59,7 @@ def test_snapshot_round_trip(tmp_path: Path) -> None:
         source = snap.SnapshotSource("t1", leader.store, cdb)
         assert source.position == position
         load_more = 10  # written while the copy runs: not in the snapshot
-        from tstreams_embedded.engine import ops as O
+        from tstreams_embedded.engine.protocol import ops as O
 
         for _ in range(load_more):
             leader.submit([O.Instant("s", 0, O.pack_items([b"later"]))])

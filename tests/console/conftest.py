@@ -98,7 +98,8 @@ def console(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Console]
     port = free_port()
     data = tmp_path / "data"
     if request.param == "served":
-        with ServeProcess(data, tmp_path, extra_args=["--http", f"127.0.0.1:{port}"]) as server:
+        args = ["--http", f"127.0.0.1:{port}", "--console-sample-interval", str(SAMPLE_INTERVAL)]
+        with ServeProcess(data, tmp_path, extra_args=args) as server:
             engine = server.connect(timeout=10)
             wait_http(port)
             try:

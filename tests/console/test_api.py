@@ -15,7 +15,7 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded.console.sampler import LagSampler
-from tstreams_embedded.engine.validate import MAX_NAME_BYTES
+from tstreams_embedded.engine.protocol.validate import MAX_NAME_BYTES
 from tstreams_embedded.ids import txn_millis
 from tstreams_embedded.testing import ServeProcess, eventually, free_port
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(120)
 #: timings that move between two reads (the rest must be equal)
 MOVING = {"lag_ms", "age_ms", "deadline_ms", "open"}
 #: what a console's consumer row adds to the CLI's
-CONSOLE_ONLY = {"waits_on", "lag_capped"}
+CONSOLE_ONLY = {"waits_on", "lag_capped", "counts_capped", "bytes_capped"}
 
 
 def traffic(engine: ts.Engine) -> tuple[Any, int]:
@@ -64,7 +64,9 @@ def test_figures_equal_the_cli(console: Console) -> None:
 
     stream = console.api("streams/s")
     cli_parts = console.cli_json("streams", "describe", "s")
-    assert [steady(r) for r in stream["rows"]] == [steady(r) for r in cli_parts]
+    assert [steady({k: v for k, v in r.items() if k not in CONSOLE_ONLY}) for r in stream["rows"]] == \
+        [steady(r) for r in cli_parts]
+    assert not any(r["counts_capped"] or r["bytes_capped"] for r in stream["rows"])
     assert [t["id"] for t in stream["rows"][0]["open"]] == [open_id]
 
     mine = console.api("streams/s/consumers/c")
@@ -265,6 +267,52 @@ def test_stream_apps_show_members_tasks_and_input_lag(console: Console) -> None:
                message=lambda: f"apps: {shown()}")
 
 
+def test_stream_apps_show_dropped_records_and_query_endpoints(console: Console) -> None:
+    """A live member's dropped records by reason, asked from its interactive-query server
+    (they live in its process), and that server's address; without one, or once expired,
+    the member has no figures and the page says why."""
+    from tstreams_embedded.streams import App, StreamsBuilder
+
+    engine = console.engine
+    engine.create_stream("clicks")
+    engine.producer("clicks").instant([b"a", b"b", b"a", b"a", b"c", b"b"])  # 3 duplicates
+    b = StreamsBuilder()
+    b.stream("clicks", value_serde="bytes").dedup(key=lambda k, v: v, ttl_ms=3_600_000).to(
+        "unique", value_serde="bytes")
+    port = free_port()
+    app = App(engine, application_id="dedup", topology=b.build(), instance_name="d1", http_port=port)
+    app.start()
+
+    def shown() -> Any:
+        (a,) = console.api("apps")["applications"] or [None]
+        if a is None or not a["members"]:
+            return None
+        (m,) = a["members"]
+        return m["live"], m["query_url"], m["dropped"], m["metrics_error"], a["dropped"]
+
+    try:
+        want = (True, f"http://127.0.0.1:{port}", {"dedup": 3}, None, {"dedup": 3})
+        eventually(lambda: shown() == want, 30, 0.05, message=lambda: f"apps: {shown()}")
+    finally:
+        app.close()
+    eventually(lambda: (shown() or [None])[0] is False, 30, 0.05, message=lambda: f"apps: {shown()}")
+    live, _, dropped, error, total = shown()
+    assert (dropped, total) == (None, {}) and "expired" in error
+
+
+def test_member_metrics_are_parsed_and_bounded() -> None:
+    from tstreams_embedded.console.appmetrics import dropped_records, parse_dropped, query_url
+
+    text = ('# HELP x\ntstreams_streams_dropped_records_total{app="a",partition="0",reason="late"} 2.0\n'
+            'tstreams_streams_dropped_records_total{app="a",partition="1",reason="late"} 3.0\n'
+            'tstreams_streams_dropped_records_total{app="a",partition="1",reason="dedup"} 1.0\n'
+            'tstreams_streams_dropped_records_created{app="a",partition="1",reason="dedup"} 1.7e9\n'
+            'tstreams_streams_records_processed_total{app="a",partition="1"} 9.0\n')
+    assert parse_dropped(text) == {"dedup": 1, "late": 5}
+    assert query_url("::1", 80) == "http://[::1]:80" and query_url(None, None) is None
+    assert "error" in dropped_records(f"http://127.0.0.1:{free_port()}", 1.0)  # nothing listens
+
+
 def test_work_queue_equals_the_cli(console: Console) -> None:
     e = console.engine
     e.create_stream("jobs", partitions=2)
@@ -280,11 +328,61 @@ def test_work_queue_equals_the_cli(console: Console) -> None:
     assert {k: v for k, v in mine.items() if k not in moving} == {k: v for k, v in cli.items() if k not in moving}
     assert (mine["in_flight"], mine["dead_lettered"]) == (1, 1)
     assert sum(mine["pending_by_partition"].values()) == mine["pending"]
+    listed = console.api("queues")
+    assert listed["groups"] == [{**cli, "oldest_unsettled_age_ms": listed["groups"][0]["oldest_unsettled_age_ms"]}]
+    assert not listed["truncated"] and console.api("queues?stream=dlq")["groups"] == []
     for path, status, error in (("streams/jobs/queues/nope", 404, "WorkQueueNotFound"),
+                                ("queues?stream=nope", 404, "StreamNotFound"),
                                 ("streams/jobs/queues/%00", 400, "InvalidArgument"),
                                 ("streams/jobs/queues/w?full=1", 400, "InvalidArgument")):
         got, _, body = console.get("/api/" + path)
         assert (got, body["error"]) == (status, error), (path, body)
+
+
+def test_schedules_equal_the_cli(console: Console) -> None:
+    e = console.engine
+    e.create_stream("later", partitions=2)
+    e.create_stream("other")
+    ids = [e.schedule("later", [b"a"], delay=3600, partition=1), e.schedule("other", [b"b", b"c"], delay=1800),
+           e.schedule("later", [b"d"], delay=7200)]
+    moving = {"in"}  # how long until due: the two reads are not at the same moment
+
+    def steady_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k not in moving} for r in rows]
+
+    mine = console.api("schedules")
+    assert [r["id"] for r in mine["schedules"]] == [ids[1], ids[0], ids[2]]  # earliest due first
+    assert steady_rows(mine["schedules"]) == steady_rows(console.cli_json("schedules", "list"))
+    assert steady_rows(console.api("schedules?stream=later")["schedules"]) == steady_rows(
+        console.cli_json("schedules", "list", "later"))
+    assert mine["schedules"][0]["items"] == 2 and not mine["truncated"]
+    e.cancel_schedule(ids[1])
+    assert [r["id"] for r in console.api("schedules?stream=other")["schedules"]] == []
+    for path, status, error in (("schedules?stream=nope", 404, "StreamNotFound"),
+                                ("schedules?stream=%00", 400, "InvalidArgument"),
+                                ("schedules?limit=1", 400, "InvalidArgument")):
+        got, _, body = console.get("/api/" + path)
+        assert (got, body["error"]) == (status, error), (path, body)
+
+
+def test_console_fires_no_schedule(tmp_path: Path) -> None:
+    """``tstreams console`` only reads: a due schedule stays pending while only the
+    console has the directory open (the application fires it)."""
+    data = tmp_path / "data"
+    with ts.open(data, compaction_interval=None, fire_schedules=False) as engine:
+        engine.create_stream("s")
+        sid = engine.schedule("s", [b"x"], delay=0)
+        port = free_port()
+        proc = console_process(data, port, tmp_path / "console.log")
+        try:
+            wait_http(port)
+            console = Console("embedded", data, engine, port, ["--data", str(data)])
+            assert [r["id"] for r in console.api("schedules")["schedules"]] == [sid]
+            console.api("overview")  # the sampler has run at least once (0.2 s interval) by now
+            eventually(lambda: console.api("overview")["commits_per_s"] is not None, 10, 0.05)
+            assert [s.id for s in engine.schedules()] == [sid]
+        finally:
+            stop(proc)
 
 
 #: every endpoint, its path segments to vary and its query parameters
@@ -298,6 +396,8 @@ ENDPOINTS = [
     ("streams/{0}/consumers/{1}", ["s", "c"], []),
     ("streams/{0}/consumers/{1}/lag", ["s", "c"], []),
     ("streams/{0}/queues/{1}", ["s", "w"], []),
+    ("queues", [], ["stream"]),
+    ("schedules", [], ["stream"]),
     ("apps", [], []),
 ]
 
@@ -313,6 +413,7 @@ def test_no_input_gets_a_500(console: Console) -> None:
 
     traffic(console.engine)[0].close()
     console.engine.work_queue("s", "w")
+    console.engine.schedule("s", [b"later"], delay=3600)
     text = st.one_of(st.text(max_size=30), st.binary(max_size=12).map(lambda b: b.decode("latin-1")),
                      st.integers(-2**70, 2**70).map(str), st.sampled_from(["", "0", "-1", "1e3", "%", "..", "raw"]))
 

@@ -63,6 +63,7 @@ def test_sampler_memory_is_bounded(tmp_path: Path) -> None:
         assert all(len(v) == keep for v in series.values()) and series
 
 
+@pytest.mark.parametrize("console", ["embedded"], indirect=True)  # the views read a Core
 def test_consumer_lag_is_counted_up_to_a_cap(console: Console) -> None:
     engine = console.engine
     engine.create_stream("s", partitions=2)
@@ -122,3 +123,98 @@ def test_read_budget_reuses_answers_within_its_share() -> None:
     assert list(budget.kept) == ["a", "big"] and len(big) > 900
     with pytest.raises(errors.InvalidArgument, match="share"):
         ReadBudget(share=0)
+
+
+def test_partition_figures_are_read_up_to_a_cap(tmp_path: Path) -> None:
+    """The stream page reads a partition from its newest end, at most ``cap`` records: under
+    the cap its figures equal ``describe_partitions`` (``tstreams streams describe``);
+    over it, the head, the last ID and the newest open transactions are still exact and the
+    counts read "at least" (hypothesis picks the partition's history and the cap)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tstreams_embedded.console.partitions import describe_bounded
+
+    with ts.open(tmp_path, compaction_interval=None) as engine:
+        core = engine.backend
+        made = [0]
+
+        @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(st.lists(st.sampled_from(["checkpoint", "checkpoint2", "open", "cancel"]), max_size=12),
+               st.integers(1, 14))
+        def check(history: list[str], cap: int) -> None:
+            made[0] += 1
+            name = f"s{made[0]}"
+            engine.create_stream(name, partitions=1)
+            producer = engine.producer(name, partition=0)
+            held = []
+            for step in history:
+                if step.startswith("checkpoint"):
+                    producer.instant([b"x"] * (2 if step == "checkpoint2" else 1))
+                else:
+                    txn = producer.new_transaction(0)
+                    txn.send(b"o")
+                    if step == "cancel":
+                        txn.cancel()
+                    else:
+                        txn.flush()
+                        held.append(txn)
+            info = core.get_stream(name)
+            now = core.now_ms()
+            (exact,) = core.describe_partitions(name, 0, 1)
+            (whole,) = describe_bounded(core.store, info, [0], now, cap=100)
+            assert (whole.info, whole.counts_capped, whole.bytes_capped) == (exact, False, False)
+            (part,) = describe_bounded(core.store, info, [0], now, cap=cap)
+            b = part.info
+            assert b.last_id == exact.last_id
+            # head and first: exact, or 0 when not within their steps (open records before them)
+            assert b.head == exact.head or (part.counts_capped and b.head == 0)
+            assert b.first == exact.first or (part.counts_capped and b.first == 0)
+            if history.count("open") < cap:
+                assert (b.head, b.first) == (exact.head, exact.first)
+            assert part.counts_capped == (len([s for s in history if s != "cancel"]) > cap)
+            figures = ("checkpointed", "items", "expired", "open_count", "bytes")
+            if part.counts_capped or part.bytes_capped:
+                assert all(getattr(b, f) <= getattr(exact, f) for f in figures)
+                assert [t.id for t in b.open] == [t.id for t in exact.open][len(exact.open) - len(b.open):]
+            else:
+                assert b == exact
+            for txn in held:
+                txn.cancel()
+
+        check()
+
+
+def test_stream_page_counts_read_at_least_past_the_cap(tmp_path: Path) -> None:
+    with ts.open(tmp_path, compaction_interval=None) as engine:
+        engine.create_stream("s", partitions=2)
+        producer = engine.producer("s", partition=0)
+        for _ in range(5):
+            producer.instant([b"a", b"b"])
+        engine.producer("s", partition=1).instant([b"c"])
+        page = views.stream(engine.backend, "s", read_cap=3)  # type: ignore[arg-type]
+        p0, p1 = page["rows"]
+        assert (p0["transactions"], p0["items"], p0["counts_capped"], p0["bytes_capped"]) == (3, 6, True, True)
+        assert p0["head"] == engine.backend.describe_partitions("s", 0, 1)[0].head
+        assert (p1["transactions"], p1["counts_capped"], p1["bytes_capped"]) == (1, False, False)
+        assert page["read_cap"] == 3
+
+
+def test_work_queue_groups_are_listed_up_to_a_limit(tmp_path: Path) -> None:
+    from tstreams_embedded.console.groups import queue_groups
+
+    with ts.open(tmp_path, compaction_interval=None) as engine:
+        engine.create_stream("a")
+        engine.create_stream("b")
+        for group in ("w3", "w1", "w2"):
+            engine.work_queue("a", group)
+        engine.work_queue("b", "other")
+        core = engine.backend
+        assert queue_groups(core, "a") == (["w1", "w2", "w3"], False)  # type: ignore[arg-type]
+        assert queue_groups(core, "a", limit=2) == (["w1", "w2"], True)  # type: ignore[arg-type]
+        assert queue_groups(core, "b") == (["other"], False)  # type: ignore[arg-type]
+        with pytest.raises(errors.StreamNotFound):
+            queue_groups(core, "nope")  # type: ignore[arg-type]
+        listed = views.queues(core, None)  # type: ignore[arg-type]
+        assert [(g["stream"], g["group"]) for g in listed["groups"]] == [("a", "w1"), ("a", "w2"), ("a", "w3"),
+                                                                         ("b", "other")]

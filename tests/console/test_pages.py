@@ -97,7 +97,6 @@ def test_pages(console: Console, browser: Any, tmp_path: Path) -> None:
         "const e = document.getElementById('no-apps'); return e && e.textContent;"), 20, 0.1)
 
 
-@pytest.mark.parametrize("console", ["embedded"], indirect=True)
 def test_lag_chart_moves_when_a_consumer_falls_behind(console: Console, browser: Any, tmp_path: Path) -> None:
     holder, _ = traffic(console.engine)
     holder.close()  # cancels the open transaction
@@ -114,3 +113,86 @@ def test_lag_chart_moves_when_a_consumer_falls_behind(console: Console, browser:
         producer.instant([b"{}"])
     assert eventually(lambda: chart_last() == 10, 20, 0.1, message=lambda: f"chart: {chart_last()}")  # 3 + 7
     shoot(browser, "console-lag.png", tmp_path)
+
+
+@pytest.mark.parametrize("console", ["served"], indirect=True)
+def test_work_queue_and_schedule_pages(console: Console, browser: Any) -> None:
+    """The work queues page and a stream's page show each group's figures as ``tstreams
+    queues describe --json``; the schedules page the pending schedules as ``tstreams
+    schedules list --json`` (their due time and stream)."""
+    e = console.engine
+    e.create_stream("jobs", partitions=2)
+    e.create_stream("dlq")
+    e.producer("jobs", partition=0).instant([b"a", b"b", b"c"])
+    q = e.work_queue("jobs", "w", dead_letter="dlq", max_deliveries=1)
+    d1, _ = q.receive(2, timeout=0)
+    d1.nak(0, "boom")  # dead-lettered
+    ids = [e.schedule("jobs", [b"x"], delay=3600, partition=1), e.schedule("dlq", [b"y", b"z"], delay=600)]
+    base = f"{console.base}/console/"
+
+    (cli,) = console.cli_json("queues", "describe", "jobs", "w")
+    want = {"jobs/w": {"pending": str(cli["pending"]), "in_flight": str(cli["in_flight"]),
+                       "dead_lettered": str(cli["dead_lettered"]), "dead_letter": "dlq"}}
+
+    def groups() -> dict[str, dict[str, str]]:
+        return {k: {c: cells(browser, "#queues tbody tr", "." + c)[k] for c in want["jobs/w"]}
+                for k in cells(browser, "#queues tbody tr", ".group")}
+
+    for page in ("#/queues", "#/streams/jobs"):
+        browser.get(base + page)
+        assert eventually(lambda: groups() or None, 20, 0.1) == want
+    browser.find_element("css selector", "#queues a").click()
+    eventually(lambda: cells(browser, "#queue tbody tr", ".value").get("dead_lettered") == "1", 20, 0.1)
+
+    listed = console.cli_json("schedules", "list")
+    browser.get(base + "#/schedules")
+    shown = eventually(lambda: cells(browser, "#schedules tbody tr", ".due") or None, 20, 0.1)
+    assert shown == {str(r["id"]): r["due"] for r in listed} and [r["id"] for r in listed] == [ids[1], ids[0]]
+    assert cells(browser, "#schedules tbody tr", ".stream") == {str(r["id"]): r["stream"] for r in listed}
+    e.cancel_schedule(ids[1])
+    eventually(lambda: list(cells(browser, "#schedules tbody tr", ".due")) == [str(ids[0])], 20, 0.1)
+
+
+@pytest.mark.parametrize("console", ["served"], indirect=True)
+def test_stream_apps_page(console: Console, browser: Any, tmp_path: Path) -> None:
+    """A running app on the apps page: its member, tasks, interactive-query address, dropped
+    records by reason, and its input lag as ``tstreams consumers describe --json`` counts it
+    for the app's consumer."""
+    from tstreams_embedded.streams import App, StreamsBuilder
+    from tstreams_embedded.testing import free_port
+
+    e = console.engine
+    e.create_stream("clicks")  # one partition: records without a key reach one dedup task
+    e.producer("clicks").instant([b"a", b"a", b"b", b"b"])  # two duplicates
+    b = StreamsBuilder()
+    b.stream("clicks", value_serde="bytes").dedup(key=lambda k, v: v, ttl_ms=3_600_000).to(
+        "unique", value_serde="bytes")
+    port = free_port()
+    app = App(e, application_id="dedup", topology=b.build(), instance_name="d1", http_port=port)
+    app.start()
+    try:
+        browser.get(f"{console.base}/console/#/apps")
+
+        def member() -> dict[str, str] | None:
+            got: dict[str, str] | None = browser.execute_script("""
+                const tr = document.querySelector('[data-app="dedup"] tr[data-member]');
+                if (!tr) return null;
+                const t = c => tr.querySelector("." + c).textContent;
+                return {state: t("live"), tasks: t("tasks"), queries: t("query_url"), dropped: t("dropped"),
+                        href: tr.querySelector(".query_url a").href};""")
+            return got
+
+        want = {"state": "live", "tasks": "0", "queries": f"http://127.0.0.1:{port} metrics",
+                "dropped": "dedup: 2", "href": f"http://127.0.0.1:{port}/v1/members"}
+        eventually(lambda: member() == want, 30, 0.1, message=lambda: f"member: {member()}")
+
+        def cli() -> dict[str, str]:
+            return {f"clicks/{r['partition']}": str(r["lag_transactions"])
+                    for r in console.cli_json("consumers", "describe", "clicks", "dedup")}
+
+        eventually(lambda: cli() == {"clicks/0": "0"}, 30, 0.1)  # the app committed its input offset
+        eventually(lambda: cells(browser, '[data-app="dedup"] tr[data-input]', ".lag_txns") == cli(), 20, 0.1)
+        if os.environ.get("TSTREAMS_UPDATE_DOCS") == "1":
+            shoot(browser, "console-apps.png", tmp_path)
+    finally:
+        app.close()

@@ -22,8 +22,8 @@ from typing import Any
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.check import check_directory
+from tstreams_embedded.engine.operator.check import check_directory
+from tstreams_embedded.engine.protocol import ops as O
 
 STATE_ENTRIES = 300
 OPTIONS: dict[str, Any] = {"compaction_interval": None, "keepalive_interval": None}

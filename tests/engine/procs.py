@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 WORKERS = Path(__file__).resolve().parent / "workers.py"
 

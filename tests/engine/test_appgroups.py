@@ -1,4 +1,4 @@
-"""``engine/appgroups.py``: the applications found in an engine's state, read by seeking (the
+"""``engine/operator/appgroups.py``: the applications found in an engine's state, read by seeking (the
 cluster status page's applications panel): real Apps write their groups and offsets, the
 overview shows their members, tasks and input lag, and its limits bound what it reads."""
 
@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.appgroups import INFO, MEMBER, AppLimits, app_overview, group_store, task_key
+from tstreams_embedded.engine.operator.appgroups import INFO, MEMBER, AppLimits, app_overview, group_store, task_key
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams import App, StreamsBuilder
 
 TASKS = 4

@@ -1,5 +1,5 @@
 """Online backup, restore and point-in-time restore from an archived commit log
-(``tstreams_embedded.engine.backup`` and the ``tstreams backup|restore|archive`` commands)."""
+(``tstreams_embedded.engine.operator.backup`` and the ``tstreams backup|restore|archive`` commands)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import backup as B
-from tstreams_embedded.engine.check import check_directory
+from tstreams_embedded.engine.operator import backup as B
+from tstreams_embedded.engine.operator.check import check_directory
 from tstreams_embedded.testing import FakeClock
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 from .procs import start_worker
 from .workers import transform

@@ -11,7 +11,7 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine.engine import Engine
+from tstreams_embedded.engine.api.engine import Engine
 
 WRITERS = 4
 

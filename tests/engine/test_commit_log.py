@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.core import Core
+from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.engine.storage.core import Core
 
 
 def _last_ops(core: Core) -> list[type]:

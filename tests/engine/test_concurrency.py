@@ -12,7 +12,7 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.testing import eventually
 from tstreams_embedded.testing import kill_process as kill
 

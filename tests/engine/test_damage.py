@@ -23,10 +23,10 @@ from click.testing import CliRunner
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.cli import main as cli
-from tstreams_embedded.engine import chunks, directory, keys, seals
-from tstreams_embedded.engine.check import check_directory
-from tstreams_embedded.engine.ops import StoreWrite
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.engine.operator.check import check_directory
+from tstreams_embedded.engine.protocol.ops import StoreWrite
+from tstreams_embedded.engine.storage import chunks, directory, keys, seals
+from tstreams_embedded.testing.server_process import child_environment
 
 ITEM = b"payload-%06d-" + b"z" * 40
 
@@ -265,8 +265,8 @@ def test_unsealed_chunk_in_a_new_directory_is_damage(tmp_path) -> None:
 
 
 def test_chunk_codec() -> None:
-    payload = ts.engine.ops.pack_items([b"a", b"bc"]) if hasattr(ts, "engine") else None
-    from tstreams_embedded.engine.ops import pack_items
+    payload = ts.engine.protocol.ops.pack_items([b"a", b"bc"]) if hasattr(ts, "engine") else None
+    from tstreams_embedded.engine.protocol.ops import pack_items
 
     payload = pack_items([b"a", b"bc"])
     sealed = chunks.seal(payload)

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.testing import FakeClock
 
 KIB = 1024
@@ -175,7 +175,7 @@ def test_soak_disk_plateaus_under_a_steady_load_with_ttls(tmp_path) -> None:
 def test_large_log_entries_read_back_whole_and_trim_whole(make_engine, tmp_path) -> None:
     """Entries larger than a page are stored in pieces (see .commitlog): read_log, stats,
     trimming and ``tstreams check`` all see whole entries."""
-    from tstreams_embedded.engine.check import check_directory
+    from tstreams_embedded.engine.operator.check import check_directory
 
     path = tmp_path / "pieces"
     engine = make_engine(path, durability="async", log_retention=None, log_retention_bytes=None)
@@ -207,8 +207,8 @@ def test_large_log_entries_read_back_whole_and_trim_whole(make_engine, tmp_path)
 def test_log_pieces_round_trip(tmp_path_factory: pytest.TempPathFactory, sizes: list[int], trim: int,
                                start: int) -> None:
     """Entries of any size read back whole, from any start, after trimming any prefix."""
-    from tstreams_embedded.engine import commitlog, keys
-    from tstreams_embedded.engine.store import Store
+    from tstreams_embedded.engine.storage import commitlog, keys
+    from tstreams_embedded.engine.storage.store import Store
 
     store = Store(str(tmp_path_factory.mktemp("pieces")), "async")
     try:

@@ -10,7 +10,7 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 
 
 def _visible(engine: ts.Engine, stream: str) -> list[tuple[int, int, list[bytes]]]:

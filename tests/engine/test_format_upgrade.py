@@ -18,7 +18,8 @@ import lmdb
 import pytest
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import check, directory, keys, seals
+from tstreams_embedded.engine.operator import check
+from tstreams_embedded.engine.storage import directory, keys, seals
 
 FIXTURE = Path(__file__).parent / "fixtures" / "format1.tar.gz"
 OLD_LOG_SEQ = 8

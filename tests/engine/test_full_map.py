@@ -9,7 +9,7 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -13,8 +13,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.backend import MAX_DESCRIBED_PARTITIONS
+from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.engine.protocol.backend import MAX_DESCRIBED_PARTITIONS
 from tstreams_embedded.testing import eventually
 
 

@@ -133,7 +133,7 @@ def test_another_process_commit_wakes_wait_for_commit_before_its_timeout(tmp_pat
     (the engine's inotify waker), not because the timeout ran out; five times in a row.
     Closing the engine stops the waker's thread."""
     from tstreams_embedded.testing import eventually
-    from tstreams_embedded.testing.serve import child_environment
+    from tstreams_embedded.testing.server_process import child_environment
 
     path = str(tmp_path / "data")
     engine = ts.open(path, compaction_interval=None)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 
 names = st.text(min_size=1, max_size=12).filter(lambda s: "\x00" not in s)
 ints = st.integers(min_value=0, max_value=2**63 - 1)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine.overview import OverviewLimits, stream_overview
+from tstreams_embedded.engine.operator.overview import OverviewLimits, stream_overview
 from tstreams_embedded.ids import ID_MULTIPLIER
 
 # per partition: a list of transactions, True = checkpointed (instant), False = cancelled

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.core import Core
-from tstreams_embedded.engine.schedules import NAMESPACE
+from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.engine.protocol.schedules import NAMESPACE
+from tstreams_embedded.engine.storage.core import Core
 from tstreams_embedded.ids import ID_MULTIPLIER
 from tstreams_embedded.testing import FakeClock, ServeProcess, eventually, kill_process
 

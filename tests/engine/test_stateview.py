@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine.stateview import StateTimeReader
+from tstreams_embedded.engine.storage.state_time_reads import StateTimeReader
 from tstreams_embedded.testing import FakeClock
 
 

@@ -8,7 +8,7 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.testing import eventually
 
 KIB = 1024
@@ -217,7 +217,7 @@ def test_translate_maps_disk_errors() -> None:
 
     import lmdb
 
-    from tstreams_embedded.engine.store import translate
+    from tstreams_embedded.engine.storage.store import translate
 
     assert type(translate(lmdb.DiskError("mdb_txn_commit", errno.ENOSPC), "commit", "/")) is errors.StorageFull
     assert type(translate(OSError(errno.ENOSPC, "No space left"), "commit", "/")) is errors.StorageFull

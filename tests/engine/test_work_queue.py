@@ -10,8 +10,8 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.check import check_directory
+from tstreams_embedded.engine.operator.check import check_directory
+from tstreams_embedded.engine.protocol import ops as O
 
 
 def produce(engine: ts.Engine, stream: str, n: int, per_txn: int = 3) -> set[bytes]:
@@ -253,7 +253,7 @@ def test_deleting_the_stream_drops_its_groups(engine: ts.Engine) -> None:
 def test_replaying_the_log_reproduces_the_queue_state(tmp_path: Any) -> None:
     """A replica applying the commit log reaches the same queue state and dead letters (the
     receives' deliveries are recomputed from the same state and clock, and checked)."""
-    from tstreams_embedded.engine.core import Core
+    from tstreams_embedded.engine.storage.core import Core
 
     a = ts.open(tmp_path / "a", keepalive_interval=None, compaction_interval=None)
     b = Core(tmp_path / "b", "async", compaction_interval=None)

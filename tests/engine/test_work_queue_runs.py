@@ -17,9 +17,9 @@ from hypothesis.stateful import rule
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import queuestate as Q
-from tstreams_embedded.engine.check import check_directory
-from tstreams_embedded.engine.store import Store, entries
+from tstreams_embedded.engine.operator.check import check_directory
+from tstreams_embedded.engine.protocol import queuestate as Q
+from tstreams_embedded.engine.storage.store import Store, entries
 from tstreams_embedded.testing import FakeClock
 
 from .test_work_queue_model import CONSUMERS, WorkQueueMachine

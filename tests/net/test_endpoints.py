@@ -25,7 +25,7 @@ from tstreams_embedded.net.endpoints import check_endpoint
 from tstreams_embedded.net.registry import Registry
 from tstreams_embedded.net.serve import serve
 from tstreams_embedded.net.server import Server
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 BAD_PORTS = ["99999", "65536", "-5", "0", "", "x", "²", "7000x", "+80", " 80"]
 BAD_ADDRESSES = ["garbage", "tcp://", "tcp://:7000", "tcp://127.0.0.1", "udp://127.0.0.1:7000", "ipc://"]
@@ -125,6 +125,20 @@ def test_cluster_node_takes_the_server_budget_too(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60, env=child_environment())
     assert result.returncode != 0, result.stdout + result.stderr
     assert "InvalidArgument: max_server_bytes" in result.stderr.strip().splitlines()[-1], result.stderr
+    assert not new.exists()
+
+
+@pytest.mark.parametrize("cluster", [[], ["--cluster", "zk://127.0.0.1:1/nowhere", "--node-id", "n1"]],
+                         ids=["single", "cluster"])
+def test_a_non_finite_piece_timeout_is_refused_by_every_server(tmp_path: Path, cluster: list[str]) -> None:
+    """``--piece-timeout`` reaches single and cluster nodes alike: ``nan`` is refused at
+    once (it would keep an abandoned request for ever), before the data directory exists."""
+    new = tmp_path / "NEW"
+    result = subprocess.run([sys.executable, "-m", "tstreams_embedded.cli", "serve", "--data", str(new),
+                             "--bind", "tcp://127.0.0.1:*", *cluster, "--piece-timeout", "nan"],
+                            capture_output=True, text=True, timeout=60, env=child_environment())
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "piece_timeout" in result.stderr.strip().splitlines()[-1], result.stderr
     assert not new.exists()
 
 

@@ -160,9 +160,15 @@ def test_fire_and_forget_gets_no_reply(ts_server, conn):
 
 @pytest.mark.parametrize("version", framing.SUPPORTED_VERSIONS)
 def test_request_ids_are_echoed_and_pipelining(ts_server, version):
-    """In either wire version (version 1: the clients before issue 21, answered in kind)."""
-    frames_of = framing.request_frames if version == framing.VERSION else framing.legacy_request
-    unpack_reply = framing.unpack_reply if version == framing.VERSION else framing.unpack_legacy_reply
+    """In every wire version (version 1: the clients before issue 21, answered in kind;
+    version 2: before pieces, the same request frame as version 3)."""
+
+    def version_2(rid, method, flags, body):
+        return [msgpack.packb([2, rid, method, flags, [rid, 1]])]
+
+    frames_of = {framing.VERSION: framing.request_frames, framing.UNPIECED_VERSION: version_2,
+                 framing.LEGACY_VERSION: framing.legacy_request}[version]
+    unpack_reply = framing.unpack_legacy_reply if version == framing.LEGACY_VERSION else framing.unpack_reply
     ctx = zmq.Context.instance()
     s = ctx.socket(zmq.DEALER)
     s.connect(ts_server.endpoint)
@@ -174,7 +180,7 @@ def test_request_ids_are_echoed_and_pipelining(ts_server, version):
         for _ in ids:
             assert s.poll(10_000)
             frames = s.recv_multipart()
-            assert len(frames) == (1 if version == framing.VERSION else 2)
+            assert len(frames) == (2 if version == framing.LEGACY_VERSION else 1)
             rid, flags, value = unpack_reply(frames)
             seen[rid] = value
         assert seen == {i: i + 1 for i in ids}
@@ -260,7 +266,7 @@ def test_malformed_messages_get_protocol_errors(ts_server):
         assert [v[0] for _, _, v in got] == ["ProtocolError"] * len(cases), got
         # the request ID is answered wherever the frame's head shows it
         assert [rid for rid, _, _ in got] == [-1, -1, 5, 6, 7, 8, 9, 10, 11, 12]
-        assert "[2, int id, str method, int flags, [args]]" in got[2][2][1]
+        assert "[3, int id, str method, int flags, [args]]" in got[2][2][1]
         assert "extension type 1 (no blob frames)" in got[6][2][1]
         assert "2 blob frames but 1 references" in got[7][2][1]
         assert ts_server.server.stats.malformed >= len(cases)
@@ -292,7 +298,7 @@ def test_malformed_version_1_messages_get_version_1_errors(ts_server):
         s.close(0)
 
 
-@pytest.mark.parametrize("version", [0, 3, 255, 2**40])
+@pytest.mark.parametrize("version", [0, 4, 255, 2**40])
 def test_an_unknown_wire_version_is_refused_clearly(ts_server, version):
     ctx = zmq.Context.instance()
     s = ctx.socket(zmq.DEALER)

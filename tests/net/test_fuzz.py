@@ -10,11 +10,11 @@ import msgpack
 import zmq
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.net import framing
 from tstreams_embedded.testing import eventually
 
-MAX_MSG = 64 * 1024
+MAX_MSG = framing.MESSAGE_LIMIT  # the smallest allowed: a piece
 METHODS = ["submit", "get_stream", "list_streams", "fetch", "get_transaction", "transactions_range",
            "last_transaction", "last_txn_id", "get_offsets", "get_marker", "list_consumers", "describe_partitions",
            "first_open_at",

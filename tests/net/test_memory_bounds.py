@@ -24,7 +24,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.net import framing
 from tstreams_embedded.net.auth import generate_keys
 from tstreams_embedded.net.client import encode_submit
@@ -88,6 +88,12 @@ def dealer(endpoint: str, ctx: zmq.Context[Any], rcvhwm: int = 1000) -> zmq.Sock
 
 def call(s: zmq.Socket[Any], rid: int, method: str, *args: Any, flags: int = 0) -> None:
     s.send_multipart(framing.request_frames(rid, method, flags, framing.encode_args(args)))
+
+
+def send(s: zmq.Socket[Any], rid: int, frames: list[Any]) -> None:
+    """Send a request as a client of this release does: whole, or in pieces when over 64 KiB."""
+    for message in framing.split_request(rid, frames):
+        s.send_multipart(message, copy=False)
 
 
 def reply(s: zmq.Socket[Any], timeout: float = 20.0) -> tuple[int, int, Any]:
@@ -157,15 +163,15 @@ def test_pipelined_writes_bounded(served: Callable[..., ServeProcess], ctx: zmq.
                 for i in range(n)}
     busy = 0
     with RssSampler(srv.pid) as rss:
-        for frames in requests.values():
-            s.send_multipart(frames)
+        for rid, frames in requests.items():
+            send(s, rid, frames)
         got = 0
         while got < n:
             rid, flags, value = reply(s, 60)
             if flags & framing.ERROR:
                 assert value[0] == "ServerBusy", value
                 busy += 1
-                s.send_multipart(requests[rid])  # not executed: send it again
+                send(s, rid, requests[rid])  # not executed: send it again
                 continue
             got += 1
     rss.check(f"{n} MiB of pipelined writes ({busy} sent again after ServerBusy)")
@@ -346,14 +352,15 @@ def test_exposed_bind_without_curve_warns(served: Callable[..., ServeProcess]) -
 
 # ---------------------------------------------------------------------------------- issue 19 item 4
 def flood(srv: ServeProcess, ctx: zmq.Context[Any], clients: int, per_client: int, size: int) -> dict[str, Any]:
-    """``clients`` connections each pipelining ``per_client`` submits of ``size`` bytes and
-    never reading; returns the server's stats once it has received them all, while a
-    well-behaved client pings it (each ping answered)."""
+    """``clients`` connections each pipelining ``per_client`` submits of ``size`` bytes (items
+    of at most 8 MiB: under ``max_item_size``) and never reading; returns the server's stats
+    once it has received them all, while a well-behaved client pings it (each answered)."""
     sockets = [dealer(srv.endpoint, ctx, rcvhwm=1) for _ in range(clients)]
-    body = encode_submit([O.Instant("m", 0, O.pack_items([b"m" * (size - 64)]))], False)
+    n = -(-size // (8 * MiB))
+    body = encode_submit([O.Instant("m", 0, O.pack_items([b"m" * (size // n - 64)] * n))], False)
     for i in range(per_client):
         for s in sockets:
-            s.send_multipart(framing.request_frames(i + 1, "submit", 0, body), copy=False)
+            send(s, i + 1, framing.request_frames(i + 1, "submit", 0, body))
     with srv.connect(timeout=120) as good:
         while (st := good.backend.server_stats())["received"] < clients * per_client:  # type: ignore[attr-defined]
             good.backend.ping()  # type: ignore[attr-defined]
@@ -364,15 +371,16 @@ def flood(srv: ServeProcess, ctx: zmq.Context[Any], clients: int, per_client: in
 def test_many_clients_that_never_read_stay_within_the_server_budget(served: Callable[..., ServeProcess],
                                                                     ctx: zmq.Context[Any], durability: str) -> None:
     """32 connections each pipelining 24 submits of 1 MiB (the client's chunk size) and never
-    reading. Before (issue 19 item 4) the server stopped reading when its write queue was
-    full, and ZeroMQ then queued ``rcvhwm`` (64) requests per connection: all 768 MiB here, and
-    1,813 MiB for 16 clients of 16 MiB submits. Now it never stops reading; what is over the
-    budgets is held back or refused ``ServerBusy``, so its anonymous RSS stays within
-    ``--max-server-bytes`` + 100 MiB with ``--rcvhwm 1`` (ZeroMQ then holds about two
-    requests per connection; the default 64 allows 65); a client that reads its replies is served meanwhile
-    and after."""
-    budget = 256 * MiB
-    srv = served("--max-server-bytes", str(budget), "--rcvhwm", "1", durability=durability)
+    reading, at the default settings. Before (issue 19 item 4) the server stopped reading
+    when its write queue was full, and ZeroMQ then queued ``rcvhwm`` (64) requests per
+    connection: all 768 MiB here; with the server always reading but requests whole, 402 /
+    395 MiB (ZeroMQ still queued up to 65 whole requests per connection while the loop was
+    busy; only ``--rcvhwm 1`` kept within the bound). Now each request travels in 64 KiB
+    pieces, so ZeroMQ holds at most (16 + 2) x 64 KiB per connection, and the server counts
+    the pieces it reassembles: anonymous RSS within ``--max-server-bytes`` + 100 MiB; a
+    client that reads its replies is served meanwhile and after."""
+    budget = DEFAULT_MAX_SERVER_BYTES
+    srv = served(durability=durability)
     with srv.connect(timeout=20) as e:
         e.create_stream("m", partitions=1)
     with RssSampler(srv.pid) as rss:
@@ -387,16 +395,64 @@ def test_many_clients_that_never_read_stay_within_the_server_budget(served: Call
         assert good.backend.ping() < 5.0  # type: ignore[attr-defined]
 
 
+def test_many_clients_pipelining_requests_just_under_the_limit_stay_within_the_server_budget(
+        served: Callable[..., ServeProcess], ctx: zmq.Context[Any]) -> None:
+    """16 connections each pipelining 4 submits just under ``--max-request-size`` (16 MiB),
+    never reading, default settings: 824 MiB when requests travelled whole (ZeroMQ held
+    about three per connection whatever ``--rcvhwm``). In pieces, a request the budget
+    cannot take is refused ``ServerBusy`` at its first piece and its other pieces dropped
+    uncopied: anonymous RSS within ``--max-server-bytes`` + 100 MiB."""
+    srv = served(durability="async")
+    with srv.connect(timeout=20) as e:
+        e.create_stream("m", partitions=1)
+    with RssSampler(srv.pid) as rss:
+        st = flood(srv, ctx, clients=16, per_client=4, size=16 * MiB - 4096)
+    print(f"16 x 4 x 16 MiB never read: peak anonymous RSS {rss.peak / MiB:.0f} MiB, "
+          f"total {rss.peak_total / MiB:.0f} MiB; busy {st['busy']}, held back {st['held_back']}")
+    bound = DEFAULT_MAX_SERVER_BYTES + 100 * MiB
+    assert rss.peak <= bound, f"peak anonymous RSS {rss.peak / MiB:.0f} MiB, bound {bound / MiB:.0f} MiB"
+    assert st["too_large"] == 0 and st["assembling_bytes"] <= DEFAULT_MAX_SERVER_BYTES, st
+
+
+def test_requests_of_many_frames_in_pieces_stay_within_the_server_budget(
+        served: Callable[..., ServeProcess], ctx: zmq.Context[Any]) -> None:
+    """32 connections each sending one request of 2,000 frames (submits of 2,000 chunks of
+    7 KiB: 14 MiB), never reading. ZeroMQ holds a multipart message whole until its last
+    frame; in pieces no message is larger than 64 KiB, whatever the frames of the request:
+    anonymous RSS within ``--max-server-bytes`` + 100 MiB."""
+    srv = served(durability="async")
+    with srv.connect(timeout=20) as e:
+        e.create_stream("m", partitions=1)
+    chunk = O.pack_items([b"f" * 7000])
+    body = encode_submit([O.Instant("m", 0, chunk)] * 2000, False)
+    assert len(body) == 2001
+    sockets = [dealer(srv.endpoint, ctx, rcvhwm=1) for _ in range(32)]
+    frames = framing.request_frames(1, "submit", 0, body)
+    pieces = 32 * len(framing.split_request(1, frames))
+    with RssSampler(srv.pid) as rss:
+        for s in sockets:
+            send(s, 1, frames)
+        with srv.connect(timeout=120) as good:
+            def all_in() -> dict[str, Any] | None:
+                st: dict[str, Any] = good.backend.server_stats()  # type: ignore[attr-defined]
+                return st if st["pieces"] >= pieces and st["assembling"] == 0 else None
+
+            st = eventually(all_in, timeout=60)
+    print(f"32 x 1 request of 2,000 frames: peak anonymous RSS {rss.peak / MiB:.0f} MiB, "
+          f"total {rss.peak_total / MiB:.0f} MiB; busy {st['busy']}")
+    bound = DEFAULT_MAX_SERVER_BYTES + 100 * MiB
+    assert rss.peak <= bound, f"peak anonymous RSS {rss.peak / MiB:.0f} MiB, bound {bound / MiB:.0f} MiB"
+
+
 @pytest.mark.soak  # 1 GiB through the loopback: measured for docs/NETWORK.md, not in make test
 def test_large_requests_in_transit_are_the_documented_remainder(served: Callable[..., ServeProcess],
                                                                 ctx: zmq.Context[Any]) -> None:
-    """32 connections each pipelining 16 MiB submits: ZeroMQ holds each message whole while it
-    arrives, so up to one request per connection is in transit beyond the server's budget
-    (docs/NETWORK.md), and while the server's loop is busy ZeroMQ queues up to ``--rcvhwm``
-    more (here 1). Asserted: peak <= --max-server-bytes + 32 x 2 x 16 MiB + 100 MiB (1,813 MiB
-    for 16 such clients before)."""
+    """32 connections each pipelining 16 MiB submits, 1 GiB in all. Before pieces ZeroMQ held
+    up to two such requests per connection beyond the budget; in pieces (as sent here) they
+    are bounded like the others: peak <= --max-server-bytes + 100 MiB (1,813 MiB for 16 such
+    clients before)."""
     budget = 128 * MiB
-    srv = served("--max-server-bytes", str(budget), "--max-request-size", str(32 * MiB), "--rcvhwm", "1",
+    srv = served("--max-server-bytes", str(budget), "--max-request-size", str(32 * MiB),
                  durability="sync")  # (16 MiB requests: over the default limit of 16 MiB with their header)
     with srv.connect(timeout=20) as e:
         e.create_stream("m", partitions=1)
@@ -404,7 +460,7 @@ def test_large_requests_in_transit_are_the_documented_remainder(served: Callable
         st = flood(srv, ctx, clients=32, per_client=2, size=16 * MiB)
     print(f"32 x 2 x 16 MiB never read: peak anonymous RSS {rss.peak / MiB:.0f} MiB, "
           f"total {rss.peak_total / MiB:.0f} MiB; busy {st['busy']}, held back {st['held_back']}")
-    bound = budget + 32 * 2 * 16 * MiB + 100 * MiB
+    bound = budget + 100 * MiB
     assert rss.peak <= bound, f"peak anonymous RSS {rss.peak / MiB:.0f} MiB, bound {bound / MiB:.0f} MiB"
     assert st["busy"] > 0, st  # the excess was refused, not queued
 
@@ -423,8 +479,8 @@ def test_writes_held_back_for_the_write_queue_keep_their_order(served: Callable[
     n = 60
     for i in range(n):
         chunk = O.pack_items([bytes([i]) * (MiB - 100)])
-        s.send_multipart(framing.request_frames(i + 1, "submit", 0,
-                                                encode_submit([O.Data("o", 0, txn_id, chunk)], False)))
+        send(s, i + 1, framing.request_frames(i + 1, "submit", 0,
+                                              encode_submit([O.Data("o", 0, txn_id, chunk)], False)))
     order = [reply(s, 60) for _ in range(n)]
     assert [rid for rid, _, _ in order] == list(range(1, n + 1)), order
     assert all(not flags & framing.ERROR for _, flags, _ in order), order
@@ -514,7 +570,9 @@ def test_a_request_over_the_servers_largest_is_refused_unsent(served: Callable[.
         txn.checkpoint()
         assert [len(t.items) for t in e.backend.transactions_range("m", 0, 0, 2**63 - 1)] == [5]
         assert e.backend.server_stats()["too_large"] == 0  # type: ignore[attr-defined]
-    # ZeroMQ's frame limit follows the largest request unless set apart
-    assert server_options().max_msg_size == server_options().max_request_bytes == 16 * MiB
-    assert server_options(max_request_size=4 * MiB).max_msg_size == 4 * MiB
+    # ZeroMQ's frame limit is a piece (wire protocol 3), whatever the largest request
+    assert server_options().max_msg_size == framing.MESSAGE_LIMIT
+    assert server_options(max_request_size=4 * MiB).max_msg_size == framing.MESSAGE_LIMIT
     assert server_options(max_msg_size=-1, max_request_size=4 * MiB).max_msg_size == -1
+    with pytest.raises(errors.InvalidArgument, match="at least"):
+        server_options(max_msg_size=framing.MESSAGE_LIMIT - 1)

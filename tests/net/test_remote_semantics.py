@@ -15,7 +15,7 @@ import zmq
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.net import framing
 from tstreams_embedded.testing import ServeProcess, eventually
 

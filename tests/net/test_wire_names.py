@@ -11,7 +11,7 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 
 
 @pytest.mark.parametrize("name", ["s" * 10_000, "", "a\x00b", 7])

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine.iteration import iter_transactions
-from tstreams_embedded.engine.ops import pack_items
+from tstreams_embedded.engine.protocol.iteration import iter_transactions
+from tstreams_embedded.engine.protocol.ops import pack_items
 from tstreams_embedded.errors import DataCorrupted, InvalidArgument
 from tstreams_embedded.ids import txn_time
 from tstreams_embedded.spark import rows

@@ -11,7 +11,7 @@ import pytest
 from spark_helpers import fill, read_direct
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 
 
 def _read(spark, data_dir, stream="s", **options):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.iteration import iter_transactions
+from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.engine.protocol.iteration import iter_transactions
 from tstreams_embedded.spark import scan as S
 
 

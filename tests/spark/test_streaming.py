@@ -93,7 +93,7 @@ def test_new_transactions_are_picked_up_within_the_trigger(spark, engine, data_d
 
 
 def test_stream_waits_at_an_open_transaction(spark, engine, data_dir, tmp_path):
-    from tstreams_embedded.engine import ops as O
+    from tstreams_embedded.engine.protocol import ops as O
 
     fill(engine, "s", txns=2, items=1, partitions=1, prefix="a")
     backend = engine.backend

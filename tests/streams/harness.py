@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams.records import pack_envelope, partition_of, unpack_envelope
 from tstreams_embedded.testing import eventually, kill_process
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 #: what :func:`read_envelopes` returns per item: key bytes, value bytes, timestamp, headers
 Envelope = tuple[bytes | None, bytes | None, int, dict[str, bytes] | None]

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams import App, StreamsBuilder, TestDriver, TimeWindows, Topology
 from tstreams_embedded.streams.records import pack_envelope
 from tstreams_embedded.streams.serdes import serde
@@ -223,7 +223,7 @@ def test_live_and_backlog_runs_equal_the_model(tmp_path_factory: pytest.TempPath
 def test_dedup_keeps_forgotten_keys_within_a_memory_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """With room for two forgotten keys, dedup counts the late duplicates of the two most
     recently forgotten keys only: the older ones were dropped from memory first."""
-    from tstreams_embedded.streams import dedup
+    from tstreams_embedded.streams.nodes import dedup
 
     monkeypatch.setattr(dedup, "FORGOTTEN_BYTES", 2 * (1 + dedup.FORGOTTEN_OVERHEAD))  # keys 1..5: 1 msgpack byte
     b = StreamsBuilder()

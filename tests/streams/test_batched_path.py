@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine.core import Core
+from tstreams_embedded.engine.storage.core import Core
 from tstreams_embedded.streams import App, Processor, Record, StreamsBuilder, TimeWindows, Windowed, send_records
 from tstreams_embedded.streams.records import pack_envelope
 
@@ -186,4 +186,48 @@ def test_a_batch_reads_its_keys_and_windows_in_few_round_trips(tstreams_engine: 
         assert calls["store_get"] <= 300 + 3
     else:  # served: the keys of the transaction in one read
         assert calls["store_get"] <= 3 and calls["store_snapshot"] == 1
+    app.close()
+
+
+def test_windows_counted_in_batches_go_on_counting_record_by_record_before_a_commit(
+        tstreams_embedded_engine: ts.Engine) -> None:
+    """Batches keep their windows' counts in memory until the commit; a transaction with a
+    bad record goes record by record and must count on from them (no commit in between)."""
+    engine = tstreams_embedded_engine
+    engine.create_stream("in")
+    producer = engine.producer("in")
+    producer.instant([pack_envelope(b"a", b"1", t, None) for t in (1, 2, 3)])
+    producer.instant([pack_envelope(b"a", b"1", 4, None), pack_envelope(b"a", b"{oops", 5, None),
+                      pack_envelope(b"a", b"1", 6, None)])
+    b = StreamsBuilder()
+    (b.stream("in", key_serde="str", value_serde="json").group_by_key(key_serde="str")
+     .windowed_by(TimeWindows(100)).count(store="w").to_stream()
+     .map(lambda wk, n: (wk.key, n)).to("out", key_serde="str", value_serde="json"))
+    app = App(engine, application_id="a", topology=b.build(), on_record_error="skip", commit_interval_ms=60_000)
+    app.run(until_idle=True)
+    assert [json.loads(vb) for _, vb, _, _ in read_envelopes(engine, "out")] == [1, 2, 3, 4, 5]
+    assert dict(app.store("w").all()) == {Windowed("a", 0, 100): 5}
+    app.close()
+
+
+def test_a_stream_read_by_two_nodes_gives_each_its_records_unchanged(tstreams_embedded_engine: ts.Engine) -> None:
+    """select_key, map and map_values change the records of a batch in place: a stream with
+    several readers hands each the records one at a time, so no reader sees another's change."""
+    engine = tstreams_embedded_engine
+    engine.create_stream("in")
+    engine.producer("in").instant([json.dumps({"k": k, "n": n}).encode() for n, k in enumerate("abc")])
+    b = StreamsBuilder()
+    s = b.stream("in", value_serde="json")
+    s.select_key(lambda _k, v: v["k"]).map_values(lambda v: v["n"] * 10).to("keyed", key_serde="str",
+                                                                              value_serde="json")
+    s.map(lambda _k, v: (v["k"] * 2, [v["n"]])).to("mapped", key_serde="str", value_serde="json")
+    s.to("plain", value_serde="json")
+    app = App(engine, application_id="a", topology=b.build())
+    app.run(until_idle=True)
+
+    def out(stream: str) -> list[tuple[Any, Any]]:
+        return [(kb if kb is None else kb.decode(), json.loads(vb)) for kb, vb, _, _ in read_envelopes(engine, stream)]
+    assert out("keyed") == [("a", 0), ("b", 10), ("c", 20)]
+    assert out("mapped") == [("aa", [0]), ("bb", [1]), ("cc", [2])]
+    assert out("plain") == [(None, {"k": "a", "n": 0}), (None, {"k": "b", "n": 1}), (None, {"k": "c", "n": 2})]
     app.close()

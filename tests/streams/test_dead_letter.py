@@ -15,7 +15,7 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams import App, StreamsBuilder, TestDriver
 from tstreams_embedded.streams.records import pack_envelope
 

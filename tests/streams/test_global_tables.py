@@ -23,10 +23,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.core import Core
-from tstreams_embedded.engine.state import MAX_STORE_KEY, unpack_lease
+from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.engine.storage.core import Core
+from tstreams_embedded.engine.storage.state_stores import MAX_STORE_KEY, unpack_lease
 from tstreams_embedded.streams import App, StreamsBuilder, global_table, send_records
+from tstreams_embedded.streams.app_members import group_store
 from tstreams_embedded.streams.global_table import (
     FETCH_TXNS,
     GLOBAL_LEASE,
@@ -34,7 +35,6 @@ from tstreams_embedded.streams.global_table import (
     GlobalTableUpdater,
     global_namespace,
 )
-from tstreams_embedded.streams.membership import group_store
 from tstreams_embedded.streams.records import unpack_envelope
 from tstreams_embedded.streams.serdes import serde
 from tstreams_embedded.streams.stores import pages

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams import App, JoinWindows, StreamsBuilder, TestDriver
 from tstreams_embedded.streams.records import pack_envelope, partition_of
 from tstreams_embedded.streams.serdes import serde

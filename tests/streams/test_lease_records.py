@@ -14,8 +14,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.state import LeaseRecord, unpack_lease
+from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.engine.storage.state_stores import LeaseRecord, unpack_lease
 from tstreams_embedded.testing import FakeClock
 
 STORE = "app/__group"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine.iteration import iter_transactions
+from tstreams_embedded.engine.protocol.iteration import iter_transactions
 from tstreams_embedded.streams import App, StreamsBuilder
 from tstreams_embedded.streams.mapped_pages import MappedPages
 

@@ -31,10 +31,10 @@ import psutil
 import pytest
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams.records import pack_envelope, partition_of
 from tstreams_embedded.testing import eventually
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 from . import soak_worker
 from .rss import MB, anon_rss, slope_mb_per_min

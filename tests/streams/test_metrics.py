@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tstreams_embedded.engine.backend import TxnData
+from tstreams_embedded.engine.protocol.backend import TxnData
 from tstreams_embedded.streams import JoinWindows, StreamsBuilder, TestDriver, TimeWindows
 from tstreams_embedded.streams import metrics as M
 from tstreams_embedded.streams.records import partition_of

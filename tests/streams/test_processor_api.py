@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import state
+from tstreams_embedded.engine.storage import state_stores as state
 from tstreams_embedded.streams import (
     App,
     Processor,

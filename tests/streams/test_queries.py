@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.streams import StreamsBuilder, TestDriver, send_records
-from tstreams_embedded.streams.membership import read_group
+from tstreams_embedded.streams.app_members import read_group
 from tstreams_embedded.streams.queries import QueryClient
 from tstreams_embedded.streams.records import partition_of
 from tstreams_embedded.streams.serdes import serde

@@ -15,7 +15,7 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams import App, StreamsBuilder, TimeWindows, send_records
 from tstreams_embedded.streams.queries import QueryClient
 from tstreams_embedded.streams.records import partition_of
@@ -203,3 +203,26 @@ def test_keys_nested_up_to_the_limit_are_answered(two_apps: list[App]) -> None:
         deep = [deep]
     status, body = client(two_apps[0]).request("/v1/stores/cnt/get", key=deep)
     assert status in (200, 421), body
+
+
+def test_an_app_that_serves_no_queries_does_not_import_tornado(tmp_path: Path) -> None:
+    """Tornado (the query endpoint's server) costs a tenth of a second of start-up: an app
+    without ``http_port`` runs, and answers key discovery, without importing it."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys, tstreams_embedded as ts\n"
+        "from tstreams_embedded.streams import App, StreamsBuilder\n"
+        "b = StreamsBuilder()\n"
+        "b.stream('in', key_serde='str', value_serde='json').group_by_key(key_serde='str').count(store='n')\n"
+        f"with ts.open({str(tmp_path / 'db')!r}) as engine:\n"
+        "    engine.create_stream('in')\n"
+        "    app = App(engine, application_id='a', topology=b.build())\n"
+        "    app.run(until_idle=True)\n"
+        "    assert app.query_metadata_for_key('n', 'k').partition == 0\n"
+        "    app.close()\n"
+        "assert 'tornado' not in sys.modules, 'tornado imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

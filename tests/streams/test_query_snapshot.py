@@ -12,8 +12,8 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.state import window_key
+from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.engine.storage.state_stores import window_key
 from tstreams_embedded.streams.serdes import serde
 from tstreams_embedded.streams.stores import ReadOnlyKeyValueStore, ReadOnlyWindowStore
 from tstreams_embedded.streams.windows import Windowed

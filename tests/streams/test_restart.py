@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine.appgroups import MEMBER
-from tstreams_embedded.engine.state import unpack_lease
+from tstreams_embedded.engine.operator.appgroups import MEMBER
+from tstreams_embedded.engine.storage.state_stores import unpack_lease
 from tstreams_embedded.streams import App, send_records
-from tstreams_embedded.streams.membership import Membership, group_store, read_group
+from tstreams_embedded.streams.app_members import Membership, group_store, read_group
 from tstreams_embedded.streams.process_id import ProcessId, host_key
 from tstreams_embedded.testing import eventually
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import tstreams_embedded as ts
-from tstreams_embedded.streams.membership import read_group
+from tstreams_embedded.streams.app_members import read_group
 from tstreams_embedded.testing import ServeProcess, eventually
 
 from .harness import WorkerProcess, chunks, committed_transactions

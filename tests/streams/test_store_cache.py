@@ -150,9 +150,9 @@ def test_a_value_changed_in_place_after_get_is_not_the_stored_value(
     assert store.get("k") == [1]
 
 
-@given(ops=st.lists(st.tuples(st.sampled_from(["add", "discard", "range"]),
-                              st.binary(max_size=2), st.binary(max_size=2)), max_size=300))
-def test_sorted_keys_against_a_sorted_set(ops: list[tuple[str, bytes, bytes]]) -> None:
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add", "discard", "range", "pop_range"]),
+                              st.binary(max_size=2), st.one_of(st.none(), st.binary(max_size=2))), max_size=300))
+def test_sorted_keys_against_a_sorted_set(ops: list[tuple[str, bytes, bytes | None]]) -> None:
     with mock.patch.object(sorted_keys, "CHUNK", 4):  # small chunks: splits and empty chunks
         keys = SortedKeys()
         model: set[bytes] = set()
@@ -163,7 +163,11 @@ def test_sorted_keys_against_a_sorted_set(ops: list[tuple[str, bytes, bytes]]) -
             elif op == "discard":
                 keys.discard(a)
                 model.discard(a)
-            else:
+            elif op == "pop_range":  # (b None: to the end)
+                gone = sorted(k for k in model if a <= k and (b is None or k < b))
+                assert keys.pop_range(a, b) == gone
+                model.difference_update(gone)
+            elif b is not None:
                 assert list(keys.irange(a, b)) == sorted(k for k in model if a <= k < b)
                 assert list(keys.irange(None, b)) == sorted(k for k in model if k < b)
                 assert list(keys.irange(a, None)) == sorted(k for k in model if a <= k)

@@ -17,10 +17,10 @@ from pathlib import Path
 import msgpack
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams.records import pack_envelope
 from tstreams_embedded.testing import eventually
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 from . import cache_worker
 from .rss import anon_rss

@@ -14,9 +14,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine.backend import StoreScan
-from tstreams_embedded.engine.state import split_window_key, window_bound, window_key
+from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.engine.protocol.backend import StoreScan
+from tstreams_embedded.engine.storage.state_stores import split_window_key, window_bound, window_key
 from tstreams_embedded.net import framing
 
 
@@ -144,7 +144,7 @@ TestStoreModel.settings = settings(max_examples=30, stateful_step_count=15, dead
 
 
 def test_range_reads_stop_at_the_byte_cap(tstreams_make_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tstreams_embedded.engine import state
+    from tstreams_embedded.engine.storage import state_stores as state
 
     monkeypatch.setattr(state, "MAX_READ_BYTES", 25)
     engine = tstreams_make_engine()

@@ -94,7 +94,7 @@ def test_keys_too_long_for_the_engine_are_refused_at_once(tstreams_make_engine: 
 @pytest.mark.parametrize("page", [1, 2, 3, 1000])
 def test_reads_page_through_every_entry(tstreams_make_engine: object, monkeypatch: pytest.MonkeyPatch,
                                         page: int) -> None:
-    from tstreams_embedded.engine import ops as O
+    from tstreams_embedded.engine.protocol import ops as O
     from tstreams_embedded.streams import stores
 
     monkeypatch.setattr(stores, "PAGE", page)

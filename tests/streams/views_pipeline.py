@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
+from tstreams_embedded.engine.protocol import ops as O
 from tstreams_embedded.streams import Windowed
 from tstreams_embedded.streams.records import partition_of
 from tstreams_embedded.streams.serdes import MsgpackSerde, WindowedSerde, serde

@@ -279,7 +279,7 @@ def test_consumers_reset_past_the_head_is_clamped_to_it(site: Site) -> None:
 
 
 def test_consumers_describe_flags_an_offset_ahead_of_head(site: Site) -> None:
-    from tstreams_embedded.engine import ops as O
+    from tstreams_embedded.engine.protocol import ops as O
 
     site.engine.create_stream("s", partitions=2)
     head = site.engine.producer("s").instant([b"x"], partition=0)

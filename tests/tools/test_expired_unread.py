@@ -35,7 +35,7 @@ def test_items_that_expire_unread_are_counted_and_shown(site: Site, caplog: pyte
     while fast.get_transaction() is not None:
         pass
     fast.checkpoint()
-    with caplog.at_level(logging.WARNING, logger="tstreams_embedded.engine.expiry"):
+    with caplog.at_level(logging.WARNING, logger="tstreams_embedded.engine.storage.expiry"):
         _compact_until_gone(site, "s")
     unread = {c.name: c.expired_unread for c in site.engine.backend.list_consumers("s")}
     assert unread == {"fast": {}, "slow": {0: 3, 1: 1}}

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 import pytest
 
 from tstreams_embedded.testing import stop_process
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 from .conftest import Site
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import msgpack
 
 import tstreams_embedded as ts
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 
 def tstreams(*args: str) -> subprocess.CompletedProcess[str]:

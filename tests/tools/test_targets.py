@@ -18,7 +18,7 @@ import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.cli import main
 from tstreams_embedded.testing import ServeProcess, free_port
-from tstreams_embedded.testing.serve import child_environment
+from tstreams_embedded.testing.server_process import child_environment
 
 READ_ONLY = [
     ["streams", "list"], ["streams", "describe", "s"], ["streams", "delete", "s"], ["stats"],

@@ -14,21 +14,18 @@ import asyncio
 from typing import Any
 
 from .. import errors
-from ..engine.consumer import Consumer, Transaction
-from .offload import Offload
-from .remote import NativeRemote
+from ..engine.api.consumer import Consumer, Transaction
+from .offload import Runner
 from .signal import CommitSignal
 
 
 class AsyncConsumer:
     """Reads one stream under a name from coroutines. Calls on one consumer are serialised."""
 
-    def __init__(self, sync: Consumer, offload: Offload, signal: CommitSignal,
-                 native: NativeRemote | None = None) -> None:
+    def __init__(self, sync: Consumer, runner: Runner, signal: CommitSignal) -> None:
         self.sync = sync
-        self.offload = offload
+        self.runner = runner
         self.signal = signal
-        self.native = native
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -53,9 +50,17 @@ class AsyncConsumer:
         return self.sync.offsets
 
     async def get_transaction(self, partition: int | None = None) -> Transaction | None:
-        """The next checkpointed transaction now, or None (no waiting)."""
+        """The next checkpointed transaction now, or None (no waiting). Cancelled, it hands
+        nothing out and moves no position: the next read returns the same transaction."""
         async with self._lock:
-            return await self.offload.read(self.sync.get_transaction, partition)
+            before = self.sync.offsets
+            try:
+                return await self.runner.write(self.sync.get_transaction, partition)
+            except asyncio.CancelledError:  # the read completed, but its result is dropped: read it again
+                for p, position in before.items():
+                    if self.sync.offsets[p] != position:
+                        self.sync.set_offset(p, position)
+                raise
 
     async def next(self, timeout: float | None = None) -> Transaction | None:
         """The next checkpointed transaction, waiting for commits up to ``timeout`` seconds
@@ -89,12 +94,6 @@ class AsyncConsumer:
 
     async def checkpoint(self) -> None:
         """Store every partition's position, atomically and durably (cancellation: see
-        :mod:`.offload`; CancelledError means it was stored). Over ``tcp://`` the request is
-        awaited on the connection, without a pool thread (:mod:`.remote`)."""
+        :mod:`.offload`; CancelledError means it was stored)."""
         async with self._lock:
-            if self.native is None:
-                await self.offload.write(self.sync.checkpoint)
-                return
-            self.sync.engine.check_open()
-            ops, done = self.sync.prepare_group_checkpoint()  # one SetOffsets record
-            done(await self.native.submit(ops, durable=True))
+            await self.runner.write(self.sync.checkpoint)

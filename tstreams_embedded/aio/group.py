@@ -2,16 +2,16 @@
 producers and the positions of several async consumers (see :class:`~tstreams_embedded.CheckpointGroup`).
 
 Items still buffered in the producers' :class:`~.producer.AsyncTransaction` objects are
-handed over first, in the same pool call, so the group checkpoints everything sent.
+handed over first, in the same call, so the group checkpoints everything sent.
 """
 
 from __future__ import annotations
 
 from .. import errors
-from ..engine.group import CheckpointGroup
+from ..engine.api.group import CheckpointGroup
 from .consumer import AsyncConsumer
-from .offload import Offload
-from .producer import AsyncProducer
+from .offload import Runner
+from .producer import AsyncProducer, AsyncTransaction, holding
 from .workqueue import AsyncWorkQueue
 
 Member = AsyncProducer | AsyncConsumer | AsyncWorkQueue
@@ -22,7 +22,7 @@ class AsyncCheckpointGroup:
 
     def __init__(self, *agents: Member) -> None:
         self._agents: list[Member] = []
-        self._offload: Offload | None = None
+        self._runner: Runner | None = None
         self.sync = CheckpointGroup()
         for a in agents:
             self.add(a)
@@ -35,7 +35,7 @@ class AsyncCheckpointGroup:
         self.sync.add(agent.sync)
         if agent not in self._agents:
             self._agents.append(agent)
-        self._offload = self._offload or agent.offload
+        self._runner = self._runner or agent.runner
         return self
 
     def remove(self, agent: Member) -> None:
@@ -53,11 +53,17 @@ class AsyncCheckpointGroup:
     async def checkpoint(self) -> None:
         """Checkpoint every member's open transactions and store every member's positions,
         in ONE atomic, durable write. Cancellation: CancelledError means it was written."""
-        if self._offload is None:
+        if self._runner is None:
             return
-        await self._offload.write(self._checkpoint)
+        async with holding(self._transactions()):
+            await self._runner.write(self._checkpoint)
 
     async def cancel(self) -> None:
         """Cancel every member producer's open transactions."""
-        if self._offload is not None:
-            await self._offload.write(self.sync.cancel)
+        if self._runner is not None:
+            async with holding(self._transactions()):
+                await self._runner.write(self.sync.cancel)
+
+    def _transactions(self) -> list[AsyncTransaction]:
+        """The member producers' async transactions (their writes wait for the group's)."""
+        return [txn for agent in self._agents if isinstance(agent, AsyncProducer) for txn in agent.transactions]

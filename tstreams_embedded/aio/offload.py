@@ -1,10 +1,12 @@
 """Running the blocking engine calls off the event loop, in a bounded thread pool.
 
-Every call of the sync API that may block (an LMDB write and its fsync, a read, a network
-round trip) runs in an :class:`Offload`'s pool of at most ``max_threads`` threads, so the
-event loop never waits for storage. The embedded engine's group commit (``engine/committer.py``)
-merges the writes that these threads make concurrently into one LMDB transaction and one
-fsync: many small awaits share a disk sync.
+Embedded (and over ``zk://``), every call of the sync API that may block (an LMDB write and
+its fsync, a read; a ZooKeeper-guided round trip) runs in an :class:`Offload`'s pool of at
+most ``max_threads`` threads, so the event loop never waits for storage. The embedded
+engine's group commit (``engine/storage/committer.py``) merges the writes that these threads make
+concurrently into one LMDB transaction and one fsync: many small awaits share a disk sync.
+(Over ``tcp://`` the calls run on the loop instead, with no thread: :mod:`.greenbridge`,
+under the same cancellation rule.)
 
 Cancellation of a write (:meth:`Offload.write`) never leaves it half done and always says
 what happened: a write already handed to its thread cannot be stopped, so the coroutine
@@ -24,7 +26,7 @@ import asyncio
 import concurrent.futures
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .. import errors
 
@@ -34,13 +36,29 @@ T = TypeVar("T")
 DEFAULT_MAX_THREADS = 32
 
 
+def check_max_threads(max_threads: Any) -> int:
+    """``max_threads`` if it is an integer in 1..1024, else :class:`InvalidArgument`."""
+    if isinstance(max_threads, bool) or not isinstance(max_threads, int) or not 1 <= max_threads <= 1024:
+        raise errors.InvalidArgument(f"max_threads must be an integer in 1..1024, got {max_threads!r}")
+    return max_threads
+
+
+class Runner(Protocol):
+    """Where the sync API's calls of an async handle run: :class:`Offload` (a thread pool,
+    embedded and ``zk://``) or :class:`~.greenbridge.LoopCalls` (the event loop, ``tcp://``)."""
+
+    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    def close(self) -> None: ...
+
+
 class Offload:
     """A bounded pool for the blocking calls of one async engine handle."""
 
     def __init__(self, max_threads: int = DEFAULT_MAX_THREADS, name: str = "tstreams-aio") -> None:
-        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or not 1 <= max_threads <= 1024:
-            raise errors.InvalidArgument(f"max_threads must be an integer in 1..1024, got {max_threads!r}")
-        self.max_threads = max_threads
+        self.max_threads = check_max_threads(max_threads)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_threads, thread_name_prefix=name)
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -4,31 +4,34 @@
 producer.transaction() as txn`` opens a transaction, ``await txn.send(item)`` adds items
 (buffered here and handed to the engine ``batch_size`` at a time, so most sends do not leave
 the event loop), and leaving the block checkpoints it, or cancels it if the block raised or
-was cancelled. Writes follow :class:`~.offload.Offload`'s cancellation rule: a cancelled
-write call that raises ``CancelledError`` was committed.
+was cancelled. Writes follow the cancellation rule of :mod:`.offload` (and :mod:`.greenbridge`):
+a cancelled write call that raises ``CancelledError`` was committed.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
+import contextlib
 import weakref
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Any
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.producer import FLUSH_BYTES, Producer, ProducerTransaction
-from ..engine.validate import check_partition
+from ..engine.api.producer import FLUSH_BYTES, Producer, ProducerTransaction
 from ..policies import Policy
-from .offload import Offload
-from .remote import NativeRemote
+from .offload import Runner
 
 
 class AsyncTransaction:
-    """An open transaction of an :class:`AsyncProducer`. One task at a time uses it."""
+    """An open transaction of an :class:`AsyncProducer`. Its writes (flushes, checkpoint,
+    cancel) take turns with each other and with those of its producer and of a checkpoint
+    group (:attr:`busy`): over ``tcp://`` they run on one thread, where the sync
+    transaction's re-entrant lock cannot keep two of them apart."""
 
     def __init__(self, producer: AsyncProducer, partition: int | None, policy: Policy) -> None:
+        #: held while a write of this transaction runs (see :func:`holding`)
+        self.busy = asyncio.Lock()
         self.producer = producer
         self._partition = partition
         self._policy = policy
@@ -43,8 +46,12 @@ class AsyncTransaction:
     async def open(self) -> AsyncTransaction:
         """Open it in the engine (``async with`` does this)."""
         if self.sync is None:
-            self.sync = await self.producer.offload.write(self.producer.sync.new_transaction, self._partition,
-                                                          self._policy)
+            # a policy other than EnqueueIfOpened may end the producer's other open transactions
+            others = self.producer.transactions if self._policy is not Policy.EnqueueIfOpened else ()
+            async with holding(others):
+                if self.sync is None:
+                    self.sync = await self.producer.runner.write(self.producer.sync.new_transaction,
+                                                                  self._partition, self._policy)
         return self
 
     def _opened(self) -> ProducerTransaction:
@@ -65,7 +72,8 @@ class AsyncTransaction:
     async def id(self) -> int:
         """The transaction ID (registers the transaction in the engine if it is not yet)."""
         txn = self._opened()
-        return await self.producer.offload.write(lambda: txn.id)
+        async with self.busy:
+            return await self.producer.runner.write(lambda: txn.id)
 
     async def send(self, item: Any) -> None:
         """Add one item. It is validated (serialized, size-checked) at once; items go to the
@@ -99,19 +107,22 @@ class AsyncTransaction:
         txn = self._opened()
         pending = self._take_pending()
         if pending:
-            await self.producer.offload.write(_send_and_flush, txn, pending)
+            async with self.busy:
+                await self.producer.runner.write(_send_and_flush, txn, pending)
 
     async def checkpoint(self) -> None:
         """Make every item visible at once, durably."""
         txn = self._opened()
         pending = self._take_pending()
-        await self.producer.offload.write(_send_and_checkpoint, txn, pending)
+        async with self.busy:
+            await self.producer.runner.write(_send_and_checkpoint, txn, pending)
 
     async def cancel(self) -> None:
         """Drop the transaction: none of its items ever becomes visible."""
         txn = self._opened()
         self._take_pending()
-        await self.producer.offload.write(txn.cancel)
+        async with self.busy:
+            await self.producer.runner.write(txn.cancel)
 
     async def __aenter__(self) -> AsyncTransaction:
         return await self.open()
@@ -124,6 +135,16 @@ class AsyncTransaction:
             await self.checkpoint()
         else:  # an error or a cancellation in the block: nothing of it becomes visible
             await self.cancel()
+
+
+@contextlib.asynccontextmanager
+async def holding(transactions: Iterable[AsyncTransaction]) -> AsyncIterator[None]:
+    """Hold the :attr:`~AsyncTransaction.busy` locks of ``transactions``, taken in one
+    order (two holders of several never wait for each other)."""
+    async with contextlib.AsyncExitStack() as stack:
+        for txn in sorted(set(transactions), key=id):
+            await stack.enter_async_context(txn.busy)
+        yield
 
 
 def _send_and_flush(txn: ProducerTransaction, items: list[Any]) -> None:
@@ -140,11 +161,9 @@ def _send_and_checkpoint(txn: ProducerTransaction, items: list[Any]) -> None:
 class AsyncProducer:
     """Writes transactions to one stream from coroutines; any number of tasks may share it."""
 
-    def __init__(self, sync: Producer, offload: Offload, native: NativeRemote | None = None) -> None:
+    def __init__(self, sync: Producer, runner: Runner) -> None:
         self.sync = sync
-        self.offload = offload
-        self.native = native
-        self._round_robin = itertools.cycle(range(sync.partitions))
+        self.runner = runner
         #: this producer's async transactions (their buffered items join a group checkpoint)
         self.transactions: weakref.WeakSet[AsyncTransaction] = weakref.WeakSet()
 
@@ -162,22 +181,7 @@ class AsyncProducer:
 
     async def instant(self, items: Iterable[Any], partition: int | None = None) -> int:
         """Open, fill and checkpoint a transaction in one atomic, durable write; its ID."""
-        data = list(items)
-        if self.native is None:
-            return await self.offload.write(self.sync.instant, data, partition)
-        sync = self.sync
-        sync.engine.check_open()
-        if sync.closed:
-            raise errors.EngineClosed(f"this producer on {sync.stream!r} is closed")
-        chunk = sync.serialize(data)
-        if not chunk:
-            raise errors.InvalidArgument("an instant transaction needs at least one item")
-        if partition is None:
-            partition = sync.default_partition
-        p = next(self._round_robin) if partition is None else check_partition(sync.info, partition)
-        op = O.Instant(sync.stream, p, O.pack_items(chunk), stream_id=sync.stream_id)
-        txn_id: int = (await self.native.submit([op], durable=True))[0]
-        return txn_id
+        return await self.runner.write(self.sync.instant, list(items), partition)
 
     def transaction(self, partition: int | None = None, policy: Policy = Policy.EnqueueIfOpened
                     ) -> AsyncTransaction:
@@ -192,7 +196,8 @@ class AsyncProducer:
     async def checkpoint(self) -> None:
         """Checkpoint every open transaction of this producer, one by one (use an
         :class:`~.group.AsyncCheckpointGroup` for one atomic write)."""
-        await self.offload.write(self._checkpoint_all)
+        async with holding(self.transactions):
+            await self.runner.write(self._checkpoint_all)
 
     def _checkpoint_all(self) -> None:
         for txn in list(self.transactions):
@@ -201,7 +206,8 @@ class AsyncProducer:
 
     async def cancel(self) -> None:
         """Cancel every open transaction of this producer."""
-        await self.offload.write(self.sync.cancel)
+        async with holding(self.transactions):
+            await self.runner.write(self.sync.cancel)
 
     async def close(self) -> None:
-        await self.offload.write(self.sync.close)
+        await self.runner.write(self.sync.close)

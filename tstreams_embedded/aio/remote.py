@@ -1,82 +1,82 @@
-"""Over the network, without a thread per call: ``instant`` writes, consumer checkpoints
-and commit waits.
+"""Over ``tcp://``: the sync client's code on the event loop, with no thread per call.
 
-The sync client (:mod:`tstreams_embedded.net.client`) already pipelines requests on one
-ZeroMQ connection whose I/O thread resolves each request's future. For these paths the
-async API sends the request itself (``RemoteBackend.submit_async``, ``RemoteBackend.watch``)
-and awaits that future, bridged into the event loop (:func:`settle`): no pool thread waits
-for the reply, and 64 coroutines put 64 requests in flight on one connection, which the
-server's group commit merges. Other calls still run in the bounded pool (:mod:`.offload`),
-and this is not a ``zmq.asyncio`` client: the connection's one I/O thread is shared.
+:func:`connect_on_loop` makes the same :class:`~tstreams_embedded.engine.api.engine.Engine` over a
+:class:`~tstreams_embedded.net.client.RemoteBackend` as ``ts.connect``, but the backend's
+transport is an :class:`~.connection.AsyncConnection` (a ``zmq.asyncio`` DEALER on the
+running loop), and every call of the async API runs that engine's code in a greenlet on the
+loop (:class:`~.greenbridge.LoopCalls`): producers, transactions, consumers and ``async
+for``, checkpoints, groups, subscriptions, work queues, schedules, stream administration
+and reads. 64 coroutines put 64 requests in flight on one connection, which the server's
+group commit merges, and no thread waits for any of them. ``RemoteBackend``'s request
+logic is reused as it is: size checks against the server's limits (``server_stats``),
+``ServerBusy`` retries, paged replies, pipelined transaction data, and the retries with
+deduplication of a cluster node reached by ``tcp://`` (e.g. through HAProxy).
 
-Used with ``tcp://`` servers; a cluster node (which needs retries with deduplication
-across failover) and ``zk://`` use the pool.
-
-Cancellation, as for every write (see :mod:`.offload`): a request already sent cannot be
-unsent, so the caller waits for its reply before the cancellation goes on; then
-``CancelledError`` means it was committed, and otherwise the request's error is raised
-(:class:`~tstreams_embedded.errors.RemoteError` "outcome unknown" if the connection was lost).
+Keep-alives of open transactions run as a task of the loop instead of the sync engine's
+thread (:class:`LoopKeepAlive`). ``zk://`` cluster URLs are not served this way: their
+client follows the leader through ZooKeeper (kazoo's threads), so their calls use the
+thread pool (:mod:`.offload`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+import logging
+from collections.abc import Sequence
 from typing import Any
 
-from ..engine import ops as O
-from ..net.client import RemoteBackend, Subscription
-from ..net.future import Future
-from .offload import finish_before_cancelling
+from .. import errors
+from ..engine.api.engine import DEFAULT_TXN_TTL, Engine, check_handle_options
+from ..net.client import RemoteBackend
+from .connection import AsyncConnection
+from .greenbridge import LoopCalls
+
+log = logging.getLogger(__name__)
 
 
-def bridge(future: Future) -> asyncio.Future[Any]:
-    """An asyncio future of the event loop resolved with ``future`` (from the I/O thread)."""
-    loop = asyncio.get_running_loop()
-    mirror: asyncio.Future[Any] = loop.create_future()
-
-    def copy(done: Future) -> None:
-        error = done.exception()
-        if mirror.done():
-            return
-        if error is not None:
-            mirror.set_exception(error)
-        else:
-            mirror.set_result(done.result(0))
-
-    future.add_done_callback(lambda done: loop.call_soon_threadsafe(copy, done))
-    return mirror
+def served_on_loop(endpoint: str | Sequence[str]) -> bool:
+    """Whether :func:`tstreams_embedded.aio.connect` serves ``endpoint`` on the loop (every
+    address but a ``zk://`` cluster URL)."""
+    return not (isinstance(endpoint, str) and endpoint.startswith("zk://"))
 
 
-async def settle(future: Future) -> Any:
-    """The reply of a sent write, awaited without a thread; completed even if cancelled."""
-    mirror = bridge(future)
-    try:
-        return await asyncio.shield(mirror)
-    except asyncio.CancelledError:
-        await finish_before_cancelling(mirror)
-        error = mirror.exception()
-        if error is not None:
-            raise error from None
-        raise
+def connect_on_loop(endpoint: str | Sequence[str], *, timeout: float = 30.0, heartbeat: float = 2.0,
+                    txn_ttl: float | None = None, keepalive_interval: float | None = -1,
+                    **options: Any) -> tuple[Engine, float | None]:
+    """The engine of a ``tcp://`` connection made on the running loop (call it inside a
+    :class:`~.greenbridge.LoopCalls` call), and the keep-alive interval its task should use
+    (None: none). Options as ``ts.connect``."""
+    ttl = DEFAULT_TXN_TTL if txn_ttl is None else txn_ttl
+    check_handle_options(ttl, keepalive_interval)
+    if keepalive_interval == -1:
+        keepalive_interval = max(min(ttl / 10.0, 6.0), 0.05)
+    backend = RemoteBackend(endpoint, timeout=timeout, heartbeat=heartbeat, transport=AsyncConnection, **options)
+    return Engine(backend, txn_ttl=ttl, keepalive_interval=None), keepalive_interval
 
 
-class NativeRemote:
-    """The requests of one ``tcp://`` connection that coroutines await directly."""
+class LoopKeepAlive:
+    """Refreshes the open transactions of an engine every ``interval`` seconds, as a task."""
 
-    def __init__(self, backend: RemoteBackend) -> None:
-        self.backend = backend
+    def __init__(self, engine: Engine, calls: LoopCalls, interval: float | None) -> None:
+        self._engine = engine
+        self._calls = calls
+        self._task = None if not interval else asyncio.get_running_loop().create_task(
+            self._run(interval), name="tstreams-aio-keepalive")
 
-    @staticmethod
-    def usable(backend: Any) -> bool:
-        """Whether ``backend`` is a plain server connection (blocking: asks ``server_info`` once)."""
-        return isinstance(backend, RemoteBackend) and not backend.cluster_node
+    async def _run(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._calls.write(self._engine.keep_alive)
+            except errors.EngineClosed:
+                return
+            except Exception:  # noqa: BLE001 - keep trying; a missed beat only shortens the deadline
+                log.exception("keep-alive failed")
 
-    async def submit(self, ops: Sequence[O.Operation], durable: bool = True) -> list[Any]:
-        results: list[Any] = await settle(self.backend.submit_async(ops, durable))
-        return results
-
-    def watch(self, seen: int, on_commit: Callable[[int], Any]) -> Subscription:
-        """``on_commit(sequence)`` (in the event loop) for every commit after ``seen``."""
-        loop = asyncio.get_running_loop()
-        return self.backend.watch(seen, lambda seq: loop.call_soon_threadsafe(on_commit, seq))
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,12 +1,12 @@
 """Waking coroutines when a commit lands: one watcher per async engine handle.
 
 The watcher waits in ``Backend.wait_for_commit`` (embedded: woken by this process's commits
-at once and by other processes' through :mod:`~tstreams_embedded.engine.commit_waker`;
+at once and by other processes' through :mod:`~tstreams_embedded.engine.storage.commit_waker`;
 remote: a long poll that the server answers when a commit lands), on one thread of its own,
 and wakes every coroutine waiting in :meth:`CommitSignal.wait_past`. However many consumers
 wait, they cost one thread and no polling. Over a ``tcp://`` connection not even that: the
-server's ``watch`` subscription reports every commit, delivered into the event loop by the
-connection's I/O thread (:mod:`.remote`).
+server's ``watch`` subscription reports every commit, received by the loop itself (the
+connection is a ``zmq.asyncio`` socket, :mod:`.connection`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import concurrent.futures
 import contextlib
 
 from .. import errors
-from ..engine.backend import Backend
-from .remote import NativeRemote, bridge
+from ..engine.protocol.backend import Backend
+from ..net.client import RemoteBackend
+from .greenbridge import as_asyncio
+from .offload import Runner
 
 #: how long one wait_for_commit call lasts before the watcher checks whether it should stop
 WATCH_SLICE = 1.0
@@ -26,10 +28,13 @@ WATCH_SLICE = 1.0
 class CommitSignal:
     """The newest commit sequence this handle knows of, and a way to wait for the next."""
 
-    def __init__(self, backend: Backend, native: NativeRemote | None = None) -> None:
+    def __init__(self, backend: Backend, runner: Runner, on_loop: bool = False) -> None:
+        """``on_loop``: ``backend`` is a ``RemoteBackend`` whose calls ``runner`` runs on the loop
+        (follow the server's commit notifications); otherwise a long poll on a thread of its own."""
         self._backend = backend
-        self._native = native
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tstreams-aio-watch")
+        self._runner = runner
+        self._on_loop = on_loop
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.sequence = -1
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -38,8 +43,7 @@ class CommitSignal:
     async def current(self) -> int:
         """The newest commit sequence now (read from the engine, not waited for)."""
         if self.sequence < 0:
-            loop = asyncio.get_running_loop()
-            self.sequence = await loop.run_in_executor(self._pool, self._backend.wait_for_commit, -1, 0)
+            self.sequence = await self._runner.read(self._backend.wait_for_commit, -1, 0)
         return self.sequence
 
     async def wait_past(self, seen: int, timeout: float | None = None) -> int:
@@ -86,8 +90,8 @@ class CommitSignal:
 
     async def _watch(self) -> None:
         try:
-            if self._native is not None:
-                await self._subscribe(self._native)
+            if self._on_loop:
+                await self._subscribe()
             else:
                 await self._long_poll()
         except errors.EngineClosed:
@@ -97,16 +101,20 @@ class CommitSignal:
 
     async def _long_poll(self) -> None:
         loop = asyncio.get_running_loop()
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tstreams-aio-watch")
         while not self._closed:
             seq = await loop.run_in_executor(self._pool, self._backend.wait_for_commit, self.sequence, WATCH_SLICE)
             self._on_commit(seq)
 
-    async def _subscribe(self, native: NativeRemote) -> None:
+    async def _subscribe(self) -> None:
         """Follow the server's commit notifications until the subscription ends (the
         connection closed or failed: its error ends the watcher) or :meth:`close` cancels it."""
-        subscription = native.watch(await self.current(), self._on_commit)
+        backend = self._backend
+        assert isinstance(backend, RemoteBackend)
+        subscription = await self._runner.read(backend.watch, await self.current(), self._on_commit)
         try:
-            await bridge(subscription.future)
+            await as_asyncio(subscription.future)
         finally:
             subscription.cancel()
 
@@ -125,4 +133,5 @@ class CommitSignal:
             with contextlib.suppress(asyncio.CancelledError, errors.TStreamsError):
                 await task
         self._pulse()
-        self._pool.shutdown(wait=False)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from types import TracebackType
 
 from .. import errors
-from ..engine.consumer import Transaction
+from ..engine.api.consumer import Transaction
 from .consumer import AsyncConsumer
 
 

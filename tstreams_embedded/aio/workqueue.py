@@ -15,9 +15,9 @@ import asyncio
 from typing import Any
 
 from .. import errors
-from ..engine.backend import QueueStatus
-from ..engine.workqueue import Delivery, WorkQueue
-from .offload import Offload
+from ..engine.api.workqueue import Delivery, WorkQueue
+from ..engine.protocol.backend import QueueStatus
+from .offload import Runner
 from .signal import CommitSignal
 
 #: the longest a receive sleeps between looks while deliveries are locked or waiting
@@ -27,11 +27,11 @@ _IDLE_LOOK = 0.5
 class AsyncDelivery:
     """One delivery (see :class:`~tstreams_embedded.Delivery`); its settling calls are awaited."""
 
-    __slots__ = ("sync", "offload")
+    __slots__ = ("sync", "runner")
 
-    def __init__(self, sync: Delivery, offload: Offload) -> None:
+    def __init__(self, sync: Delivery, runner: Runner) -> None:
         self.sync = sync
-        self.offload = offload
+        self.runner = runner
 
     def __repr__(self) -> str:
         return f"Async{self.sync!r}"
@@ -58,26 +58,26 @@ class AsyncDelivery:
 
     async def ack(self, commit: bool = True) -> None:
         if commit:
-            await self.offload.write(self.sync.ack)
+            await self.runner.write(self.sync.ack)
         else:
             self.sync.ack(commit=False)  # staged in the queue: nothing blocks
 
     async def nak(self, delay: float | None = None, error: str | None = None) -> None:
-        await self.offload.write(self.sync.nak, delay, error)
+        await self.runner.write(self.sync.nak, delay, error)
 
     async def in_progress(self) -> None:
-        await self.offload.write(self.sync.in_progress)
+        await self.runner.write(self.sync.in_progress)
 
     async def term(self, error: str | None = None) -> None:
-        await self.offload.write(self.sync.term, error)
+        await self.runner.write(self.sync.term, error)
 
 
 class AsyncWorkQueue:
     """A work queue consumer for coroutines. Calls on one queue are serialised."""
 
-    def __init__(self, sync: WorkQueue, offload: Offload, signal: CommitSignal) -> None:
+    def __init__(self, sync: WorkQueue, runner: Runner, signal: CommitSignal) -> None:
         self.sync = sync
-        self.offload = offload
+        self.runner = runner
         self.signal = signal
         self._lock = asyncio.Lock()
 
@@ -98,9 +98,9 @@ class AsyncWorkQueue:
         while True:
             seen = await self.signal.current()
             async with self._lock:
-                got = await self.offload.write(self.sync.receive, max_items, 0)
+                got = await self.runner.write(self.sync.receive, max_items, 0)
             if got:
-                return [AsyncDelivery(d, self.offload) for d in got]
+                return [AsyncDelivery(d, self.runner) for d in got]
             left = deadline - loop.time()
             if left <= 0:
                 return []
@@ -123,7 +123,7 @@ class AsyncWorkQueue:
     async def commit(self) -> None:
         """Write the staged acknowledgements in one write."""
         async with self._lock:
-            await self.offload.write(self.sync.commit)
+            await self.runner.write(self.sync.commit)
 
     async def status(self, full: bool = False) -> QueueStatus:
-        return await self.offload.read(self.sync.status, full)
+        return await self.runner.read(self.sync.status, full)

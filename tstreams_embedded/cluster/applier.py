@@ -1,6 +1,6 @@
 """The applier: every node applies committed log entries, in order, to its engine.
 
-Each entry is applied with :meth:`~tstreams_embedded.engine.core.Core.apply_committed` at the
+Each entry is applied with :meth:`~tstreams_embedded.engine.storage.core.Core.apply_committed` at the
 entry's ``now_ms``, deterministically from the state and the entry alone, so all nodes
 compute the same transaction IDs, deadlines and results. Nothing uncommitted is ever
 applied.
@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import lmdb
 
 from .. import errors
-from ..engine import ops as O
+from ..engine.protocol import ops as O
 from . import snapshot as snap
 from .log import Entry
 from .membership import read_members, write_members
@@ -42,7 +42,17 @@ from .messages import ClientCall, MaintenanceCall, MembershipCall, decode_call, 
 from .retention import trim_point
 
 if TYPE_CHECKING:
-    from .node import Node
+    from collections.abc import Callable
+
+    from ..engine.storage.core import Core
+    from .clock import StateClock
+    from .counters import NodeCounters
+    from .leader import LeaderState
+    from .log import ReplicatedLog
+    from .retention import Retention
+    from .runtime import Condition, Event, Runtime
+    from .snapshot import SnapshotServer
+    from .timesource import TimeSource
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +73,28 @@ def outcome_from_wire(w: Sequence[Any]) -> Outcome:
     return False, errors.error_from_wire(str(w[1]), str(w[2]))
 
 
+class ApplierNode(Protocol):
+    """What :class:`Applier` uses of its node: :class:`~.node.Node` is one (a protocol,
+    so that this module need not import the node's)."""
+
+    clock: StateClock
+    core: Core
+    counters: NodeCounters
+    cv: Condition
+    leader_state: LeaderState | None
+    log: ReplicatedLog
+    retention: Retention
+    runtime: Runtime
+    snapshot_server: SnapshotServer
+    state_fsync: Callable[[Core], None]
+    stopping: Event
+    timer: TimeSource
+
+
 class Applier:
     """Applies ``node``'s committed entries (one thread, :meth:`run`); see the module docstring."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ApplierNode) -> None:
         self.node = node
         core = node.core
         self.cdb = core.store.env.open_db(b"cluster")

@@ -55,7 +55,9 @@ def _serve(cluster: str | None, node_id: str | None, repl: str | None, acks: str
                            max_write_queue_bytes=node_options["max_write_queue_bytes"],
                            max_reply_bytes=node_options["max_reply_bytes"],
                            max_server_bytes=node_options["max_server_bytes"], rcvhwm=node_options["rcvhwm"],
-                           http_token=node_options["http_token"]))
+                           piece_timeout=node_options["piece_timeout"],
+                           http_token=node_options["http_token"],
+                           console_sample_interval=node_options["console_sample_interval"]))
 
 
 serve = click.Command("serve", params=[*node_serve.params, *CLUSTER_OPTIONS], callback=_serve,

@@ -20,18 +20,20 @@ answers. What a follower read may miss is stated in :mod:`.follower_reads`.
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import msgpack
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.backend import (
+from ..engine.protocol import ops as O
+from ..engine.protocol.backend import (
     BackupCopy,
     ConsumerInfo,
     Fetched,
@@ -44,12 +46,27 @@ from ..engine.backend import (
 )
 from ..net import framing
 from ..net.client import RemoteBackend, encode_submit
+from ..retry import RetryPolicy
 from .zk import BoundedZk, ZkAddress, check_seconds, decode_json, start_client, zk_error
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 RETRYABLE = (errors.NotLeader, errors.ClusterUnavailable, errors.RemoteError, errors.EngineClosed)
+#: A call on the leader: again after each retryable error (a leader changing or unreachable),
+#: after 0.05 s, doubling up to 0.4 s, each pause shortened by up to half at random so that
+#: the clients of a cluster spread out after a failover; the deadline is the call's ``timeout``.
+LEADER_RETRY = RetryPolicy(retry_on=RETRYABLE, delay=0.05, backoff=2.0, max_delay=0.4, jitter=0.5)
 READ_FROM = ("leader", "follower")
+
+
+class _NoLeader(Exception):
+    """No leader was published before the call's deadline (carries the error to raise)."""
+
+    def __init__(self, error: errors.ClusterUnavailable) -> None:
+        super().__init__(str(error))
+        self.error = error
 AVOID_SECONDS = 1.0  # a follower that refused or failed a read is not asked again for this long
 #: The :class:`~tstreams_embedded.net.client.RemoteBackend` options a cluster client passes on
 #: (``pipeline_data`` is always off: every write must be retryable).
@@ -181,26 +198,35 @@ class ClusterBackend:
             return self._remote
 
     def _retry(self, fn: Callable[[RemoteBackend], T]) -> T:
+        """``fn`` on the leader, again after each retryable error (:data:`LEADER_RETRY`)
+        until :attr:`timeout`; then :class:`~tstreams_embedded.errors.ClusterUnavailable`
+        with the last error (or, with no leader known at all, the "no leader" one)."""
         if self._closed:
             raise errors.EngineClosed(f"cluster backend {self.addr} is closed")
         deadline = time.monotonic() + self.timeout
-        last: BaseException | None = None
-        while True:
-            remote = self._backend(deadline)
-            if not remote.connection.connected and not self._await_connection(remote, deadline):
-                continue  # the leader changed meanwhile, or still no connection: look again
-            try:
-                return fn(remote)
-            except RETRYABLE as exc:
-                if self._closed:
-                    raise
-                last = exc
-            if time.monotonic() >= deadline:
-                raise errors.ClusterUnavailable(
-                    f"the cluster {self.addr} did not answer within {self.timeout:g} s"
-                    f"{self._zookeeper_trouble(deadline - self.timeout)}; last error: {type(last).__name__}: {last}"
-                ) from last
-            time.sleep(0.05)  # a back-off between attempts, not a synchronisation
+
+        def attempt() -> T:
+            while True:
+                try:
+                    remote = self._backend(deadline)
+                except errors.ClusterUnavailable as exc:  # no leader until the deadline: not retried
+                    raise _NoLeader(exc) from None
+                if remote.connection.connected or self._await_connection(remote, deadline):
+                    return fn(remote)
+                # the leader changed meanwhile, or still no connection: look again
+
+        try:
+            return replace(LEADER_RETRY, deadline=self.timeout).call(
+                attempt, clock=time.monotonic, sleep=time.sleep, stop=lambda: self._closed)
+        except _NoLeader as no_leader:
+            raise no_leader.error from None
+        except RETRYABLE as last:
+            if self._closed:
+                raise
+            raise errors.ClusterUnavailable(
+                f"the cluster {self.addr} did not answer within {self.timeout:g} s"
+                f"{self._zookeeper_trouble(deadline - self.timeout)}; last error: {type(last).__name__}: {last}"
+            ) from last
 
     def _zookeeper_trouble(self, since: float) -> str:
         """``": ZooKeeper … unavailable …"`` while this client has no ZooKeeper connection
@@ -269,6 +295,8 @@ class ClusterBackend:
         with self._lock:
             if self._reader is not None:
                 return self._reader
+        from kazoo.exceptions import KazooException
+
         now = time.monotonic()
         candidates = []
         try:
@@ -278,7 +306,7 @@ class ClusterBackend:
                 info = decode_json(self._zk.get(self.addr.node(child))[0])
                 if info.get("role") == "follower" and not info.get("diverged") and info.get("endpoint"):
                     candidates.append((child, str(info["endpoint"])))
-        except Exception:  # noqa: BLE001 - ZooKeeper trouble: read from the leader meanwhile
+        except (KazooException, self._zk.handler.timeout_exception):  # ZooKeeper trouble: read from the leader
             return None
         if not candidates:
             return None
@@ -434,14 +462,14 @@ class ClusterBackend:
         try:
             self._zk.stop()
             self._zk.close()
-        except Exception:  # noqa: BLE001
-            pass
+        except Exception:  # noqa: BLE001 - closing anyway: nothing is left to use the client, whatever went wrong
+            log.debug("closing the ZooKeeper client failed", exc_info=True)
 
 
 def connect_cluster(url: str, *, timeout: float = 30.0, txn_ttl: float | None = None,
                     keepalive_interval: float | None = -1, **options: Any) -> Any:
     """An ``Engine`` on the cluster at ``url`` (``zk://hosts/path``) that follows its leader."""
-    from ..engine.engine import DEFAULT_TXN_TTL, Engine
+    from ..engine.api.engine import DEFAULT_TXN_TTL, Engine
 
     backend = ClusterBackend(url, timeout=timeout, **options)
     ttl = DEFAULT_TXN_TTL if txn_ttl is None else txn_ttl

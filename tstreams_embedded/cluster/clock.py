@@ -3,7 +3,7 @@
 A cluster node applies each committed log entry at the entry's time (``now_ms``, the
 leader's clock when it appended the entry, never decreasing along the log). Reads must judge
 time the same way: an open transaction is *expired* for a reader only if every entry applied
-later will find it expired too. So a node's :class:`~tstreams_embedded.engine.core.Core`
+later will find it expired too. So a node's :class:`~tstreams_embedded.engine.storage.core.Core`
 reads time from a :class:`StateClock`, the time of the last applied entry, instead of the
 wall clock. Had a reader used the wall clock, a checkpoint logged before the transaction's
 deadline but applied after a read past it would succeed although the reader had skipped the

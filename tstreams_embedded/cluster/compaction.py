@@ -1,9 +1,9 @@
 """Replicated compaction: stream TTLs free space on every node of a cluster.
 
-On a single node, :meth:`Core.compact <tstreams_embedded.engine.core.Core.compact>`
+On a single node, :meth:`Core.compact <tstreams_embedded.engine.storage.core.Core.compact>`
 deletes the transactions past their stream's TTL. In a cluster that would make the nodes'
 states differ, so the **leader** computes the same work
-(:meth:`~tstreams_embedded.engine.core.Core.expired_compactions`, judged by the state clock
+(:meth:`~tstreams_embedded.engine.storage.core.Core.expired_compactions`, judged by the state clock
 of :mod:`.clock`) and replicates it through the log as maintenance entries
 (:meth:`Node.submit_maintenance <.node.Node.submit_maintenance>`): ``Compact`` records
 naming the stream, its incarnation, the partition and the first transaction ID kept. Every
@@ -25,7 +25,7 @@ import logging
 import threading
 
 from .. import errors
-from ..engine import ops as O
+from ..engine.protocol import ops as O
 from .node import Node
 from .retention import DEFAULT_COMPACTION_INTERVAL, check_compaction_interval
 

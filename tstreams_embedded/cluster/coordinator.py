@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from .. import errors
+from ..retry import RetryPolicy
 from .zk import (
+    ZK_CALL_TIMEOUT,
     BoundedZk,
     SessionLogger,
     ZkAddress,
@@ -37,6 +40,16 @@ log = logging.getLogger(__name__)
 #: --cluster``) before it exits with :class:`~tstreams_embedded.errors.ClusterUnavailable`
 #: (saying "connection refused" when that is why).
 CONNECT_TIMEOUT = 10.0
+
+
+def epoch_retry() -> RetryPolicy:
+    """Bumping the epoch (a versioned write) while other candidates bump it too: again after
+    a short, jittered pause on kazoo's ``BadVersionError``, for at most
+    :data:`~.zk.ZK_CALL_TIMEOUT` seconds (a function: kazoo is imported when used)."""
+    from kazoo.exceptions import BadVersionError
+
+    return RetryPolicy(retry_on=(BadVersionError,), deadline=ZK_CALL_TIMEOUT, delay=0.005, backoff=2.0,
+                       max_delay=0.1, jitter=0.5)
 
 
 class SessionState(enum.Enum):
@@ -63,10 +76,42 @@ class ElectionLock(Protocol):
     def acquire(self) -> bool:
         """Block until this node holds the lock (True), or the attempt was cancelled (False)."""
 
-    def release(self) -> None: ...
+    def release(self) -> None:
+        """Give the lock up (:class:`~tstreams_embedded.errors.ClusterUnavailable` without a
+        session: the lock then goes when the session expires)."""
 
     def cancel(self) -> None:
-        """Make a blocked :meth:`acquire` return (from another thread)."""
+        """Make a blocked :meth:`acquire` return (from another thread); never fails."""
+
+
+class KazooElectionLock:
+    """kazoo's lock recipe as an :class:`ElectionLock`: a cancelled :meth:`acquire` returns
+    False, and kazoo's errors (session lost, no answer) become
+    :class:`~tstreams_embedded.errors.ClusterUnavailable`."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+
+    def acquire(self) -> bool:
+        from kazoo.exceptions import CancelledError, KazooException
+
+        try:
+            return bool(self.lock.acquire())
+        except CancelledError:
+            return False
+        except (KazooException, self.lock.client.handler.timeout_exception) as exc:
+            raise errors.ClusterUnavailable(f"ZooKeeper: waiting for the election lock failed: {exc!r}") from exc
+
+    def release(self) -> None:
+        from kazoo.exceptions import KazooException
+
+        try:
+            self.lock.release()
+        except (KazooException, self.lock.client.handler.timeout_exception) as exc:
+            raise errors.ClusterUnavailable(f"ZooKeeper: releasing the election lock failed: {exc!r}") from exc
+
+    def cancel(self) -> None:
+        self.lock.cancel()
 
 
 class Coordinator(Protocol):
@@ -166,8 +211,8 @@ class KazooCoordinator:
         try:
             self.client.stop()
             self.client.close()
-        except Exception:  # noqa: BLE001 - closing anyway
-            pass
+        except Exception:  # noqa: BLE001 - closing anyway: nothing is left to use the client, whatever went wrong
+            log.debug("closing the ZooKeeper client failed", exc_info=True)
 
     @property
     def granted_session_timeout(self) -> float | None:
@@ -201,24 +246,29 @@ class KazooCoordinator:
     def bump_epoch(self) -> int:
         from kazoo.exceptions import BadVersionError
 
-        while True:
+        def bump() -> int:
             raw, stat = self.zk.get(self.addr.epoch)
             new = int(raw or b"0") + 1
-            try:
-                self.zk.set(self.addr.epoch, str(new).encode(), version=stat.version)
-                return new
-            except BadVersionError:
-                continue
+            self.zk.set(self.addr.epoch, str(new).encode(), version=stat.version)
+            return new
+
+        try:
+            return epoch_retry().call(bump, clock=time.monotonic, sleep=time.sleep)
+        except BadVersionError:
+            raise errors.ClusterUnavailable(f"the epoch at {self.addr} kept changing under this node's bump "
+                                            f"for {ZK_CALL_TIMEOUT:g} s") from None
 
     def live_nodes(self) -> set[str]:
         return set(self.zk.get_children(self.addr.nodes))
 
     def node_records(self) -> dict[str, dict[str, Any]]:
+        from kazoo.exceptions import NoNodeError
+
         out: dict[str, dict[str, Any]] = {}
         for child in self.zk.get_children(self.addr.nodes):
             try:
                 out[child] = decode_json(self.zk.get(self.addr.node(child))[0])
-            except Exception:  # noqa: BLE001 - gone meanwhile
+            except NoNodeError:  # gone meanwhile
                 continue
         return out
 
@@ -276,15 +326,16 @@ class KazooCoordinator:
         self.zk.create(self.addr.leader, encode_json(record), ephemeral=True)
 
     def drop_leader(self, node_id: str) -> None:
+        from kazoo.exceptions import NoNodeError
+
         try:
             if self.read_leader().get("node") == node_id:
                 self.zk.delete(self.addr.leader)
-        except Exception:  # noqa: BLE001 - gone already, or no session: it vanishes with it
+        except (NoNodeError, errors.ClusterUnavailable):  # gone already, or no session: it vanishes with it
             pass
 
     def election_lock(self, node_id: str) -> ElectionLock:
-        lock: ElectionLock = self.client.Lock(self.addr.election, node_id)
-        return lock
+        return KazooElectionLock(self.client.Lock(self.addr.election, node_id))
 
     def status(self) -> dict[str, Any]:
         return read_status(self.zk, self.addr)

@@ -16,9 +16,11 @@ time, and steps down when it has not heard from a majority within an election ti
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import errors
+from ..retry import RetryPolicy
+from .coordinator import ElectionLock
 from .leader import LeaderState
 from .messages import Hello, HelloReply, MembershipCall, pack, unpack
 from .retention import Retention
@@ -27,18 +29,77 @@ from .transport import PeerLink
 from .zk import quorum_of
 
 if TYPE_CHECKING:
-    from .node import Node
+    from .applier import Applier
+    from .coordinator import Coordinator
+    from .log import ReplicatedLog
+    from .runtime import Event, Runtime
+    from .snapshot import SnapshotServer
+    from .timesource import TimeSource
+    from .transport import Transport
 
 log = logging.getLogger(__name__)
 
 CLOCK_TICK = 1.0  # seconds: an idle leader appends an empty entry this often (the state clock moves on)
 HANDSHAKE_GRACE = 0.2  # seconds a candidate still waits for the other answers once a majority answered
+#: Releasing the election lock: three tries 0.1 s apart while the session lasts (after that
+#: the lock goes with the session).
+RELEASE_RETRY = RetryPolicy(retry_on=(errors.ClusterUnavailable,), max_tries=3, delay=0.1, backoff=1.0,
+                            max_delay=0.1)
+
+
+class ElectionNode(Protocol):
+    """What :class:`Election` uses of its node: :class:`~.node.Node` is one (a protocol,
+    so that this module need not import the node's)."""
+
+    applier: Applier
+    config: dict[str, Any]
+    coordinator: Coordinator
+    diverged: bool
+    elections: int
+    endpoint: str
+    http: str | None
+    identity_conflict: bool
+    known_epoch: int
+    last_now: int
+    leader_state: LeaderState | None
+    lock_attempt: ElectionLock | None
+    log: ReplicatedLog
+    need_snapshot: bool
+    node_id: str
+    repl_endpoint: str
+    retention: Retention
+    role: Role
+    runtime: Runtime
+    snapshot_server: SnapshotServer
+    stopping: Event
+    timer: TimeSource
+    transport: Transport
+    zk_ok: bool
+
+    @property
+    def granted_session_timeout(self) -> float: ...
+
+    @property
+    def lease_seconds(self) -> float: ...
+
+    @property
+    def nodes(self) -> int: ...
+
+    def advance_commit(self) -> None: ...
+
+    def next_now(self) -> int: ...
+
+    def serving(self) -> bool: ...
+
+    def step_down(self, why: str) -> None: ...
+
+    def wake(self) -> None: ...
 
 
 class Election:
     """``node``'s election loop (one thread, :meth:`run`) and its leadership."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ElectionNode) -> None:
         self.node = node
         #: while holding the lock, how many nodes had a coordinator session when fewer than
         #: a majority did (the election waits for a majority: :meth:`await_majority`); else None
@@ -54,8 +115,8 @@ class Election:
             n.lock_attempt = lock
             try:
                 if not lock.acquire():
-                    continue
-            except Exception as exc:  # noqa: BLE001 - session trouble or cancelled
+                    continue  # cancelled (stopping)
+            except errors.ClusterUnavailable as exc:  # the session was lost while waiting
                 log.debug("election: %s", exc)
                 n.stopping.wait(0.1)
                 continue
@@ -63,20 +124,23 @@ class Election:
             try:
                 if not n.stopping.is_set():
                     stepped_aside = not self.lead()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - last resort of the election thread: log, step down, try again
                 log.exception("leadership failed")
             finally:
                 n.step_down("leadership ended")
-                for _ in range(3):
-                    try:
-                        lock.release()
-                        break
-                    except Exception:  # noqa: BLE001
-                        if not n.zk_ok:
-                            break
-                        n.stopping.wait(0.1)
+                self.release(lock)
             if stepped_aside:
                 n.stopping.wait(0.3)  # let the better node take the lock
+
+    def release(self, lock: ElectionLock) -> None:
+        """Give up the election lock (:data:`RELEASE_RETRY`); without ZooKeeper, the lock
+        is freed when this node's session expires."""
+        n = self.node
+        try:
+            RELEASE_RETRY.call(lock.release, clock=n.runtime.monotonic, sleep=n.stopping.wait,
+                               stop=lambda: not n.zk_ok)
+        except errors.ClusterUnavailable as exc:
+            log.warning("could not release the election lock (%s); it is freed when the session expires", exc)
 
     def lead(self) -> bool:
         """Holding the election lock: become leader. False if this node must step aside."""

@@ -10,7 +10,7 @@ up by snapshot (:mod:`.snapshot`) when the leader's log starts after its own.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import errors
 from . import snapshot as snap
@@ -22,17 +22,59 @@ from .roles import Role
 from .transport import PeerLink
 
 if TYPE_CHECKING:
-    from .node import Node
+    from ..engine.storage.core import Core
+    from .applier import Applier
+    from .clock import StateClock
+    from .coordinator import Coordinator
+    from .counters import NodeCounters
+    from .log import ReplicatedLog
+    from .runtime import Condition, Event, Runtime
+    from .timesource import TimeSource
+    from .transport import Transport
 
 log = logging.getLogger(__name__)
 
 FETCH_TIMEOUT = 2.0  # seconds a follower waits for a fetch reply before reconnecting (at most; see fetch_timeout)
 
 
+class FollowerNode(Protocol):
+    """What :class:`Follower` uses of its node: :class:`~.node.Node` is one (a protocol,
+    so that this module need not import the node's)."""
+
+    applier: Applier
+    clock: StateClock
+    coordinator: Coordinator
+    core: Core
+    counters: NodeCounters
+    cv: Condition
+    diverged: bool
+    identity_conflict: bool
+    known_epoch: int
+    last_contact: float
+    last_snapshot: dict[str, float]
+    leader_info: dict[str, Any]
+    log: ReplicatedLog
+    need_snapshot: bool
+    node_id: str
+    role: Role
+    runtime: Runtime
+    snapshot_bytes_received: int
+    snapshots_installed: int
+    stopping: Event
+    timer: TimeSource
+    transport: Transport
+
+    @property
+    def leading(self) -> bool: ...
+
+    @property
+    def lease_seconds(self) -> float: ...
+
+
 class Follower:
     """``node``'s follower loop (one thread, :meth:`run`); see the module docstring."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: FollowerNode) -> None:
         self.node = node
 
     def run(self) -> None:

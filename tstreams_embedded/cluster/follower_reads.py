@@ -30,7 +30,7 @@ import weakref
 from typing import Any
 
 from .. import errors
-from ..engine.stateview import StateTimeReader
+from ..engine.storage.state_time_reads import StateTimeReader
 from ..net.session import Session
 from .node import Node
 

@@ -2,7 +2,7 @@
 
 Entries are numbered from 1 without gaps. Each is ``[epoch, now_ms, calls]`` (msgpack),
 where ``calls`` is a list of client submits ``[client_id, seq, durable, rows]`` (``rows``:
-encoded operation records, :func:`tstreams_embedded.engine.ops.encode`); a leader's first
+encoded operation records, :func:`tstreams_embedded.engine.protocol.ops.encode`); a leader's first
 entry in its epoch has no calls (it commits everything before it, as in Raft).
 
 Appends are synced (the environment is opened ``NOSYNC`` and each append ends with one

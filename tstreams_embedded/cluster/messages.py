@@ -1,7 +1,7 @@
 """The replication protocol's messages and the log's calls, as typed records.
 
 Every message between nodes on the replication port is one record here (a
-:class:`~typing.NamedTuple`, in the style of :mod:`tstreams_embedded.engine.ops`), and so is
+:class:`~typing.NamedTuple`, in the style of :mod:`tstreams_embedded.engine.protocol.ops`), and so is
 every call a log entry carries. Nothing else builds or reads their wire form.
 
 **Requests** (follower or candidate → a node's replication port):
@@ -324,7 +324,7 @@ MEMBERSHIP = "membership"
 
 class ClientCall(NamedTuple):
     """A client's submit: ``rows`` are encoded operation records
-    (:func:`tstreams_embedded.engine.ops.encode`); ``(client_id, seq)`` identify it for the
+    (:func:`tstreams_embedded.engine.protocol.ops.encode`); ``(client_id, seq)`` identify it for the
     replicated de-duplication window (``client_id`` None: not de-duplicated)."""
 
     client_id: str | None
@@ -338,7 +338,7 @@ class ClientCall(NamedTuple):
 
 class MaintenanceCall(NamedTuple):
     """Engine maintenance (``Compact`` records) every node applies alike
-    (:class:`~tstreams_embedded.engine.ops.MaintenanceBatch`)."""
+    (:class:`~tstreams_embedded.engine.protocol.ops.MaintenanceBatch`)."""
 
     rows: list[list[Any]]
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..engine.overview import OverviewLimits
+from ..engine.operator.overview import OverviewLimits
 from ..net.metrics import engine_registry
 from ..net.stats import ServerStats
 from .coordinator import SessionState

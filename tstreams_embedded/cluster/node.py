@@ -33,15 +33,17 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import lmdb
 import zmq
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.core import Core
+from ..engine.protocol import ops as O
+from ..engine.storage.core import Core
 from ..net.auth import PeerKeys
+from ..retry import RetryPolicy
 from . import snapshot as snap
 from .applier import DEDUP_WINDOW, Applier, Outcome
 from .clock import StateClock
@@ -69,6 +71,9 @@ CLUSTER_ID_FILE = "cluster-id"  # in the data directory: the id of the cluster i
 SESSION_FILE = "node-session"  # in the data directory: the ZooKeeper session of its last process
 READY_SLACK = 1000  # committed entries a ready follower may still have to apply
 LOG_MAP_SIZE = 1 << 34  # address space for the log (sparse; its size is bounded by the retention)
+#: Publishing this node's record while another session holds its id: every 0.1 s until that
+#: session has expired (the deadline, the granted session timeout plus a second, is set per call).
+CLAIM_RETRY = RetryPolicy(retry_on=(NodeIdInUse,), delay=0.1, backoff=1.0, max_delay=0.1)
 #: Acknowledgement levels from the weakest to the strongest (a node's ``--acks`` may only strengthen).
 ACKS_STRENGTH = {"leader": 0, "quorum": 1, "all": 2}
 
@@ -226,10 +231,7 @@ class Node:
         self.stopping.set()
         self.step_down("stopping")
         if self.lock_attempt is not None:
-            try:
-                self.lock_attempt.cancel()
-            except Exception:  # noqa: BLE001
-                pass
+            self.lock_attempt.cancel()  # (only sets a flag and wakes the waiter: never fails)
         self.wake()
         with self.cv:
             self.cv.notify_all()
@@ -419,15 +421,9 @@ class Node:
         this directory's previous process, whose record is replaced), wait for that session
         to end (a crashed process's expires within the session timeout); a live one is a
         duplicate ``--node-id``: refuse to start."""
-        deadline = self.timer.monotonic() + self.granted_session_timeout + 1.0
-        while True:
-            try:
-                self._publish(force=True)
-                return
-            except NodeIdInUse as exc:
-                if self.timer.monotonic() >= deadline:
-                    raise NodeIdInUse(self.node_id, exc.owner) from None
-                self.stopping.wait(0.1)
+        policy = replace(CLAIM_RETRY, deadline=self.granted_session_timeout + 1.0)
+        policy.call(lambda: self._publish(force=True), clock=self.timer.monotonic, sleep=self.stopping.wait,
+                    stop=self.stopping.is_set)
 
     def _publish(self, force: bool = False) -> None:
         # (the time of the last log entry changes with every entry: /status only)

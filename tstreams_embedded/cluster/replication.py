@@ -19,7 +19,7 @@ epoch's :class:`~.leader.LeaderState` and are answered ``NOT_LEADER`` once it en
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .. import errors
 from .leader import LeaderState, note_acknowledged
@@ -39,7 +39,15 @@ from .messages import (
 )
 
 if TYPE_CHECKING:
-    from .node import Node
+    from ..engine.storage.core import Core
+    from .applier import Applier
+    from .coordinator import Coordinator
+    from .counters import NodeCounters
+    from .log import ReplicatedLog
+    from .runtime import Event
+    from .snapshot import SnapshotServer
+    from .timesource import TimeSource
+    from .transport import ReplicationServer
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +60,31 @@ COMMIT_LINGER = 0.02
 EPOCH_CHECK_TIMEOUT = 2.0  # seconds to read P/epoch when a peer names a newer epoch
 
 
+class ReplicationNode(Protocol):
+    """What :class:`ReplicationService` uses of its node: :class:`~.node.Node` is one (a protocol,
+    so that this module need not import the node's)."""
+
+    applier: Applier
+    coordinator: Coordinator
+    core: Core
+    counters: NodeCounters
+    known_epoch: int
+    leader_state: LeaderState | None
+    log: ReplicatedLog
+    server: ReplicationServer
+    snapshot_server: SnapshotServer
+    stopping: Event
+    timer: TimeSource
+
+    def advance_commit(self) -> None: ...
+
+    def step_down(self, why: str) -> None: ...
+
+
 class ReplicationService:
     """``node``'s replication endpoint (see the module docstring)."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ReplicationNode) -> None:
         self.node = node
         self.epoch_refusals = 0  # hello/fetch epochs refused because ZooKeeper never reached them
         self.foreign_fetches = 0  # fetches from a session that does not own the node id they name
@@ -68,7 +97,7 @@ class ReplicationService:
         while not n.stopping.is_set():
             try:
                 received = server.poll(0.05)
-            except Exception:  # noqa: BLE001 - the endpoint was closed under us (stopping)
+            except errors.EngineClosed:  # the endpoint was closed under us (stopping)
                 return
             n.snapshot_server.serve()
             for ident, body in received:
@@ -79,7 +108,7 @@ class ReplicationService:
                     continue
                 try:
                     self.on_request(ident, request)
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - last resort of the serving thread: log it, serve the next
                     log.exception("replication request failed")
             self.answer_parked()
 

@@ -1,9 +1,9 @@
 """Replicated scheduled delivery: the leader fires the due schedules through the log.
 
-On one engine, the firer thread of :mod:`tstreams_embedded.engine.schedules` turns due
+On one engine, the firer thread of :mod:`tstreams_embedded.engine.protocol.schedules` turns due
 schedules into transactions. A cluster's nodes run none (a follower must change its state
 only through the replicated log); instead the **leader** lists the schedules due by its wall
-clock (:meth:`Core.due_schedule_firings <tstreams_embedded.engine.core.Core.due_schedule_firings>`)
+clock (:meth:`Core.due_schedule_firings <tstreams_embedded.engine.storage.core.Core.due_schedule_firings>`)
 and replicates the ``FireSchedule`` records as a maintenance entry
 (:meth:`Node.submit_maintenance <.node.Node.submit_maintenance>`), which every node applies
 at the same log position and entry time, so every node delivers the same transaction with
@@ -19,7 +19,7 @@ import logging
 import threading
 
 from .. import errors
-from ..engine.schedules import MAX_SLEEP
+from ..engine.protocol.schedules import MAX_SLEEP
 from .node import Node
 
 log = logging.getLogger(__name__)

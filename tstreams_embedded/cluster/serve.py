@@ -24,12 +24,19 @@ from tornado.log import access_log
 from tornado.web import Application, RequestHandler
 
 from .. import errors
-from ..engine.core import Core
+from ..engine.storage.core import Core
 from ..net.auth import load_peer_keys
 from ..net.handlers import DEFAULT_PAGE_BYTES, backend_registry
 from ..net.metrics import metrics_route
 from ..net.registry import STREAM, Handler, Registry
-from ..net.serve import listen_http, parse_http, run_until_signal, server_options, start_security
+from ..net.serve import (
+    listen_http,
+    parse_http,
+    return_large_blocks,
+    run_until_signal,
+    server_options,
+    start_security,
+)
 from ..net.server import Server
 from ..net.session import Session
 from ..net.stats import ServerStats
@@ -234,7 +241,9 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
                   max_request_size: int | None = None, max_client_bytes: int | None = None,
                   max_write_queue_bytes: int | None = None, max_reply_bytes: int = DEFAULT_PAGE_BYTES,
                   max_server_bytes: int | None = None, rcvhwm: int | None = None,
-                  http_token: str | None = None, **core_options: Any) -> int:
+                  piece_timeout: float | None = None,
+                  http_token: str | None = None, console_sample_interval: float = 10.0,
+                  **core_options: Any) -> int:
     """Run a cluster node until SIGTERM/SIGINT; return the exit status (0).
 
     The byte budgets and ``curve_dir`` mean what they mean for a single node
@@ -254,8 +263,10 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         repl = f"tcp://{host}:*"
     opts = server_options(durability, max_msg_size, max_request_size=max_request_size,
                           max_client_bytes=max_client_bytes, max_write_queue_bytes=max_write_queue_bytes,
-                          max_reply_bytes=max_reply_bytes, max_server_bytes=max_server_bytes, rcvhwm=rcvhwm)
+                          max_reply_bytes=max_reply_bytes, max_server_bytes=max_server_bytes, rcvhwm=rcvhwm,
+                          piece_timeout=piece_timeout)
     peers = load_peer_keys(curve_dir) if curve_dir is not None else None
+    return_large_blocks()  # (as tstreams serve: pieces and large frames returned when freed)
     ctx: zmq.Context[Any] = zmq.Context()
     auth = start_security(ctx, curve_dir, [*binds, repl], opts, peers)
     try:
@@ -286,7 +297,8 @@ def serve_cluster(data: str | os.PathLike[str], bind: str | Sequence[str], clust
         if http_host is not None:
             from ..console.web import start_console
 
-            routes, stop = start_console(core, http_token, cluster=functools.partial(cluster_summary, node))
+            routes, stop = start_console(core, http_token, console_sample_interval,
+                                         cluster=functools.partial(cluster_summary, node))
             stop_console.append(stop)
             listen_http(http_app(node, server.stats, routes), http_host, http_port)
         node.start()

@@ -21,9 +21,9 @@ gate: the leader's map cannot grow meanwhile.
 **Follower** (:class:`SnapshotSink`, :func:`install`): chunks go to
 ``DATA/cluster-snapshot.tmp/data.mdb``; when the last one arrived the file is synced, opened
 as an LMDB environment to check its applied position against the one announced, given this
-directory's own id (``meta/directory_id``, see :mod:`tstreams_embedded.engine.directory`)
+directory's own id (``meta/directory_id``, see :mod:`tstreams_embedded.engine.storage.directory`)
 and synced again. :func:`install` then swaps it in with :meth:`Core.reopen
-<tstreams_embedded.engine.core.Core.reopen>`: close, ``rename`` over ``DATA/data.mdb``
+<tstreams_embedded.engine.storage.core.Core.reopen>`: close, ``rename`` over ``DATA/data.mdb``
 (atomic), fsync the directory, open. The caller restarts its log after the snapshot's
 position (:meth:`ReplicatedLog.reset <.log.ReplicatedLog.reset>`).
 
@@ -51,9 +51,9 @@ from typing import Any
 import lmdb
 
 from .. import errors
-from ..engine import directory
-from ..engine.core import Core
-from ..engine.store import Store
+from ..engine.storage import directory
+from ..engine.storage.core import Core
+from ..engine.storage.store import Store
 from .channel import Channel
 from .messages import Reply, ReplyStatus, SnapshotBegin, SnapshotChunk, SnapshotData, SnapshotHead
 from .transport import ReplicationServer

@@ -8,10 +8,10 @@ package data, no build step, nothing fetched from the internet). The page polls
   applied indexes, lag behind the leader's log), read through this node's own ZooKeeper
   session; on the leader, each follower's lag as the leader counts it (acknowledged entries);
 * this node's streams with their partition heads and consumer lag, from its applied state
-  (a bounded :func:`~tstreams_embedded.engine.overview.stream_overview`);
+  (a bounded :func:`~tstreams_embedded.engine.operator.overview.stream_overview`);
 * the stream-processing applications in that state: each one's group members (live or
   not), the tasks each holds, the tasks no live member holds, and its lag on every input
-  partition (a bounded :func:`~tstreams_embedded.engine.appgroups.app_overview`).
+  partition (a bounded :func:`~tstreams_embedded.engine.operator.appgroups.app_overview`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler, StaticFileHandler
 
-from ..engine.appgroups import AppLimits, app_overview
-from ..engine.overview import OverviewLimits, stream_overview
+from ..engine.operator.appgroups import AppLimits, app_overview
+from ..engine.operator.overview import OverviewLimits, stream_overview
 from .node import Node
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")

@@ -40,7 +40,9 @@ class ReplicationServer(Protocol):
 
     def poll(self, timeout: float) -> list[tuple[bytes, bytes]]:
         """The ``(peer, request)`` frames received, waiting up to ``timeout`` seconds for the
-        first (less if :meth:`wake` is called or a watched descriptor becomes readable)."""
+        first (less if :meth:`wake` is called or a watched descriptor becomes readable);
+        :class:`~tstreams_embedded.errors.EngineClosed` once the endpoint is closed (the
+        serving loop ends on it)."""
 
     def reply(self, peer: bytes, body: bytes) -> None:
         """Queue a reply to ``peer``; dropped (never blocks) if its queue is full or it left."""
@@ -104,6 +106,14 @@ class ZmqServer:
         return self._endpoint
 
     def poll(self, timeout: float) -> list[tuple[bytes, bytes]]:
+        if self._router.closed:
+            raise errors.EngineClosed(f"the replication endpoint {self._endpoint} is closed")
+        try:
+            return self._receive(timeout)
+        except (zmq.ZMQError, OSError) as exc:  # closed by another thread meanwhile (ENOTSOCK, EBADF)
+            raise errors.EngineClosed(f"the replication endpoint {self._endpoint} is closed: {exc}") from None
+
+    def _receive(self, timeout: float) -> list[tuple[bytes, bytes]]:
         events = dict(self._poller.poll(int(timeout * 1000)))
         if self._wake_r in events:
             try:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import errors
-from ..engine import ops as O
+from ..engine.protocol import ops as O
 from ..net.deferred import Deferred
 from .applier import Outcome
 from .leader import LeaderState
@@ -23,7 +23,11 @@ from .runtime import Task
 from .zk import required_acks
 
 if TYPE_CHECKING:
-    from .node import Node
+    from .applier import Applier
+    from .counters import NodeCounters
+    from .log import ReplicatedLog
+    from .runtime import Condition, Event, Runtime
+    from .timesource import TimeSource
 
 
 def _plain(row: list[Any]) -> list[Any]:
@@ -56,10 +60,45 @@ def outcomes(out: list[Outcome | None]) -> list[Outcome]:
     return [o if o is not None else (False, errors.ClusterUnavailable("no outcome")) for o in out]
 
 
+class WritesNode(Protocol):
+    """What :class:`Writes` uses of its node: :class:`~.node.Node` is one (a protocol,
+    so that this module need not import the node's)."""
+
+    ack_timeout: float
+    applier: Applier
+    counters: NodeCounters
+    cv: Condition
+    leader_state: LeaderState | None
+    log: ReplicatedLog
+    node_id: str
+    runtime: Runtime
+    stopping: Event
+    timer: TimeSource
+    zk_ok: bool
+
+    @property
+    def acks(self) -> str: ...
+
+    @property
+    def nodes(self) -> int: ...
+
+    def advance_commit(self) -> None: ...
+
+    def check_serving(self) -> None: ...
+
+    def leader_hint(self) -> str: ...
+
+    def next_now(self) -> int: ...
+
+    def step_down(self, why: str) -> None: ...
+
+    def wake(self) -> None: ...
+
+
 class Writes:
     """``node``'s client write path (any number of threads; see the module docstring)."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: WritesNode) -> None:
         self.node = node
         self.inflight: dict[tuple[str, int], int] = {}  # (client, seq) -> log index, while in flight here
         #: appended writes waiting to be acknowledged, in log order (:meth:`run_acker`)

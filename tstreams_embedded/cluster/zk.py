@@ -486,6 +486,8 @@ def cluster_status(url: str, timeout: float = 10.0) -> dict[str, Any]:
 
 def read_status(zk: Any, addr: ZkAddress) -> dict[str, Any]:
     """:func:`cluster_status` through an open kazoo client ``zk`` (a node's own session)."""
+    from kazoo.exceptions import NoNodeError
+
     if zk.exists(addr.config) is None:
         raise errors.InvalidArgument(f"no cluster at {addr}: run 'tstreams cluster init' first")
     config = decode_json(zk.get(addr.config)[0])
@@ -495,7 +497,7 @@ def read_status(zk: Any, addr: ZkAddress) -> dict[str, Any]:
     for child in sorted(zk.get_children(addr.nodes)):
         try:
             nodes[child] = decode_json(zk.get(addr.node(child))[0])
-        except Exception:  # noqa: BLE001 - gone meanwhile
+        except NoNodeError:  # gone meanwhile
             continue
     head = int(nodes.get(str(leader.get("node")), {}).get("last_index", 0)) if leader else 0
     for info in nodes.values():

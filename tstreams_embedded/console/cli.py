@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ..engine.core import Core
+from ..engine.storage.core import Core
 from ..net.serve import exposed_binds, listen_http, parse_http
 from ..tools.params import seconds
 
@@ -43,7 +43,8 @@ def console(data: str, http: str, http_token: str | None, sample_interval: float
         raise click.BadParameter("the token must not be empty", param_hint="'--http-token'")
     from .web import start_console
 
-    with ts.open(data, compaction_interval=None, create=False) as engine:
+    # it only reads: it neither compacts nor fires due schedules (the application does)
+    with ts.open(data, compaction_interval=None, create=False, fire_schedules=False) as engine:
         core = engine.backend
         assert isinstance(core, Core)  # an embedded engine's backend
         routes, stop = start_console(core, http_token, sample_interval)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .. import errors
-from ..engine.validate import check_name
+from ..engine.protocol.validate import check_name
 from ..tools.formats import OUTPUT_FORMATS, RECORD_SERDES
 
 MAX_PAGE_TXNS = 100

@@ -1,7 +1,7 @@
 """The lag history of the console's charts: a bounded ring of samples taken by a thread.
 
 Every ``interval`` seconds :class:`LagSampler` reads a bounded
-:func:`~tstreams_embedded.engine.overview.stream_overview` (at most :data:`SAMPLE_LIMITS`
+:func:`~tstreams_embedded.engine.operator.overview.stream_overview` (at most :data:`SAMPLE_LIMITS`
 rows, the lag counted up to ``count_cap`` transactions a row within ``scan_budget`` cursor
 steps a sample) and the engine's commit and fsync counters, and keeps the last ``keep``
 samples (default one every 10 s for an hour: 360). A sample holds its lags in two arrays
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import errors
-from ..engine.core import Core
-from ..engine.overview import OverviewLimits, stream_overview
+from ..engine.operator.overview import OverviewLimits, stream_overview
+from ..engine.storage.core import Core
 
 log = logging.getLogger(__name__)
 

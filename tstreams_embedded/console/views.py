@@ -1,6 +1,6 @@
 """The answers of the console API, computed from the engine's reads.
 
-Every figure comes from the :class:`~tstreams_embedded.engine.backend.Backend` reads and the
+Every figure comes from the :class:`~tstreams_embedded.engine.protocol.backend.Backend` reads and the
 rows of :mod:`tstreams_embedded.tools.report` (what ``tstreams streams describe --json`` and
 ``tstreams consumers describe --json`` print), so the console and the CLI agree by
 construction. Items are decoded by :func:`tstreams_embedded.tools.formats.decode_item`
@@ -13,21 +13,30 @@ import dataclasses
 from typing import Any
 
 from .. import errors
-from ..engine.appgroups import app_overview
-from ..engine.backend import Backend, PartitionInfo
-from ..engine.core import Core
-from ..engine.validate import check_partition
+from ..engine.operator.appgroups import app_overview
+from ..engine.protocol import schedules as S
+from ..engine.protocol.backend import Backend, PartitionInfo
+from ..engine.protocol.validate import check_partition
+from ..engine.storage.core import Core
 from ..ids import txn_millis
 from ..tools import report
 from ..tools.formats import RecordSerdes, decode_item, record_serdes
 from ..tools.output import id_time
 from ..tools.queues import queue_summary
+from ..tools.schedules import schedule_row
+from .appmetrics import ask_members
+from .groups import queue_groups
+from .partitions import PARTITION_READ_CAP, describe_bounded
 
 #: streams listed by ``/api/streams`` (the list says when more exist)
 MAX_LISTED_STREAMS = 1000
 #: transactions counted per partition for a consumer's lag: past it the count reads "at
 #: least" (``lag_capped``), so a consumer page costs the same however far behind it is
 LAG_COUNT_CAP = 10_000
+#: pending schedules listed by ``/api/schedules`` (earliest due first; the list says when more exist)
+MAX_LISTED_SCHEDULES = 1000
+#: work queue groups of a stream described by ``/api/streams/NAME/queues`` (each counts its pending items)
+MAX_DESCRIBED_GROUPS = 20
 
 
 def node(core: Core) -> dict[str, Any]:
@@ -63,13 +72,17 @@ def streams(backend: Backend) -> dict[str, Any]:
     }
 
 
-def stream(backend: Backend, name: str) -> dict[str, Any]:
-    """A stream and its partitions: the rows of ``tstreams streams describe --json``."""
-    info = report.stream_info(backend, name)
-    now = backend.now_ms()
-    parts = report.describe_partitions(backend, info, list(range(info.partitions)))
+def stream(core: Core, name: str, read_cap: int = PARTITION_READ_CAP) -> dict[str, Any]:
+    """A stream and its partitions: the rows of ``tstreams streams describe --json``, each
+    partition read at most ``read_cap`` records deep (:mod:`.partitions`): past that its
+    counts read "at least" (``counts_capped``; ``bytes_capped`` for its bytes)."""
+    info = report.stream_info(core, name)
+    now = core.now_ms()
+    parts = describe_bounded(core.store, info, list(range(info.partitions)), now, read_cap)
     return {"name": info.name, "partitions": info.partitions, "ttl": info.ttl, "description": info.description,
-            "now_ms": now, "rows": [report.partition_row(info, p, now) for p in parts]}
+            "now_ms": now, "read_cap": read_cap,
+            "rows": [{**report.partition_row(info, p.info, now), "counts_capped": p.counts_capped,
+                      "bytes_capped": p.bytes_capped} for p in parts]}
 
 
 def messages(backend: Backend, name: str, partition: int, after: int, limit: int, fmt: str, key_serde: str,
@@ -112,18 +125,19 @@ def consumers(backend: Backend, name: str | None) -> dict[str, Any]:
                           for c in backend.list_consumers(name)]}
 
 
-def consumer(backend: Backend, name: str, consumer_name: str, lag_cap: int = LAG_COUNT_CAP) -> dict[str, Any]:
+def consumer(core: Core, name: str, consumer_name: str, lag_cap: int = LAG_COUNT_CAP) -> dict[str, Any]:
     """A consumer's rows (``tstreams consumers describe --json``, the lag counted up to
     ``lag_cap`` transactions a partition: ``lag_capped`` then, and ``lag_transactions`` and
     ``lag_items`` read "at least"), each with ``waits_on``: the open transaction that holds
     it back (``id``, ``age_ms``, ``expires_in_ms``, ``items``) or ``null``. Which producer
-    opened it is not known: the engine does not record it."""
-    info = report.stream_info(backend, name)
-    offsets = report.stored_offsets(backend, info, consumer_name)
-    now = backend.now_ms()
-    parts = report.describe_partitions(backend, info, list(range(info.partitions)))
-    rows = report.consumer_rows(backend, info, consumer_name, offsets, now, parts, lag_cap)
-    unread = report.expired_unread(backend, info, consumer_name)
+    opened it is not known: the engine does not record it. The partitions' heads and open
+    transactions are read as the stream page reads them (bounded, :mod:`.partitions`)."""
+    info = report.stream_info(core, name)
+    offsets = report.stored_offsets(core, info, consumer_name)
+    now = core.now_ms()
+    parts = [p.info for p in describe_bounded(core.store, info, list(range(info.partitions)), now)]
+    rows = report.consumer_rows(core, info, consumer_name, offsets, now, parts, lag_cap)
+    unread = report.expired_unread(core, info, consumer_name)
     described = {p.partition: p for p in parts}
     for row in rows:
         row["lag_capped"] = row["lag_transactions"] >= lag_cap
@@ -148,10 +162,14 @@ def _blocker(p: PartitionInfo, offset: int, now_ms: int) -> dict[str, Any] | Non
 def apps(core: Core) -> dict[str, Any]:
     """The stream-processing applications in the engine's state: each one's group members
     (live or not, their tasks), tasks no live member holds, and its input lag per partition
-    (a bounded :func:`~tstreams_embedded.engine.appgroups.app_overview`, as the cluster's
-    status page shows)."""
+    (a bounded :func:`~tstreams_embedded.engine.operator.appgroups.app_overview`, as the cluster's
+    status page shows). Each live member with an interactive-query server is asked for its
+    dropped records by reason (:func:`~.appmetrics.ask_members`: they are in its process,
+    not in the engine)."""
     found = app_overview(core.store, core.now_ms())
-    return {"applications": [dataclasses.asdict(a) for a in found.apps], "truncated": found.truncated}
+    listed = [dataclasses.asdict(a) for a in found.apps]
+    ask_members(listed)
+    return {"applications": listed, "truncated": found.truncated}
 
 
 def queue(backend: Backend, name: str, group: str) -> dict[str, Any]:
@@ -160,3 +178,33 @@ def queue(backend: Backend, name: str, group: str) -> dict[str, Any]:
     status = backend.queue_status(name, group, full=True)
     return {**queue_summary(status, backend.now_ms()),
             "pending_by_partition": {str(p): n for p, n in sorted((status.pending or {}).items())}}
+
+
+def queues(core: Core, name: str | None) -> dict[str, Any]:
+    """The work queue groups (of stream ``name``, or of every listed stream), at most
+    :data:`MAX_DESCRIBED_GROUPS` (by stream, then group name), each the row of ``tstreams
+    queues describe --json``; ``truncated`` when more exist."""
+    names = [name] if name is not None else [s.name for s in core.list_streams("", MAX_LISTED_STREAMS)]
+    now = core.now_ms()
+    rows: list[dict[str, Any]] = []
+    truncated = False
+    for stream_name in names:
+        groups, more = queue_groups(core, stream_name, MAX_DESCRIBED_GROUPS - len(rows))
+        rows.extend(queue_summary(core.queue_status(stream_name, g, full=True), now) for g in groups)
+        if more:
+            truncated = True
+            break
+    return {"stream": name, "groups": rows, "truncated": truncated}
+
+
+def schedules(core: Core, name: str | None) -> dict[str, Any]:
+    """The pending schedules (of stream ``name``, or all), earliest due first, at most
+    :data:`MAX_LISTED_SCHEDULES` (``truncated`` when more exist; of one stream, at most as
+    many are looked at): the rows of ``tstreams schedules list --json``."""
+    if name is not None:
+        report.stream_info(core, name)  # StreamNotFound for an unknown stream
+    now = core.now_ms()
+    found = core.store_range(S.NAMESPACE, S.DUE, S.BY_ID, limit=MAX_LISTED_SCHEDULES + 1)
+    infos = [S.info_of(k, v) for k, v in found[:MAX_LISTED_SCHEDULES]]
+    return {"now_ms": now, "schedules": [schedule_row(i, now) for i in infos if name is None or i.stream == name],
+            "truncated": len(found) > MAX_LISTED_SCHEDULES}

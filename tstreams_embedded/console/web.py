@@ -24,7 +24,7 @@ from tornado.ioloop import IOLoop
 from tornado.web import HTTPError, RequestHandler, StaticFileHandler
 
 from .. import errors
-from ..engine.core import Core
+from ..engine.storage.core import Core
 from ..ids import MAX_SECONDS, txn_id_at
 from . import views
 from .budget import ReadBudget
@@ -202,6 +202,24 @@ class QueueHandler(ApiHandler):
         return views.queue(self.ctx.core, path_name(stream, "stream name"), path_name(group, "group name"))
 
 
+class QueuesHandler(ApiHandler):
+    params = ("stream",)
+    scans = True
+
+    def answer(self, query: Query, *args: str) -> Any:
+        stream = query.values.get("stream")
+        return views.queues(self.ctx.core, path_name(stream, "stream name") if stream is not None else None)
+
+
+class SchedulesHandler(ApiHandler):
+    params = ("stream",)
+    scans = True
+
+    def answer(self, query: Query, *args: str) -> Any:
+        stream = query.values.get("stream")
+        return views.schedules(self.ctx.core, path_name(stream, "stream name") if stream is not None else None)
+
+
 class AppsHandler(ApiHandler):
     scans = True
 
@@ -244,6 +262,8 @@ def console_routes(ctx: Context) -> list[tuple[str, type[RequestHandler], dict[s
         (rf"/api/streams/{_NAME}/consumers/{_NAME}", ConsumerHandler),
         (rf"/api/streams/{_NAME}/consumers/{_NAME}/lag", LagHandler),
         (rf"/api/streams/{_NAME}/queues/{_NAME}", QueueHandler),
+        (r"/api/queues", QueuesHandler),
+        (r"/api/schedules", SchedulesHandler),
         (r"/api/apps", AppsHandler),
         (r"/api/(.*)", NotFoundHandler),
     ]

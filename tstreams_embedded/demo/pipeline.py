@@ -23,7 +23,7 @@ from typing import Any
 
 import tstreams_embedded as ts
 
-from ..engine.iteration import iter_transactions
+from ..engine.protocol.iteration import iter_transactions
 from .events import FLUSH_PAGE, encode, flush_event, generate, true_counts
 from .procs import kill_tree, start_job
 

@@ -1,10 +1,10 @@
 """Opening the embedded engine: ``ts.open(path)``.
 
 LMDB allows one environment per file per process, so this module keeps a per-process
-registry of open :class:`~.core.Core` instances by process ID and directory. Opening the
+registry of open :class:`~.storage.core.Core` instances by process ID and directory. Opening the
 same directory again shares its Core (with the same storage options, or
 :class:`~tstreams_embedded.errors.EngineBusy` naming the one that differs; per-handle
-options such as ``txn_ttl`` may differ); each :class:`~.engine.Engine` handle is closed on
+options such as ``txn_ttl`` may differ); each :class:`~.api.engine.Engine` handle is closed on
 its own and the Core closes with the last one.
 
 After ``fork()``, the child never uses (nor closes) an environment inherited from its
@@ -20,9 +20,9 @@ import threading
 from typing import Any
 
 from .. import errors
-from .core import Core
-from .directory import DATA_FILE, is_data_directory
-from .engine import DEFAULT_TXN_TTL, Engine, check_handle_options
+from .api.engine import DEFAULT_TXN_TTL, Engine, check_handle_options
+from .storage.core import Core
+from .storage.directory import DATA_FILE, is_data_directory
 
 #: Core's keyword options and their defaults (what a second open is compared with)
 CORE_OPTIONS: dict[str, Any] = {
@@ -114,8 +114,8 @@ def open_engine(path: str | os.PathLike[str], durability: str = "sync", *, txn_t
     created (no directory, no file). Read-only tools open with it, so that a mistyped path
     is an error rather than a new, empty engine.
 
-    ``durability`` is ``"sync"``, ``"strict"`` or ``"async"`` (see :class:`~.core.Core`);
-    ``core_options`` are :class:`~.core.Core`'s keyword options (``map_size``,
+    ``durability`` is ``"sync"``, ``"strict"`` or ``"async"`` (see :class:`~.storage.core.Core`);
+    ``core_options`` are :class:`~.storage.core.Core`'s keyword options (``map_size``,
     ``max_item_size``, ``clock``, ``compaction_interval``, ``log_retention``,
     ``log_retention_bytes``, …). Opening the
     same directory again in one process shares the underlying environment; its storage

@@ -1,6 +1,6 @@
 """The network layer: a ZeroMQ server for the engine and a remote client.
 
-``connect(endpoint)`` returns an :class:`~tstreams_embedded.engine.engine.Engine` whose
+``connect(endpoint)`` returns an :class:`~tstreams_embedded.engine.api.engine.Engine` whose
 backend is a :class:`RemoteBackend`; the same program code then runs against a remote
 ``tstreams serve`` process as against an embedded engine. See ``docs/NETWORK.md``.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .client import RemoteBackend
 
 if TYPE_CHECKING:
-    from ..engine.engine import Engine
+    from ..engine.api.engine import Engine
 
 __all__ = ["RemoteBackend", "connect"]
 
@@ -34,7 +34,7 @@ def connect(
     Returns an ``Engine`` with the embedded API. Closing it closes the connection only.
     ``options`` go to :class:`RemoteBackend` (CURVE keys, ``pipeline_data``, ``context``).
     """
-    from ..engine.engine import DEFAULT_TXN_TTL, Engine
+    from ..engine.api.engine import DEFAULT_TXN_TTL, Engine
 
     backend = RemoteBackend(endpoint, timeout=timeout, heartbeat=heartbeat, curve_dir=curve_dir, **options)
     ttl = DEFAULT_TXN_TTL if txn_ttl is None else txn_ttl

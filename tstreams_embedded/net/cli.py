@@ -11,9 +11,11 @@ import sys
 
 import click
 
+from ..tools.params import seconds
 from .handlers import DEFAULT_PAGE_BYTES
 from .server import (
     DEFAULT_MAX_CLIENT_BYTES,
+    DEFAULT_MAX_MSG_SIZE,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_SERVER_BYTES,
     DEFAULT_MAX_WRITE_QUEUE_BYTES,
@@ -33,8 +35,9 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 @click.option("--curve-dir", type=click.Path(exists=True, file_okay=False), default=None,
               help="Enable CURVE: directory made by 'tstreams keys generate'.")
 @click.option("--max-msg-size", type=int, default=None,
-              help="Largest accepted frame in bytes (ZMQ_MAXMSGSIZE; default: --max-request-size); ZeroMQ "
-                   "refuses a larger one at its header, holding none of it, and disconnects the peer.")
+              help="Largest accepted ZeroMQ frame and message in bytes (ZMQ_MAXMSGSIZE; default: a piece, "
+                   f"{DEFAULT_MAX_MSG_SIZE}; at least that, or -1): ZeroMQ refuses a larger frame at its header, "
+                   "holding none of it, and disconnects the peer. Clients send larger requests in pieces.")
 @click.option("--max-request-size", type=_BYTES, default=DEFAULT_MAX_REQUEST_BYTES, show_default=True,
               help="Largest request in bytes, all frames together; larger ones are answered RequestTooLarge.")
 @click.option("--max-client-bytes", type=_BYTES, default=DEFAULT_MAX_CLIENT_BYTES, show_default=True,
@@ -47,9 +50,11 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
               help="All clients together: bytes of requests running or held back plus replies not yet sent, "
                    "beyond which requests are answered ServerBusy (not executed).")
 @click.option("--rcvhwm", type=click.IntRange(min=1), default=ServerOptions.rcvhwm, show_default=True,
-              help="Requests ZeroMQ queues per connection while the server is busy (ZMQ_RCVHWM; a count, "
-                   "not bytes): 1 bounds memory best under many connections of large requests, at a cost "
-                   "for pipelined small ones.")
+              help="Messages ZeroMQ queues per connection while the server is busy (ZMQ_RCVHWM; a count: each "
+                   "connection can make ZeroMQ hold about (rcvhwm + 2) x --max-msg-size).")
+@click.option("--piece-timeout", type=float, default=ServerOptions.piece_timeout, show_default=True,
+              help="Seconds a request arriving in pieces may wait for its next piece; then it is dropped and "
+                   "its buffers freed.")
 @click.option("--max-reply-bytes", type=_BYTES, default=DEFAULT_PAGE_BYTES, show_default=True,
               help="Items per read reply, in bytes; larger results are paged (transparently for clients).")
 @click.option("--http", default=None,
@@ -57,13 +62,15 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
                    "/status and the status page at / (see docs/CLUSTER.md).")
 @click.option("--http-token", default=None, metavar="TOKEN", envvar="TSTREAMS_HTTP_TOKEN",
               help="Require this token on every console request (/console/, /api/; see docs/CONSOLE.md).")
+@click.option("--console-sample-interval", type=seconds(0, 3600, min_open=True), default=10.0, show_default=True,
+              metavar="SECONDS", help="Seconds between the console's lag samples (its charts keep 360).")
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Write the bound endpoints to this file once serving.")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(LOG_LEVELS, case_sensitive=False))
 def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | None, max_msg_size: int | None,
           max_request_size: int, max_client_bytes: int, max_write_queue_bytes: int, max_server_bytes: int,
-          rcvhwm: int, max_reply_bytes: int, http: str | None, http_token: str | None, ready_file: str | None,
-          log_level: str) -> None:
+          rcvhwm: int, piece_timeout: float, max_reply_bytes: int, http: str | None, http_token: str | None,
+          console_sample_interval: float, ready_file: str | None, log_level: str) -> None:
     """Serve the engine in DATA over ZeroMQ until SIGTERM (graceful: exit status 0)."""
     configure_logging(log_level)
     from .serve import serve as run
@@ -71,7 +78,8 @@ def serve(data: str, binds: tuple[str, ...], durability: str, curve_dir: str | N
     sys.exit(run(data, list(binds), durability, curve_dir, max_msg_size, ready_file,
                  max_request_size=max_request_size, max_client_bytes=max_client_bytes,
                  max_write_queue_bytes=max_write_queue_bytes, max_reply_bytes=max_reply_bytes,
-                 max_server_bytes=max_server_bytes, rcvhwm=rcvhwm, http=http, http_token=http_token))
+                 max_server_bytes=max_server_bytes, rcvhwm=rcvhwm, piece_timeout=piece_timeout, http=http,
+                 http_token=http_token, console_sample_interval=console_sample_interval))
 
 
 def configure_logging(level: str) -> None:

@@ -1,4 +1,4 @@
-"""``RemoteBackend``: the :class:`~tstreams_embedded.engine.backend.Backend` protocol over ZeroMQ.
+"""``RemoteBackend``: the :class:`~tstreams_embedded.engine.protocol.backend.Backend` protocol over ZeroMQ.
 
 ``Engine(RemoteBackend("tcp://host:7000"))`` (what :func:`tstreams_embedded.net.connect`
 returns) has the same public API as an embedded engine: producers, transactions, consumers,
@@ -28,7 +28,7 @@ and applied once. Reads are retried the same way once the client knows the serve
 cluster node (after its first write, or any ``server_info``). Writes are not pipelined then.
 
 The read methods are made by :func:`_remote` from their declarations in
-:class:`~tstreams_embedded.engine.backend.Backend`: each calls the server method of the
+:class:`~tstreams_embedded.engine.protocol.backend.Backend`: each calls the server method of the
 same name (:mod:`~tstreams_embedded.net.handlers`) and decodes the reply.
 """
 
@@ -48,8 +48,8 @@ import msgpack
 import zmq
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.backend import (
+from ..engine.protocol import ops as O
+from ..engine.protocol.backend import (
     Backend,
     BackupCopy,
     ConsumerInfo,
@@ -61,9 +61,9 @@ from ..engine.backend import (
     StreamInfo,
     TxnData,
 )
-from ..engine.validate import check_wait
+from ..engine.protocol.validate import check_wait
 from . import framing
-from .connection import Connection
+from .connection import Connection, Transport
 from .future import Future
 
 _BLOB = msgpack.ExtType
@@ -190,10 +190,13 @@ class RemoteBackend:
         pipeline_data: bool = True,
         context: zmq.Context[Any] | None = None,
         failover_retries: bool = True,
+        transport: Callable[..., Transport] = Connection,
     ) -> None:
         """``failover_retries``: on a cluster node, send requests again after a failover (see
         the module docstring); the cluster client (``zk://``) turns it off, as it retries
-        on the next leader itself."""
+        on the next leader itself. ``transport`` makes the connection (called as
+        :class:`~.connection.Connection`): :mod:`tstreams_embedded.aio` passes its
+        ``zmq.asyncio`` one, so the same request logic runs on an event loop."""
         curve: tuple[bytes, bytes, bytes] | None = None
         if curve_dir is not None:
             curve = _curve_from_dir(os.fspath(curve_dir), curve_client)
@@ -206,7 +209,8 @@ class RemoteBackend:
         self.endpoint = endpoint
         self.timeout = timeout
         self.pipeline_data = pipeline_data
-        self._conn = Connection(endpoint, timeout=timeout, heartbeat=heartbeat, curve=curve, context=context)
+        self._conn: Transport = transport(endpoint, timeout=timeout, heartbeat=heartbeat, curve=curve,
+                                          context=context)
         self._lock = threading.Lock()
         self._inflight: dict[tuple[Any, ...], list[Future]] = {}  # pipelined DATA per (stream, partition, txn)
         self._window: deque[tuple[Future, int]] = deque()  # pipelined DATA in flight, oldest first, with sizes
@@ -227,7 +231,7 @@ class RemoteBackend:
         return self._closed
 
     @property
-    def connection(self) -> Connection:
+    def connection(self) -> Transport:
         return self._conn
 
     def _check(self) -> None:
@@ -255,7 +259,7 @@ class RemoteBackend:
             except errors.ServerBusy:
                 if self._closed or time.monotonic() + BUSY_BACKOFF >= deadline:
                     raise
-            time.sleep(BUSY_BACKOFF)  # a back-off between attempts, not a synchronisation
+            self._conn.pause(BUSY_BACKOFF)  # a back-off between attempts, not a synchronisation
 
     def _again_after_failover(self, attempt: Callable[[float], T], timeout: float) -> T:
         """``attempt(seconds left)`` until it succeeds, a non-retryable error, or ``timeout``
@@ -274,7 +278,7 @@ class RemoteBackend:
                         f"no cluster node at {self.endpoint} served the request as leader within {timeout:g} s: "
                         f"the cluster has no leader (an election, or ZooKeeper unavailable) or it cannot be "
                         f"reached; last error: {type(exc).__name__}: {exc}") from exc
-            time.sleep(FAILOVER_BACKOFF)  # a back-off between attempts, not a synchronisation
+            self._conn.pause(FAILOVER_BACKOFF)  # a back-off between attempts, not a synchronisation
 
     def server_info(self) -> dict[str, Any]:
         """The server's ``pid``, ``durability``, ``max_item_size`` and method list (cached);
@@ -302,12 +306,13 @@ class RemoteBackend:
         total = sum(len(f) for f in frames) + HEADER_BYTES
         if total <= CHECKED_REQUEST and self._size_limits is None:
             return
-        max_request, max_frame = self._limits()
-        biggest = max(len(f) for f in frames)
+        max_request, max_message = self._limits()
         if total > max_request:
             what = f"request of {total} bytes exceeds the server's max request size ({max_request} bytes)"
-        elif 0 <= max_frame < biggest:
-            what = f"frame of {biggest} bytes exceeds the server's max message size ({max_frame} bytes)"
+        elif len(self._conn.endpoints) > 1 and 0 <= max_message < total:  # sent whole: see Connection._messages
+            what = (f"request of {total} bytes exceeds the server's max message size ({max_message} bytes), and "
+                    "with several endpoints on one connection requests travel whole, not in pieces (connect to "
+                    "one endpoint, or raise the servers' --max-msg-size)")
         else:
             return
         raise errors.RequestTooLarge(f"{what}; not sent: write fewer or smaller items per call "
@@ -415,7 +420,7 @@ class RemoteBackend:
                     self._conn.wait(f, self.timeout + 5.0)
                 except Exception:  # noqa: BLE001 - its error is read from the future below
                     pass
-            if first is None and f.exception() is not None:
+            if first is None and f.done() and f.exception() is not None:
                 first = f.exception()
         if first is not None:
             raise first
@@ -449,7 +454,7 @@ class RemoteBackend:
     now_ms = _remote(Backend.now_ms, _as_is)
     stats = _remote(Backend.stats, _as_is)
 
-    # ------------------------------------------------------------------ paged reads (see engine/paging.py)
+    # ------------------------------------------------------------------ paged reads (see engine/storage/paging.py)
     def get_transaction(self, stream: str, partition: int, txn_id: int) -> TxnData | None:
         """The checkpointed transaction ``txn_id``, or None (read in pages of the server's size cap)."""
         return self._one("get_transaction", stream, partition, txn_id)
@@ -530,7 +535,7 @@ class RemoteBackend:
 class Subscription:
     """A running ``watch`` request."""
 
-    def __init__(self, conn: Connection, future: Future) -> None:
+    def __init__(self, conn: Transport, future: Future) -> None:
         self._conn = conn
         self.future = future
 

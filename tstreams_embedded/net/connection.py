@@ -48,47 +48,66 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import zmq
-from zmq.utils.monitor import parse_monitor_message
 
-from ..engine.validate import check_interval
-from ..errors import EngineClosed, InvalidArgument, ProtocolError, ProtocolVersionError, RemoteError, error_from_wire
+from ..engine.protocol.validate import check_interval
+from ..errors import EngineClosed, ProtocolError, ProtocolVersionError, RemoteError, error_from_wire
 from . import framing, zmqfast
+from .dealer import (
+    HANDSHAKE_FAILURES,
+    POLLIN,
+    expired_message,
+    lost_message,
+    monitor_event,
+    open_dealer,
+)
 from .endpoints import check_endpoints
 from .future import Future
 
 log = logging.getLogger(__name__)
 
-POLLIN = int(zmq.POLLIN)
+class Transport(Protocol):
+    """What :class:`~tstreams_embedded.net.client.RemoteBackend` needs of its connection:
+    :class:`Connection` (threads) or :class:`tstreams_embedded.aio.connection.AsyncConnection`
+    (an asyncio event loop)."""
 
-_MONITOR_EVENTS = (
-    zmq.EVENT_HANDSHAKE_SUCCEEDED
-    | zmq.EVENT_DISCONNECTED
-    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-    | zmq.EVENT_MONITOR_STOPPED
-)
-#: Why a handshake failed, by monitor event (the others: "protocol error").
-HANDSHAKE_FAILURES: dict[int, str] = {
-    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "authentication refused",
-    # the peer closed the connection before the handshake ended: e.g. a proxy (HAProxy) with
-    # no server up, such as a cluster's leader-only backend while the cluster has no leader
-    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "the connection was closed during the handshake (behind a proxy: "
-                                          "no server up, e.g. a cluster without a leader)",
-}
+    endpoints: list[str]
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def connected(self) -> bool: ...
+
+    def request(self, method: str, body: Sequence[bytes] = (), timeout: float | None = None,
+                retry_safe: bool = False, on_item: Callable[[Any], Any] | None = None) -> Future: ...
+
+    def call(self, method: str, *args: Any, timeout: float | None = None, retry_safe: bool = True) -> Any: ...
+
+    def call_frames(self, method: str, body: Sequence[bytes], timeout: float | None = None,
+                    retry_safe: bool = True) -> Any: ...
+
+    def wait(self, fut: Future, timeout: float) -> Any: ...
+
+    def cancel(self, future: Future) -> None: ...
+
+    def pause(self, seconds: float) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class _Req:
-    __slots__ = ("id", "method", "frames", "future", "deadline", "retry_safe", "on_item", "epoch", "timeout")
+    __slots__ = ("id", "method", "messages", "sent", "future", "deadline", "retry_safe", "on_item", "epoch",
+                 "timeout")
 
-    def __init__(self, rid: int, method: str, frames: list[Any], future: Future, timeout: float,
+    def __init__(self, rid: int, method: str, messages: list[list[Any]], future: Future, timeout: float,
                  retry_safe: bool, on_item: Callable[[Any], Any] | None) -> None:
         self.id = rid
         self.method = method
-        self.frames = frames
+        self.messages = messages  # one message, or the pieces of a large request (framing.split_request)
+        self.sent = 0  # messages of it sent on the current connection
         self.future = future
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
@@ -124,9 +143,6 @@ class Connection:
         self._ids = itertools.count(1)
         self._io = threading.Lock()  # the socket and the request tables
         self._token = threading.Lock()  # the receiver role
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
         self._wake_pending = False  # a byte is in the wake pipe, or is about to be (see _drain_pipe)
         self._sends = 0  # messages sent (under _io)
         self._watching = False  # the I/O thread is blocked watching the socket's FD
@@ -143,36 +159,12 @@ class Connection:
         self._last_failure = ""
         self.handshakes = 0
         self.disconnects = 0
-        s = self._ctx.socket(zmq.DEALER)
-        s.setsockopt(zmq.IMMEDIATE, 1)
-        s.setsockopt(zmq.LINGER, 200)
-        s.setsockopt(zmq.SNDHWM, 1_000_000)
-        s.setsockopt(zmq.RCVHWM, 1_000_000)
-        s.setsockopt(zmq.RECONNECT_IVL, reconnect_ivl_ms)
-        s.setsockopt(zmq.RECONNECT_IVL_MAX, reconnect_ivl_max_ms)
-        hb_ms = max(100, int(heartbeat * 1000))
-        s.setsockopt(zmq.HEARTBEAT_IVL, hb_ms)
-        s.setsockopt(zmq.HEARTBEAT_TIMEOUT, hb_ms * 3)
-        s.setsockopt(zmq.HEARTBEAT_TTL, min(hb_ms * 3, 6_553_500))  # ZMTP carries it in 0.1 s units, 16 bits
-        if curve is not None:
-            server_pub, client_pub, client_sec = curve
-            s.curve_serverkey = server_pub
-            s.curve_publickey = client_pub
-            s.curve_secretkey = client_sec
-        self._mon = s.get_monitor_socket(_MONITOR_EVENTS)
-        for e in eps:
-            try:
-                s.connect(e)
-            except zmq.ZMQError as exc:  # a malformed address ('tcp://host:abc', 'ipc://'): nothing stays open
-                s.disable_monitor()
-                self._mon.close(0)
-                s.close(0)
-                os.close(self._wake_r)
-                os.close(self._wake_w)
-                raise InvalidArgument(f"endpoint {e!r} is not a valid ZeroMQ address ({exc}); "
-                                      "expected e.g. 'tcp://host:port'") from None
+        s, self._mon = open_dealer(self._ctx, eps, heartbeat, curve, reconnect_ivl_ms, reconnect_ivl_max_ms)
         self._sock = s
-        self._zfd = s.getsockopt(zmq.FD)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._zfd: int = s.getsockopt(zmq.FD)  # type: ignore[assignment]  # (an int for zmq.FD)
         self._thread = threading.Thread(target=self._run, name="tstreams-client-io", daemon=True)
         self._thread.start()
 
@@ -196,14 +188,14 @@ class Connection:
         rid = next(self._ids)
         fut = Future()
         fut.request_id = rid
-        r = _Req(rid, method, framing.request_frames(rid, method, 0, body), fut,
+        r = _Req(rid, method, self._messages(rid, method, body), fut,
                  self.timeout if timeout is None else timeout, retry_safe, on_item)
         with self._io:
             if self._closed or self._draining:
                 raise EngineClosed("the remote connection is closed")
             self._pending[rid] = r
             heapq.heappush(self._deadlines, (r.deadline, rid))
-            if self._backlog or not self._can_send() or not self._try_send(r.frames):
+            if self._backlog or not self._can_send() or not self._try_send_request(r):
                 self._backlog.append(r)
             else:
                 r.epoch = self._epoch
@@ -218,11 +210,11 @@ class Connection:
         (at most ``timeout``) for a connection, then it is dropped."""
         fut = Future()
         fut.set_result(None)
-        r = _Req(0, method, framing.request_frames(0, method, 0, body), fut, self.timeout, False, None)
+        r = _Req(0, method, [framing.request_frames(0, method, 0, body)], fut, self.timeout, False, None)
         with self._io:
             if self._closed:
                 raise EngineClosed("the remote connection is closed")
-            if self._backlog or not self._can_send() or not self._try_send(r.frames):
+            if self._backlog or not self._can_send() or not self._try_send_request(r):
                 self._backlog.append(r)
             input_pending = self._input_pending()
         self._ensure_reader(input_pending)
@@ -269,6 +261,10 @@ class Connection:
         if not fut.done():
             raise RemoteError(f"no reply from {', '.join(self.endpoints)} within {timeout:g}s")
         return fut.result(0)
+
+    def pause(self, seconds: float) -> None:
+        """A back-off between two attempts of a request (this thread sleeps)."""
+        time.sleep(seconds)
 
     #: how long :meth:`close` waits for the replies to writes already sent (seconds)
     CLOSE_DRAIN = 10.0
@@ -408,6 +404,7 @@ class Connection:
                 if flags & framing.ERROR:
                     if flags & framing.NOT_EXECUTED:  # the server is stopping: send again on the next connection
                         r.epoch = -1
+                        r.sent = 0
                         self._backlog.append(r)
                         requeued = True
                         self._hold = True
@@ -455,6 +452,31 @@ class Connection:
         except zmq.Again:
             return False
 
+    def _try_send_request(self, r: _Req) -> bool:
+        """Send the messages of ``r`` not yet sent; whether all are (the rest stays for later,
+        at the head of the backlog: a request's pieces go out one after another)."""
+        messages = r.messages
+        if len(messages) == 1:
+            return self._try_send(messages[0])
+        send_piece, sock = zmqfast.send_piece, self._sock
+        try:
+            while r.sent < len(messages):
+                send_piece(sock, *messages[r.sent])
+                r.sent += 1
+                self._sends += 1
+        except zmq.Again:
+            return False
+        return True
+
+    def _messages(self, rid: int, method: str, body: Sequence[Any]) -> list[list[Any]]:
+        """The ZeroMQ messages of a request: pieces when it is large (wire protocol 3), unless
+        the DEALER has several endpoints: it round-robins messages among them, so a request's
+        pieces would reach different servers; there a request travels whole (and one over
+        the server's message size is refused, see ``RemoteBackend.check_request_size``)."""
+        if len(self.endpoints) > 1:
+            return [framing.request_frames(rid, method, 0, body)]
+        return framing.request_messages(rid, method, 0, body)
+
     def _send_backlog(self) -> None:
         if not self._backlog or not self._can_send():
             return
@@ -466,10 +488,10 @@ class Connection:
                 if r.deadline < now:
                     b.popleft()
                     continue
-            elif self._pending.get(r.id) is not r:
+            elif r.sent == 0 and self._pending.get(r.id) is not r:  # (a request begun is finished)
                 b.popleft()
                 continue
-            if not self._try_send(r.frames):
+            if not self._try_send_request(r):
                 return
             b.popleft()
             r.epoch = self._epoch
@@ -531,9 +553,7 @@ class Connection:
                 msg = self._mon.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            ev = parse_monitor_message(msg)
-            event, raw = ev["event"], ev["endpoint"]
-            endpoint = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            event, endpoint = monitor_event(msg)
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._live[endpoint] = self._live.get(endpoint, 0) + 1
                 self._epoch += 1
@@ -550,7 +570,7 @@ class Connection:
             elif event == zmq.EVENT_MONITOR_STOPPED:
                 return
             else:
-                why = HANDSHAKE_FAILURES.get(int(event), "protocol error")
+                why = HANDSHAKE_FAILURES.get(event, "protocol error")
                 self._last_failure = f" (last handshake with {endpoint} failed: {why})"
 
     def _connection_lost(self, endpoint: str) -> None:
@@ -566,9 +586,9 @@ class Connection:
                 retry.append(r)
             else:
                 del self._pending[r.id]
-                r.future.set_exception(RemoteError(
-                    f"connection to {endpoint} lost while {r.method} was in flight; "
-                    "it may or may not have been executed"))
+                r.future.set_exception(RemoteError(lost_message(endpoint, r.method)))
+        for r in self._backlog:  # pieces sent on the lost connection: all again, from the first
+            r.sent = 0
         if retry:
             self._backlog = deque(sorted([*self._backlog, *retry], key=lambda q: q.id))
 
@@ -589,13 +609,8 @@ class Connection:
             if r is None or r.deadline != deadline:
                 continue
             del self._pending[rid]
-            if r.epoch < 0:
-                msg = (f"not connected to {', '.join(self.endpoints)}: no server answered within "
-                       f"{r.timeout:g}s; {r.method} was not sent{self._last_failure}")
-            else:
-                msg = (f"no reply to {r.method} from {', '.join(self.endpoints)} within {r.timeout:g}s; "
-                       "the request may or may not have been executed")
-            r.future.set_exception(RemoteError(msg))
+            r.future.set_exception(RemoteError(expired_message(self.endpoints, r.method, r.timeout, r.epoch >= 0,
+                                                               self._last_failure)))
         if len(dl) > 4 * len(self._pending) + 1024:  # drop stale heap entries
             self._deadlines = [(r.deadline, r.id) for r in self._pending.values()]
             heapq.heapify(self._deadlines)

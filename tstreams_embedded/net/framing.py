@@ -1,6 +1,26 @@
-"""Wire framing shared by the server and the client (protocol version 2; version 1 answered).
+"""Wire framing shared by the server and the client (protocol version 3; versions 1 and 2 answered).
 
-**Version 2** (this client's). A request, as the ROUTER sees it, is::
+**Version 3** (this client's) is version 2 below, with one rule more: no ZeroMQ message is
+larger than :data:`PIECE_BYTES` (64 KiB) plus a piece header. A request whose frames
+together are larger travels as **pieces** (:func:`split_request`), each piece its own
+ZeroMQ message of two frames::
+
+    [identity, piece header, payload]
+    piece header = 0xC1, request_id u64, index u32, total u64, flags u8   (22 bytes, big-endian)
+    flags: FRAME_END = 1 (the payload ends one of the request's frames), LAST = 2 (the last piece)
+
+The payloads, in ``index`` order (0, 1, ...), are the request's frames cut at most every
+:data:`PIECE_BYTES` bytes; ``total`` (the same in every piece) is their sum. The server
+reassembles them (counting the bytes against its budgets from the first piece on) and runs
+the request as if its frames had come as one message. ZeroMQ holds a message whole until its
+last frame has arrived and bounds a frame's size (``ZMQ_MAXMSGSIZE``) and a connection's
+queue in messages (``ZMQ_RCVHWM``), never in bytes: with every message small, what it holds
+per connection is bounded in bytes too. Pieces of one request are sent one after another
+(other whole requests may come between them). ``0xC1`` is never the first byte of msgpack,
+so a piece is told from a whole request by its first byte. The request frame itself says
+version 3; a version-2 request (the same layout) is answered as long as it fits one message.
+
+**Version 2**. A request, as the ROUTER sees it, is::
 
     [identity, request, blob_0, blob_1, ...]
     request = msgpack [2, request_id, method, flags, [arg, ...]]
@@ -40,6 +60,7 @@ Everything else that can be wrong with a message raises :class:`ProtocolError`.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -48,11 +69,25 @@ import msgpack
 from ..errors import ProtocolError, ProtocolVersionError
 
 #: The wire protocol version this code speaks (the first element of a request frame).
-VERSION = 2
+VERSION = 3
+#: The version before pieces (the same request frame; answered while a request fits one message).
+UNPIECED_VERSION = 2
 #: The older version the server still answers (header and body in separate frames).
 LEGACY_VERSION = 1
-#: Both, as the server reports them (``server_info``) and names them in errors.
-SUPPORTED_VERSIONS = (LEGACY_VERSION, VERSION)
+#: All three, as the server reports them (``server_info``) and names them in errors.
+SUPPORTED_VERSIONS = (LEGACY_VERSION, UNPIECED_VERSION, VERSION)
+
+#: The largest piece payload, and the largest request sent as one message (all frames).
+PIECE_BYTES = 64 * 1024
+PIECE_MARK = 0xC1  # the first byte of a piece header (never the first byte of msgpack)
+_PIECE_HEADER = struct.Struct(">BQIQB")
+#: Bytes of a piece header.
+PIECE_HEADER_BYTES = _PIECE_HEADER.size
+# Piece flags.
+FRAME_END = 1  # the payload ends one of the request's frames
+LAST_PIECE = 2  # the last piece of the request (with FRAME_END)
+#: The largest ZeroMQ message (all frames) a version-3 client sends: a piece, header included.
+MESSAGE_LIMIT = PIECE_BYTES + PIECE_HEADER_BYTES
 
 # Extension type code of an out-of-band blob reference.
 BLOB = 1
@@ -67,8 +102,6 @@ NO_REPLY = 1  # no response at all, not even an error; the request still runs (w
 MORE = 1  # one of several responses of a generator method; more follow
 ERROR = 2  # an error reply; always final
 NOT_EXECUTED = 4  # with ERROR: the request was not executed (server stopping); the client may send it again
-
-MAX_METHOD_LEN = 64
 
 _LEGACY_MARK = 0x93  # first byte of every version-1 header: a 3-element msgpack array
 _LEGACY_REPLY_MARK = 0x92  # first byte of every version-1 reply header: [request_id, flags]
@@ -120,6 +153,59 @@ def encode_args(args: Sequence[Any], blob_positions: Sequence[int] = ()) -> list
     return [_pack(body), *blobs]
 
 
+def split_request(req_id: int, frames: Sequence[Any], piece_bytes: int = PIECE_BYTES) -> list[list[Any]]:
+    """The ZeroMQ messages that carry the request ``frames`` (from :func:`request_frames`),
+    each a list of frames: ``[frames]`` itself when they total at most ``piece_bytes`` (the
+    common case: one message, nothing added), else pieces of at most ``piece_bytes`` of
+    payload, each ``[piece header, payload]`` (payloads are ``memoryview`` slices of the
+    frames: nothing is copied). Send them in order, each as its own message."""
+    total = 0
+    for f in frames:
+        total += len(f)
+    if total <= piece_bytes:
+        return [list(frames)]
+    if piece_bytes < 1:
+        raise ValueError(f"piece_bytes must be positive, got {piece_bytes}")
+    messages: list[list[Any]] = []
+    last = len(frames) - 1
+    header = piece_header
+    for k, frame in enumerate(frames):
+        view = memoryview(frame).cast("B")
+        size = len(view)
+        start = 0
+        while True:
+            end = min(start + piece_bytes, size)
+            flags = 0 if end < size else (LAST_PIECE | FRAME_END if k == last else FRAME_END)
+            messages.append([header(req_id, len(messages), total, flags), view[start:end]])
+            if end == size:
+                break
+            start = end
+    return messages
+
+
+def request_messages(req_id: int, method: str, flags: int, body: Sequence[Any],
+                     piece_bytes: int = PIECE_BYTES) -> list[list[Any]]:
+    """The ZeroMQ messages of a version-3 request: :func:`split_request` of
+    :func:`request_frames` (what every client sends; see the module docstring)."""
+    return split_request(req_id, request_frames(req_id, method, flags, body), piece_bytes)
+
+
+def piece_header(req_id: int, index: int, total: int, flags: int) -> bytes:
+    """The header frame of piece ``index`` of request ``req_id`` (``total`` bytes in all)."""
+    return _PIECE_HEADER.pack(PIECE_MARK, req_id, index, total, flags)
+
+
+def is_piece_header(frame: bytes | memoryview) -> bool:
+    """Whether ``frame`` (the first after the identity) is a piece header."""
+    return len(frame) == PIECE_HEADER_BYTES and frame[0] == PIECE_MARK
+
+
+def unpack_piece_header(frame: bytes) -> tuple[int, int, int, int]:
+    """``(request id, index, total, flags)`` of a piece header (see :func:`is_piece_header`)."""
+    _, req_id, index, total, flags = _PIECE_HEADER.unpack(frame)
+    return req_id, index, total, flags
+
+
 def blob_ref(index: int) -> msgpack.ExtType:
     """The in-body reference to blob frame ``index``."""
     return _ExtType(BLOB, index.to_bytes(4, "big"))
@@ -153,18 +239,19 @@ def unpack_request(frames: Sequence[bytes], first: int = 1) -> tuple[int, int, s
         raise
     except Exception as e:  # msgpack raises several unrelated classes
         raise ProtocolError(f"request is not valid msgpack: {type(e).__name__}: {e}") from None
-    if (type(m) is list and len(m) == 5 and type(m[0]) is int and m[0] == VERSION and type(m[1]) is int
-            and type(m[2]) is str and type(m[3]) is int and type(m[4]) is list):
-        return VERSION, m[1], m[2], m[3], m[4]
-    if type(m) is list and m and type(m[0]) is int and m[0] != VERSION:
+    if (type(m) is list and len(m) == 5 and type(m[0]) is int and (m[0] == VERSION or m[0] == UNPIECED_VERSION)
+            and type(m[1]) is int and type(m[2]) is str and type(m[3]) is int and type(m[4]) is list):
+        return m[0], m[1], m[2], m[3], m[4]
+    if type(m) is list and m and type(m[0]) is int and m[0] != VERSION and m[0] != UNPIECED_VERSION:
         raise _version_error(m[0])
-    raise ProtocolError("a request must be msgpack [2, int id, str method, int flags, [args]]")
+    raise ProtocolError(f"a request must be msgpack [{VERSION}, int id, str method, int flags, [args]]")
 
 
 def _version_error(version: int) -> ProtocolVersionError:
     return ProtocolVersionError(
         f"wire protocol version {version} is not supported: this server speaks version {VERSION} "
-        f"(and answers version {LEGACY_VERSION}); use a tstreams-embedded client of the same release")
+        f"(and answers versions {UNPIECED_VERSION} and {LEGACY_VERSION}); use a tstreams-embedded client of the "
+        "same release")
 
 
 def _unpack_legacy(frames: Sequence[bytes], first: int, n: int) -> tuple[int, int, str, int, list[Any]]:
@@ -241,13 +328,16 @@ def guess_header(frames: Sequence[bytes], first: int = 1) -> tuple[int, int, int
         rid, flags = (fields + [None] * 3)[0], (fields + [None] * 3)[2]
     else:  # [version, id, method, flags, args]
         rid, flags = (fields + [None] * 4)[1], (fields + [None] * 4)[3]
+        if fields and fields[0] == UNPIECED_VERSION and type(fields[0]) is int:
+            version = UNPIECED_VERSION
     return (version, rid if type(rid) is int else -1, flags if type(flags) is int else 0)
 
 
 # ---------------------------------------------------------------------- replies
 def reply_frames(version: int, req_id: int, flags: int, value: Any) -> list[bytes]:
-    """The frames of a reply (after the identity) in the request's ``version``."""
-    if version == VERSION:
+    """The frames of a reply (after the identity) in the request's ``version`` (versions 2
+    and 3 reply alike)."""
+    if version != LEGACY_VERSION:
         return [_pack((req_id, flags, value))]
     return [_pack((req_id, flags)), _pack(value)]
 

@@ -1,4 +1,4 @@
-"""Every :class:`~tstreams_embedded.engine.backend.Backend` method as a server handler.
+"""Every :class:`~tstreams_embedded.engine.protocol.backend.Backend` method as a server handler.
 
 Method names and argument lists are the Backend's, so a :class:`RemoteBackend` call and an
 embedded call run the very same engine code and raise the same exceptions. Results travel
@@ -10,7 +10,7 @@ in their ``to_wire()`` forms.
   calls apply in arrival order.
 * Reads (``get_stream`` … ``now_ms``) are fast LMDB snapshot reads and run inline. The
   reads that return items (``get_transaction``, ``last_transaction``,
-  ``transactions_range``, ``fetch``) are paged (:mod:`~tstreams_embedded.engine.paging`): no
+  ``transactions_range``, ``fetch``) are paged (:mod:`~tstreams_embedded.engine.storage.paging`): no
   reply carries more than ``page_bytes`` of items; it then ends with a cursor, and the
   client asks again with it.
 * ``wait_for_commit(seen, timeout)`` is a generator: it parks on the server's commit watch
@@ -32,10 +32,10 @@ from collections.abc import Generator, Sequence
 from typing import Any, Protocol
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.backend import Backend, StoreScan
-from ..engine.paging import ScanPage
-from ..engine.validate import check_int, check_wait
+from ..engine.protocol import ops as O
+from ..engine.protocol.backend import Backend, StoreScan
+from ..engine.protocol.validate import check_int, check_wait
+from ..engine.storage.paging import ScanPage
 from . import framing
 from .registry import Registry, WaitCommit
 from .session import Session
@@ -45,7 +45,7 @@ DEFAULT_PAGE_BYTES = 16 * 1024 * 1024
 
 
 class ServedBackend(Backend, Protocol):
-    """What :func:`backend_registry` serves (the embedded :class:`~tstreams_embedded.engine.core.Core`)."""
+    """What :func:`backend_registry` serves (the embedded :class:`~tstreams_embedded.engine.storage.core.Core`)."""
 
     #: The data directory.
     path: str
@@ -184,7 +184,7 @@ def backend_registry(core: ServedBackend, server_info: dict[str, Any] | None = N
     @reg.call("fetch")
     def fetch(session: Session, stream: str, partition: int, after: int, max_txns: int = 256,
               cursor: Any = None) -> list[Any]:
-        """``[[txns, position, blocked, stream_id], cursor, dropped]`` (see :mod:`..engine.paging`)."""
+        """``[[txns, position, blocked, stream_id], cursor, dropped]`` (see :mod:`..engine.storage.paging`)."""
         check_int(max_txns, "max_txns", 0 if cursor is not None else 1, 1 << 20)
         page, position, blocked = core.page_scan(stream, partition, after, 2**63 - 1, max_txns, cursor, page_bytes)
         return [[page.txns, position, blocked, page.stream_id], page.cursor, page.dropped]

@@ -7,7 +7,7 @@ scrapes, nothing is updated on the request path.
 
 * :class:`EngineCollector`: the engine's commit, request and fsync counters, the number of
   streams, and per stream the partition heads and the consumers' lag, from a bounded
-  :func:`~tstreams_embedded.engine.overview.stream_overview` (its limits bound the scrape's
+  :func:`~tstreams_embedded.engine.operator.overview.stream_overview` (its limits bound the scrape's
   cost and the number of series);
 * :class:`ServerCollector`: the ZeroMQ server's counters (:class:`~.stats.ServerStats`);
 * :class:`MetricsHandler`: the Tornado handler that renders a registry.
@@ -29,8 +29,8 @@ from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler
 
 from .. import errors
-from ..engine.core import Core
-from ..engine.overview import Overview, OverviewLimits, stream_overview
+from ..engine.operator.overview import Overview, OverviewLimits, stream_overview
+from ..engine.storage.core import Core
 from ..ids import txn_millis
 from .stats import ServerStats
 

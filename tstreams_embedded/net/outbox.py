@@ -40,6 +40,7 @@ TRACK_BYTES = 256 * 1024
 log = logging.getLogger(__name__)
 _pack = framing.pack
 VERSION = framing.VERSION
+LEGACY_VERSION = framing.LEGACY_VERSION
 
 
 class Outbox:
@@ -108,7 +109,7 @@ class Outbox:
         instead when msgpack cannot carry it."""
         s = session if session is not None and not session.closed else self._session_of(identity)
         try:
-            if s is None or s.version == VERSION:
+            if s is None or s.version != LEGACY_VERSION:  # (versions 2 and 3 reply alike)
                 frames = [_pack((req_id, flags, value))]
             else:
                 frames = framing.reply_frames(s.version, req_id, flags, value)

@@ -38,17 +38,30 @@ Guarantees:
 
 Memory budgets (bytes, :class:`ServerOptions`; ZeroMQ's own bounds count messages only).
 The server never stops reading its socket for a budget: while it does not read, ZeroMQ
-queues ``rcvhwm`` whole requests per connection, however many connections there are (the
-issue-19 measurements: 1.8 GiB for 16 clients). What is over a budget is held back in the
+queues ``rcvhwm`` whole messages per connection, however many connections there are (the
+issue-19 measurements: 1.8 GiB for 16 clients). What ZeroMQ holds is bounded by keeping
+every message small: since wire protocol 3 a request over 64 KiB travels in **pieces**
+(:func:`~tstreams_embedded.net.framing.split_request`), each its own message, and
+``max_msg_size`` (``ZMQ_MAXMSGSIZE``, and the server's limit on a whole message) is one
+piece, so a connection can make ZeroMQ hold about ``(rcvhwm + 2) x max_msg_size`` (1.1 MiB
+at the defaults) whatever its requests' sizes. What is over a budget is held back in the
 server, counted, or refused:
 
-* **per request** (``max_request_bytes``, 16 MiB, all frames together): the size is added
-  up frame by frame while receiving; past the limit the rest of the message is dropped
-  uncopied and the request is answered :class:`~tstreams_embedded.errors.RequestTooLarge`.
-  It is also ZeroMQ's frame limit by default (``max_msg_size``, ``ZMQ_MAXMSGSIZE``): a
-  larger frame is refused by ZeroMQ at its header, before any of it is held, and its
-  sender disconnected — what ZeroMQ holds per connection is a few requests at most, so
-  this size is what bounds it.
+* **pieces** (:mod:`~tstreams_embedded.net.assembly`): a request arriving in pieces counts
+  its announced size against ``max_server_bytes`` from its first piece on; over
+  ``max_request_bytes`` it is refused :class:`~tstreams_embedded.errors.RequestTooLarge`,
+  over the budget :class:`~tstreams_embedded.errors.ServerBusy`, both at the first piece,
+  its other pieces dropped uncopied and the answer sent when its last piece is in. One
+  request per client is reassembled at a time; pieces out of order, duplicated, beyond
+  the announced size, or interrupted by another request's pieces get a specific
+  :class:`~tstreams_embedded.errors.ProtocolError`; a request without a piece for
+  ``piece_timeout`` seconds is dropped and its buffers freed. Once whole, it is
+  dispatched as if its frames had come in one message.
+* **per request** (``max_request_bytes``, 16 MiB, all frames together): a whole message
+  larger than ``max_msg_size`` is counted frame by frame while receiving; past the limit
+  the rest of it is dropped uncopied and the request answered ``RequestTooLarge`` (a
+  version-2 client, which cannot send pieces, ``ProtocolVersionError``). A larger frame is
+  refused by ZeroMQ at its header, before any of it is held, and its sender disconnected.
 * **per client** (``max_client_bytes``): requests handed to an executor and not yet
   answered, plus replies ZeroMQ has not yet written to the client's connection (tracked,
   see :mod:`~tstreams_embedded.net.outbox`). A client over budget — typically one that
@@ -66,9 +79,12 @@ server, counted, or refused:
   request (other than ``ping`` and notifications) that would pass it is answered
   :class:`~tstreams_embedded.errors.ServerBusy`, not executed; over it, requests larger
   than :data:`SMALL_REQUEST` are refused without being copied, so the loop keeps ahead of
-  ZeroMQ. What ZeroMQ holds per connection comes on top: the request being received, and
-  up to ``rcvhwm`` queued ones while the loop is busy (docs/NETWORK.md, *Memory model*;
-  ``rcvhwm`` is fixed: libzmq leaves connections stalled when it is changed on open ones).
+  ZeroMQ. What ZeroMQ holds per connection comes on top: the message being received, and
+  up to ``rcvhwm`` queued ones while the loop is busy, each at most ``max_msg_size``
+  (docs/NETWORK.md, *Memory model*; ``rcvhwm`` is fixed: libzmq leaves connections
+  stalled when it is changed on open ones). A peer that does not follow the protocol can
+  still send one multipart message of very many frames, which ZeroMQ holds whole: no
+  ZeroMQ option bounds the frames of a message.
 * **replies** are paged by the read handlers (``max_reply_bytes``, see ``handlers.py``).
 """
 
@@ -87,8 +103,18 @@ from typing import Any
 import zmq
 from tornado.ioloop import IOLoop, PeriodicCallback
 
-from ..errors import BindFailed, InvalidArgument, ProtocolError, RemoteError, RequestTooLarge, ServerBusy
+from ..errors import (
+    BindFailed,
+    InvalidArgument,
+    ProtocolError,
+    ProtocolVersionError,
+    RemoteError,
+    RequestTooLarge,
+    ServerBusy,
+    TStreamsError,
+)
 from . import framing, zmqfast
+from .assembly import HEAD_BYTES, Assembly
 from .commits import CommitWatch
 from .endpoints import check_endpoints
 from .executors import Call, Done, Executors
@@ -105,12 +131,18 @@ __all__ = ["DEFAULT_MAX_CLIENT_BYTES", "DEFAULT_MAX_MSG_SIZE", "DEFAULT_MAX_REPL
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-#: The largest request (all frames) and frame: 16 MiB, above the client's largest (an item
-#: of ``max_item_size``, 10 MiB, in its chunk). ZeroMQ holds a few requests per connection
-#: uncounted (docs/NETWORK.md), so this size times the connections is what remains outside
-#: the budgets; ZeroMQ refuses a larger frame at its header, before holding any of it.
+#: The largest request (all frames): 16 MiB, above the client's largest (an item of
+#: ``max_item_size``, 10 MiB, in its chunk). A larger one is refused at its first piece.
 DEFAULT_MAX_REQUEST_BYTES = 16 * MiB
-DEFAULT_MAX_MSG_SIZE = DEFAULT_MAX_REQUEST_BYTES
+#: The largest ZeroMQ frame, and message: a piece (wire protocol 3: larger requests travel in
+#: pieces of 64 KiB), so that what ZeroMQ holds per connection is a few times this.
+DEFAULT_MAX_MSG_SIZE = framing.MESSAGE_LIMIT
+#: Messages ZeroMQ queues per connection while the loop is busy (ZMQ_RCVHWM): with
+#: messages of at most :data:`DEFAULT_MAX_MSG_SIZE`, 32 connections hold at most 32 x
+#: (16 + 2) x 64 KiB = 36 MiB inside ZeroMQ.
+DEFAULT_RCVHWM = 16
+#: Seconds a request arriving in pieces may wait for its next piece before it is dropped.
+DEFAULT_PIECE_TIMEOUT = 10.0
 DEFAULT_MAX_CLIENT_BYTES = 64 * MiB
 DEFAULT_MAX_WRITE_QUEUE_BYTES = 32 * MiB
 DEFAULT_MAX_SERVER_BYTES = 256 * MiB
@@ -149,7 +181,9 @@ Route = Callable[[Handler, Session, int, int, list[Any], int], None]
 class ServerOptions:
     """Tunables of :class:`Server` (all have safe defaults)."""
 
-    max_msg_size: int = DEFAULT_MAX_MSG_SIZE  # ZMQ_MAXMSGSIZE: per frame, bytes (-1 = unlimited)
+    # ZMQ_MAXMSGSIZE (per frame) and the largest message, all frames (-1: max_request_bytes);
+    # at least framing.MESSAGE_LIMIT, the size of a piece
+    max_msg_size: int = DEFAULT_MAX_MSG_SIZE
     max_frames: int = 4096  # frames per request, identity included
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # all frames of one request
     max_client_bytes: int = DEFAULT_MAX_CLIENT_BYTES  # one client's requests running + replies unsent
@@ -159,13 +193,11 @@ class ServerOptions:
     session_timeout: float = 30.0  # seconds of client silence before its session is dropped
     pool_threads: int = 4
     hwm: int = 200_000  # SNDHWM, messages per client
-    # RCVHWM, messages per client: ZeroMQ counts messages, not bytes, so this bounds what a
-    # client can queue in ZeroMQ while the loop is busy only in messages (rcvhwm + 1 of its
-    # requests: the next one is decoded before ZeroMQ stops reading). Lower bounds memory
-    # better but costs wakeups (benchmarks.net_ab, pipelined: server CPU per request +22%
-    # at 16, +76% at 4, 3-4x at 1), so the default stays 64 and --rcvhwm 1 is the choice of
-    # a server open to many clients sending large requests.
-    rcvhwm: int = 64
+    # RCVHWM, messages per client: ZeroMQ counts messages, not bytes; with every message at
+    # most max_msg_size (pieces), a connection makes ZeroMQ hold at most about
+    # (rcvhwm + 2) x max_msg_size while the loop is busy (docs/NETWORK.md, Memory model).
+    rcvhwm: int = DEFAULT_RCVHWM
+    piece_timeout: float = DEFAULT_PIECE_TIMEOUT  # seconds without the next piece of a request
     linger_ms: int = 2000
     # Run write batches on the loop itself, at the end of each drain, instead of on the
     # writer thread: right when writes never wait for the disk (durability="async"), as it
@@ -213,6 +245,10 @@ class Server:
         self._write_waiters: set[Session] = set()  # sessions holding back a write for the write queue
         self._requests_bytes = 0  # the sum of every session's ``requests``
         self._parked_bytes = 0  # the sum of every session's ``parked_bytes``
+        self._assembling: set[Session] = set()  # sessions with a request arriving in pieces
+        self._assembling_bytes = 0  # bytes reserved for them (their announced totals)
+        mms, mrb = self.opts.max_msg_size, self.opts.max_request_bytes
+        self._message_bytes = mrb if mms < 0 else min(mms, mrb)  # the largest whole message
         self._trackers: PeriodicCallback | None = None
         self._rejected_bytes = 0  # since the last malloc_trim
         self._trim = _malloc_trim()
@@ -283,7 +319,8 @@ class Server:
         assert isinstance(fd, int)
         self._fd = fd
         self._loop.add_handler(fd, self._on_readable, IOLoop.READ)
-        self._reaper = PeriodicCallback(self._reap, max(100.0, self.opts.session_timeout * 1000 / 4))
+        every = min(self.opts.session_timeout, self.opts.piece_timeout) * 1000 / 4
+        self._reaper = PeriodicCallback(self._reap, max(100.0, every))
         self._reaper.start()
         self._trackers = PeriodicCallback(self._poll_trackers, 10)
         self._trackers.start()
@@ -373,8 +410,9 @@ class Server:
         recv = zmqfast.recv_request
         dispatch = self._dispatch
         n = 0
+        pieces = 0
         limit = self.opts.max_drain
-        max_bytes, max_frames = self.opts.max_request_bytes, self.opts.max_frames
+        max_bytes, max_frames = self._message_bytes, self.opts.max_frames
         executors = self._executors
         server_budget = self.opts.max_server_bytes
         over = self.held_bytes > server_budget
@@ -386,6 +424,10 @@ class Server:
                     keep = SMALL_REQUEST if over else max_bytes
                     frames, size, count = recv(sock, keep, max_frames)
                     n += 1
+                    if type(frames[-1]) is memoryview:  # a piece (zmqfast.recv_request)
+                        pieces += 1
+                        self._piece(frames, count)
+                        continue
                     if size > max_bytes or count > max_frames:
                         self._too_large(frames, size, count)
                         continue
@@ -397,24 +439,42 @@ class Server:
                         over = self.held_bytes > server_budget
             except zmq.Again:
                 pass
-            self.stats.received += n
+            self.stats.received += n - pieces
+            self.stats.pieces += pieces
             executors.run_inline_writes()
         if n >= limit:
             self._schedule_drain()  # more may be queued; let timers and completions run first
 
     def _too_large(self, frames: list[bytes], size: int, count: int) -> None:
         self.stats.too_large += 1
-        self._rejected_bytes += size
-        if count > self.opts.max_frames:
-            what = f"{count} frames (the limit is {self.opts.max_frames})"
-        else:
-            what = f"more than {self.opts.max_request_bytes} bytes (the limit, all frames together)"
         version, req_id, flags = framing.guess_header(frames)
-        self._error(frames[0], req_id, flags,
-                    RequestTooLarge(f"request of {what} was not executed; send smaller requests"), version=version)
+        exc: TStreamsError
+        if count > self.opts.max_frames:
+            exc = RequestTooLarge(f"request of {count} frames (the limit is {self.opts.max_frames}) was not "
+                                  "executed; send smaller requests")
+        elif size > self.opts.max_request_bytes:
+            exc = RequestTooLarge(f"request of more than {self.opts.max_request_bytes} bytes (the limit, all frames "
+                                  "together) was not executed; send smaller requests")
+        elif version < framing.VERSION:
+            exc = ProtocolVersionError(
+                f"a request of more than {self._message_bytes} bytes in one message was not executed: wire "
+                f"protocol version {version} sends requests whole, this server takes larger ones only in pieces "
+                f"(version {framing.VERSION}); upgrade the client to this release")
+        else:
+            exc = RequestTooLarge(f"a message of more than {self._message_bytes} bytes (the limit, --max-msg-size) "
+                                  "was not executed: larger requests travel in pieces (framing.split_request)")
+        self._error(frames[0], req_id, flags, exc, version=version)
+        self._trimmed_after(size)
+
+    def _trimmed_after(self, size: int) -> None:
+        """Count ``size`` bytes freed by ZeroMQ's buffers (rejected requests, pieces); every
+        :data:`TRIM_AFTER` bytes, give the freed heap back to the system: ZeroMQ allocates
+        frames in its I/O thread's arena, where pieces held while a request is assembled and
+        pieces freed at once interleave, and glibc returns such holes only on a trim."""
+        self._rejected_bytes += size
         if self._rejected_bytes >= TRIM_AFTER:
             self._rejected_bytes = 0
-            self._loop.add_callback(self._trim)  # after the rejected frames are freed
+            self._loop.add_callback(self._trim)  # after the frames are freed
 
     def _error(self, identity: bytes, req_id: int, flags: int, exc: BaseException, extra_flags: int = 0,
                version: int | None = None) -> None:
@@ -424,6 +484,103 @@ class Server:
             self.stats.errors += 1
         else:
             self._outbox.send_error(identity, req_id, exc, extra_flags, version)
+
+    # ------------------------------------------------------------------ pieces
+    def _piece(self, parts: list[Any], count: int) -> None:
+        """Take one piece ``[identity, header, payload]`` of a request (wire protocol 3):
+        reassemble it, counted against the budgets from its first piece on, and run the
+        request once whole; answer what is wrong once the request ends."""
+        identity = parts[0]
+        session = self._sessions.get(identity, self._now)
+        req_id, index, total, flags = framing.unpack_piece_header(parts[1])
+        payload = parts[2]
+        a = session.assembly
+        if count != 3:
+            self.stats.malformed += 1
+            self._error(identity, req_id, 0, ProtocolError(f"piece {index} of request {req_id} is {count - 1} "
+                                                           "frames: a piece is two (header, payload)"))
+            return
+        if index == 0 and (a is None or a.req_id != req_id):
+            if a is not None:  # the pieces of one request are sent one after another
+                a.fail(ProtocolError(f"request {a.req_id} was interrupted after {a.received} of its {a.total} "
+                                     f"bytes by the pieces of request {req_id}: send a request's pieces one "
+                                     "after another"))
+                self._end_assembly(session, a)
+            a = self._open_assembly(session, req_id, total, payload)
+        elif a is None or a.req_id != req_id:
+            self.stats.malformed += 1
+            if session.stray_piece_of != req_id:  # answered once, not per piece
+                session.stray_piece_of = req_id
+                self._error(identity, req_id, 0, ProtocolError(
+                    f"piece {index} of request {req_id} came without the pieces before it (its request is not "
+                    "being assembled: out of order, or it ended)"))
+            return
+        a.add(index, total, flags, payload, self._now)
+        if a.error is not None:
+            self._trimmed_after(len(payload))  # (dropped uncopied)
+        if a.error is not None and a.reserved:
+            self._unreserve(a)
+        if flags & framing.LAST_PIECE:
+            self._end_assembly(session, a)
+
+    def _open_assembly(self, session: Session, req_id: int, total: int, payload: Any) -> Assembly:
+        opts = self.opts
+        a = Assembly(req_id, total, bytes(payload[:HEAD_BYTES]), self._now, opts.max_frames)
+        if total > opts.max_request_bytes:
+            self.stats.too_large += 1
+            a.fail(RequestTooLarge(f"request of {total} bytes (announced by its first piece) was not executed: "
+                                   f"the limit is {opts.max_request_bytes} bytes, all frames together; send "
+                                   "smaller requests"))
+        elif not self._stopping and self.held_bytes + total > opts.max_server_bytes:
+            self.stats.busy += 1
+            a.fail(ServerBusy(f"request of {total} bytes not executed: the server holds {self.held_bytes} bytes "
+                              f"for all clients (budget {opts.max_server_bytes}); send it again later"))
+        else:
+            a.reserved = total
+            self._assembling_bytes += total
+        session.assembly = a
+        self._assembling.add(session)
+        return a
+
+    def _unreserve(self, a: Assembly) -> None:
+        self._assembling_bytes -= a.reserved
+        a.reserved = 0
+
+    def _end_assembly(self, session: Session, a: Assembly) -> None:
+        """The request ``a`` has ended (its last piece, interrupted or timed out): run it if
+        whole, else answer its error."""
+        session.assembly = None
+        self._assembling.discard(session)
+        self._unreserve(a)
+        self._trimmed_after(a.received)  # its pieces are freed (joined into its frames)
+        self.stats.received += 1
+        if a.complete:
+            frames = [session.identity, *a.frames]
+            self._dispatch(frames, a.total + len(frames) * FRAME_OVERHEAD)
+            return
+        if a.error is None:  # (timed out or interrupted before its first error)
+            a.fail(ProtocolError(f"request {a.req_id} ended after {a.received} of its {a.total} bytes"))
+        assert a.error is not None
+        if isinstance(a.error, ProtocolError):
+            self.stats.malformed += 1
+        version, _, flags = framing.guess_header([session.identity, a.head])
+        self._error(session.identity, a.req_id, flags, a.error, version=version)
+
+    def _forget_assembly(self, session: Session) -> None:
+        a = session.assembly
+        if a is not None:
+            session.assembly = None
+            self._assembling.discard(session)
+            self._unreserve(a)
+
+    def _reap_assemblies(self, now: float) -> None:
+        limit = now - self.opts.piece_timeout
+        for s in [s for s in self._assembling if s.assembly is not None and s.assembly.last_seen < limit]:
+            a = s.assembly
+            assert a is not None
+            a.fail(ProtocolError(f"request {a.req_id} was abandoned: no piece for {self.opts.piece_timeout:g} s "
+                                 f"after {a.received} of its {a.total} bytes"))
+            self._end_assembly(s, a)
 
     # ------------------------------------------------------------------ budgets
     def _on_done(self, done: list[Done]) -> None:
@@ -479,7 +636,8 @@ class Server:
         the writes queued once more (the engine copies a write batch into LMDB's dirty
         pages while it writes it)."""
         written = self._executors.write_bytes if self._started else 0
-        return self._requests_bytes + written + self._parked_bytes + self._outbox.reply_bytes
+        return (self._requests_bytes + written + self._parked_bytes + self._outbox.reply_bytes
+                + self._assembling_bytes)
 
     def _hold_back(self, session: Session, frames: list[bytes], size: int) -> None:
         """Keep a request to run later, in order, or answer it ``ServerBusy`` when that would
@@ -515,10 +673,15 @@ class Server:
         self._write_waiters.discard(session)
 
     def _reap(self) -> None:
-        for s in self._sessions.expired(time.monotonic()):
+        now = time.monotonic()
+        if self._assembling:
+            with self._outbox.burst():
+                self._reap_assemblies(now)
+        for s in self._sessions.expired(now):
             self._generators.end_session(s, notify=False)
             self._outbox.forget(s)
             self._forget_parked(s)
+            self._forget_assembly(s)
 
     def _on_unroutable(self, identity: bytes) -> None:
         s = self._sessions.drop(identity)
@@ -526,6 +689,7 @@ class Server:
             self._generators.end_session(s, notify=False)
             self._outbox.forget(s)
             self._forget_parked(s)
+            self._forget_assembly(s)
 
     # ------------------------------------------------------------------ dispatch
     def _dispatch(self, frames: list[bytes], size: int = 0, parked: bool = False) -> None:
@@ -628,6 +792,7 @@ class Server:
             "endpoints": list(self.endpoints),
             "sessions": len(self._sessions),
             "received": st.received,
+            "pieces": st.pieces,
             "replies": st.replies,
             "errors": st.errors,
             "malformed": st.malformed,
@@ -648,5 +813,8 @@ class Server:
             "write_queue_bytes": self._executors.write_bytes if self._started else 0,
             "clients_bytes": sum(s.in_flight + s.parked_bytes for s in self._sessions.all()),
             "held_bytes": self.held_bytes,
+            "assembling": len(self._assembling),
+            "assembling_bytes": self._assembling_bytes,
+            "rcvhwm": self.opts.rcvhwm,
             "max_server_bytes": self.opts.max_server_bytes,
         }

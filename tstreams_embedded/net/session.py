@@ -18,6 +18,8 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .assembly import Assembly
+
 
 @dataclass
 class Running:
@@ -37,7 +39,7 @@ class Session:
     running: dict[int, Running] = field(default_factory=dict)
     closed: bool = False
     #: The wire protocol version of its requests, in which it is answered (see ``framing``).
-    version: int = 2
+    version: int = 3
     # Memory accounting (bytes; see server.py "Memory budgets"):
     requests: int = 0  # requests handed to an executor and not yet answered
     replies: int = 0  # replies handed to ZeroMQ and not yet known to have left the process
@@ -45,6 +47,9 @@ class Session:
     trackers: deque[tuple[Any, int]] = field(default_factory=deque)  # (zmq.MessageTracker, bytes it covers)
     parked: deque[tuple[list[bytes], int]] = field(default_factory=deque)  # requests held back (frames, size)
     parked_bytes: int = 0
+    #: The request arriving in pieces, if any (see ``assembly``; one at a time per client).
+    assembly: Assembly | None = None
+    stray_piece_of: int = -1  # the request of the last piece answered as stray (answered once)
 
     @property
     def in_flight(self) -> int:

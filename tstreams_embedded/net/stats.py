@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 @dataclass
 class ServerStats:
-    received: int = 0  # requests received
+    received: int = 0  # requests received (a request sent in pieces counted once it ends)
+    pieces: int = 0  # pieces received (wire protocol 3)
     replies: int = 0  # replies sent
     errors: int = 0  # error replies sent, and failed notifications
     malformed: int = 0  # requests that could not be decoded, or named no known method

@@ -15,6 +15,8 @@ from typing import Any, cast
 import zmq
 from zmq.backend import Socket as _Base
 
+from .framing import PIECE_HEADER_BYTES, PIECE_MARK
+
 _send = _Base.send
 _recv = _Base.recv
 _get = _Base.get
@@ -35,6 +37,15 @@ def send_multipart(sock: zmq.Socket[Any], frames: Sequence[Any], flags: int = NO
         _send(sock, f, more if i < last else flags, not big)
 
 
+def send_piece(sock: zmq.Socket[Any], header: bytes, payload: Any, flags: int = NOBLOCK) -> None:
+    """Send one piece ``[header, payload]`` (``framing.split_request``), both copied: at 64 KiB
+    a copy costs less than a zero-copy send (a buffer reference released through pyzmq's
+    garbage-collection thread). With ``NOBLOCK`` a full queue raises ``zmq.Again`` before
+    anything is sent."""
+    _send(sock, header, flags | SNDMORE)
+    _send(sock, payload, flags, True)
+
+
 def recv_multipart(sock: zmq.Socket[Any], flags: int = NOBLOCK) -> list[bytes]:
     """Receive one whole message as a list of ``bytes``."""
     f = _recv(sock, flags, False)
@@ -46,7 +57,7 @@ def recv_multipart(sock: zmq.Socket[Any], flags: int = NOBLOCK) -> list[bytes]:
 
 
 def recv_request(sock: zmq.Socket[Any], max_bytes: int, max_frames: int,
-                 flags: int = NOBLOCK) -> tuple[list[bytes], int, int]:
+                 flags: int = NOBLOCK) -> tuple[list[Any], int, int]:
     """Receive one whole message: ``(parts, size, frames)``, ``size`` being the bytes of
     every frame after the first (the identity) and ``frames`` their count.
 
@@ -54,9 +65,13 @@ def recv_request(sock: zmq.Socket[Any], max_bytes: int, max_frames: int,
     message is received and dropped frame by frame without being copied, and ``parts``
     holds only what was kept by then (at least the identity and the first :data:`HEAD_BYTES`
     of the request frame, where its request ID is): the caller rejects it (``size >
-    max_bytes or frames > max_frames``)."""
+    max_bytes or frames > max_frames``).
+
+    A piece (``framing.split_request``: its first frame after the identity is a piece
+    header) is returned as ``[identity, header, payload]`` with the payload a
+    ``memoryview`` of ZeroMQ's buffer, not copied, whatever ``max_bytes``."""
     f = _recv(sock, flags, False)
-    parts = [f.bytes]
+    parts: list[Any] = [f.bytes]
     size = 0
     n = 1
     keep = True
@@ -65,7 +80,14 @@ def recv_request(sock: zmq.Socket[Any], max_bytes: int, max_frames: int,
         n += 1
         size += len(f)
         if keep:
-            if n > 2 and (size > max_bytes or n > max_frames):
+            if n == 2 and f.more and len(f) == PIECE_HEADER_BYTES and f.buffer[0] == PIECE_MARK:
+                parts.append(f.bytes)  # a piece: [identity, header, payload]
+                f = _recv(sock, flags, False)
+                n += 1
+                size += len(f)
+                parts.append(f.buffer)  # the payload, not copied: kept or dropped by the caller
+                keep = False  # (frames after it make the message malformed: counted, dropped)
+            elif n > 2 and (size > max_bytes or n > max_frames):
                 keep = False
             elif size > max_bytes:  # one frame over the limit (a version-2 request is one
                 parts.append(bytes(f.buffer[:HEAD_BYTES]))  # frame): keep only its head

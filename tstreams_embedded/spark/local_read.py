@@ -1,11 +1,11 @@
 """The embedded read path: record batches built from a segment's stored chunk payloads,
 straight from LMDB snapshots.
 
-Through the :class:`~tstreams_embedded.engine.backend.Backend` protocol a read decodes every
+Through the :class:`~tstreams_embedded.engine.protocol.backend.Backend` protocol a read decodes every
 item into a Python ``bytes`` object (:meth:`Backend.fetch`), which is most of the cost of
-filling Arrow columns. When the engine is embedded (a :class:`~tstreams_embedded.engine.core.Core`
+filling Arrow columns. When the engine is embedded (a :class:`~tstreams_embedded.engine.storage.core.Core`
 in this process), :func:`local_batches` hands each transaction's verified, undecoded chunk
-payloads (:class:`~tstreams_embedded.engine.bulk.PayloadSnapshot`) to the batch builder,
+payloads (:class:`~tstreams_embedded.engine.storage.bulk.PayloadSnapshot`) to the batch builder,
 which copies fixed-size items from the memory map into the Arrow buffers in one pass
 (:mod:`.payloads`).
 
@@ -30,9 +30,9 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from ..engine.bulk import PayloadSnapshot
-from ..engine.core import Core
-from ..engine.iteration import iter_transactions
+from ..engine.protocol.iteration import iter_transactions
+from ..engine.storage.bulk import PayloadSnapshot
+from ..engine.storage.core import Core
 from .decoding import Decoding
 from .rows import BatchBuilder, record_batches
 

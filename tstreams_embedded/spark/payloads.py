@@ -2,7 +2,7 @@
 object per item where the layout allows it.
 
 A stored chunk's payload is ``array header | (bin header | item bytes) × n``
-(:func:`tstreams_embedded.engine.ops.pack_items`). When every item of a chunk has the same
+(:func:`tstreams_embedded.engine.protocol.ops.pack_items`). When every item of a chunk has the same
 length (fixed-size records, which msgpack encodes with identical headers), the items sit at
 a fixed stride: :func:`fixed_items` proves that layout with vectorised comparisons and
 returns the items as an ``n × length`` view, which the batch builder copies straight into

@@ -20,8 +20,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ..engine.core import Core
-from ..engine.iteration import iter_transactions
+from ..engine.protocol.iteration import iter_transactions
+from ..engine.storage.core import Core
 from ..errors import StreamNotFound
 from .connection import engine_for
 from .decoding import Decoding

@@ -1,7 +1,7 @@
 """Turning offset specs into transaction IDs, and scanning partitions for planning.
 
 All of this runs on the driver (in Spark's driver-side Python process). It uses only the
-:class:`~tstreams_embedded.engine.backend.Backend` protocol, so it works the same against an
+:class:`~tstreams_embedded.engine.protocol.backend.Backend` protocol, so it works the same against an
 embedded directory and a remote ``tstreams serve``.
 
 A *scan* walks a partition from an offset in ID order exactly like a consumer: it returns
@@ -16,8 +16,8 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.backend import Backend
-from ..engine.validate import MAX_ID
+from ..engine.protocol.backend import Backend
+from ..engine.protocol.validate import MAX_ID
 from ..errors import InvalidArgument, PartitionOutOfRange
 from ..ids import txn_id_at
 

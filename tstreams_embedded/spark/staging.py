@@ -26,7 +26,7 @@ from typing import Any
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from ..engine import ops as O
+from ..engine.protocol import ops as O
 from ..errors import InvalidArgument, PartitionOutOfRange, StreamNotFound
 from .connection import engine_for
 from .options import WriteOptions

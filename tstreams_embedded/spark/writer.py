@@ -35,7 +35,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from ..engine import ops as O
+from ..engine.protocol import ops as O
 from ..errors import InvalidArgument, MarkerConflict, StreamNotFound, TransactionExpired
 from .connection import engine_for
 from .options import Target, WriteOptions

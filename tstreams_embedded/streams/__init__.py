@@ -20,18 +20,18 @@ from .builder import StreamsBuilder
 from .decoding import decode
 from .driver import TestDriver
 from .global_table import GlobalTable
-from .joins import JoinWindows
 from .kstream import BranchedKStream, KGroupedStream, KStream, KTable, WindowedKStream
+from .nodes.table import Change
 from .processor import STREAM_TIME, WALL_CLOCK, Processor, ProcessorContext
 from .produce import send_records
 from .record_errors import RecordErrorPolicy
 from .records import Record, partition_of
 from .serdes import Serde, serde
 from .stores import KeyValueStore, ReadOnlyKeyValueStore, ReadOnlyWindowStore
-from .table import Change, GroupedTable, Table
+from .table import GroupedTable, Table
 from .topology import Topology
 from .window_store import WindowStore
-from .windows import CalendarWindows, SessionWindows, SlidingWindows, TimeWindows, Windowed, Windows
+from .windows import CalendarWindows, JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Windowed, Windows
 
 __all__ = [
     "STREAM_TIME",

@@ -5,25 +5,28 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..engine.backend import StreamInfo
-from ..engine.core import Core
-from ..engine.engine import Engine
+from ..engine.api.engine import Engine
+from ..engine.protocol.backend import StreamInfo
+from ..engine.storage.core import Core
 from .app_config import DEFAULT_TURN_RECORDS, AppConfig, Processing
+from .app_members import Membership
 from .global_table import GlobalTableMetrics, GlobalTables, global_namespace
 from .joins import check_partition_counts
+from .key_owners import KeyQueryMetadata, query_metadata_for_key
+from .key_owners import advertised_host as advertised_host_of
 from .mapped_pages import MappedPages
-from .membership import Membership
 from .metrics import GLOBAL, AppMetrics, DropCounter
-from .queries import KeyQueryMetadata, QueryServer, query_metadata_for_key
-from .queries import advertised_host as advertised_host_of
 from .record_errors import RecordErrorPolicy, RecordErrors, dead_letter_stream_of
 from .stores import DEFAULT_CACHE_BYTES, ReadOnlyKeyValueStore, ReadOnlyWindowStore, namespace
 from .task import Task
 from .topology import StoreSpec, Topology, internal_name
 from .turns import default_slack_ms
+
+if TYPE_CHECKING:
+    from .queries import QueryServer
 
 
 def _wall_ms() -> int:
@@ -65,14 +68,14 @@ class App:
       instances, which are not synchronized with each other.
     * A running app (``start()``) without input waits for the next commit: at once when it is
       made in this process, by a served engine's server, or by another process writing the
-      same directory (inotify, :mod:`tstreams_embedded.engine.commit_waker`; without it,
+      same directory (inotify, :mod:`tstreams_embedded.engine.storage.commit_waker`; without it,
       within ``poll_interval_ms``, which is also the wall-clock punctuators' granularity).
     * The application's offsets are stored under the consumer name ``application_id``;
       its stores under ``application_id/partition/store``; internal streams are named
       ``application_id-…``. Output and internal streams that do not exist are created with
       the task count of partitions (an internal stream: its ``repartition(partitions=)``)
       and the engine's default TTL, one day; create them beforehand to choose otherwise.
-    * Scale-out (:mod:`.membership`): instances of one ``application_id`` split the tasks
+    * Scale-out (:mod:`.app_members`): instances of one ``application_id`` split the tasks
       through leases in the engine (``lease_ms``); every commit is fenced by the task's
       lease. ``static_id`` (like ``group.instance.id``): a restart with the same static id
       takes its predecessor's tasks at once instead of waiting for its leases to expire.
@@ -494,6 +497,8 @@ class App:
         self.global_tables.bootstrap()  # processing starts with the global tables caught up
         self.global_tables.start()
         if self.http_port is not None and self._http is None:
+            from .queries import QueryServer  # (Tornado: imported only by apps that serve queries)
+
             self._http = QueryServer(self, self.http_host, self.http_port)
             self.membership.advertise(self.advertised_host, self._http.port)
         self._maybe_tick(force=True)

@@ -10,7 +10,7 @@ from enum import Enum
 from typing import Any
 
 from .. import errors
-from ..engine.validate import check_name
+from ..engine.protocol.validate import check_name
 from .record_errors import RecordErrorPolicy, check_policy
 from .stores import DEFAULT_CACHE_BYTES
 

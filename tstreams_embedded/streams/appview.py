@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..engine.engine import Engine
+from ..engine.api.engine import Engine
 from .topology import Topology
 
 

@@ -12,10 +12,11 @@ record instead, so the record-error policy sees each bad record exactly as befor
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 from .. import errors
-from ..engine.backend import TxnData
+from ..engine.protocol.backend import TxnData
 from ..ids import ID_MULTIPLIER
 from .nodes import SourceNode
 from .records import ENVELOPE_MARK, MAX_TIMESTAMP, MIN_TIMESTAMP, Record, unpack_envelope
@@ -36,21 +37,20 @@ def decode_batch(node: SourceNode, txn: TxnData, latest: int) -> list[Record] | 
     txn_ts = txn.id // ID_MULTIPLIER
     vs, ks, extract = node.value_serde, node.key_serde, node.extract
     try:
-        if not any(item[:1] == b"\xc1" for item in items):  # plain items: values only
-            values = _values(vs, items)
-            if values is None:
-                return None
+        values = _values(vs, items)  # (None when an item is an envelope: 0xC1 starts no JSON)
+        if values is not None:  # plain items: values only
+            n = len(values)
             if extract is None:
                 if txn_ts > latest:
                     return None
-                return [Record(None, value, txn_ts, None) for value in values]
-            out = []
-            for value in values:
-                ts = extract(None, value)
-                if type(ts) is not int or not MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP or ts > latest:
-                    return None
-                out.append(Record(None, value, ts, None))
-            return out
+                return list(map(Record, repeat(None, n), values, repeat(txn_ts, n)))
+            stamps = list(map(extract, repeat(None, n), values))
+            if set(map(type, stamps)) != {int} or min(stamps) < MIN_TIMESTAMP or \
+                    max(stamps) > min(MAX_TIMESTAMP, latest):
+                return None
+            return list(map(Record, repeat(None, n), values, stamps))
+        if not any(item[:1] == b"\xc1" for item in items):
+            return None  # plain items, one of which the serde cannot read
         out = []
         for item in items:
             if item and item[0] == ENVELOPE_MARK:
@@ -72,10 +72,16 @@ def decode_batch(node: SourceNode, txn: TxnData, latest: int) -> list[Record] | 
 
 
 def _values(vs: Any, items: list[bytes]) -> list[Any] | None:
-    """The values of plain ``items`` (None: one is not what ``vs`` reads)."""
+    """The values of ``items`` if they are all plain items that ``vs`` reads, else None (an
+    envelope among them, or bad data)."""
     if type(vs) is JsonSerde and _fast_json_loads is not None:
-        try:
+        try:  # one C loop; an envelope fails it (0xC1 is not UTF-8), and so does bad JSON
             return list(map(_fast_json_loads, items))
         except ValueError:
             return None
-    return [vs.deserialize(item) for item in items]
+    if any(item[:1] == b"\xc1" for item in items):
+        return None
+    try:
+        return [vs.deserialize(item) for item in items]
+    except errors.SerdeError:
+        return None

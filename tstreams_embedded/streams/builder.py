@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import errors
-from ..engine.validate import check_name
+from ..engine.protocol.validate import check_name
 from .global_table import GlobalTable, add_global_table
 from .kstream import KStream
 from .serdes import SerdeSpec

@@ -23,7 +23,7 @@ from typing import Any
 import tstreams_embedded as ts
 
 from .. import errors
-from ..engine import ops as O
+from ..engine.protocol import ops as O
 from .app import App
 from .records import (
     MAX_TIMESTAMP,

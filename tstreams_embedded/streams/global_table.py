@@ -50,11 +50,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.appgroups import group_store
-from ..engine.backend import Backend
-from ..engine.state import MAX_STORE_KEY, unpack_lease
-from ..engine.validate import check_name
+from ..engine.operator.appgroups import group_store
+from ..engine.protocol import ops as O
+from ..engine.protocol.backend import Backend
+from ..engine.protocol.validate import check_name
+from ..engine.storage.state_stores import MAX_STORE_KEY, unpack_lease
 from . import nodes as N
 from .record_errors import RecordErrors
 from .records import unpack_envelope

@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import errors
-from ..engine.validate import check_name
+from ..engine.protocol.validate import check_name
 from . import nodes as N
 from .dedup import add_dedup
-from .joins import JoinKind, join
+from .joins import join
+from .nodes.joins import JoinKind
 from .processor import ProcessorNode
 from .serdes import SerdeSpec, WindowedSerde, serde
 from .topology import TopologyGraph, check_callable

@@ -205,7 +205,7 @@ class DropCounter:
 
 def _expired_unread(app: ObservedApp) -> CounterMetricFamily:
     """Per input stream and partition, the items that TTL compaction deleted before the app
-    (the consumer named after its application id) read them (see ``engine/expiry.py``)."""
+    (the consumer named after its application id) read them (see ``engine/storage/expiry.py``)."""
     a = app.application_id
     family = CounterMetricFamily(f"{PREFIX}_input_expired_unread", "Input items the stream's TTL deleted before "
                                  "the app read them", labels=["app", "stream", "partition"])

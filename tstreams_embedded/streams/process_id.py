@@ -1,7 +1,7 @@
 """Which process runs a member, and whether that process is provably dead.
 
 A streams member records its :class:`ProcessId` in its group's table (see
-:mod:`.membership`). Another instance of the application on the **same host** can then tell
+:mod:`.app_members`). Another instance of the application on the **same host** can then tell
 a member whose process is gone (SIGKILL, a crash, an OOM kill) from a member that is alive
 but slow, without waiting for its lease to run out: the PID is not running any more, is a
 zombie, or runs another process (PID reuse: its start time differs).

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.engine import Engine
+from ..engine.api.engine import Engine
+from ..engine.protocol import ops as O
 from .records import Record, check_headers, check_timestamp, pack_envelope, partition_of
 from .serdes import SerdeSpec, serde
 

@@ -74,6 +74,30 @@ class SortedKeys:
         elif j == len(chunk):
             maxes[i] = chunk[-1]
 
+    def pop_range(self, lo: bytes | None, hi: bytes | None) -> list[bytes]:
+        """Remove the keys in ``[lo, hi)`` (None: unbounded) and return them in order: whole
+        chunks at a time, a binary search at each end."""
+        chunks, maxes = self._chunks, self._maxes
+        i = 0 if lo is None else bisect_left(maxes, lo)
+        out: list[bytes] = []
+        while i < len(chunks):
+            chunk = chunks[i]
+            j = 0 if lo is None else bisect_left(chunk, lo)
+            last = hi is not None and chunk[-1] >= hi  # the range ends in this chunk
+            k = bisect_left(chunk, hi, j) if hi is not None and last else len(chunk)
+            out += chunk[j:k]
+            del chunk[j:k]
+            if chunk:
+                maxes[i] = chunk[-1]
+                i += 1
+            else:
+                del chunks[i]
+                del maxes[i]
+            if last:
+                break
+        self._len -= len(out)
+        return out
+
     def irange(self, lo: bytes | None, hi: bytes | None) -> Iterator[bytes]:
         """The keys in ``[lo, hi)`` in order. The set must not change while it is iterated
         (take a list first to change it)."""

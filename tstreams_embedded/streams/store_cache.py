@@ -119,12 +119,17 @@ class StoreCache:
 
     def drop_range(self, lo: bytes, hi: bytes | None) -> None:
         """Forget every entry in ``[lo, hi)``, clean or dirty (a range delete covers them)."""
-        for key in list(self._keys.irange(lo, hi)):
-            for entries in (self._dirty, self._young, self._old):
-                value = entries.pop(key, MISSING)
-                if value is not MISSING:
-                    self._uncount(entries, entry_cost(key, value))
-            self._keys.discard(key)
+        dirty, young, old = self._dirty, self._young, self._old
+        for key in self._keys.pop_range(lo, hi):
+            value = dirty.pop(key, MISSING)
+            if value is not MISSING:
+                self.dirty_bytes -= entry_cost(key, value)
+            value = young.pop(key, MISSING)
+            if value is not MISSING:
+                self.young_bytes -= entry_cost(key, value)
+            value = old.pop(key, MISSING)
+            if value is not MISSING:
+                self.old_bytes -= entry_cost(key, value)
 
     def dirty_in(self, lo: bytes | None, hi: bytes | None) -> list[tuple[bytes, bytes | None]]:
         """The changes in ``[lo, hi)``, in key order."""
@@ -166,14 +171,6 @@ class StoreCache:
                 young[key] = value
                 self.young_bytes += entry_cost(key, value)
         self._evict()
-
-    def _uncount(self, entries: dict[bytes, bytes | None], cost: int) -> None:
-        if entries is self._dirty:
-            self.dirty_bytes -= cost
-        elif entries is self._young:
-            self.young_bytes -= cost
-        else:
-            self.old_bytes -= cost
 
     def _evict(self) -> None:
         """A young generation past half the bound becomes the old one (the old one goes);

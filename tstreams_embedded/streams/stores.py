@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import errors
-from ..engine import ops as O
-from ..engine import state
-from ..engine.backend import Backend, StoreScan
+from ..engine.protocol import ops as O
+from ..engine.protocol.backend import Backend, StoreScan
+from ..engine.storage import state_stores as state
 from .serdes import BytesSerde, Serde, StrSerde
 from .store_cache import MISSING, StoreCache
 from .windows import Windowed

@@ -12,7 +12,7 @@ commit it submits ONE batch to the engine:
 * a ``StoreWrite`` per store that changed (and one for the task's meta store: the stream
   time of its windowed aggregations),
 * a ``SetOffsets`` per source partition read: the last transaction processed,
-* the ``CheckLease`` of the task's lease (:mod:`.membership`): if another instance took
+* the ``CheckLease`` of the task's lease (:mod:`.app_members`): if another instance took
   the task over, the whole batch fails with ``LeaseConflict`` and writes nothing.
 
 The engine applies the batch in one LMDB write transaction (one commit-log entry), so after
@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.backend import Backend, StreamInfo, TxnData
-from ..engine.core import Core
+from ..engine.protocol import ops as O
+from ..engine.protocol.backend import Backend, StreamInfo, TxnData
+from ..engine.storage.core import Core
 from ..ids import ID_MULTIPLIER
 from . import nodes as N
 from .appview import AppView

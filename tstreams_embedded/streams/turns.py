@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .dedup import DedupNode
-from .joins import StreamJoinNode
 from .nodes import Node
+from .nodes.dedup import DedupNode
+from .nodes.joins import StreamJoinNode
 from .windowed import WindowAggregateNode
 
 

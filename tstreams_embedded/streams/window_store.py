@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
-from ..engine import state
+from ..engine.storage import state_stores as state
 from .stores import KeyValueStore
 from .windows import Windowed
 

@@ -7,17 +7,23 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
-from ..engine import state
+from ..engine.storage import state_stores as state
 from .nodes import Aggregation, Node, TaskContext
 from .record_slices import RecordSlices
 from .records import Record
-from .serdes import Serde
+from .serdes import JsonSerde, MsgpackSerde, Serde, StrSerde
 from .windows import SessionWindows, SlidingWindows, TimeWindows, Windowed, Windows
 
 #: aggregate values a batch may keep in memory between its records (they cannot be changed
 #: in place by a later aggregator call, so what was forwarded stays as it was)
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None)})
 _MISSING = object()
+#: the most aggregates the batches since the last commit keep in memory (beyond, they go into
+#: the store's cache, which is bounded by bytes)
+LOCAL_MAX = 8192
+#: the record keys a window remembers for its final result: those its key serde (str, JSON
+#: or msgpack) reads back as they were
+_KEPT_KEYS = (str, int)
 
 
 class WindowAggregateNode(Node):
@@ -36,10 +42,11 @@ class WindowAggregateNode(Node):
 
     A window that is not tracked as open is not in the store (every window written is
     tracked until it closes, and a closed one takes no more records), so a record that starts
-    a window reads nothing from the store. :meth:`process_batch` (time windows) keeps the
-    batch's immutable aggregates (counts, sums) in memory from record to record and puts each
-    changed window into the store once per batch; records are still aggregated, found late
-    and closing windows one at a time, in order.
+    a window reads nothing from the store. Immutable aggregates (counts, sums) are kept in
+    memory from record to record and from batch to batch, and each changed window goes into
+    the store once per commit (:meth:`flush`; or once :data:`LOCAL_MAX` are kept);
+    :meth:`process_batch` (time windows) loops over a batch with the same rules. Records are
+    still aggregated, found late and closing windows one at a time, in order.
     """
 
     def __init__(self, name: str, store: str, windows: Windows, agg: Aggregation, late_to: str | None,
@@ -67,10 +74,16 @@ class WindowAggregateNode(Node):
         self.meta_key = ("observed/" + self.name).encode()
         self.observed: int | None = ctx.meta().get_raw(self.meta_key)
         self.retired_to = state.MIN_TIME
-        self.heap: list[tuple[int, int, bytes]] = []
-        #: window key -> aggregate, kept in memory within a batch (see :meth:`process_batch`)
+        #: the ends of the open windows (a heap), and the keys of the windows of each end
+        #: (a window untracked early, by a session merge, stays there until its end)
+        self.ends: list[int] = []
+        self.closing: dict[int, list[bytes]] = {}
+        #: the keys of the batches' records, kept for the final results (see :meth:`_close`)
+        self.key_kept = type(self.key_serde) in (StrSerde, JsonSerde, MsgpackSerde)
+        #: window key -> aggregate, kept in memory until the commit (see :meth:`process_batch`)
         self._local: dict[bytes, Any] = {}
-        self.open: set[bytes] = set()
+        #: open window key -> its record key (None: read back from the key bytes when it closes)
+        self.open: dict[bytes, Any] = {}
         self.by_key: dict[bytes, set[tuple[int, int]]] = {}
         if self.observed is not None:  # windows not closed yet, from the store (no replay)
             lo = state.window_bound(self.observed - self.grace + 1)
@@ -79,6 +92,11 @@ class WindowAggregateNode(Node):
                 self._track(wk, end, start, kb)
 
     def flush(self) -> None:
+        self._put_local()
+        if self.raw is not None:
+            observed = self.observed
+            size = self.windows.size_ms  # type: ignore[attr-defined]
+            self.slices.flush(None if observed is None else observed - size - self.grace)
         if self.observed is not None:
             self.ctx.meta().put_raw(self.meta_key, self.observed)
 
@@ -92,15 +110,20 @@ class WindowAggregateNode(Node):
             self.observed = to
             self._close(to)
 
-    def _track(self, wk: bytes, end: int, start: int, kb: bytes) -> None:
+    def _track(self, wk: bytes, end: int, start: int, kb: bytes, key: Any = None) -> None:
         if wk not in self.open:
-            self.open.add(wk)
-            heapq.heappush(self.heap, (end, start, kb))
+            self.open[wk] = key if self.key_kept and type(key) in _KEPT_KEYS else None
+            bucket = self.closing.get(end)
+            if bucket is None:
+                self.closing[end] = [wk]
+                heapq.heappush(self.ends, end)
+            else:
+                bucket.append(wk)
             if self.sessions or self.sliding:
                 self.by_key.setdefault(kb, set()).add((start, end))
 
     def _untrack(self, wk: bytes, end: int, start: int, kb: bytes) -> None:
-        self.open.discard(wk)
+        self.open.pop(wk, None)
         if self.sessions or self.sliding:
             spans = self.by_key.get(kb)
             if spans is not None:
@@ -109,6 +132,8 @@ class WindowAggregateNode(Node):
                     del self.by_key[kb]
 
     def process(self, rec: Record) -> None:
+        if len(self._local) > LOCAL_MAX:
+            self._put_local()
         if rec.key is None:
             self.ctx.count("skipped_null_key")
             return
@@ -133,14 +158,28 @@ class WindowAggregateNode(Node):
 
     def _add(self, rec: Record, kb: bytes, start: int, end: int) -> None:
         wk = state.window_key(end, start, kb)
-        current = self.store.get_raw(wk) if wk in self.open else None  # (not open: a new window)
+        current = self._get(wk) if wk in self.open else None  # (not open: a new window)
         if current is None:
             current = self.agg.initializer()
         self._put(rec, wk, kb, start, end, self.agg.aggregator(rec.key, rec.value, current))
 
+    def _get(self, wk: bytes) -> Any:
+        """The aggregate of window ``wk``: kept in memory, or from the store."""
+        value = self._local.get(wk, _MISSING)
+        return self.store.get_raw(wk) if value is _MISSING else value
+
+    def _set(self, wk: bytes, value: Any) -> None:
+        """Set the aggregate of window ``wk``: in memory until the commit when it is
+        immutable, else into the store at once (StoreKeyTooLong for a key too long)."""
+        if len(wk) > state.MAX_STORE_KEY or type(value) not in _IMMUTABLE:
+            self._local.pop(wk, None)
+            self.store.put_raw(wk, value)
+        else:
+            self._local[wk] = value
+
     def _put(self, rec: Record, wk: bytes, kb: bytes, start: int, end: int, value: Any) -> None:
-        self.store.put_raw(wk, value)
-        self._track(wk, end, start, kb)
+        self._set(wk, value)
+        self._track(wk, end, start, kb, rec.key)
         self._update(Record(Windowed(rec.key, start, end), value, rec.timestamp, rec.headers))
 
     def _update(self, rec: Record) -> None:
@@ -159,12 +198,12 @@ class WindowAggregateNode(Node):
         merger = self.agg.merger
         for s, e in merged:
             wk = state.window_key(e, s, kb)
-            old = self.store.get_raw(wk)
+            old = self._get(wk)
             if old is not None:
                 if merger is None:
                     raise errors.TopologyError("session windows need a merger: aggregate(..., merger=...)")
                 value = merger(rec.key, value, old)
-            self.store.put_raw(wk, None)
+            self._set(wk, None)
             self._untrack(wk, e, s, kb)
             if (s, e) != (start, end):
                 self._update(Record(Windowed(rec.key, s, e), None, t, rec.headers))
@@ -212,7 +251,8 @@ class WindowAggregateNode(Node):
             self._tumbling_batch(recs, origins, windows.size_ms, out, out_origins)
         else:
             self._windows_batch(recs, origins, out, out_origins)
-        self._put_local()
+        if len(self._local) > LOCAL_MAX:
+            self._put_local()
         if not out:
             return
         updates = bool(self.updates)
@@ -249,17 +289,20 @@ class WindowAggregateNode(Node):
 
     def _closing(self, observed: int) -> bool:
         """Whether :meth:`_close` at ``observed`` would close a window or delete expired ones."""
-        heap = self.heap
+        ends = self.ends
         retention = self.windows.retention_ms
-        return bool(heap and heap[0][0] + self.grace <= observed) or \
+        return bool(ends and ends[0] + self.grace <= observed) or \
             observed - retention - self.retired_to >= max(1, retention // 4)
 
     def _tumbling_batch(self, recs: list[Record], origins: list[int], size: int, out: list[Record],
                         out_origins: list[int]) -> None:
         """:meth:`process_batch` for tumbling windows (one window per record)."""
-        store, is_open, local, heap = self.store, self.open, self._local, self.heap
+        store, is_open, local, ends, closing = self.store, self.open, self._local, self.ends, self.closing
+        key_kept = self.key_kept
         initializer, aggregator = self.agg.initializer, self.agg.aggregator
-        grace, longest, key_bytes = self.grace, state.MAX_STORE_KEY, self._key_bytes()
+        grace, longest = self.grace, state.MAX_STORE_KEY
+        serialize = self.key_serde.serialize
+        known: dict[Any, bytes] = {}  # str key -> its bytes, for this batch
         updates = bool(self.updates)
         retention = self.windows.retention_ms
         every = max(1, retention // 4)  # (see _closing)
@@ -275,7 +318,12 @@ class WindowAggregateNode(Node):
             if observed is None or t > observed:
                 observed = t
                 self.observed = t
-            kb = key_bytes(key)
+            if type(key) is str:
+                kb = known.get(key)
+                if kb is None:
+                    kb = known[key] = serialize(key)
+            else:
+                kb = serialize(key)
             start = t - t % size
             end = start + size
             if end + grace <= observed:
@@ -299,13 +347,18 @@ class WindowAggregateNode(Node):
                         continue
                 else:
                     local[wk] = new
-                if wk not in is_open:
-                    is_open.add(wk)
-                    heapq.heappush(heap, (end, start, kb))
+                if wk not in is_open:  # (as _track)
+                    is_open[wk] = key if key_kept and type(key) in _KEPT_KEYS else None
+                    bucket = closing.get(end)
+                    if bucket is None:
+                        closing[end] = [wk]
+                        heapq.heappush(ends, end)
+                    else:
+                        bucket.append(wk)
                 if updates:
                     out.append(Record(Windowed(key, start, end), new, t, rec.headers))
                     out_origins.append(origin)
-            if (heap and heap[0][0] + grace <= observed) or observed - retention - self.retired_to >= every:
+            if (ends and ends[0] + grace <= observed) or observed - retention - self.retired_to >= every:
                 self._close(observed, out, out_origins, origin)
 
     def _windows_batch(self, recs: list[Record], origins: list[int], out: list[Record],
@@ -344,7 +397,7 @@ class WindowAggregateNode(Node):
                         store.put_raw(wk, new)  # StoreKeyTooLong for a key too long
                     else:
                         local[wk] = new
-                    self._track(wk, end, start, kb)
+                    self._track(wk, end, start, kb, key)
                     if updates:
                         out.append(Record(Windowed(key, start, end), new, t, rec.headers))
                         out_origins.append(origin)
@@ -378,21 +431,30 @@ class WindowAggregateNode(Node):
                origin: int = 0) -> None:
         """Close the windows whose ``end + grace <= observed``: their final results to the
         :class:`SuppressNode` children, or (in a batch) onto ``out`` with ``origin``."""
-        heap = self.heap
+        ends, closing, is_open = self.ends, self.closing, self.open
         grace = self.grace
         local = self._local
-        while heap and heap[0][0] + grace <= observed:
-            end, start, kb = heapq.heappop(heap)
-            wk = state.window_key(end, start, kb)
-            if wk not in self.open:
-                continue
-            self._untrack(wk, end, start, kb)
-            if self.finals:
+        finals = bool(self.finals)
+        by_key = self.sessions or self.sliding
+        while ends and ends[0] + grace <= observed:
+            end = heapq.heappop(ends)
+            for wk in sorted(closing.pop(end)):  # (by start, then key bytes)
+                key = is_open.get(wk, _MISSING)
+                if key is _MISSING:
+                    continue
+                _, start, kb = state.split_window_key(wk)
+                if by_key:
+                    self._untrack(wk, end, start, kb)
+                else:
+                    del is_open[wk]
+                if not finals:
+                    continue
                 value = local.get(wk, _MISSING)
                 if value is _MISSING:
                     value = self.store.get_raw(wk)
                 if value is not None:
-                    key = _hashable(self.key_serde.deserialize(kb))
+                    if key is None:
+                        key = _hashable(self.key_serde.deserialize(kb))
                     final = Record(Windowed(key, start, end), value, end, None)
                     if out is not None and out_origins is not None:
                         out.append(final)
@@ -402,10 +464,12 @@ class WindowAggregateNode(Node):
                             child.final(final)
         cutoff = observed - self.windows.retention_ms
         if cutoff - self.retired_to >= max(1, self.windows.retention_ms // 4):
-            self._put_local()  # (before the range deletion, which may cover some of them)
+            hi = state.window_bound(cutoff + 1)
+            for wk in [wk for wk in local if wk < hi]:  # (the range deletion covers them)
+                del local[wk]
             for store in (self.store, self.raw):
                 if store is not None:
-                    store.delete_range_raw(state.window_bound(state.MIN_TIME), state.window_bound(cutoff + 1))
+                    store.delete_range_raw(state.window_bound(state.MIN_TIME), hi)
             if self.raw is not None:
                 self.slices.retire(cutoff)
             self.retired_to = cutoff

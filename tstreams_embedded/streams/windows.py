@@ -239,3 +239,24 @@ def _midnight(day: int, zone: ZoneInfo) -> int:
     offset = zone.utcoffset(edge)
     assert offset is not None
     return (day - _EPOCH_DAY) * DAY_MS - offset // dt.timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True)
+class JoinWindows:
+    """``l.ts - before_ms <= r.ts <= l.ts + after_ms``; records up to ``grace_ms`` out of
+    order are still joined. ``JoinWindows.of(ms)`` is symmetric."""
+
+    before_ms: int
+    after_ms: int
+    grace_ms: int = 0
+
+    def __post_init__(self) -> None:
+        for what in ("before_ms", "after_ms", "grace_ms"):
+            v = getattr(self, what)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_DURATION_MS:
+                raise errors.InvalidArgument(f"JoinWindows {what} must be an integer in [0, {MAX_DURATION_MS}] "
+                                             f"(the span of the valid timestamps), got {v!r:.40}")
+
+    @classmethod
+    def of(cls, ms: int, grace_ms: int = 0) -> JoinWindows:
+        return cls(ms, ms, grace_ms)

@@ -37,7 +37,7 @@ from .polling import eventually, wait_until
 from .ports import free_port, port_open, wait_port
 from .processes import ManagedProcess, kill_process, stop_process, stop_processes
 from .redis_server import RedisServer
-from .serve import ServeProcess
+from .server_process import ServeProcess
 from .zookeeper import ZooKeeperServer, four_letter_word, zookeeper_classpath
 
 __all__ = [

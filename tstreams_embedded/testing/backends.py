@@ -9,10 +9,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .serve import ServeProcess
+from .server_process import ServeProcess
 
 if TYPE_CHECKING:
-    from tstreams_embedded.engine.engine import Engine
+    from tstreams_embedded.engine.api.engine import Engine
 
 #: The backends :func:`engine_on` knows, in the order the pytest plugin runs them.
 BACKENDS: tuple[str, ...] = ("embedded", "served")

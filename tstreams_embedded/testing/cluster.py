@@ -15,7 +15,7 @@ from typing import Any
 from .polling import eventually
 from .ports import free_port
 from .processes import stop_processes
-from .serve import ServeProcess
+from .server_process import ServeProcess
 
 
 class ClusterNodeProcess(ServeProcess):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import lmdb
 
 if TYPE_CHECKING:
-    from ..engine.core import Core
+    from ..engine.storage.core import Core
 
 from ..cluster.runtime import REAL, Runtime
 

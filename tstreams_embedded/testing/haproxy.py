@@ -13,7 +13,7 @@ from pathlib import Path
 from .polling import eventually
 from .ports import LOOPBACK, free_port, port_open
 from .processes import ManagedProcess
-from .serve import PACKAGE_ROOT
+from .server_process import PACKAGE_ROOT
 
 #: The configuration of a checkout: ``cluster/haproxy.cfg`` next to the package.
 DEFAULT_CONFIG = PACKAGE_ROOT / "cluster" / "haproxy.cfg"

@@ -25,8 +25,8 @@ from ..cluster.node import LOG_MAP_SIZE, Node
 from ..cluster.runtime import REAL, Runtime
 from ..cluster.serve import state_digest
 from ..cluster.timesource import TimeSource
-from ..engine import ops as O
-from ..engine.core import Core
+from ..engine.protocol import ops as O
+from ..engine.storage.core import Core
 from .coordinator import MemoryCoordinator, MemoryZooKeeper
 from .disk import FaultyDisk, StateDisk
 from .network import MemoryNetwork

@@ -8,11 +8,12 @@ import multiprocessing.process
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, Union
+
+import psutil
 
 from .polling import wait_until
 
@@ -174,9 +175,10 @@ class ManagedProcess:
     def wait_ready(self: P, timeout: float | None = None) -> P:
         """Wait until the process :meth:`spawn` started :meth:`is_ready` (see :meth:`start`)."""
         limit = self.start_timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
         retries = 3  # a first start whose picked ports were taken meanwhile: new ports
-        while True:
+
+        def ready() -> bool:
+            nonlocal retries
             assert self.proc is not None
             if self.proc.poll() is not None:
                 self.stop()
@@ -184,17 +186,17 @@ class ManagedProcess:
                 if not self.was_ready and retries and self.port_taken(tail[-2000:]) and self.choose_new_ports():
                     retries -= 1
                     self._spawn()
-                    continue
+                    return False
                 raise RuntimeError(f"{self.name} exited with status {self.proc.returncode} before it was ready; "
                                    f"log {self.log_path}:\n{tail}")
-            if self.is_ready():
-                self.was_ready = True
-                return self
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"{self.name} was not ready after {limit} s; log {self.log_path}:\n"
-                                   f"{self.log_tail()}")
-            time.sleep(0.02)
+            return self.is_ready()
+
+        if not wait_until(ready, limit, 0.02):
+            self.stop()
+            raise RuntimeError(f"{self.name} was not ready after {limit} s; log {self.log_path}:\n"
+                               f"{self.log_tail()}")
+        self.was_ready = True
+        return self
 
     def stop(self, timeout: float | None = None) -> int | None:
         """SIGTERM by PID, SIGKILL after ``timeout`` seconds (:attr:`stop_timeout`); return
@@ -224,11 +226,10 @@ class ManagedProcess:
 
         def stopped() -> bool:
             try:
-                with open(f"/proc/{pid}/stat", "rb") as f:
-                    state = f.read().rsplit(b")", 1)[1].split()[0]
-            except (OSError, IndexError):  # no procfs, or gone: nothing to wait for
+                status = psutil.Process(pid).status()
+            except psutil.NoSuchProcess:  # gone: nothing to wait for
                 return True
-            return state in (b"T", b"t")
+            return status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 
         wait_until(stopped, timeout, 0.002)
 

@@ -39,11 +39,11 @@ import pytest
 
 from .backends import BACKENDS, engine_on
 from .clock import FakeClock
-from .serve import ServeProcess
+from .server_process import ServeProcess
 from .zookeeper import ZooKeeperServer, zookeeper_classpath
 
 if TYPE_CHECKING:
-    from tstreams_embedded.engine.engine import Engine
+    from tstreams_embedded.engine.api.engine import Engine
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -2,6 +2,6 @@
 them, write items by hand, and inspect, move and delete named consumers.
 
 Every command works on a data directory (``--data``, embedded) or on a server or cluster
-(``--connect``), through the :class:`~tstreams_embedded.engine.backend.Backend` protocol
+(``--connect``), through the :class:`~tstreams_embedded.engine.protocol.backend.Backend` protocol
 only. The click commands are in :mod:`.commands`; the modules under it hold the logic.
 """

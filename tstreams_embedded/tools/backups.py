@@ -1,5 +1,5 @@
 """``tstreams backup``, ``tstreams restore`` and ``tstreams archive``: online backups, continuous
-archiving of the commit log, and point-in-time restore (:mod:`tstreams_embedded.engine.backup`)."""
+archiving of the commit log, and point-in-time restore (:mod:`tstreams_embedded.engine.operator.backup`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import click
 
 from .. import errors
-from ..engine import backup as B
+from ..engine.operator import backup as B
 from .output import Output, ms_time
 from .target import Target, target_options
 

@@ -15,8 +15,8 @@ from typing import Any, BinaryIO, TypeVar
 
 import click
 
-from ..engine.consumer import Transaction
-from ..engine.validate import check_partition
+from ..engine.api.consumer import Transaction
+from ..engine.protocol.validate import check_partition
 from ..ids import ID_MULTIPLIER
 from . import report
 from .formats import (

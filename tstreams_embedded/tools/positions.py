@@ -13,7 +13,7 @@ a plain integer. :meth:`Position.offset` turns a position into the offset a cons
   at or after T. A transaction ID records when the transaction was *opened*, so the offset
   is ``txn_id_at(T) - 1``, stepped back to before the oldest transaction that was still open
   at T (opened before T, checkpointed at or after T or still open:
-  :meth:`~tstreams_embedded.engine.backend.Backend.first_open_at`). Transactions opened
+  :meth:`~tstreams_embedded.engine.protocol.backend.Backend.first_open_at`). Transactions opened
   before T and checkpointed after T are therefore read again, and so may be a few
   transactions checkpointed before T that follow them.
 
@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import errors
-from ..engine.backend import Backend, PartitionInfo
-from ..engine.consumer import Start
+from ..engine.api.consumer import Start
+from ..engine.protocol.backend import Backend, PartitionInfo
 from ..ids import ID_MULTIPLIER, MAX_ID, txn_id_at
 
 _RELATIVE = re.compile(r"^-([0-9]+(?:\.[0-9]+)?)([smhd])$")

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 import msgpack
 
 from .. import errors
-from ..engine.engine import Engine
+from ..engine.api.engine import Engine
 from .formats import to_json
 
 #: bytes read from the input at a time for ``--format msgpack``

@@ -9,8 +9,8 @@ import click
 import msgpack
 
 from .. import errors
-from ..engine.backend import QueueStatus
-from ..engine.group import CheckpointGroup
+from ..engine.api.group import CheckpointGroup
+from ..engine.protocol.backend import QueueStatus
 from .output import Output, duration, ms_time
 from .target import Target, target_options
 

@@ -1,6 +1,6 @@
 """What ``tstreams streams describe`` and ``tstreams consumers …`` compute, as rows.
 
-Everything is read through the :class:`~tstreams_embedded.engine.backend.Backend`
+Everything is read through the :class:`~tstreams_embedded.engine.protocol.backend.Backend`
 protocol: :meth:`~.Backend.describe_partitions` for heads, counts, open transactions and
 sizes; :meth:`~.Backend.list_consumers` and :meth:`~.Backend.get_offsets` for consumers;
 :meth:`~.Backend.scan_index` (IDs and item counts, no item data) for lags. Resets and
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import errors
-from ..engine import ops as O
-from ..engine.backend import MAX_DESCRIBED_PARTITIONS, Backend, PartitionInfo, StreamInfo
-from ..engine.validate import check_name, check_partition
+from ..engine.protocol import ops as O
+from ..engine.protocol.backend import MAX_DESCRIBED_PARTITIONS, Backend, PartitionInfo, StreamInfo
+from ..engine.protocol.validate import check_name, check_partition
 from ..ids import txn_millis
 from .output import id_time
 from .positions import Position, skips_ahead, stable_offset

@@ -1,10 +1,13 @@
 """``tstreams schedules list|cancel``: the pending schedules of scheduled delivery
-(``engine.schedule``, :mod:`tstreams_embedded.engine.schedules`)."""
+(``engine.schedule``, :mod:`tstreams_embedded.engine.protocol.schedules`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
+from ..engine.protocol.schedules import ScheduleInfo
 from .output import Output, duration, ms_time
 from .target import Target, target_options
 
@@ -12,6 +15,13 @@ from .target import Target, target_options
 @click.group()
 def schedules() -> None:
     """List and cancel scheduled deliveries (engine.schedule)."""
+
+
+def schedule_row(s: ScheduleInfo, now_ms: int) -> dict[str, Any]:
+    """The row of ``tstreams schedules list --json`` (also the web console's)."""
+    return {"id": s.id, "stream": s.stream, "partition": s.partition, "items": s.items, "due_ms": s.due_ms,
+            "due": ms_time(s.due_ms), "in": duration(s.due_ms - now_ms) if s.due_ms >= now_ms
+            else "-" + (duration(now_ms - s.due_ms) or ""), "created": ms_time(s.created_ms)}
 
 
 @schedules.command("list")
@@ -25,9 +35,7 @@ def schedules_list(target: Target, stream: str | None, limit: int | None, as_jso
     with target.open() as engine:
         found = engine.schedules(stream, limit)
         now = engine.backend.now_ms()
-    rows = [{"id": s.id, "stream": s.stream, "partition": s.partition, "items": s.items, "due_ms": s.due_ms,
-             "due": ms_time(s.due_ms), "in": duration(s.due_ms - now) if s.due_ms >= now
-             else "-" + (duration(now - s.due_ms) or ""), "created": ms_time(s.created_ms)} for s in found]
+    rows = [schedule_row(s, now) for s in found]
     Output(as_json).table(rows, [("id", "id"), ("stream", "stream"), ("partition", "partition"), ("items", "items"),
                                  ("due", "due"), ("in", "in")])
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..engine.engine import Engine
+from ..engine.api.engine import Engine
 from .params import MAX_TIMEOUT, seconds
 
 F = TypeVar("F", bound=Callable[..., Any])

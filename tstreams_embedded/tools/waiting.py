@@ -7,7 +7,7 @@ polls on a timer for new data; it calls the backend's ``wait_for_commit``:
   commits (the server is woken by its own commit, see ``net/commits.py``);
 * **embedded** (``--data``): the engine is woken by its own commits and, through inotify,
   by commits that other processes make to the same directory
-  (:mod:`tstreams_embedded.engine.commit_waker`).
+  (:mod:`tstreams_embedded.engine.storage.commit_waker`).
 
 Each wait compares commit sequences, so a commit that lands between a read and the wait is
 never missed. A wait also ends after ``idle`` seconds without a commit (a safety net; the
@@ -16,7 +16,7 @@ follower then just reads again).
 
 from __future__ import annotations
 
-from ..engine.backend import Backend
+from ..engine.protocol.backend import Backend
 
 
 class CommitWaiter:

@@ -108,15 +108,50 @@ async function streams() {
 }
 
 async function stream(name) {
-  const s = await api("streams/" + enc(name));
+  const [s, q] = await Promise.all([api("streams/" + enc(name)), api("queues?stream=" + enc(name))]);
   return [el("h2", {}, "Stream " + s.name), el("p", {}, s.partitions + " partitions, TTL " + s.ttl + " s. " + s.description),
           table("partitions", [
             ["partition", "partition", r => link("#/streams/" + enc(s.name) + "/partitions/" + r.partition, String(r.partition))],
-            ["head", "head"], ["head_time", "head time"], ["transactions", "transactions"], ["items", "items"],
-            ["bytes", "bytes"], ["open_count", "open"],
+            ["head", "head"], ["head_time", "head time"],
+            ["transactions", "transactions", r => atLeast(r.counts_capped) + r.transactions],
+            ["items", "items", r => atLeast(r.counts_capped) + r.items],
+            ["bytes", "bytes", r => atLeast(r.bytes_capped) + r.bytes],
+            ["open_count", "open", r => atLeast(r.counts_capped) + r.open_count],
             ["open", "oldest open (age)", r => r.open.length ? r.open[0].id + " (" + duration(r.open[0].age_ms) + ")" : ""]],
             s.rows, r => ({"data-partition": r.partition})),
-          queueForm(s.name)];
+          s.rows.some(r => r.counts_capped || r.bytes_capped)
+            ? el("p", {id: "read-cap"}, "≥: the console reads the newest " + s.read_cap + " records of a partition; tstreams streams describe counts all")
+            : "",
+          el("h3", {}, "Work queue groups"), queueTable(q), queueForm(s.name)];
+}
+
+// The work queue groups of an /api/queues answer, each linked to its page.
+function queueTable(q) {
+  if (!q.groups.length) return el("p", {id: "no-queues"}, "no work queue group");
+  return el("div", {}, table("queues", [
+    ["stream", "stream"],
+    ["group", "group", r => link("#/queues/" + enc(r.stream) + "/" + enc(r.group), r.group)],
+    ["pending", "pending"], ["in_flight", "in flight"], ["waiting", "waiting redelivery"],
+    ["dead_lettered", "dead-lettered"], ["dead_letter", "dead letters to"],
+    ["oldest_unsettled_age_ms", "oldest unsettled", r => duration(r.oldest_unsettled_age_ms)],
+    ["next_redelivery", "next redelivery"]],
+    q.groups, r => ({"data-queue": r.stream + "/" + r.group})), q.truncated ? el("p", {}, "(more not listed)") : "");
+}
+
+async function queues() {
+  return [el("h2", {}, "Work queues"), queueTable(await api("queues"))];
+}
+
+async function schedulesPage(stream) {
+  const s = await api("schedules" + (stream ? "?stream=" + enc(stream) : ""));
+  const out = [el("h2", {}, "Pending schedules" + (stream ? " of " + stream : ""))];
+  if (!s.schedules.length) out.push(el("p", {id: "no-schedules"}, "no pending schedule"));
+  else out.push(table("schedules", [["id", "id"], ["stream", "stream", r => link("#/streams/" + enc(r.stream), r.stream)],
+                                    ["partition", "partition"], ["items", "items"], ["due", "due"], ["in", "due in"],
+                                    ["created", "created"]],
+                      s.schedules, r => ({"data-schedule": r.id})));
+  if (s.truncated) out.push(el("p", {}, "(only the first " + s.schedules.length + " due are listed)"));
+  return out;
 }
 
 function queueForm(stream) {
@@ -225,6 +260,18 @@ async function consumer(stream, name) {
             c.rows, r => ({"data-partition": r.partition}))];
 }
 
+// "reason: n, …" of a dropped-records count ("none" when empty)
+function reasons(counts) {
+  const e = Object.entries(counts || {});
+  return e.length ? e.map(([r, n]) => r + ": " + n).join(", ") : "none";
+}
+
+// A member's interactive-query server: its members list and its metrics (docs/STREAMS.md)
+function queryLinks(m) {
+  if (!m.query_url || !m.live) return "";
+  return el("span", {}, link(m.query_url + "/v1/members", m.query_url), " ", link(m.query_url + "/metrics", "metrics"));
+}
+
 async function apps() {
   const a = await api("apps");
   const out = [el("h2", {}, "Stream-processing applications")];
@@ -232,8 +279,11 @@ async function apps() {
   for (const app of a.applications) {
     const box = el("section", {"data-app": app.application_id}, el("h3", {}, app.application_id));
     box.append(table("", [["member_id", "member"], ["live", "state", m => m.live ? "live" : "expired"],
-                          ["tasks", "tasks", m => m.tasks.join(", ")], ["host", "host", m => m.host ? m.host + ":" + m.port : ""]],
+                          ["tasks", "tasks", m => m.tasks.join(", ")],
+                          ["query_url", "interactive queries", queryLinks],
+                          ["dropped", "dropped records", m => m.dropped ? reasons(m.dropped) : (m.metrics_error || "")]],
                       app.members, m => ({"data-member": m.member_id})));
+    box.append(el("p", {class: "dropped"}, "dropped records (live members): " + reasons(app.dropped)));
     if (app.unassigned.length) box.append(el("p", {}, "unassigned tasks: " + app.unassigned.join(", ")));
     box.append(table("", [["stream", "input stream"], ["partition", "partition"], ["offset", "offset"],
                           ["lag_txns", "lag txns"], ["lag_seconds", "lag (s)"]],
@@ -253,7 +303,9 @@ function route() {
   if (parts[0] === "consumers" && parts.length === 3) return {nav: "consumers", page: () => consumer(parts[1], parts[2]), refresh: true};
   if (parts[0] === "consumers") return {nav: "consumers", page: consumers, refresh: true};
   if (parts[0] === "apps") return {nav: "apps", page: apps, refresh: true};
-  if (parts[0] === "queues" && parts.length === 3) return {nav: "streams", page: () => queuePage(parts[1], parts[2]), refresh: true};
+  if (parts[0] === "queues" && parts.length === 3) return {nav: "queues", page: () => queuePage(parts[1], parts[2]), refresh: true};
+  if (parts[0] === "queues") return {nav: "queues", page: queues, refresh: true};
+  if (parts[0] === "schedules") return {nav: "schedules", page: () => schedulesPage(parts[1]), refresh: true};
   return {nav: "overview", page: overview, refresh: true};
 }
 

@@ -1,0 +1,131 @@
+"""The engine's layers, held against its imports: a lower layer that imports a higher one fails here.
+
+:data:`LAYERS` is the one definition of the order (docs/ARCHITECTURE.md draws it). Each
+sub-package of ``tstreams_embedded/engine/`` is a layer and names the layers it may import;
+a layer may only name layers listed before it. The modules directly in ``engine/``
+(``embedded.py``, which joins storage and the API for ``ts.open``, and the public paths kept
+for documented imports) are the top. Imports are read with :mod:`ast`, so an import inside a
+function or under ``TYPE_CHECKING`` counts the same as one at the top of the file.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import tstreams_embedded
+
+PACKAGE = "tstreams_embedded"
+ENGINE = f"{PACKAGE}.engine"
+ENGINE_DIR = Path(tstreams_embedded.__file__).parent / "engine"
+
+#: Bottom to top: each layer and the layers it may import (besides itself).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("protocol", ()),  # records, the Backend contract, validation: what both sides share
+    ("api", ("protocol",)),  # Engine and its agents: written against Backend only
+    ("storage", ("protocol",)),  # Core on LMDB
+    ("operator", ("protocol", "storage")),  # check, backup, overviews
+    ("", ("protocol", "api", "storage", "operator")),  # engine/*.py: ts.open and kept public paths
+)
+#: Modules of the package outside engine/ that the engine may use: they import no engine code.
+FOUNDATION = frozenset({"errors", "ids", "serde", "policies"})
+#: Layers that a remote client loads: they must not need LMDB.
+WITHOUT_LMDB = frozenset({"protocol", "api"})
+
+
+def engine_modules() -> dict[str, Path]:
+    """Every module of the engine by dotted name."""
+    out = {}
+    for path in sorted(ENGINE_DIR.rglob("*.py")):
+        parts = list(path.relative_to(ENGINE_DIR).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join([ENGINE, *parts])] = path
+    return out
+
+
+def layer_of(module: str) -> str:
+    """The layer of an engine module: its sub-package, or "" for a module directly in engine/."""
+    rest = module[len(ENGINE) + 1:].split(".") if module != ENGINE else []
+    return rest[0] if len(rest) > 1 or (rest and (ENGINE_DIR / rest[0]).is_dir()) else ""
+
+
+def imported_modules(module: str, path: Path) -> set[str]:
+    """The dotted names a module imports (``from P import name`` counts ``P.name`` too, since
+    ``name`` may be a sub-module)."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            out.add(target)
+            out.update(f"{target}.{alias.name}" for alias in node.names)
+    return out
+
+
+def layer_violations(modules: dict[str, Path]) -> list[str]:
+    """One line per import of an engine module by a module whose layer may not import it."""
+    allowed = {layer: {layer, *below} for layer, below in LAYERS}
+    problems = []
+    for module, path in modules.items():
+        layer = layer_of(module)
+        for target in sorted(imported_modules(module, path)):
+            if not target.startswith(ENGINE + ".") or target not in modules:
+                continue
+            if layer_of(target) not in allowed[layer]:
+                problems.append(f"{module} ({layer or 'top'}) imports {target} ({layer_of(target) or 'top'}), "
+                                "which is not below it")
+    return problems
+
+
+def test_the_layer_order_names_only_layers_below():
+    seen: set[str] = set()
+    for layer, below in LAYERS:
+        assert set(below) <= seen, f"{layer!r} may import {sorted(set(below) - seen)}, not listed before it"
+        seen.add(layer)
+
+
+def test_every_engine_module_is_in_a_layer():
+    layers = {layer for layer, _ in LAYERS}
+    strays = [m for m in engine_modules() if layer_of(m) not in layers]
+    assert not strays, f"engine modules outside the layers of tests/test_layers.py: {strays}"
+
+
+def test_no_layer_imports_a_higher_one():
+    problems = layer_violations(engine_modules())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_check_catches_an_upward_import(tmp_path: Path):
+    """The check itself: storage importing the API is reported."""
+    module = tmp_path / "core.py"
+    module.write_text("from ..api.engine import Engine\n")
+    modules = engine_modules()
+    modules[f"{ENGINE}.storage.core"] = module
+    assert f"{ENGINE}.storage.core (storage) imports {ENGINE}.api.engine (api), which is not below it" \
+        in layer_violations(modules)
+
+
+def test_the_engine_imports_only_foundation_modules_of_the_package():
+    problems = []
+    for module, path in engine_modules().items():
+        for target in imported_modules(module, path):
+            parts = target.split(".")
+            if parts[0] == PACKAGE and len(parts) > 1 and parts[1] != "engine" and parts[1] not in FOUNDATION:
+                problems.append(f"{module} imports {target}")
+    assert not problems, "\n".join(sorted(problems))
+
+
+@pytest.mark.parametrize("layer", sorted(WITHOUT_LMDB))
+def test_client_side_layers_do_not_need_lmdb(layer: str):
+    users = [m for m, path in engine_modules().items()
+             if layer_of(m) == layer and any(t.split(".")[0] == "lmdb" for t in imported_modules(m, path))]
+    assert not users, f"{layer} must not import lmdb (a remote client loads it): {users}"
