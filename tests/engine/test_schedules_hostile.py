@@ -10,8 +10,8 @@ import threading
 from pathlib import Path
 
 import tstreams_embedded as ts
-from tstreams_embedded.engine import ops as O
-from tstreams_embedded.engine import schedules as S
+from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.engine.protocol import schedules as S
 from tstreams_embedded.testing import FakeClock, eventually
 
 from .test_schedules import delivered

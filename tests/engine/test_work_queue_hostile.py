@@ -11,8 +11,8 @@ import pytest
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import queuestate as Q
-from tstreams_embedded.engine.store import Store, entries
+from tstreams_embedded.engine.protocol import queuestate as Q
+from tstreams_embedded.engine.storage.store import Store, entries
 from tstreams_embedded.testing import FakeClock
 
 

@@ -13,7 +13,7 @@ from hypothesis.stateful import rule
 
 import tstreams_embedded as ts
 from tstreams_embedded import errors
-from tstreams_embedded.engine import queuestate as Q
+from tstreams_embedded.engine.protocol import queuestate as Q
 
 from .test_work_queue_model import ACK_TIMEOUT_MS, CONSUMERS, MAX_DELIVERIES, Key, WorkQueueMachine
 
