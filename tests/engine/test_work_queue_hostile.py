@@ -169,3 +169,29 @@ def test_staged_settles_are_written_in_the_order_they_were_staged(engine: ts.Eng
     q.commit()
     status = q.status()
     assert (status.in_flight, status.counters["acked"]) == (0, 2)
+
+
+def test_a_checkpoint_group_naming_an_item_twice_or_a_stale_delivery_writes_nothing(engine: ts.Engine) -> None:
+    engine.create_stream("in")
+    engine.create_stream("out")
+    engine.producer("in").instant([b"a", b"b"])
+    q1 = engine.work_queue("in", "g", consumer="w")
+    q2 = engine.work_queue("in", "g", consumer="w")  # the same consumer, another queue object
+    out = engine.producer("out")
+    group = ts.CheckpointGroup(out, q1, q2)
+    first, second = q1.receive(max_items=2, timeout=0)
+    out.new_transaction().send(b"x")
+    first.ack(commit=False)
+    q2.stage(first.settle_op(Q.Settle.ACK))  # the same item through the other member
+    with pytest.raises(errors.DeliveryExpired, match="item 0 "):
+        group.checkpoint()
+    second.nak(delay=0)
+    [again] = q1.receive(timeout=0)
+    out.new_transaction().send(b"y")
+    q1.stage(second.settle_op(Q.Settle.ACK))  # the stale delivery of the item ...
+    again.ack(commit=False)  # ... and its current one
+    with pytest.raises(errors.DeliveryExpired, match="item 1 "):
+        group.checkpoint()
+    assert engine.consumer("out", "check").get_transaction() is None
+    status = q1.status()
+    assert (status.in_flight, status.counters["acked"]) == (2, 0)
