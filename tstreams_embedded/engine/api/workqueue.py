@@ -41,6 +41,8 @@ from .context import AgentContext, GroupPart
 
 #: the most a receive returns in bytes (it always returns at least one item)
 DEFAULT_MAX_BYTES = 16 << 20
+#: the most deliveries one settle record names (a receive's most items: the engine's limit)
+MAX_SETTLE_TARGETS = 10_000
 #: the longest a receive waits between looks when nothing wakes it (a redelivery comes due
 #: by time, not by a commit)
 _IDLE_LOOK = 0.5
@@ -144,7 +146,7 @@ class WorkQueue:
             raise errors.InvalidArgument(f"max_in_flight must be an integer, got {max_in_flight!r}")
         info = engine.backend.get_stream(self.stream)
         self.stream_id: int = info.id
-        self._staged: list[list[int]] = []  # the targets of the staged acks
+        self._staged: list[QueueSettle] = []  # staged settle records (their deliveries: lists of ours)
         declare = QueueDeclare(self.stream, self.group, _seconds_to_ms(ack_timeout, "ack_timeout", 0.001),
                                max_deliveries, dead_letter, [_seconds_to_ms(d, "backoff delay") for d in backoff],
                                max_in_flight, self.stream_id)
@@ -190,19 +192,34 @@ class WorkQueue:
         self.engine.backend.submit(ops, durable=True)
 
     def stage(self, op: QueueSettle) -> None:
-        """Keep the acks of a settle record (:meth:`Delivery.settle_op`) for :meth:`commit`
-        or the queue's CheckpointGroup."""
-        self._staged.extend(op.deliveries)
+        """Keep a settle record of this queue (:meth:`Delivery.settle_op`) for :meth:`commit`
+        or the queue's CheckpointGroup, after those staged before it (its acks join staged
+        acks right before them). A record of another stream, group or consumer is refused."""
+        if (op.stream, op.group, op.consumer) != (self.stream, self.group, self.consumer):
+            raise errors.InvalidArgument(
+                f"a settle record of {op.stream!r}/{op.group!r} by {op.consumer!r} cannot be staged in {self!r}: "
+                "stage the records of this queue's own deliveries (its group and consumer)")
+        if op.action == int(Settle.ACK):
+            for target in op.deliveries:
+                self.stage_ack(list(target))
+        else:
+            self._staged.append(op._replace(deliveries=list(op.deliveries)))
 
     def stage_ack(self, target: list[int]) -> None:
         """Keep the ack of one delivery (its :attr:`Delivery.target`) for :meth:`commit` or
-        the queue's CheckpointGroup."""
-        self._staged.append(target)
+        the queue's CheckpointGroup. Consecutive acks make one settle record (of at most
+        :data:`MAX_SETTLE_TARGETS`: the engine's limit)."""
+        last = self._staged[-1] if self._staged else None
+        if last is not None and last.action == int(Settle.ACK) and len(last.deliveries) < MAX_SETTLE_TARGETS:
+            last.deliveries.append(target)
+        else:
+            self._staged.append(QueueSettle(self.stream, self.group, self.consumer, int(Settle.ACK), [target],
+                                            None, None, self.stream_id))
 
     @property
     def staged(self) -> int:
-        """How many acknowledgements wait for :meth:`commit` or a group checkpoint."""
-        return len(self._staged)
+        """How many settles (acknowledgements) wait for :meth:`commit` or a group checkpoint."""
+        return sum(len(op.deliveries) for op in self._staged)
 
     def commit(self) -> None:
         """Write the staged acknowledgements in one write (all or nothing: DeliveryExpired if
@@ -216,12 +233,10 @@ class WorkQueue:
         return self._take_staged(), lambda results: None
 
     def _take_staged(self) -> list[Operation]:
-        """The staged acks as one settle record (they are all acks of this consumer)."""
+        """The staged settle records, in the order they were staged: written together, in
+        one write, by :meth:`commit` or the group."""
         staged, self._staged = self._staged, []
-        if not staged:
-            return []
-        return [QueueSettle(self.stream, self.group, self.consumer, int(Settle.ACK), staged, None, None,
-                            self.stream_id)]
+        return list(staged)
 
     # -- reads ---------------------------------------------------------------------------
     def status(self, full: bool = False) -> QueueStatus:

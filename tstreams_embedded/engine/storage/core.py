@@ -678,7 +678,7 @@ class Core:
     def fire_due_schedules(self, durable: bool = True) -> int:
         """Turn every schedule due on the engine's clock into its transaction (the firer
         thread does this by itself); how many fired. ``durable=False`` (the firer) does not
-        wait for an fsync: see :mod:`..protocol.schedules` and :meth:`sync_firings`."""
+        wait for an fsync: see :mod:`.schedule_firer` and :meth:`sync_firings`."""
         fired = 0
         while True:
             batch = self.due_schedule_firings()

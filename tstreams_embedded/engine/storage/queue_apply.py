@@ -416,14 +416,20 @@ def _dead_letter(a: Applier, scope: BatchScope, info: StreamInfo, group: str, co
                  partition: int, txn_id: int, index: int, deliveries: int, error: str | None, reason: str,
                  item: bytes) -> None:
     """Settle an item for good: into the group's dead-letter stream (one checkpointed
-    transaction with one record, :func:`dead_letter_record`), or only counted."""
+    transaction with one record, :func:`dead_letter_record`), or only counted (no
+    dead-letter stream, or it was deleted: a deleted one must not wedge the queue)."""
     if reason == "terminated":
         config.count("terminated")
     if config.dead_letter is None:
         if reason != "terminated":
             config.count("exhausted")
         return
-    target = a.stream_info(scope, config.dead_letter)
+    try:
+        target = a.stream_info(scope, config.dead_letter)
+    except errors.StreamNotFound:  # the dead-letter stream was deleted: as if the group had none
+        if reason != "terminated":
+            config.count("exhausted")
+        return
     record = dead_letter_record(info.name, group, partition, txn_id, index, deliveries, error, reason, item)
     chunk = O.pack_items([record])
     target_partition = partition % target.partitions

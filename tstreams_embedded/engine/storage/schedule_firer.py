@@ -18,7 +18,8 @@ deliveries late by one or two fsyncs. A firing is atomic whether or not it is on
 (the schedule is deleted in the write that creates its transaction), so a firing lost to a
 power failure leaves the schedule pending and it fires again after the restart: exactly
 once still holds (a process kill loses nothing committed). The firer makes its firings
-durable itself (an fsync) as soon as no schedule is due within :data:`SYNC_SLACK_MS`, and
+durable itself (an fsync) as soon as no schedule is due within :data:`SYNC_SLACK_MS`, and at
+the latest :data:`MAX_UNSYNCED_MS` after the first firing it has not synced yet, and
 any durable write after a firing (a consumer's checkpoint of the fired transaction, say)
 covers it, as an fsync covers every commit before it.
 """
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 MAX_SLEEP = 0.5
 #: the firer syncs its firings to disk once no schedule is due within this many ms
 SYNC_SLACK_MS = 50
+#: ... and at the latest this many ms after the first unsynced firing (schedules due one
+#: after the other without a gap of SYNC_SLACK_MS must not keep firings off the disk for ever)
+MAX_UNSYNCED_MS = 1_000
 
 
 class Firer:
@@ -63,17 +67,19 @@ class Firer:
         self._wake.set()
 
     def _run(self) -> None:
-        unsynced = False  # fired since the last sync
+        unsynced_since: int | None = None  # the clock at the first firing since the last sync
         while not self._stop:
             try:
                 due = self._next_due()
                 now = self._clock()
-                if due is not None and due <= now:
-                    unsynced = self._fire_due() > 0 or unsynced
+                if unsynced_since is not None and (due is None or due - now > SYNC_SLACK_MS
+                                                   or now - unsynced_since >= MAX_UNSYNCED_MS):
+                    self._sync()  # nothing due soon, or fired unsynced for long enough: make it durable
+                    unsynced_since = None
                     continue
-                if unsynced and (due is None or due - now > SYNC_SLACK_MS):
-                    self._sync()  # nothing due soon: make the firings durable now
-                    unsynced = False
+                if due is not None and due <= now:
+                    if self._fire_due() > 0 and unsynced_since is None:
+                        unsynced_since = now
                     continue
                 sleep = MAX_SLEEP if due is None else min(MAX_SLEEP, max(0.001, (due - now) / 1000))
                 self._wake.wait(sleep)
