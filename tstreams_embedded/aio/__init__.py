@@ -10,13 +10,15 @@
 ...         async with producer.transaction() as txn:
 ...             await txn.send(b"world")
 
-Embedded (and over ``zk://``), the blocking calls of the sync API run in a bounded thread
-pool (``max_threads``, default 32), never on the event loop; concurrent writes from many
-coroutines share group commits. Over ``tcp://`` every call (producers, transactions,
-consumers and ``async for``, checkpoints, groups, subscriptions, work queues, schedules,
-reads) is awaited on the event loop through a ``zmq.asyncio`` connection, with no thread at
-all: the sync API's code runs in a greenlet on the loop and suspends at each network wait
-(:mod:`.remote`, :mod:`.greenbridge`, :mod:`.connection`). Consumers wait for commits
+Embedded, the blocking calls of the sync API run in a bounded thread pool
+(``max_threads``, default 32), never on the event loop; concurrent writes from many
+coroutines share group commits. Over the network (``tcp://`` and ``zk://``) every call
+(producers, transactions, consumers and ``async for``, checkpoints, groups, subscriptions,
+work queues, schedules, reads) is awaited on the event loop through a ``zmq.asyncio``
+connection, with no thread per call: the sync API's code runs in a greenlet on the loop
+and suspends at each network wait (:mod:`.remote`, :mod:`.greenbridge`,
+:mod:`.connection`); over ``zk://`` kazoo's thread follows the leader and hands its
+changes to the loop, and the failover retries pause the greenlet (:mod:`.cluster`). Consumers wait for commits
 through one watcher per handle, never by polling. A cancelled write either was applied
 (``CancelledError``) or raises its error (not applied): see :mod:`.offload`.
 """
@@ -29,13 +31,14 @@ from typing import Any
 
 from .. import errors
 from ..engine.api.consumer import Transaction
+from .cluster import connect_cluster_on_loop
 from .consumer import AsyncConsumer
 from .engine import AsyncEngine
 from .greenbridge import LoopCalls
 from .group import AsyncCheckpointGroup
 from .offload import DEFAULT_MAX_THREADS, Offload, check_max_threads
 from .producer import AsyncProducer, AsyncTransaction
-from .remote import connect_on_loop, served_on_loop
+from .remote import connect_on_loop
 from .subscription import AsyncSubscription
 from .workqueue import AsyncDelivery, AsyncWorkQueue
 
@@ -57,24 +60,17 @@ async def open(path: str | os.PathLike[str], durability: str = "sync", *,  # noq
 async def connect(endpoint: str | Sequence[str], *, max_threads: int = DEFAULT_MAX_THREADS,
                   **options: Any) -> AsyncEngine:
     """Connect to ``tstreams serve`` (``tcp://…``) or a cluster (``zk://…``); ``options`` as
-    ``ts.connect``. ``tcp://`` calls run on the loop with no thread (``max_threads`` is
-    unused); ``zk://`` calls in a pool of ``max_threads``."""
-    from .. import connect as sync_connect
-
+    ``ts.connect``. Calls run on the loop with no thread per call (``max_threads`` is
+    unused; over ``zk://`` kazoo's threads follow ZooKeeper)."""
     if not isinstance(endpoint, (str, list, tuple)):
         raise errors.InvalidArgument(f"endpoint must be a URL string, got {type(endpoint).__name__}")
     check_max_threads(max_threads)
-    if served_on_loop(endpoint):
-        calls = LoopCalls()
+    calls = LoopCalls()
+    if isinstance(endpoint, str) and endpoint.startswith("zk://"):
+        sync, keepalive_interval = await connect_cluster_on_loop(endpoint, calls, **options)
+    else:
         sync, keepalive_interval = await calls.write(connect_on_loop, endpoint, **options)
-        return AsyncEngine(sync, calls, keepalive_interval)
-    offload = Offload(max_threads)
-    try:
-        sync = await offload.write(sync_connect, endpoint, **options)
-    except BaseException:
-        offload.close()
-        raise
-    return AsyncEngine(sync, offload)
+    return AsyncEngine(sync, calls, keepalive_interval)
 
 
 __all__ = [

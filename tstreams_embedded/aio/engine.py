@@ -2,8 +2,9 @@
 
 It wraps a sync :class:`~tstreams_embedded.Engine` (embedded, remote or cluster: the same
 API) and runs its calls where they do not stall the event loop (a :class:`~.offload.Runner`):
-embedded and over ``zk://`` in a bounded thread pool (:class:`~.offload.Offload`), over
-``tcp://`` on the loop itself, awaiting a ``zmq.asyncio`` connection (:mod:`.remote`).
+embedded in a bounded thread pool (:class:`~.offload.Offload`), over ``tcp://`` and
+``zk://`` on the loop itself, awaiting a ``zmq.asyncio`` connection (:mod:`.remote`,
+:mod:`.cluster`).
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ class AsyncEngine:
 
     def __init__(self, sync: Engine, runner: Runner, keepalive_interval: float | None = None) -> None:
         """``keepalive_interval``: refresh open transactions by a task of the loop (a ``tcp://``
-        handle, whose sync engine has no keep-alive thread)."""
+        or ``zk://`` handle, whose sync engine has no keep-alive thread)."""
         self.sync = sync
-        #: where the sync API's calls run: the thread pool, or the loop (``tcp://``)
+        #: where the sync API's calls run: the thread pool, or the loop (``tcp://``, ``zk://``)
         self.runner = runner
-        #: the runner when the calls run on the loop with no thread (``tcp://``, see :mod:`.remote`), else None
+        #: the runner when the calls run on the loop with no thread per call (``tcp://``,
+        #: ``zk://``: see :mod:`.remote`, :mod:`.cluster`), else None
         self.native = runner if isinstance(runner, LoopCalls) else None
         self.signal = CommitSignal(sync.backend, runner, on_loop=self.native is not None)
         self._keepalive = LoopKeepAlive(sync, self.native, keepalive_interval) if self.native is not None else None

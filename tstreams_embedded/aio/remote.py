@@ -13,9 +13,8 @@ logic is reused as it is: size checks against the server's limits (``server_stat
 deduplication of a cluster node reached by ``tcp://`` (e.g. through HAProxy).
 
 Keep-alives of open transactions run as a task of the loop instead of the sync engine's
-thread (:class:`LoopKeepAlive`). ``zk://`` cluster URLs are not served this way: their
-client follows the leader through ZooKeeper (kazoo's threads), so their calls use the
-thread pool (:mod:`.offload`).
+thread (:class:`LoopKeepAlive`). ``zk://`` cluster URLs are served the same way by
+:mod:`.cluster` (the cluster client on the loop, kazoo's thread handing it leader changes).
 """
 
 from __future__ import annotations
@@ -33,12 +32,6 @@ from .connection import AsyncConnection
 from .greenbridge import LoopCalls
 
 log = logging.getLogger(__name__)
-
-
-def served_on_loop(endpoint: str | Sequence[str]) -> bool:
-    """Whether :func:`tstreams_embedded.aio.connect` serves ``endpoint`` on the loop (every
-    address but a ``zk://`` cluster URL)."""
-    return not (isinstance(endpoint, str) and endpoint.startswith("zk://"))
 
 
 def connect_on_loop(endpoint: str | Sequence[str], *, timeout: float = 30.0, heartbeat: float = 2.0,

@@ -6,7 +6,8 @@ remote: a long poll that the server answers when a commit lands), on one thread 
 and wakes every coroutine waiting in :meth:`CommitSignal.wait_past`. However many consumers
 wait, they cost one thread and no polling. Over a ``tcp://`` connection not even that: the
 server's ``watch`` subscription reports every commit, received by the loop itself (the
-connection is a ``zmq.asyncio`` socket, :mod:`.connection`).
+connection is a ``zmq.asyncio`` socket, :mod:`.connection`); over ``zk://`` the long poll
+runs on the loop too (a greenlet, which the cluster client moves to a new leader).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ class CommitSignal:
     """The newest commit sequence this handle knows of, and a way to wait for the next."""
 
     def __init__(self, backend: Backend, runner: Runner, on_loop: bool = False) -> None:
-        """``on_loop``: ``backend`` is a ``RemoteBackend`` whose calls ``runner`` runs on the loop
-        (follow the server's commit notifications); otherwise a long poll on a thread of its own."""
+        """``on_loop``: ``runner`` runs ``backend``'s calls on the loop: a ``RemoteBackend``'s
+        commit notifications are followed, another's (a cluster's) long poll runs there;
+        otherwise a long poll on a thread of its own."""
         self._backend = backend
         self._runner = runner
         self._on_loop = on_loop
@@ -90,7 +92,7 @@ class CommitSignal:
 
     async def _watch(self) -> None:
         try:
-            if self._on_loop:
+            if self._on_loop and isinstance(self._backend, RemoteBackend):
                 await self._subscribe()
             else:
                 await self._long_poll()
@@ -100,6 +102,10 @@ class CommitSignal:
             self._pulse()
 
     async def _long_poll(self) -> None:
+        if self._on_loop:
+            while not self._closed:
+                self._on_commit(await self._runner.read(self._backend.wait_for_commit, self.sequence, WATCH_SLICE))
+            return
         loop = asyncio.get_running_loop()
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tstreams-aio-watch")

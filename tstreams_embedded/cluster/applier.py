@@ -38,7 +38,7 @@ from ..engine.protocol import ops as O
 from . import snapshot as snap
 from .log import Entry
 from .membership import read_members, write_members
-from .messages import ClientCall, MaintenanceCall, MembershipCall, decode_call, pack, unpack
+from .messages import DEDUP_WINDOW, ClientCall, MaintenanceCall, MembershipCall, decode_call, pack, unpack
 from .retention import trim_point
 
 if TYPE_CHECKING:
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEDUP_WINDOW = 64
 Outcome = tuple[bool, Any]
 
 

@@ -8,7 +8,10 @@ or a lost connection, it waits for a (new) leader and calls again, until ``timeo
 Writes are safe to retry: each ``submit`` carries this client's ID and a sequence number,
 and the cluster applies a repeated ``(client, seq)`` once, answering the retry with the
 first outcome (see :mod:`.node`). Pipelined DATA is off (every submit waits for its
-reply), so that every write can be retried.
+reply), so that every write can be retried. The cluster remembers a client's last
+:data:`~.messages.DEDUP_WINDOW` requests, so a submit takes a sequence number only within
+that many of the oldest one still unanswered (it waits otherwise): a write retried after a
+failover is then always recognised, however many coroutines or threads write at once.
 
 With ``read_from="follower"`` the reads (streams, transactions, offsets, markers, commit
 waits) go to a follower instead, chosen among the nodes ZooKeeper lists as followers, on
@@ -19,7 +22,6 @@ answers. What a follower read may miss is stated in :mod:`.follower_reads`.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 import threading
@@ -46,7 +48,10 @@ from ..engine.protocol.backend import (
 )
 from ..net import framing
 from ..net.client import RemoteBackend, encode_submit
+from ..net.connection import Connection, Transport
 from ..retry import RetryPolicy
+from .leader_waits import LeaderWaits, ThreadWaits
+from .messages import DEDUP_WINDOW
 from .zk import BoundedZk, ZkAddress, check_seconds, decode_json, start_client, zk_error
 
 T = TypeVar("T")
@@ -90,12 +95,20 @@ class ClusterBackend:
     ``timeout`` bounds each call, retries included (seconds); ``request_timeout`` bounds one
     attempt on one leader. ``read_from``: ``"leader"`` (default) or ``"follower"`` (reads
     from a follower's committed state, see the module docstring).
+
+    ``transport`` makes the connection to a node (as for
+    :class:`~tstreams_embedded.net.client.RemoteBackend`) and ``waits`` says where leader
+    changes are applied and how calls wait (:mod:`.leader_waits`): the defaults serve
+    threads; :mod:`tstreams_embedded.aio` passes its ``zmq.asyncio`` connection and the
+    event loop's waits, so that every request and every wait of a call suspends a greenlet
+    on the loop (kazoo's thread only follows ZooKeeper).
     """
 
     local_clock = False
 
     def __init__(self, url: str, timeout: float = 30.0, request_timeout: float = 5.0,
-                 heartbeat: float = 1.0, zk_timeout: float = 10.0, read_from: str = "leader",
+                 heartbeat: float = 1.0, zk_timeout: float = 10.0, read_from: str = "leader", *,
+                 transport: Callable[..., Transport] = Connection, waits: LeaderWaits | None = None,
                  **remote_options: Any) -> None:
         self.addr = ZkAddress.parse(url)
         if read_from not in READ_FROM:
@@ -111,13 +124,16 @@ class ClusterBackend:
         check_remote_options(remote_options)
         self.remote_options = remote_options
         self.remote_options["pipeline_data"] = False
+        self.remote_options["transport"] = transport
+        self._waits: LeaderWaits = ThreadWaits() if waits is None else waits
+        self._zk_timeout = zk_timeout
         self.client_id = uuid.uuid4().hex
-        self._seq = itertools.count(1)
+        self._next_seq = 1
+        self._unanswered: set[int] = set()  # sequence numbers of submits in progress
         self._lock = threading.Lock()
         self._remote: RemoteBackend | None = None
         self._remote_endpoint: str | None = None
         self._leader: dict[str, Any] = {}
-        self._changed = threading.Condition()
         self._closed = False
         #: when this client's ZooKeeper connection was last lost, and last (re-)established
         self._zk_lost_at: float | None = None
@@ -151,12 +167,18 @@ class ClusterBackend:
             self._zk_lost_at = time.monotonic()  # (the start of this outage, not a later LOST)
 
     def _on_leader(self, data: bytes | None, stat: Any) -> None:
-        with self._changed:
-            self._leader = decode_json(data)
-            self._changed.notify_all()
-        endpoint = self._leader.get("endpoint")
-        if endpoint:
-            self._drop_old_leader(str(endpoint))
+        """kazoo's watch of ``P/leader`` (its thread): the change is handed to :attr:`_waits`."""
+        leader = decode_json(data)
+
+        def change() -> None:
+            self._leader = leader
+
+        def after() -> None:
+            endpoint = leader.get("endpoint")
+            if endpoint:
+                self._drop_old_leader(str(endpoint))
+
+        self._waits.deliver(change, after)
 
     def _drop_old_leader(self, endpoint: str) -> None:
         """A new leader is published: close the connection to the old one, so that calls
@@ -177,25 +199,30 @@ class ClusterBackend:
         return dict(self._leader)
 
     def _backend(self, deadline: float) -> RemoteBackend:
-        with self._changed:
-            while not self._leader.get("endpoint"):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._closed:
-                    raise errors.ClusterUnavailable(
-                        f"no leader in {self.addr} within {self.timeout:g} s"
-                        f"{self._zookeeper_trouble(deadline - self.timeout)}")
-                self._changed.wait(min(remaining, 0.2))
-            endpoint = str(self._leader["endpoint"])
-        with self._lock:
+        def known() -> bool:
+            return bool(self._leader.get("endpoint"))
+
+        while not known():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                raise errors.ClusterUnavailable(
+                    f"no leader in {self.addr} within {self.timeout:g} s"
+                    f"{self._zookeeper_trouble(deadline - self.timeout)}")
+            self._waits.wait_change(known, min(remaining, 0.2))
+        endpoint = str(self._leader["endpoint"])
+        old = None
+        with self._lock:  # (held across no wait: greenlets on one thread share it)
             if self._closed:
                 raise errors.EngineClosed(f"cluster backend {self.addr} is closed")
             if self._remote is None or self._remote_endpoint != endpoint:
-                if self._remote is not None:
-                    self._remote.close()
+                old = self._remote
                 self._remote = RemoteBackend(endpoint, timeout=self.request_timeout, heartbeat=self.heartbeat,
                                              failover_retries=False, **self.remote_options)
                 self._remote_endpoint = endpoint
-            return self._remote
+            remote = self._remote
+        if old is not None:
+            old.close()
+        return remote
 
     def _retry(self, fn: Callable[[RemoteBackend], T]) -> T:
         """``fn`` on the leader, again after each retryable error (:data:`LEADER_RETRY`)
@@ -217,7 +244,7 @@ class ClusterBackend:
 
         try:
             return replace(LEADER_RETRY, deadline=self.timeout).call(
-                attempt, clock=time.monotonic, sleep=time.sleep, stop=lambda: self._closed)
+                attempt, clock=time.monotonic, sleep=self._waits.sleep, stop=lambda: self._closed)
         except _NoLeader as no_leader:
             raise no_leader.error from None
         except RETRYABLE as last:
@@ -248,15 +275,18 @@ class ClusterBackend:
         did not connect (a dead leader whose ZooKeeper node has not expired yet): requests
         are then not sent into a void to wait for their whole timeout."""
         end = min(deadline, time.monotonic() + 0.5)
-        with self._changed:
-            endpoint = self._leader.get("endpoint")
-            while not remote.connection.connected:
-                if self._leader.get("endpoint") != endpoint or self._closed:
-                    return False
-                remaining = end - time.monotonic()
-                if remaining <= 0:
-                    return time.monotonic() >= deadline  # at the deadline: try anyway, fail clearly
-                self._changed.wait(min(remaining, 0.02))
+        endpoint = self._leader.get("endpoint")
+
+        def changed() -> bool:
+            return self._leader.get("endpoint") != endpoint or self._closed
+
+        while not remote.connection.connected:
+            if changed():
+                return False
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return time.monotonic() >= deadline  # at the deadline: try anyway, fail clearly
+            self._waits.wait_change(changed, min(remaining, 0.02))
         return True
 
     # ------------------------------------------------------------------ follower reads
@@ -299,14 +329,16 @@ class ClusterBackend:
 
         now = time.monotonic()
         candidates = []
+        wait = self._waits.zk_result
         try:
-            for child in self._zk.get_children(self.addr.nodes):
+            for child in wait(self._zk.get_children_async(self.addr.nodes), self._zk_timeout):
                 if self._avoid.get(child, 0.0) > now:
                     continue
-                info = decode_json(self._zk.get(self.addr.node(child))[0])
+                info = decode_json(wait(self._zk.get_async(self.addr.node(child)), self._zk_timeout)[0])
                 if info.get("role") == "follower" and not info.get("diverged") and info.get("endpoint"):
                     candidates.append((child, str(info["endpoint"])))
-        except (KazooException, self._zk.handler.timeout_exception):  # ZooKeeper trouble: read from the leader
+        except (KazooException, self._zk.handler.timeout_exception, errors.ClusterUnavailable):
+            # ZooKeeper trouble: read from the leader
             return None
         if not candidates:
             return None
@@ -320,10 +352,12 @@ class ClusterBackend:
             self._avoid[node] = time.monotonic() + AVOID_SECONDS
             return None
         with self._lock:
-            if self._closed:
-                remote.close()
-                raise errors.EngineClosed(f"cluster backend {self.addr} is closed")
-            self._reader, self._reader_node = remote, node
+            closed = self._closed
+            if not closed:
+                self._reader, self._reader_node = remote, node
+        if closed:
+            remote.close()
+            raise errors.EngineClosed(f"cluster backend {self.addr} is closed")
         return remote
 
     def _drop_follower(self) -> None:
@@ -351,16 +385,51 @@ class ClusterBackend:
         body = encode_submit(ops, bool(durable))  # checks the batch
         if not ops:
             return []
-        seq = next(self._seq)
-        wire = msgpack.unpackb(body[0], raw=False, strict_map_key=False)  # blob references stay ExtType
-        frames = [framing.pack([wire[0], bool(durable), self.client_id, seq]), *body[1:]]
+        seq = self._take_seq()
+        try:
+            wire = msgpack.unpackb(body[0], raw=False, strict_map_key=False)  # blob references stay ExtType
+            frames = [framing.pack([wire[0], bool(durable), self.client_id, seq]), *body[1:]]
 
-        def call(r: RemoteBackend) -> list[Any]:
-            r.check_request_size(frames)  # RequestTooLarge unsent, not a connection ZeroMQ drops
-            results: list[Any] = r.connection.call_frames("submit", frames, self.request_timeout, retry_safe=False)
-            return results
+            def call(r: RemoteBackend) -> list[Any]:
+                r.check_request_size(frames)  # RequestTooLarge unsent, not a connection ZeroMQ drops
+                results: list[Any] = r.connection.call_frames("submit", frames, self.request_timeout,
+                                                              retry_safe=False)
+                return results
 
-        return self._retry(call)
+            return self._retry(call)
+        finally:
+            with self._lock:
+                self._unanswered.discard(seq)
+            self._waits.wake()
+
+    def _window_open(self) -> bool:
+        """Whether the next sequence number is within the window (call with :attr:`_lock` held)."""
+        return not self._unanswered or self._next_seq - min(self._unanswered) < DEDUP_WINDOW
+
+    def _window_open_now(self) -> bool:
+        with self._lock:
+            return self._window_open()
+
+    def _take_seq(self) -> int:
+        """The next sequence number, once it is within :data:`~.messages.DEDUP_WINDOW` of the
+        oldest unanswered submit (whose retry the cluster must still recognise); waits for
+        that at most :attr:`timeout`, then :class:`~tstreams_embedded.errors.ClusterUnavailable`."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            with self._lock:
+                if self._window_open():
+                    seq = self._next_seq
+                    self._next_seq += 1
+                    self._unanswered.add(seq)
+                    return seq
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                if self._closed:
+                    raise errors.EngineClosed(f"cluster backend {self.addr} is closed")
+                raise errors.ClusterUnavailable(
+                    f"the cluster {self.addr} did not answer within {self.timeout:g} s: the oldest of this "
+                    f"client's {DEDUP_WINDOW} latest writes is still unanswered")
+            self._waits.wait_change(self._window_open_now, min(remaining, 0.2))
 
     def get_stream(self, name: str) -> StreamInfo:
         return self._read(lambda r: r.get_stream(name))
@@ -452,13 +521,11 @@ class ClusterBackend:
         if self._closed:
             return
         self._closed = True
-        with self._changed:
-            self._changed.notify_all()
+        self._waits.wake()
         with self._lock:
-            if self._remote is not None:
-                self._remote.close()
-            if self._reader is not None:
-                self._reader.close()
+            remotes = [r for r in (self._remote, self._reader) if r is not None]
+        for remote in remotes:
+            remote.close()
         try:
             self._zk.stop()
             self._zk.close()

@@ -316,6 +316,9 @@ def reply_rid(raw: Mapping[str, Any]) -> int | None:
 
 
 # ---------------------------------------------------------------------------------- calls
+#: How many of a client's latest requests the replicated de-duplication window remembers
+#: (the applier); a client keeps the sequence numbers of its unanswered requests within it.
+DEDUP_WINDOW = 64
 #: The fifth field of a call that marks engine maintenance.
 MAINTENANCE = "maintenance"
 #: The fifth field of a call that marks a membership change (the sixth holds the size).

@@ -45,7 +45,7 @@ from ..engine.storage.core import Core
 from ..net.auth import PeerKeys
 from ..retry import RetryPolicy
 from . import snapshot as snap
-from .applier import DEDUP_WINDOW, Applier, Outcome
+from .applier import Applier, Outcome
 from .clock import StateClock
 from .coordinator import CONNECT_TIMEOUT, Coordinator, ElectionLock, KazooCoordinator, NodeIdInUse, SessionState
 from .counters import NodeCounters
@@ -54,6 +54,7 @@ from .follower import FETCH_TIMEOUT, Follower
 from .leader import LeaderState, commit_candidate
 from .log import ReplicatedLog
 from .membership import settings_changed
+from .messages import DEDUP_WINDOW
 from .replication import ReplicationService
 from .retention import Retention
 from .roles import Role
