@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 
 from tstreams_embedded import aio, errors
+from tstreams_embedded.testing import eventually
 
 from .conftest import Cluster
 
@@ -163,5 +164,35 @@ def test_aio_writes_over_zk_across_a_leader_sigkill(cluster: Cluster) -> None:
             for item, exc in failed.items():
                 assert any(why in str(exc) for why in ("did not answer", "no leader", "may or may not")), (item, exc)
             assert len(acked) >= 32 * 8
+
+    asyncio.run(main())
+
+
+def test_aio_follower_reads_and_the_sync_handle_from_another_thread(cluster: Cluster) -> None:
+    """``read_from="follower"`` over an aio zk:// handle: the follower is found in ZooKeeper
+    and read on the loop; the sync handle underneath also works from another thread (its
+    connections are made on the loop, its waits poll on its own thread)."""
+    leader = cluster.leader()
+
+    async def main() -> None:
+        async with await aio.connect(cluster.url, timeout=30) as writer:
+            await writer.create_stream("s")
+            producer = await writer.producer("s", partition=0)
+            await producer.instant([b"one"])
+        async with await aio.connect(cluster.url, timeout=30, read_from="follower") as engine:
+            assert engine.native is not None
+            backend = engine.sync.backend
+
+            def read_on_a_thread() -> list[bytes]:
+                return [item for t in backend.transactions_range("s", 0, 0, 2**63 - 1) for item in t.items]
+
+            got = await asyncio.to_thread(eventually, read_on_a_thread, 20, 0.1,
+                                          message="a follower serves the committed item")
+            assert got == [b"one"]
+            assert backend.reading_from not in (None, leader.node_id)
+            consumer = await engine.consumer("s", "c")
+            txn = await consumer.next(timeout=20)
+            assert txn is not None and txn.items == [b"one"]
+            assert backend.reading_from not in (None, leader.node_id)
 
     asyncio.run(main())

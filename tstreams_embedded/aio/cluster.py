@@ -21,8 +21,10 @@ start blocks; closing the handle stops kazoo on the loop's thread (once per hand
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,10 +34,17 @@ from ..engine.api.engine import DEFAULT_TXN_TTL, Engine, check_handle_options
 from .connection import AsyncConnection
 from .greenbridge import LoopCalls, await_only
 
+#: how often a call of the sync handle on another thread looks again for a leader (seconds)
+OFF_LOOP_POLL = 0.02
+#: how long a call on another thread waits for the loop to make a connection (seconds)
+OFF_LOOP_TIMEOUT = 30.0
+
 
 class LoopWaits:
     """:class:`~tstreams_embedded.cluster.leader_waits.LeaderWaits` for calls that run in
-    greenlets on ``loop`` (module docstring)."""
+    greenlets on ``loop`` (module docstring). A call of the sync handle made on another
+    thread (``engine.sync``) waits there by polling instead (its requests are handed to
+    the loop by the connection)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -62,17 +71,29 @@ class LoopWaits:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._pulse)
 
+    def _elsewhere(self) -> bool:
+        """Whether the caller runs on another thread than the loop's."""
+        return _running_loop() is not self._loop
+
     def wait_change(self, changed: Callable[[], bool], seconds: float) -> None:
         if changed():
+            return
+        if self._elsewhere():
+            time.sleep(min(seconds, OFF_LOOP_POLL))
             return
         with contextlib.suppress(asyncio.TimeoutError):
             await_only(asyncio.wait_for(self._changed.wait(), seconds))
 
     def sleep(self, seconds: float) -> None:
-        await_only(asyncio.sleep(seconds))
+        if self._elsewhere():
+            time.sleep(seconds)
+        else:
+            await_only(asyncio.sleep(seconds))
 
     def zk_result(self, result: Any, timeout: float) -> Any:
         """kazoo's callback (its thread) hands the outcome to the loop; the greenlet waits."""
+        if self._elsewhere():
+            return result.get(timeout=timeout)
         done: asyncio.Future[Any] = self._loop.create_future()
 
         def settle(outcome: Any) -> None:
@@ -92,6 +113,24 @@ class LoopWaits:
             return await_only(asyncio.wait_for(done, timeout))
         except asyncio.TimeoutError:
             raise errors.ClusterUnavailable(f"ZooKeeper did not answer within {timeout:g} s") from None
+
+
+def connection_on(loop: asyncio.AbstractEventLoop) -> Callable[..., AsyncConnection]:
+    """The cluster client's transport factory: an :class:`~.connection.AsyncConnection` on
+    ``loop``, made there even when a call of the sync handle on another thread needs it."""
+    def make(*args: Any, **kwargs: Any) -> AsyncConnection:
+        if _running_loop() is loop:
+            return AsyncConnection(*args, **kwargs)
+
+        async def made_on_loop() -> AsyncConnection:
+            return AsyncConnection(*args, **kwargs)
+
+        try:
+            return asyncio.run_coroutine_threadsafe(made_on_loop(), loop).result(OFF_LOOP_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            raise errors.EngineClosed("the event loop of this aio connection is not running") from None
+
+    return make
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -125,7 +164,8 @@ async def connect_cluster_on_loop(url: str, calls: LoopCalls, *, timeout: float 
 
     def open_session() -> None:  # kazoo's start blocks: on a thread of its own, once per handle
         try:
-            backend = ClusterBackend(url, timeout=timeout, transport=AsyncConnection, waits=waits, **options)
+            backend = ClusterBackend(url, timeout=timeout, transport=connection_on(loop), waits=waits,
+                                     **options)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
             loop.call_soon_threadsafe(settle, None, exc)
         else:
