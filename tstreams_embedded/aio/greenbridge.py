@@ -1,9 +1,10 @@
 """Running the sync API's code on the event loop, suspended at each network wait.
 
-Over a ``tcp://`` connection the async API does not re-implement producers, transactions,
-consumers, groups, work queues and schedules: it runs the very code of the sync API (and of
-:class:`~tstreams_embedded.net.client.RemoteBackend`: paging, size checks, ``ServerBusy``
-and failover retries) in a *greenlet* on the event loop's thread. Where that code would
+Over a ``tcp://`` or ``zk://`` connection the async API does not re-implement producers,
+transactions, consumers, groups, work queues and schedules: it runs the very code of the
+sync API (and of :class:`~tstreams_embedded.net.client.RemoteBackend`: paging, size checks,
+``ServerBusy`` and failover retries; and of the cluster client, :mod:`.cluster`) in a
+*greenlet* on the event loop's thread. Where that code would
 block for a reply, its transport (:class:`~.connection.AsyncConnection`, a ``zmq.asyncio``
 socket) calls :func:`await_only`, which suspends the greenlet and hands the awaitable to
 the coroutine that drives it (:meth:`LoopCalls.read`/:meth:`LoopCalls.write`); the loop
@@ -131,7 +132,7 @@ async def _drive(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, 
 
 
 class LoopCalls:
-    """Runs the sync API's calls of a ``tcp://`` handle on the event loop (module docstring);
+    """Runs the sync API's calls of a ``tcp://`` or ``zk://`` handle on the event loop (module docstring);
     the same interface as :class:`~.offload.Offload`, with no thread."""
 
     #: no pool: every call runs on the event loop's thread

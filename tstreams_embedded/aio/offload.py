@@ -1,12 +1,12 @@
 """Running the blocking engine calls off the event loop, in a bounded thread pool.
 
-Embedded (and over ``zk://``), every call of the sync API that may block (an LMDB write and
-its fsync, a read; a ZooKeeper-guided round trip) runs in an :class:`Offload`'s pool of at
+Embedded, every call of the sync API that may block (an LMDB write and
+its fsync, a read) runs in an :class:`Offload`'s pool of at
 most ``max_threads`` threads, so the event loop never waits for storage. The embedded
 engine's group commit (``engine/storage/committer.py``) merges the writes that these threads make
 concurrently into one LMDB transaction and one fsync: many small awaits share a disk sync.
-(Over ``tcp://`` the calls run on the loop instead, with no thread: :mod:`.greenbridge`,
-under the same cancellation rule.)
+(Over ``tcp://`` and ``zk://`` the calls run on the loop instead, with no thread per call:
+:mod:`.greenbridge`, under the same cancellation rule.)
 
 Cancellation of a write (:meth:`Offload.write`) never leaves it half done and always says
 what happened: a write already handed to its thread cannot be stopped, so the coroutine
@@ -45,7 +45,7 @@ def check_max_threads(max_threads: Any) -> int:
 
 class Runner(Protocol):
     """Where the sync API's calls of an async handle run: :class:`Offload` (a thread pool,
-    embedded and ``zk://``) or :class:`~.greenbridge.LoopCalls` (the event loop, ``tcp://``)."""
+    embedded) or :class:`~.greenbridge.LoopCalls` (the event loop, ``tcp://`` and ``zk://``)."""
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 

@@ -26,7 +26,7 @@ from .offload import Runner
 class AsyncTransaction:
     """An open transaction of an :class:`AsyncProducer`. Its writes (flushes, checkpoint,
     cancel) take turns with each other and with those of its producer and of a checkpoint
-    group (:attr:`busy`): over ``tcp://`` they run on one thread, where the sync
+    group (:attr:`busy`): over the network they run on one thread, where the sync
     transaction's re-entrant lock cannot keep two of them apart."""
 
     def __init__(self, producer: AsyncProducer, partition: int | None, policy: Policy) -> None:
