@@ -8,6 +8,7 @@ the same state (digest of streams, visible transactions with their items, offset
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from typing import Any
 
@@ -116,6 +117,39 @@ def test_failover_after_sigkill_loses_no_acknowledged_write(cluster: Cluster) ->
     items = items_on(new_leader)
     assert sorted(items) == sorted(acked), "every acknowledged write, exactly once"
     assert state["transactions"] == len(acked)
+    engine.close()
+
+
+def test_more_concurrent_writers_than_the_dedup_window_across_a_sigkill(cluster: Cluster) -> None:
+    """80 threads write through one client (more than the cluster's window of a client's
+    last 64 requests) while the leader is SIGKILLed: every write succeeds, exactly once
+    (a write retried after the failover was answered RetryWindowExceeded when the others had
+    taken 64 newer sequence numbers meanwhile)."""
+    leader = cluster.leader()
+    engine = cluster.connect(timeout=60)
+    engine.create_stream("s")
+    producer = engine.producer("s")
+    killed = threading.Event()
+
+    def writer(w: int) -> list[str]:
+        written, i, after_kill = [], 0, 0
+        while after_kill < 4:
+            item = f"w{w}-{i}"
+            producer.instant([item.encode()])
+            written.append(item)
+            i += 1
+            after_kill += killed.is_set()
+        return written
+
+    with concurrent.futures.ThreadPoolExecutor(80) as pool:
+        writers = [pool.submit(writer, w) for w in range(80)]
+        eventually(lambda: sum(1 for _ in items_on(leader)) >= 80, 30, 0.05, message="writes before the kill")
+        leader.kill()
+        killed.set()
+        acked = [item for f in writers for item in f.result(timeout=90)]
+    new_leader = cluster.leader()
+    eventually(lambda: sorted(items_on(new_leader)) == sorted(acked), 20, 0.1,
+               message="every acknowledged write, exactly once")
     engine.close()
 
 
