@@ -84,11 +84,12 @@ def streams_describe(target: Target, name: str, as_json: bool) -> None:
         ("partition", "partition"), ("head", "head"), ("head_time", "head time"), ("transactions", "txns"),
         ("items", "items"), ("expired", "expired"), ("open_count", "open"), ("size", "size"),
     ])
-    opened = [dict(t, partition=r["partition"], age=duration(t["age_ms"]), expires_in=duration(t["deadline_ms"]))
+    opened = [dict(t, partition=r["partition"], age=duration(t["age_ms"]), expires_in=duration(t["deadline_ms"]),
+                   producer=t["producer"] or "-")
               for r in rows for t in r["open"]]
     if opened:
         out.table(opened, [("partition", "partition"), ("id", "open transaction"), ("age", "age"),
-                           ("expires_in", "expires in"), ("items", "items so far")])
+                           ("expires_in", "expires in"), ("items", "items so far"), ("producer", "producer")])
     out.text(f"total: {sum(r['transactions'] for r in rows)} transactions, {sum(r['items'] for r in rows)} items, "
              f"{sum(r['open_count'] for r in rows)} open, {size(sum(r['bytes'] for r in rows))}")
 
