@@ -64,8 +64,8 @@ def streams_describe(target: Target, name: str, as_json: bool) -> None:
     """Describe stream NAME: per partition its head (last checkpointed transaction) and its
     time, the transactions and items it holds, the expired transactions still stored
     (checkpointed ones past the stream's TTL, and open ones past their deadline: a writer
-    that died), open transactions (ID, age, time left before they expire), and the bytes it
-    uses."""
+    that died), open transactions (ID, age, time left before they expire, and the producer
+    that opened each, when known), and the bytes it uses."""
     out = Output(as_json)
     with target.open() as engine:
         info = report.stream_info(engine.backend, name)
