@@ -162,26 +162,6 @@ class WorkQueueMachine(RuleBasedStateMachine):
         else:
             self._dead_letter(key)
 
-    @rule(data=st.data())
-    def stage_ack(self, data: st.DataObject) -> None:
-        unsettled = [d for d in self.held if not d.settled]
-        if not unsettled:
-            return
-        d = data.draw(st.sampled_from(unsettled))
-        d.ack(commit=False)
-        self.held.remove(d)
-        self.staged[d.queue.consumer].append(d)
-
-    @rule(consumer=st.sampled_from(CONSUMERS))
-    def commit(self, consumer: str) -> None:
-        expect_written = self._write_staged(consumer)
-        try:
-            self.queues[consumer].commit()
-        except errors.DeliveryExpired:
-            assert not expect_written, "current staged acks were refused"
-            return
-        assert expect_written, "a stale staged ack was accepted"
-
     @rule(ms=st.integers(1, 2_500))
     def time_passes(self, ms: int) -> None:
         self.clock.advance(ms)
@@ -205,3 +185,34 @@ class WorkQueueMachine(RuleBasedStateMachine):
 WorkQueueMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
                                               suppress_health_check=[HealthCheck.too_slow])
 TestWorkQueueModel = WorkQueueMachine.TestCase
+
+
+class RidingAcksMachine(WorkQueueMachine):
+    """The model above, plus acks staged (``delivery.ack(commit=False)``) and written either
+    with a consumer's next ``receive(commit_staged=True)`` (one write with the receive) or by
+    ``commit()``: all of them or none, and a refused receive hands nothing out."""
+
+    @rule(data=st.data())
+    def stage_ack(self, data: st.DataObject) -> None:
+        unsettled = [d for d in self.held if not d.settled]
+        if not unsettled:
+            return
+        d = data.draw(st.sampled_from(unsettled))
+        d.ack(commit=False)
+        self.held.remove(d)
+        self.staged[d.queue.consumer].append(d)
+
+    @rule(consumer=st.sampled_from(CONSUMERS))
+    def commit(self, consumer: str) -> None:
+        expect_written = self._write_staged(consumer)
+        try:
+            self.queues[consumer].commit()
+        except errors.DeliveryExpired:
+            assert not expect_written, "current staged acks were refused"
+            return
+        assert expect_written, "a stale staged ack was accepted"
+
+
+RidingAcksMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
+                                               suppress_health_check=[HealthCheck.too_slow])
+TestRidingAcksModel = RidingAcksMachine.TestCase
