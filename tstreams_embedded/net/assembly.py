@@ -2,8 +2,8 @@
 
 An :class:`Assembly` checks each piece against the ones before it (its index follows, it
 announces the same total, the bytes stay within it, the last one completes it) and keeps
-the payloads until the request is whole; the server counts its bytes against the budgets
-from the first piece on. The first thing wrong makes it *failed*: its buffers are dropped
+the payloads until the request is whole; the server counts its bytes received against
+the budgets, piece by piece. The first thing wrong makes it *failed*: its buffers are dropped
 at once, later pieces of the same request are dropped uncopied, and the error is answered
 once the request ends (its last piece, the next request's first piece, or the timeout).
 """

@@ -1,0 +1,51 @@
+"""Hostile piece senders (wire protocol 3) against a real ``tstreams serve``: what they can
+make the server hold, and whether well-behaved clients are still served meanwhile."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import zmq
+
+from tstreams_embedded.net import framing
+from tstreams_embedded.testing import ServeProcess, eventually
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    root = tmp_path_factory.mktemp("hostile")
+    p = ServeProcess(root / "data", root / "w", durability="async",
+                     extra_args=["--max-server-bytes", str(32 * MiB), "--piece-timeout", "60"]).start()
+    with p.connect(timeout=20) as e:
+        e.create_stream("p", partitions=1)
+    yield p
+    p.stop()
+
+
+def test_first_pieces_announcing_large_requests_do_not_lock_out_other_clients(srv: ServeProcess) -> None:
+    """Four DEALERs each send only the first (one-byte) piece of a request announcing 16 MiB
+    and a zero-length piece now and then: a few bytes must not reserve the whole server
+    budget; a well-behaved client's writes are served within its timeout."""
+    ctx: zmq.Context[Any] = zmq.Context()
+    try:
+        socks = []
+        for k in range(4):
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(srv.endpoint)
+            s.send_multipart([framing.piece_header(k + 1, 0, 16 * MiB, 0), b"\x95"])
+            s.send_multipart([framing.piece_header(k + 1, 1, 16 * MiB, 0), b""])
+            socks.append(s)
+        with srv.connect(timeout=20) as e:
+            eventually(lambda: e.backend.server_stats()["assembling"] == 4, timeout=10)  # type: ignore[attr-defined]
+            held = e.backend.server_stats()["held_bytes"]  # type: ignore[attr-defined]
+        assert held < MiB, f"4 messages of a few bytes hold {held} bytes of the server's budget"
+        with srv.connect(timeout=3) as e:
+            e.producer("p").instant([b"served"])
+            assert e.backend.last_txn_id("p", 0) is not None
+    finally:
+        ctx.destroy(linger=0)
