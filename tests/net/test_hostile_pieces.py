@@ -49,3 +49,33 @@ def test_first_pieces_announcing_large_requests_do_not_lock_out_other_clients(sr
             assert e.backend.last_txn_id("p", 0) is not None
     finally:
         ctx.destroy(linger=0)
+
+
+def test_many_empty_pieces_count_against_the_budget_and_are_dropped(srv: ServeProcess) -> None:
+    """40 000 pieces of no bytes for one request announcing 1 MiB: each takes memory in the
+    server (its ZeroMQ frame and Python objects), so they count against the 32 MiB budget
+    (``PIECE_OVERHEAD`` each) and the request is refused ``ServerBusy`` once over it, what
+    it held dropped; the same connection is then served. (Counted as 0 bytes, they held
+    264 MB per 460 000 pieces, unbounded.)"""
+    ctx: zmq.Context[Any] = zmq.Context()
+    try:
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SNDHWM, 0)
+        s.connect(srv.endpoint)
+        n = 40_000
+        for i in range(n):
+            s.send_multipart([framing.piece_header(3, i, MiB, 0), b""])
+        s.send_multipart([framing.piece_header(3, n, MiB, framing.LAST_PIECE | framing.FRAME_END), b""])
+        assert s.poll(30_000), "no reply"
+        rid, flags, value = framing.unpack_reply(s.recv_multipart())
+        assert (rid, flags & framing.ERROR, value[0]) == (3, framing.ERROR, "ServerBusy"), value
+        s.send_multipart([framing.request_frame(4, "now_ms")])
+        assert s.poll(10_000), "no reply"
+        rid, flags, value = framing.unpack_reply(s.recv_multipart())
+        assert rid == 4 and not flags & framing.ERROR, value
+        with srv.connect(timeout=20) as e:
+            st = e.backend.server_stats()  # type: ignore[attr-defined]
+        assert st["held_bytes"] < MiB, st
+    finally:
+        ctx.destroy(linger=0)

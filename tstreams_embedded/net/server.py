@@ -48,8 +48,9 @@ at the defaults) whatever its requests' sizes. What is over a budget is held bac
 server, counted, or refused:
 
 * **pieces** (:mod:`~tstreams_embedded.net.assembly`): a request arriving in pieces counts
-  the bytes received of it against ``max_server_bytes``, piece by piece (not the size it
-  announces: a few bytes announcing 16 MiB must not lock every other client out); one
+  the bytes received of it against ``max_server_bytes``, piece by piece, each piece with
+  :data:`~tstreams_embedded.net.assembly.PIECE_OVERHEAD` more (not the size it announces:
+  a few bytes announcing 16 MiB must not lock every other client out); one
   announcing more than ``max_request_bytes`` is refused
   :class:`~tstreams_embedded.errors.RequestTooLarge` at its first piece, one whose next
   piece the budget cannot take :class:`~tstreams_embedded.errors.ServerBusy` at that
@@ -116,7 +117,7 @@ from ..errors import (
     TStreamsError,
 )
 from . import framing, zmqfast
-from .assembly import HEAD_BYTES, Assembly
+from .assembly import HEAD_BYTES, PIECE_OVERHEAD, Assembly
 from .commits import CommitWatch
 from .endpoints import check_endpoints
 from .executors import Call, Done, Executors
@@ -518,8 +519,8 @@ class Server:
                     "being assembled: out of order, or it ended)"))
             return
         a.add(index, total, flags, payload, self._now)
-        if a.error is None and payload:
-            self._reserve(a, len(payload))
+        if a.error is None:
+            self._reserve(a, len(payload) + PIECE_OVERHEAD)
         if a.error is not None:
             self._trimmed_after(len(payload))  # (dropped uncopied)
         if a.error is not None and a.reserved:
