@@ -545,7 +545,7 @@ class Server:
         a first piece of a few bytes announcing 16 MiB must not take 16 MiB of the budget from
         every other client), or fail it ``ServerBusy`` when the budget cannot take them."""
         opts = self.opts
-        if not self._stopping and self.held_bytes + size > opts.max_server_bytes:
+        if self.held_bytes + size > opts.max_server_bytes:  # (while stopping too: pieces still arrive)
             self.stats.busy += 1
             a.fail(ServerBusy(f"request of {a.total} bytes not executed: the server holds {self.held_bytes} bytes "
                               f"for all clients (budget {opts.max_server_bytes}); send it again later"))
