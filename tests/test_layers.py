@@ -6,6 +6,8 @@ a layer may only name layers listed before it. The modules directly in ``engine/
 (``embedded.py``, which joins storage and the API for ``ts.open``, and the public paths kept
 for documented imports) are the top. Imports are read with :mod:`ast`, so an import inside a
 function or under ``TYPE_CHECKING`` counts the same as one at the top of the file.
+``protocol/`` (records, layouts, checks) starts no threads: it imports no threading module
+(:data:`WITHOUT_THREADS`); a thread belongs to the layer that runs it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 FOUNDATION = frozenset({"errors", "ids", "serde", "policies"})
 #: Layers that a remote client loads: they must not need LMDB.
 WITHOUT_LMDB = frozenset({"protocol", "api"})
+#: Layers of pure definitions (records, layouts, checks): they start no threads.
+WITHOUT_THREADS = frozenset({"protocol"})
+#: The modules that start threads (or pools of them).
+THREAD_MODULES = frozenset({"threading", "_thread", "concurrent.futures", "multiprocessing"})
 
 
 def engine_modules() -> dict[str, Path]:
@@ -129,3 +135,25 @@ def test_client_side_layers_do_not_need_lmdb(layer: str):
     users = [m for m, path in engine_modules().items()
              if layer_of(m) == layer and any(t.split(".")[0] == "lmdb" for t in imported_modules(m, path))]
     assert not users, f"{layer} must not import lmdb (a remote client loads it): {users}"
+
+
+def thread_users(modules: dict[str, Path], layer: str) -> list[str]:
+    """The modules of ``layer`` that import a module of :data:`THREAD_MODULES` (or a part of one)."""
+    return sorted(m for m, path in modules.items()
+                  if layer_of(m) == layer and any(t == name or t.startswith(name + ".")
+                                                  for t in imported_modules(m, path) for name in THREAD_MODULES))
+
+
+@pytest.mark.parametrize("layer", sorted(WITHOUT_THREADS))
+def test_pure_layers_start_no_threads(layer: str):
+    users = thread_users(engine_modules(), layer)
+    assert not users, f"{layer} must start no threads (a thread belongs to the layer that runs it): {users}"
+
+
+def test_the_check_catches_a_thread_in_the_protocol(tmp_path: Path):
+    """The check itself: a protocol module importing threading is reported."""
+    module = tmp_path / "schedules.py"
+    module.write_text("from threading import Thread\n")
+    modules = engine_modules()
+    modules[f"{ENGINE}.protocol.schedules"] = module
+    assert thread_users(modules, "protocol") == [f"{ENGINE}.protocol.schedules"]

@@ -1,6 +1,6 @@
 """Replicated scheduled delivery: the leader fires the due schedules through the log.
 
-On one engine, the firer thread of :mod:`tstreams_embedded.engine.protocol.schedules` turns due
+On one engine, the firer thread of :mod:`tstreams_embedded.engine.storage.schedule_firer` turns due
 schedules into transactions. A cluster's nodes run none (a follower must change its state
 only through the replicated log); instead the **leader** lists the schedules due by its wall
 clock (:meth:`Core.due_schedule_firings <tstreams_embedded.engine.storage.core.Core.due_schedule_firings>`)
@@ -19,7 +19,7 @@ import logging
 import threading
 
 from .. import errors
-from ..engine.protocol.schedules import MAX_SLEEP
+from ..engine.storage.schedule_firer import MAX_SLEEP
 from .node import Node
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,10 @@ from . import nodes as N
 from .dedup import add_dedup
 from .joins import join
 from .nodes.joins import JoinKind
+from .nodes.windowed import SuppressNode, WindowAggregateNode
 from .processor import ProcessorNode
 from .serdes import SerdeSpec, WindowedSerde, serde
 from .topology import TopologyGraph, check_callable
-from .windowed import SuppressNode, WindowAggregateNode
 from .windows import SessionWindows, SlidingWindows, Windows
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from .nodes import Node
 from .nodes.dedup import DedupNode
 from .nodes.joins import StreamJoinNode
-from .windowed import WindowAggregateNode
+from .nodes.windowed import WindowAggregateNode
 
 
 def default_slack_ms(nodes: Iterable[Node]) -> int | None:

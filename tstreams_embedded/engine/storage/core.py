@@ -69,6 +69,7 @@ from .bulk import PayloadSnapshot
 from .catalog import lookup_stream, stream_of
 from .commit_waker import CommitWaker
 from .committer import GroupCommitter
+from .schedule_firer import Firer
 from .store import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, Store, entries, translate
 from .unusable import check_files, unusable_directory
 
@@ -196,16 +197,16 @@ class Core:
         self._backup_copies = BackupCopies()  # copies made for remote backups (backup_begin)
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
-        self._firer: schedules.Firer | None = None
+        self._firer: Firer | None = None
         self.compaction_interval = compaction_interval
         self.flush_interval = flush_interval
         if compaction_interval or durability == "async":
             self._maintenance = threading.Thread(target=self._maintain, name="tstreams-maintenance", daemon=True)
             self._maintenance.start()
-        #: fires due schedules (:mod:`..protocol.schedules`); off in a cluster, whose leader fires
+        #: fires due schedules (:mod:`.schedule_firer`); off in a cluster, whose leader fires
         if fire_schedules:
-            self._firer = schedules.Firer(self.clock, self.next_schedule_due,
-                                          lambda: self.fire_due_schedules(durable=False), self.sync_firings)
+            self._firer = Firer(self.clock, self.next_schedule_due,
+                                lambda: self.fire_due_schedules(durable=False), self.sync_firings)
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ lifecycle
@@ -677,7 +678,7 @@ class Core:
     def fire_due_schedules(self, durable: bool = True) -> int:
         """Turn every schedule due on the engine's clock into its transaction (the firer
         thread does this by itself); how many fired. ``durable=False`` (the firer) does not
-        wait for an fsync: see :mod:`..protocol.schedules` and :meth:`sync_firings`."""
+        wait for an fsync: see :mod:`.schedule_firer` and :meth:`sync_firings`."""
         fired = 0
         while True:
             batch = self.due_schedule_firings()

@@ -1,8 +1,8 @@
 """Runtime processor nodes (the operators), one instance per task, wired parent -> children;
 the DSL (:mod:`..kstream`, :mod:`..table`, :mod:`..joins`, :mod:`..dedup`) builds them.
 The base class and what a node may use of its task: :mod:`.base`; the operators by family:
-:mod:`.stateless`, :mod:`.aggregate`, :mod:`.table`, :mod:`.joins`, :mod:`.dedup` (the
-windowed ones: :mod:`..windowed`)."""
+:mod:`.stateless`, :mod:`.aggregate`, :mod:`.table`, :mod:`.joins`, :mod:`.dedup`,
+:mod:`.windowed`."""
 
 from .aggregate import AggregateNode, Aggregation
 from .base import Getter, Node, TaskContext
@@ -17,6 +17,8 @@ from .stateless import (
     SinkNode,
     SourceNode,
 )
+from .windowed import SuppressNode, WindowAggregateNode
 
 __all__ = ["AggregateNode", "Aggregation", "BranchNode", "FilterNode", "FlatMapNode", "Getter", "MapNode",
-           "MapValuesNode", "Node", "PeekNode", "SelectKeyNode", "SinkNode", "SourceNode", "TaskContext"]
+           "MapValuesNode", "Node", "PeekNode", "SelectKeyNode", "SinkNode", "SourceNode", "SuppressNode",
+           "TaskContext", "WindowAggregateNode"]

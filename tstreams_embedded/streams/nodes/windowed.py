@@ -6,13 +6,14 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from .. import errors
-from ..engine.storage import state_stores as state
-from .nodes import Aggregation, Node, TaskContext
-from .record_slices import RecordSlices
-from .records import Record
-from .serdes import JsonSerde, MsgpackSerde, Serde, StrSerde
-from .windows import SessionWindows, SlidingWindows, TimeWindows, Windowed, Windows
+from ... import errors
+from ...engine.storage import state_stores as state
+from ..record_slices import RecordSlices
+from ..records import Record
+from ..serdes import JsonSerde, MsgpackSerde, Serde, StrSerde
+from ..windows import SessionWindows, SlidingWindows, TimeWindows, Windowed, Windows
+from .aggregate import Aggregation
+from .base import Node, TaskContext
 
 #: aggregate values a batch may keep in memory between its records (they cannot be changed
 #: in place by a later aggregator call, so what was forwarded stays as it was)
