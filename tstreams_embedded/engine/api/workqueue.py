@@ -180,6 +180,7 @@ class WorkQueue:
             raise errors.InvalidArgument(f"commit_staged must be True or False, got {commit_staged!r}")
         deadline = time.monotonic() + timeout
         backend = self.engine.backend
+        self.engine.check_open()
         staged = self._take_staged() if commit_staged else []
         while True:
             self.engine.check_open()
