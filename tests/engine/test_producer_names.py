@@ -10,6 +10,7 @@ import os
 import re
 import socket
 
+import lmdb
 import msgpack
 import pytest
 from hypothesis import given, settings
@@ -19,7 +20,9 @@ import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine.operator import check
 from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.engine.protocol.ops import TxnState
 from tstreams_embedded.engine.protocol.validate import MAX_PRODUCER_BYTES, check_producer_name
+from tstreams_embedded.engine.storage import keys, seals
 
 
 def open_producers(engine: ts.Engine, stream: str = "s") -> list[str | None]:
@@ -121,7 +124,7 @@ def test_old_log_rows_decode_and_replay_and_new_ones_replicate_the_name(make_eng
     assert check.check_directory(str(path)).ok  # a finished transaction keeps no name
 
 
-def test_check_accepts_a_named_open_transaction(make_engine) -> None:
+def test_check_accepts_a_named_open_transaction_and_reports_a_named_finished_one(make_engine) -> None:
     engine = make_engine()
     engine.create_stream("s")
     txn = engine.producer("s", name="p").new_transaction(0)
@@ -130,6 +133,16 @@ def test_check_accepts_a_named_open_transaction(make_engine) -> None:
     path = engine.backend.path
     engine.close()
     assert check.check_directory(str(path)).ok  # an open transaction may name its producer
+
+    env = lmdb.open(str(path), max_dbs=16)
+    txns = env.open_db(b"txns")
+    with env.begin(write=True) as w:
+        [(k, v)] = list(w.cursor(db=txns))
+        finished = keys.STATE.pack(TxnState.CHECKPOINTED, 1, 1, 1) + b"p"  # a name where none may be
+        w.put(k, seals.seal(bytes(k), finished), db=txns)
+    env.close()
+    report = check.check_directory(str(path))
+    assert not report.ok and any("malformed txns record" in p for p in report.problems)
 
 
 @settings(max_examples=200, deadline=None)
