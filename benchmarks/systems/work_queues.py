@@ -2,7 +2,9 @@
 system's usual competing-consumer API.
 
 * ours: ``engine.work_queue`` (embedded, ``durability="sync"``): ``q.receive(batch)``, then the
-  batch's acks staged and written by ``q.commit()``: two durable writes per batch.
+  batch's acks staged and written by ``q.commit()``: two durable writes per batch; or
+  (``acks="riding"``) the staged acks ride on the next ``q.receive(batch, commit_staged=True)``:
+  one durable write per batch (the last batch's acks: a final ``q.commit()``, timed).
 * Redis Streams consumer groups: ``XREADGROUP GROUP g c COUNT batch STREAMS in >`` then one
   ``XACK in g id...`` per batch, AOF ``appendfsync always`` (durable) or ``everysec``.
 * SQLite, the usual table queue: WAL, ``synchronous=FULL``; a receive is one transaction
@@ -28,30 +30,33 @@ class OursQueue(OursEmbedded):
     label = "tstreams-embedded work queue (in-process)"
     description = "engine.work_queue; receive(batch) + staged acks committed in one write (durability sync)"
 
-    def setup_queue(self, n_items: int, batch: int) -> None:
+    def setup_queue(self, n_items: int, batch: int, acks: str = "separate") -> None:
         self.engine.create_stream("in")
         p = self.engine.producer("in")
         for start in range(0, n_items, _TXN):
             p.instant(items_range(start, min(_TXN, n_items - start)))
         self.queue = self.engine.work_queue("in", "g", ack_timeout=60, consumer="c")
 
-    def run_queue(self, n_items: int, batch: int) -> Outcome:
+    def run_queue(self, n_items: int, batch: int, acks: str = "separate") -> Outcome:
         q = self.queue
+        riding = acks == "riding"
         done = 0
         lat = []
         clock = time.perf_counter_ns
         t0 = time.perf_counter()
         while done < n_items:
             s = clock()
-            got = q.receive(max_items=batch, timeout=0)
+            got = q.receive(max_items=batch, timeout=0, commit_staged=riding)
             if not got:
                 break
             for d in got:
                 d.item  # noqa: B018 - "process" the item
                 d.ack(commit=False)
-            q.commit()
+            if not riding:
+                q.commit()
             done += len(got)
             lat.append(clock() - s)
+        q.commit()  # riding: the last batch's acks (nothing left to ride on); else nothing staged
         seconds = time.perf_counter() - t0
         acked = q.status().counters["acked"]
         return Outcome(done, seconds, lat, stored=acked, expected=n_items)

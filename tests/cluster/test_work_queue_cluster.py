@@ -1,7 +1,7 @@
 """Work queues on a replicated cluster (``ts.connect("zk://…")``), with real node processes
 and ZooKeeper: deliveries, a redelivery and a dead letter made on the leader survive its
 SIGKILL, and the new leader's state agrees (the receives were replicated as typed records
-and replayed on the followers)."""
+and replayed on the followers); an ack riding on the next receive is written with it."""
 
 from __future__ import annotations
 
@@ -34,3 +34,7 @@ def test_a_work_queue_on_a_cluster_survives_a_leader_kill(cluster: Cluster, conn
     engine.producer("jobs").instant([b"d"])
     [d] = q.receive(10, timeout=10)
     assert d.item == b"d" and d.delivery_count == 1
+    d.ack(commit=False)  # rides on the next receive: one replicated write with it
+    engine.producer("jobs").instant([b"e"])
+    [e] = q.receive(10, timeout=10, commit_staged=True)
+    assert e.item == b"e" and q.status().counters["acked"] == 3

@@ -1,6 +1,7 @@
 """Work queues under SIGKILL: four worker processes on one data directory are killed at
-random while they process; every item completes, at least once with plain acks and
-exactly once in the output when the acks join the output's CheckpointGroup."""
+random while they process; every item completes, at least once with plain acks or acks
+riding on the next receive, and exactly once in the output when the acks join the
+output's CheckpointGroup."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _outputs(path: Path) -> Counter[bytes]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("mode", ["group", "plain"])
+@pytest.mark.parametrize("mode", ["group", "plain", "riding"])
 def test_killed_workers_lose_nothing_and_a_group_duplicates_nothing(tmp_path: Path, mode: str) -> None:
     path = tmp_path / "data"
     expected = [b"job-%04d" % i for i in range(ITEMS)]
@@ -48,7 +49,7 @@ def test_killed_workers_lose_nothing_and_a_group_duplicates_nothing(tmp_path: Pa
         for i in range(0, ITEMS, 10):
             p.instant(expected[i:i + 10])
         e.work_queue("jobs", "workers", ack_timeout=1.0, max_deliveries=1000)
-    rng = random.Random(7 if mode == "group" else 11)
+    rng = random.Random({"group": 7, "plain": 11, "riding": 13}[mode])
     procs = [_worker(path, mode) for _ in range(WORKERS)]
     kills = 0
     try:

@@ -1,6 +1,7 @@
 """Work queues against a small pure-Python model (a hypothesis state machine on the engine's
-fake clock): produce, receive by several consumers, ack / nak / in-progress / term, stale
-acknowledgements and the passing of time. After every step the engine's deliveries, dead
+fake clock): produce, receive by several consumers, ack / nak / in-progress / term, staged
+acks that ride on the next receive (``receive(commit_staged=True)``: both or neither) or on
+``commit()``, stale acknowledgements and the passing of time. After every step the engine's deliveries, dead
 letters and counts agree with the model."""
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class WorkQueueMachine(RuleBasedStateMachine):
                        for c in CONSUMERS}
         self.model: dict[Key, ModelItem] = {}
         self.held: list[ts.Delivery] = []  # deliveries the consumers hold (current or stale)
+        self.staged: dict[str, list[ts.Delivery]] = {c: [] for c in CONSUMERS}  # acks not written yet
         self.dead: list[bytes] = []  # dead letters the model expects
         self.dead_read: list[bytes] = []  # dead letters read from the engine
         self.acked = 0
@@ -81,10 +83,33 @@ class WorkQueueMachine(RuleBasedStateMachine):
         for index, item in enumerate(items):
             self.model[(partition, txn_id, index)] = ModelItem(item)
 
-    @rule(consumer=st.sampled_from(CONSUMERS))
-    def receive(self, consumer: str) -> None:
+    def _current(self, d: ts.Delivery) -> bool:
+        m = self.model[(d.partition, d.txn_id, d.index)]
+        return m.state == "in_flight" and m.deliveries == d.delivery_count and m.consumer == d.queue.consumer
+
+    def _write_staged(self, consumer: str) -> bool:
+        """The model of writing ``consumer``'s staged acks in one write: all or none."""
+        staged, self.staged[consumer] = self.staged[consumer], []
+        if not all(self._current(d) for d in staged):
+            return False
+        for d in staged:
+            self.model[(d.partition, d.txn_id, d.index)].state = "settled"
+            self.acked += 1
+        return True
+
+    @rule(consumer=st.sampled_from(CONSUMERS), commit_staged=st.booleans())
+    def receive(self, consumer: str, commit_staged: bool) -> None:
+        if commit_staged:
+            expect_written = self._write_staged(consumer)
+            try:
+                got = self.queues[consumer].receive(max_items=1000, timeout=0, commit_staged=True)
+            except errors.DeliveryExpired:
+                assert not expect_written, "current staged acks were refused"
+                return  # nothing written: no ack, no item handed out
+            assert expect_written, "a stale staged ack was accepted"
         eligible = self._eligible()
-        got = self.queues[consumer].receive(max_items=1000, timeout=0)
+        if not commit_staged:
+            got = self.queues[consumer].receive(max_items=1000, timeout=0)
         now = self.clock()
         returned = {(d.partition, d.txn_id, d.index): d for d in got}
         expect_dead = {k for k in eligible if self.model[k].deliveries >= MAX_DELIVERIES}
@@ -160,3 +185,34 @@ class WorkQueueMachine(RuleBasedStateMachine):
 WorkQueueMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
                                               suppress_health_check=[HealthCheck.too_slow])
 TestWorkQueueModel = WorkQueueMachine.TestCase
+
+
+class RidingAcksMachine(WorkQueueMachine):
+    """The model above, plus acks staged (``delivery.ack(commit=False)``) and written either
+    with a consumer's next ``receive(commit_staged=True)`` (one write with the receive) or by
+    ``commit()``: all of them or none, and a refused receive hands nothing out."""
+
+    @rule(data=st.data())
+    def stage_ack(self, data: st.DataObject) -> None:
+        unsettled = [d for d in self.held if not d.settled]
+        if not unsettled:
+            return
+        d = data.draw(st.sampled_from(unsettled))
+        d.ack(commit=False)
+        self.held.remove(d)
+        self.staged[d.queue.consumer].append(d)
+
+    @rule(consumer=st.sampled_from(CONSUMERS))
+    def commit(self, consumer: str) -> None:
+        expect_written = self._write_staged(consumer)
+        try:
+            self.queues[consumer].commit()
+        except errors.DeliveryExpired:
+            assert not expect_written, "current staged acks were refused"
+            return
+        assert expect_written, "a stale staged ack was accepted"
+
+
+RidingAcksMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
+                                               suppress_health_check=[HealthCheck.too_slow])
+TestRidingAcksModel = RidingAcksMachine.TestCase

@@ -152,15 +152,19 @@ def sqlite_sink(path: str, db_path: str, stream: str) -> None:
 def queue_worker(path: str, mode: str) -> None:
     """A competing consumer of work queue "jobs"/"workers": for each delivery it writes
     ``transform(item)`` to stream "out" and acks, either in one CheckpointGroup write per
-    receive (``mode`` "group": exactly once) or as two writes (``mode`` "plain": at least
-    once). Runs until killed."""
+    receive (``mode`` "group": exactly once), as two writes (``mode`` "plain": at least
+    once), or with the acks staged to ride on the next receive (``mode`` "riding": at least
+    once; ``receive(commit_staged=True)``). Runs until killed."""
     with ts.open(path, durability="sync") as engine:
         q = engine.work_queue("jobs", "workers", ack_timeout=1.0, max_deliveries=1000)
         producer = engine.producer("out")
         group = ts.CheckpointGroup(producer, q)
         print("ready", flush=True)
         while True:
-            got = q.receive(max_items=5, timeout=1.0)
+            try:
+                got = q.receive(max_items=5, timeout=1.0, commit_staged=mode == "riding")
+            except ts.errors.DeliveryExpired:
+                continue  # another worker has some of those items now; nothing was written
             if not got:
                 continue
             time.sleep(0.01 * len(got))  # the work itself (kills land mid-way)
@@ -173,6 +177,10 @@ def queue_worker(path: str, mode: str) -> None:
                     group.checkpoint()
                 except ts.errors.DeliveryExpired:
                     continue  # another worker has these now; nothing was written
+            elif mode == "riding":
+                producer.instant([transform(d.item) for d in got])
+                for d in got:
+                    d.ack(commit=False)  # written with the next receive
             else:
                 producer.instant([transform(d.item) for d in got])
                 for d in got:

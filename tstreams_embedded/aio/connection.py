@@ -329,7 +329,8 @@ class AsyncConnection:
             if r is None or r.deadline != deadline:
                 continue  # answered, or its deadline was moved
             del self._pending[rid]
-            r.future.set_exception(RemoteError(expired_message(self.endpoints, r.method, r.timeout, r.epoch >= 0,
+            sent = r.epoch >= 0 or r.sent > 0  # (a request begun goes out whole: its pieces may arrive)
+            r.future.set_exception(RemoteError(expired_message(self.endpoints, r.method, r.timeout, sent,
                                                                self._last_failure)))
         if dl and not self._closed:
             self._deadline_timer = self._loop.call_at(dl[0][0], self._expire)

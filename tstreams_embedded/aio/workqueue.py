@@ -89,16 +89,22 @@ class AsyncWorkQueue:
         """The sync handle's agent context (what a CheckpointGroup checks)."""
         return self.sync.engine
 
-    async def receive(self, max_items: int = 100, timeout: float = 1.0) -> list[AsyncDelivery]:
-        """Up to ``max_items`` deliveries, waiting up to ``timeout`` seconds for the first."""
+    async def receive(self, max_items: int = 100, timeout: float = 1.0, commit_staged: bool = False
+                      ) -> list[AsyncDelivery]:
+        """Up to ``max_items`` deliveries, waiting up to ``timeout`` seconds for the first.
+        ``commit_staged=True``: the staged acknowledgements (``await delivery.ack(commit=False)``)
+        are written in the same atomic, durable write as the receive's first look (see
+        :meth:`tstreams_embedded.WorkQueue.receive`)."""
         loop = asyncio.get_running_loop()
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout <= 7 * 86400:
             raise errors.InvalidArgument(f"timeout must be a number of seconds in [0, 604800], got {timeout!r}")
+        if not isinstance(commit_staged, bool):
+            raise errors.InvalidArgument(f"commit_staged must be True or False, got {commit_staged!r}")
         deadline = loop.time() + timeout
         while True:
             seen = await self.signal.current()
             async with self._lock:
-                got = await self.runner.write(self.sync.receive, max_items, 0)
+                got = await self.runner.write(self.sync.receive, max_items, 0, commit_staged=commit_staged)
             if got:
                 return [AsyncDelivery(d, self.runner) for d in got]
             left = deadline - loop.time()

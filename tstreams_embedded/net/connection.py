@@ -609,7 +609,8 @@ class Connection:
             if r is None or r.deadline != deadline:
                 continue
             del self._pending[rid]
-            r.future.set_exception(RemoteError(expired_message(self.endpoints, r.method, r.timeout, r.epoch >= 0,
+            sent = r.epoch >= 0 or r.sent > 0  # (a request begun goes out whole: its pieces may arrive)
+            r.future.set_exception(RemoteError(expired_message(self.endpoints, r.method, r.timeout, sent,
                                                                self._last_failure)))
         if len(dl) > 4 * len(self._pending) + 1024:  # drop stale heap entries
             self._deadlines = [(r.deadline, r.id) for r in self._pending.values()]

@@ -48,10 +48,13 @@ at the defaults) whatever its requests' sizes. What is over a budget is held bac
 server, counted, or refused:
 
 * **pieces** (:mod:`~tstreams_embedded.net.assembly`): a request arriving in pieces counts
-  its announced size against ``max_server_bytes`` from its first piece on; over
-  ``max_request_bytes`` it is refused :class:`~tstreams_embedded.errors.RequestTooLarge`,
-  over the budget :class:`~tstreams_embedded.errors.ServerBusy`, both at the first piece,
-  its other pieces dropped uncopied and the answer sent when its last piece is in. One
+  the bytes received of it against ``max_server_bytes``, piece by piece, each piece with
+  :data:`~tstreams_embedded.net.assembly.PIECE_OVERHEAD` more (not the size it announces:
+  a few bytes announcing 16 MiB must not lock every other client out); one
+  announcing more than ``max_request_bytes`` is refused
+  :class:`~tstreams_embedded.errors.RequestTooLarge` at its first piece, one whose next
+  piece the budget cannot take :class:`~tstreams_embedded.errors.ServerBusy` at that
+  piece, its other pieces dropped uncopied and the answer sent when its last piece is in. One
   request per client is reassembled at a time; pieces out of order, duplicated, beyond
   the announced size, or interrupted by another request's pieces get a specific
   :class:`~tstreams_embedded.errors.ProtocolError`; a request without a piece for
@@ -114,7 +117,7 @@ from ..errors import (
     TStreamsError,
 )
 from . import framing, zmqfast
-from .assembly import HEAD_BYTES, Assembly
+from .assembly import HEAD_BYTES, PIECE_OVERHEAD, Assembly
 from .commits import CommitWatch
 from .endpoints import check_endpoints
 from .executors import Call, Done, Executors
@@ -516,6 +519,8 @@ class Server:
                     "being assembled: out of order, or it ended)"))
             return
         a.add(index, total, flags, payload, self._now)
+        if a.error is None:
+            self._reserve(a, len(payload) + PIECE_OVERHEAD)
         if a.error is not None:
             self._trimmed_after(len(payload))  # (dropped uncopied)
         if a.error is not None and a.reserved:
@@ -531,16 +536,22 @@ class Server:
             a.fail(RequestTooLarge(f"request of {total} bytes (announced by its first piece) was not executed: "
                                    f"the limit is {opts.max_request_bytes} bytes, all frames together; send "
                                    "smaller requests"))
-        elif not self._stopping and self.held_bytes + total > opts.max_server_bytes:
-            self.stats.busy += 1
-            a.fail(ServerBusy(f"request of {total} bytes not executed: the server holds {self.held_bytes} bytes "
-                              f"for all clients (budget {opts.max_server_bytes}); send it again later"))
-        else:
-            a.reserved = total
-            self._assembling_bytes += total
         session.assembly = a
         self._assembling.add(session)
         return a
+
+    def _reserve(self, a: Assembly, size: int) -> None:
+        """Count ``size`` bytes more of ``a`` as received (what it holds, not what it announced:
+        a first piece of a few bytes announcing 16 MiB must not take 16 MiB of the budget from
+        every other client), or fail it ``ServerBusy`` when the budget cannot take them."""
+        opts = self.opts
+        if self.held_bytes + size > opts.max_server_bytes:  # (while stopping too: pieces still arrive)
+            self.stats.busy += 1
+            a.fail(ServerBusy(f"request of {a.total} bytes not executed: the server holds {self.held_bytes} bytes "
+                              f"for all clients (budget {opts.max_server_bytes}); send it again later"))
+            return
+        a.reserved += size
+        self._assembling_bytes += size
 
     def _unreserve(self, a: Assembly) -> None:
         self._assembling_bytes -= a.reserved

@@ -10,6 +10,9 @@ checkpointed transaction goes to one consumer at a time, as a :class:`Delivery`.
 * An item not acknowledged within ``ack_timeout`` seconds is delivered again (to any
   consumer). After ``max_deliveries`` deliveries it is written to the ``dead_letter``
   stream, in the same atomic write that settles it.
+* Fewer writes: ``delivery.ack(commit=False)`` then ``q.receive(commit_staged=True)``
+  writes the acks of the previous batch and hands out the next in one durable write (as
+  Kafka share consumers send acknowledgements with their next ShareFetch).
 * Exactly once: ``delivery.ack(commit=False)`` stages the acknowledgement in the queue;
   put the queue in a :class:`~.group.CheckpointGroup` with the producer of the output, and
   ``group.checkpoint()`` writes output and acknowledgements in one write. If any of the
@@ -93,7 +96,8 @@ class Delivery:
 
     def ack(self, commit: bool = True) -> None:
         """Done with the item. ``commit=False`` stages the ack in the queue, written by
-        :meth:`WorkQueue.commit` or by the CheckpointGroup the queue belongs to."""
+        :meth:`WorkQueue.commit`, by the CheckpointGroup the queue belongs to, or with the
+        next ``receive(commit_staged=True)``."""
         self._settle(Settle.ACK, None, None, commit)
 
     def nak(self, delay: float | None = None, error: str | None = None) -> None:
@@ -156,23 +160,40 @@ class WorkQueue:
         return f"WorkQueue({self.stream!r}, {self.group!r}, consumer={self.consumer!r})"
 
     # -- receiving -----------------------------------------------------------------------
-    def receive(self, max_items: int = 100, timeout: float = 1.0, max_bytes: int = DEFAULT_MAX_BYTES
-                ) -> list[Delivery]:
+    def receive(self, max_items: int = 100, timeout: float = 1.0, max_bytes: int = DEFAULT_MAX_BYTES,
+                commit_staged: bool = False) -> list[Delivery]:
         """Up to ``max_items`` deliveries (and about ``max_bytes``), waiting up to ``timeout``
         seconds for the first; an empty list if none came. Each receive that hands something
-        out is one durable write (delivery counts survive a crash)."""
+        out is one durable write (delivery counts survive a crash).
+
+        ``commit_staged=True``: the staged settles (``delivery.ack(commit=False)``,
+        :meth:`stage`) ride on this receive: they and the receive's first look are ONE
+        atomic, durable write (one fsync for "ack the previous batch and take the next"),
+        settles first (so the items they free count for ``max_in_flight``). Both or
+        neither: if one of them was redelivered meanwhile, DeliveryExpired is raised and
+        nothing is written (no settle, and no item handed out, so none is lost); the staged
+        settles are dropped as by :meth:`commit`, and the next receive works. An ack staged
+        so is durable when the receive (or :meth:`commit`) that carries it returns. Not with
+        a CheckpointGroup: its acks must go with its output."""
         _seconds_to_ms(timeout, "timeout")
+        if not isinstance(commit_staged, bool):
+            raise errors.InvalidArgument(f"commit_staged must be True or False, got {commit_staged!r}")
         deadline = time.monotonic() + timeout
         backend = self.engine.backend
+        self.engine.check_open()
+        staged = self._take_staged() if commit_staged else []
         while True:
             self.engine.check_open()
             seen = backend.wait_for_commit(-1, 0)
-            status = backend.queue_status(self.stream, self.group)
-            if status.ready:
-                rows = backend.submit([QueueReceive(self.stream, self.group, self.consumer, max_items, max_bytes,
-                                                    self.stream_id)], durable=True)[0]
+            status = None if staged else backend.queue_status(self.stream, self.group)
+            if status is None or status.ready:
+                receive = QueueReceive(self.stream, self.group, self.consumer, max_items, max_bytes, self.stream_id)
+                ops, staged = [*staged, receive], []
+                rows = backend.submit(ops, durable=True)[-1]
                 if rows:
                     return [Delivery(self, row) for row in rows]
+                if status is None:
+                    status = backend.queue_status(self.stream, self.group)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
