@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import errors
+from ..connecting import connect as sync_connect
 from ..engine.api.consumer import Transaction
 from .consumer import AsyncConsumer
 from .engine import AsyncEngine
@@ -59,8 +60,6 @@ async def connect(endpoint: str | Sequence[str], *, max_threads: int = DEFAULT_M
     """Connect to ``tstreams serve`` (``tcp://…``) or a cluster (``zk://…``); ``options`` as
     ``ts.connect``. ``tcp://`` calls run on the loop with no thread (``max_threads`` is
     unused); ``zk://`` calls in a pool of ``max_threads``."""
-    from .. import connect as sync_connect
-
     if not isinstance(endpoint, (str, list, tuple)):
         raise errors.InvalidArgument(f"endpoint must be a URL string, got {type(endpoint).__name__}")
     check_max_threads(max_threads)
