@@ -21,7 +21,7 @@ import click
 from ..connecting import connect
 from ..engine.api.engine import Engine
 from ..engine.embedded import open_engine
-from .params import MAX_TIMEOUT, seconds
+from ..tools.params import MAX_TIMEOUT, seconds
 
 F = TypeVar("F", bound=Callable[..., Any])
 SCHEMES = ("tcp://", "ipc://", "inproc://", "zk://")
