@@ -470,3 +470,19 @@ def test_schedules_through_the_async_handle(open_async: OpenAsync) -> None:
             assert await engine.schedules() == []
 
     asyncio.run(main())
+
+
+def test_a_named_async_producer_names_its_open_transactions(open_async: OpenAsync) -> None:
+    async def main() -> None:
+        async with await open_async() as engine:
+            await engine.create_stream("s")
+            producer = await engine.producer("s", name="async-loader")
+            async with producer.transaction(partition=0) as txn:
+                await txn.send(b"x")
+                await txn.flush()
+                [p0] = await asyncio.to_thread(engine.sync.backend.describe_partitions, "s")
+                assert [t.producer for t in p0.open] == ["async-loader"]
+            with pytest.raises(errors.InvalidArgument, match="producer name"):
+                await engine.producer("s", name="")
+
+    asyncio.run(main())

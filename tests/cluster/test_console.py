@@ -80,7 +80,7 @@ def test_every_node_serves_the_console(cluster: Cluster, connect: Callable[..., 
         with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/console/", timeout=5) as r:
             assert b"tstreams console" in r.read()
 
-    holder = engine.producer("orders", partition=0)
+    holder = engine.producer("orders", partition=0, name="billing-loader")
     txn = holder.new_transaction(0)
     txn.send(b'{"open": true}')
     txn.flush()
@@ -145,6 +145,7 @@ def test_every_node_serves_the_console(cluster: Cluster, connect: Callable[..., 
     blocker = eventually(lambda: browser.execute_script(
         "const e = document.querySelector('[data-partition=\"0\"] .waits'); return e && e.textContent;"), 20, 0.1)
     assert blocker.startswith(f"txn {txn.id}, age ") and "expires in" in blocker
+    assert blocker.endswith(", producer billing-loader")  # replicated to the follower with the Open
     txn.checkpoint()
     eventually(lambda: browser.execute_script("return document.querySelector('.waits') === null;"), 20, 0.1)
     eventually(lambda: cells(browser, "#consumer-rows tbody tr", ".lag_transactions") == {"0": "4", "1": "0"},

@@ -25,6 +25,8 @@ pytestmark = pytest.mark.timeout(120)
 
 #: timings that move between two reads (the rest must be equal)
 MOVING = {"lag_ms", "age_ms", "deadline_ms", "open"}
+#: the name of the producer holding the open transaction (:func:`traffic`)
+HOLDER = "holder <b>&amp;</b>"
 #: what a console's consumer row adds to the CLI's
 CONSOLE_ONLY = {"waits_on", "lag_capped", "counts_capped", "bytes_capped"}
 
@@ -41,7 +43,7 @@ def traffic(engine: ts.Engine) -> tuple[Any, int]:
     consumer = engine.consumer("s", name="c", partitions=[0])
     assert consumer.get_transaction(0) is not None and consumer.get_transaction(0) is not None
     consumer.checkpoint()
-    holder = engine.producer("s", partition=0)
+    holder = engine.producer("s", partition=0, name=HOLDER)
     txn = holder.new_transaction(0)
     txn.send(b'{"open": true}')
     txn.flush()
@@ -67,7 +69,8 @@ def test_figures_equal_the_cli(console: Console) -> None:
     assert [steady({k: v for k, v in r.items() if k not in CONSOLE_ONLY}) for r in stream["rows"]] == \
         [steady(r) for r in cli_parts]
     assert not any(r["counts_capped"] or r["bytes_capped"] for r in stream["rows"])
-    assert [t["id"] for t in stream["rows"][0]["open"]] == [open_id]
+    assert [(t["id"], t["producer"]) for t in stream["rows"][0]["open"]] == [(open_id, HOLDER)]
+    assert [t["producer"] for t in cli_parts[0]["open"]] == [HOLDER]
 
     mine = console.api("streams/s/consumers/c")
     cli_rows = console.cli_json("consumers", "describe", "s", "c")
@@ -77,7 +80,7 @@ def test_figures_equal_the_cli(console: Console) -> None:
     p0, p1 = mine["rows"]
     assert (p0["lag_transactions"], p0["lag_items"], p0["blocked_by_open"]) == (3, 3 + 4 + 5, True)
     waits = p0["waits_on"]
-    assert waits["id"] == open_id and waits["items"] in (0, 1)
+    assert (waits["id"], waits["producer"]) == (open_id, HOLDER) and waits["items"] in (0, 1)
     assert waits["age_ms"] >= 0 and 0 < waits["expires_in_ms"] <= 60_000
     assert p1["waits_on"] is None and p1["lag_transactions"] == 3
     assert console.api("consumers")["consumers"] == console.api("consumers?stream=s")["consumers"]
@@ -85,6 +88,7 @@ def test_figures_equal_the_cli(console: Console) -> None:
 
     holder.checkpoint()  # the blocker is gone once checkpointed
     eventually(lambda: console.api("streams/s/consumers/c")["rows"][0]["waits_on"] is None)
+    eventually(lambda: console.api("streams/s")["rows"][0]["open"] == [])  # and so is its producer (a kept read)
     holder.close()
 
 

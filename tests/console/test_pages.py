@@ -15,7 +15,7 @@ import pytest
 from tstreams_embedded.testing import eventually
 
 from .conftest import Console
-from .test_api import traffic
+from .test_api import HOLDER, traffic
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -87,6 +87,7 @@ def test_pages(console: Console, browser: Any, tmp_path: Path) -> None:
     blocker = eventually(lambda: browser.execute_script(
         "const e = document.querySelector('[data-partition=\"0\"] .waits'); return e && e.textContent;"), 20, 0.1)
     assert blocker.startswith(f"txn {open_id}, age ") and "expires in" in blocker
+    assert blocker.endswith(f", producer {HOLDER}")  # as text: the name is not markup
     holder.checkpoint()
     eventually(lambda: browser.execute_script("return document.querySelector('.waits') === null;"), 20, 0.1)
     assert browser.find_element("id", "lag-chart").tag_name == "svg"

@@ -84,9 +84,10 @@ class AsyncEngine:
 
     # ------------------------------------------------------------------ agents
     async def producer(self, stream: str, partition: int | None = None, serializer: Any = None,
-                       txn_ttl: float | None = None, batch_size: int = 100) -> AsyncProducer:
+                       txn_ttl: float | None = None, batch_size: int = 100,
+                       name: str | None = None) -> AsyncProducer:
         """An async producer on ``stream`` (see :meth:`tstreams_embedded.Engine.producer`)."""
-        sync = await self.runner.read(self.sync.producer, stream, partition, serializer, txn_ttl, batch_size)
+        sync = await self.runner.read(self.sync.producer, stream, partition, serializer, txn_ttl, batch_size, name)
         return AsyncProducer(sync, self.runner)
 
     async def consumer(self, stream: str, name: str, start: Start = "oldest",

@@ -64,8 +64,8 @@ def streams_describe(target: Target, name: str, as_json: bool) -> None:
     """Describe stream NAME: per partition its head (last checkpointed transaction) and its
     time, the transactions and items it holds, the expired transactions still stored
     (checkpointed ones past the stream's TTL, and open ones past their deadline: a writer
-    that died), open transactions (ID, age, time left before they expire), and the bytes it
-    uses."""
+    that died), open transactions (ID, age, time left before they expire, and the producer
+    that opened each, when known), and the bytes it uses."""
     out = Output(as_json)
     with target.open() as engine:
         info = report.stream_info(engine.backend, name)
@@ -84,11 +84,12 @@ def streams_describe(target: Target, name: str, as_json: bool) -> None:
         ("partition", "partition"), ("head", "head"), ("head_time", "head time"), ("transactions", "txns"),
         ("items", "items"), ("expired", "expired"), ("open_count", "open"), ("size", "size"),
     ])
-    opened = [dict(t, partition=r["partition"], age=duration(t["age_ms"]), expires_in=duration(t["deadline_ms"]))
+    opened = [dict(t, partition=r["partition"], age=duration(t["age_ms"]), expires_in=duration(t["deadline_ms"]),
+                   producer=t["producer"] or "-")
               for r in rows for t in r["open"]]
     if opened:
         out.table(opened, [("partition", "partition"), ("id", "open transaction"), ("age", "age"),
-                           ("expires_in", "expires in"), ("items", "items so far")])
+                           ("expires_in", "expires in"), ("items", "items so far"), ("producer", "producer")])
     out.text(f"total: {sum(r['transactions'] for r in rows)} transactions, {sum(r['items'] for r in rows)} items, "
              f"{sum(r['open_count'] for r in rows)} open, {size(sum(r['bytes'] for r in rows))}")
 

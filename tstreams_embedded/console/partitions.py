@@ -89,7 +89,8 @@ def _describe(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: 
         read += 1
         value = cur.value()
         size += len(key) + len(value)
-        state, deadline, _, n = keys.STATE.unpack(store.unseal("txns", key, as_bytes(value)))
+        record = store.unseal("txns", key, as_bytes(value))
+        state, deadline, _, n = keys.STATE.unpack_from(record)
         tid = keys.txn_id_of(key)
         if state == _CHECKPOINTED and tid >= floor:
             head = head or tid
@@ -100,7 +101,7 @@ def _describe(txn: lmdb.Transaction, store: Store, info: StreamInfo, partition: 
             expired += 1
         elif state == _OPENED:
             open_count += 1
-            open_txns.append(OpenTxn(tid, deadline, n))
+            open_txns.append(OpenTxn(tid, deadline, n, keys.producer_of(record)))
         more = cur.prev()
     if counts_capped:
         head = head or _newest_visible(cur, store, prefix, floor, cap)
@@ -122,7 +123,7 @@ def _newest_visible(cur: lmdb.Cursor, store: Store, prefix: bytes, floor: int, c
         tid = keys.txn_id_of(key)
         if tid < floor:
             return 0
-        if keys.STATE.unpack(store.unseal("txns", key, as_bytes(cur.value())))[0] == _CHECKPOINTED:
+        if keys.STATE.unpack_from(store.unseal("txns", key, as_bytes(cur.value())))[0] == _CHECKPOINTED:
             return tid
         if not cur.prev():
             return 0
@@ -138,7 +139,7 @@ def _first_visible(txn: lmdb.Transaction, store: Store, prefix: bytes, floor: in
         key = bytes(cur.key())
         if key[: keys.PART_LEN] != prefix:
             return 0
-        state = keys.STATE.unpack(store.unseal("txns", key, as_bytes(cur.value())))[0]
+        state = keys.STATE.unpack_from(store.unseal("txns", key, as_bytes(cur.value())))[0]
         if state == _CHECKPOINTED:
             return keys.txn_id_of(key)
         if not cur.next():

@@ -128,8 +128,8 @@ def consumer(core: Core, name: str, consumer_name: str, lag_cap: int = LAG_COUNT
     """A consumer's rows (``tstreams consumers describe --json``, the lag counted up to
     ``lag_cap`` transactions a partition: ``lag_capped`` then, and ``lag_transactions`` and
     ``lag_items`` read "at least"), each with ``waits_on``: the open transaction that holds
-    it back (``id``, ``age_ms``, ``expires_in_ms``, ``items``) or ``null``. Which producer
-    opened it is not known: the engine does not record it. The partitions' heads and open
+    it back (``id``, ``age_ms``, ``expires_in_ms``, ``items``, ``producer``: the name of the
+    producer that opened it, ``null`` when not known) or ``null``. The partitions' heads and open
     transactions are read as the stream page reads them (bounded, :mod:`.partitions`)."""
     info = report.stream_info(core, name)
     offsets = report.stored_offsets(core, info, consumer_name)
@@ -154,7 +154,7 @@ def _blocker(p: PartitionInfo, offset: int, now_ms: int) -> dict[str, Any] | Non
     for t in p.open:
         if t.id > offset:
             return {"id": t.id, "opened": id_time(t.id), "age_ms": now_ms - txn_millis(t.id),
-                    "expires_in_ms": t.deadline - now_ms, "items": t.items}
+                    "expires_in_ms": t.deadline - now_ms, "items": t.items, "producer": t.producer}
     return None
 
 

@@ -213,8 +213,10 @@ function waits(r) {
   if (!r.waits_on) return r.blocked_by_open ? "open transaction" : "";
   const w = r.waits_on;
   return el("span", {class: "waits", "data-blocker": String(w.id),
-                     title: "its producer is not known: the engine does not record who opened a transaction"},
-            "txn " + w.id + ", age " + duration(w.age_ms) + ", expires in " + duration(w.expires_in_ms));
+                     title: w.producer == null ? "its producer is not known (opened before the engine recorded it)"
+                                                : "opened by producer " + w.producer},
+            "txn " + w.id + ", age " + duration(w.age_ms) + ", expires in " + duration(w.expires_in_ms) +
+            ", producer " + (w.producer == null ? "unknown" : w.producer));
 }
 
 function chart(history) {

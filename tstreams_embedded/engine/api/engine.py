@@ -144,10 +144,14 @@ class Engine:
 
     # ------------------------------------------------------------------ agents
     def producer(self, stream: str, partition: int | None = None, serializer: Any = None,
-                 txn_ttl: float | None = None, batch_size: int = 100) -> Producer:
-        """A producer on ``stream`` (round-robin over partitions unless ``partition`` is given)."""
+                 txn_ttl: float | None = None, batch_size: int = 100, name: str | None = None) -> Producer:
+        """A producer on ``stream`` (round-robin over partitions unless ``partition`` is given).
+
+        ``name`` is recorded with each transaction it opens while it is open, for operators
+        (``tstreams streams describe``, the console); default ``host:pid/N``. At most 200
+        UTF-8 bytes of printable text."""
         self.check_open()
-        producer = Producer(self, check_name(stream), partition, serializer, txn_ttl, batch_size)
+        producer = Producer(self, check_name(stream), partition, serializer, txn_ttl, batch_size, name)
         self._producers.add(producer)
         return producer
 

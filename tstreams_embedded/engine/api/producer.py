@@ -19,6 +19,8 @@ While a transaction is open, the engine's keep-alive refreshes its deadline ever
 from __future__ import annotations
 
 import itertools
+import os
+import socket
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ... import errors, serde
 from ...policies import Policy
 from ..protocol import ops as O
-from ..protocol.validate import check_partition
+from ..protocol.validate import MAX_PRODUCER_BYTES, check_partition, check_producer_name
 from .context import GroupPart
 
 if TYPE_CHECKING:
@@ -99,8 +101,8 @@ class ProducerTransaction:
 
     def _register(self, chunk: bytes | None) -> None:
         p = self.producer
-        self._id = self._run([O.Open(p.stream, self.partition, p.txn_ttl_ms, chunk=chunk, stream_id=p.stream_id)],
-                             durable=False)[0]
+        self._id = self._run([O.Open(p.stream, self.partition, p.txn_ttl_ms, chunk=chunk, stream_id=p.stream_id,
+                                     producer=p.name)], durable=False)[0]
         p.engine.track_producer(p)
 
     def send(self, item: Any) -> None:
@@ -232,11 +234,32 @@ class ProducerTransaction:
                 pass  # the original exception matters more
 
 
+def default_producer_name() -> str:
+    """``host:pid/N``: this process's host and ID, and the producer's number in the process
+    (so that two producers of one process are told apart)."""
+    return f"{_HOST}:{os.getpid()}/{next(_PRODUCER_NUMBERS)}"
+
+
+_HOST = socket.gethostname()[:MAX_PRODUCER_BYTES // 2] or "localhost"
+_PRODUCER_NUMBERS = itertools.count(1)
+
+
 class Producer:
-    """Writes transactions to one stream. Thread-safe, and so are its transactions."""
+    """Writes transactions to one stream. Thread-safe, and so are its transactions.
+
+    ``name`` identifies the producer to operators: every transaction it opens records it
+    while open (``tstreams streams describe``, the console's "waits on open transaction"),
+    for display only. Default: :func:`default_producer_name` (``host:pid/N``). At most
+    :data:`~..protocol.validate.MAX_PRODUCER_BYTES` UTF-8 bytes of printable text, else
+    :class:`~tstreams_embedded.errors.InvalidArgument`."""
 
     def __init__(self, engine: AgentContext, stream: str, partition: int | None = None, serializer: Any = None,
-                 txn_ttl: float | None = None, batch_size: int = 100) -> None:
+                 txn_ttl: float | None = None, batch_size: int = 100, name: str | None = None) -> None:
+        if name is None:
+            name = default_producer_name()
+        check_producer_name(name)
+        #: who this producer is, as recorded with its open transactions (display only)
+        self.name = name
         self.engine = engine
         info = engine.backend.get_stream(stream)
         self.info = info
@@ -261,7 +284,7 @@ class Producer:
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"Producer(stream={self.stream!r})"
+        return f"Producer(stream={self.stream!r}, name={self.name!r})"
 
     def __enter__(self) -> Producer:
         return self

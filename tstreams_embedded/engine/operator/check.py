@@ -242,12 +242,13 @@ def _keys(store: Store, txn: lmdb.Transaction, report: Report) -> None:
 
     chunk, value = next_chunk()
     for k, v in _verified(txn, store, report, "txns"):
-        if len(k) != keys.TXN_LEN or len(v) != keys.STATE.size:
+        if len(k) != keys.TXN_LEN or len(v) < keys.STATE_LEN or (
+                len(v) > keys.STATE_LEN and v[0] != TxnState.OPENED):  # only an open one names its producer
             report.problem(f"malformed txns record {k.hex()}")
             continue
         sid, part, tid = struct.unpack(">QIQ", k)
         counts["transactions"] += 1
-        state, _, n_chunks, n_items = keys.STATE.unpack(v)
+        state, _, n_chunks, n_items = keys.STATE.unpack_from(v)
         here = where(sid, part, tid)
         if not known(sid, part):
             report.problem(f"{here}: its stream or partition does not exist")

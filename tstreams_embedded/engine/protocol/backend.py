@@ -111,11 +111,22 @@ class IndexScan:
 @dataclass(frozen=True)
 class OpenTxn:
     """An open transaction as :meth:`Backend.describe_partitions` reports it: its ID, its
-    deadline (epoch milliseconds; past it, the transaction expires) and the items flushed so far."""
+    deadline (epoch milliseconds; past it, the transaction expires), the items flushed so far
+    and the name of the producer that opened it (``Engine.producer(name=...)``; None when not
+    known: opened before the engine recorded it). The name is what the producer said: shown,
+    never trusted."""
 
     id: int
     deadline: int
     items: int
+    producer: str | None = None
+
+    def to_wire(self) -> list[Any]:
+        """``[id, deadline, items]``, plus the producer's name when known."""
+        row: list[Any] = [self.id, self.deadline, self.items]
+        if self.producer is not None:
+            row.append(self.producer)
+        return row
 
 
 @dataclass(frozen=True)
@@ -146,7 +157,7 @@ class PartitionInfo:
 
     def to_wire(self) -> list[Any]:
         return [self.partition, self.last_id, self.first, self.head, self.checkpointed, self.items, self.expired,
-                [[t.id, t.deadline, t.items] for t in self.open], self.open_count, self.bytes]
+                [t.to_wire() for t in self.open], self.open_count, self.bytes]
 
     @classmethod
     def from_wire(cls, v: Sequence[Any]) -> PartitionInfo:

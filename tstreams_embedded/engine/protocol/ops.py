@@ -215,7 +215,13 @@ class DeleteStream(NamedTuple):
 
 @operation(Opcode.OPEN, resolved=("txn_id", "deadline"))
 class Open(NamedTuple):
-    """Register an open transaction, optionally with its first chunk; result: its ID."""
+    """Register an open transaction, optionally with its first chunk; result: its ID.
+
+    ``producer`` names the producer that opens it (``Engine.producer(name=...)``): stored
+    with the transaction while it is open, for display only (``tstreams streams describe``,
+    the console), never trusted for anything else; at most
+    :data:`~.validate.MAX_PRODUCER_BYTES` UTF-8 bytes. Records written before it existed
+    lack it (None: not known)."""
 
     stream: str
     partition: int
@@ -224,6 +230,7 @@ class Open(NamedTuple):
     deadline: int | None = None
     chunk: Chunk | None = None
     stream_id: int | None = None  # the stream's incarnation (StreamInfo.id); None: unchecked
+    producer: str | None = None  # who opened it (display only); None: not known
 
 
 @operation(Opcode.DATA, addresses_txn=True)

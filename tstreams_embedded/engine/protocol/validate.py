@@ -18,6 +18,8 @@ from ... import errors
 from .backend import StreamInfo
 
 MAX_NAME_BYTES = 255
+#: the longest producer name (:func:`check_producer_name`), in UTF-8 bytes
+MAX_PRODUCER_BYTES = 200
 MAX_PARTITIONS = 1_000_000
 MAX_TXN_TTL_MS = 7 * 24 * 3600 * 1000
 MAX_STREAM_TTL = 100 * 365 * 24 * 3600
@@ -35,6 +37,22 @@ def check_name(value: Any, what: str = "stream name") -> str:
     if "\x00" in value or len(utf8(value, what)) > MAX_NAME_BYTES:
         raise errors.InvalidArgument(f"{what} must be at most {MAX_NAME_BYTES} UTF-8 bytes without NUL")
     return value
+
+
+def check_producer_name(value: Any) -> bytes:
+    """A producer's name (recorded with the transactions it opens, for display only) as
+    UTF-8: a non-empty string of at most :data:`MAX_PRODUCER_BYTES` bytes without control
+    characters."""
+    if not isinstance(value, str) or not value:
+        raise errors.InvalidArgument(f"producer name must be a non-empty string, got {value!r:.80}")
+    raw = utf8(value, "producer name")
+    if len(raw) > MAX_PRODUCER_BYTES:
+        raise errors.InvalidArgument(f"producer name must be at most {MAX_PRODUCER_BYTES} UTF-8 bytes, "
+                                     f"got {len(raw)}: {value!r:.80}")
+    if not value.isprintable():
+        raise errors.InvalidArgument(f"producer name must be printable text (no control characters), "
+                                     f"got {value!r:.80}")
+    return raw
 
 
 def utf8(value: str, what: str = "name") -> bytes:

@@ -32,6 +32,7 @@ from ..protocol.validate import (
     check_int,
     check_name,
     check_partition,
+    check_producer_name,
     check_stream_shape,
     check_txn_id,
     check_txn_ttl_ms,
@@ -103,27 +104,29 @@ def _open(a: Applier, scope: BatchScope, op: O.Open) -> tuple[int, O.Open]:
     n = a.count_items(scope, op.chunk) if op.chunk is not None else 0
     txn_id = a.allocate(scope, info, op.partition, op.txn_id)
     deadline = a.deadline(scope, op.ttl_ms, op.deadline)
+    producer = check_producer_name(op.producer) if op.producer is not None else b""
     logged = a.put_chunk(scope, info, op.partition, txn_id, 0, op.chunk, n) if n else None
-    a.put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.OPENED, deadline, 1 if n else 0, n)
-    return txn_id, O.Open(op.stream, op.partition, op.ttl_ms, txn_id, deadline, logged, op.stream_id)
+    a.put_state(scope, keys.txn_key(info.id, op.partition, txn_id), TxnState.OPENED, deadline, 1 if n else 0, n,
+                producer)
+    return txn_id, O.Open(op.stream, op.partition, op.ttl_ms, txn_id, deadline, logged, op.stream_id, op.producer)
 
 
 @handles(O.Data)
 def _data(a: Applier, scope: BatchScope, op: O.Data) -> tuple[int, O.Data]:
     info = a.partition_info(scope, op.stream, op.partition, op.stream_id)
-    key, (_, deadline, chunks, items) = a.open_state(scope, info, op.partition, op.txn_id)
+    key, (_, deadline, chunks, items), producer = a.open_state(scope, info, op.partition, op.txn_id)
     n = a.count_items(scope, op.chunk)
     if not n:
         return items, op
     logged = a.put_chunk(scope, info, op.partition, op.txn_id, chunks, op.chunk, n)
-    a.put_state(scope, key, TxnState.OPENED, deadline, chunks + 1, items + n)
+    a.put_state(scope, key, TxnState.OPENED, deadline, chunks + 1, items + n, producer)
     return items + n, O.Data(op.stream, op.partition, op.txn_id, logged, op.stream_id)
 
 
 @handles(O.Checkpoint)
 def _checkpoint(a: Applier, scope: BatchScope, op: O.Checkpoint) -> tuple[int, O.Checkpoint]:
     info = a.partition_info(scope, op.stream, op.partition, op.stream_id)
-    key, (_, _, chunks, items) = a.open_state(scope, info, op.partition, op.txn_id)
+    key, (_, _, chunks, items), _ = a.open_state(scope, info, op.partition, op.txn_id)
     logged = None
     if op.chunk is not None:
         n = a.count_items(scope, op.chunk)
@@ -186,9 +189,9 @@ def _keepalive(a: Applier, scope: BatchScope, op: O.KeepAlive) -> tuple[int, O.K
         raw = a.store.get(txn, "txns", key)
         if raw is None:
             continue
-        state, old, chunks, items = keys.STATE.unpack(raw)
+        state, old, chunks, items = keys.STATE.unpack_from(raw)
         if state == TxnState.OPENED and old > scope.now:
-            a.put_state(scope, key, TxnState.OPENED, max(old, deadline), chunks, items)
+            a.put_state(scope, key, TxnState.OPENED, max(old, deadline), chunks, items, bytes(raw[keys.STATE_LEN:]))
             alive += 1
     return alive, op._replace(targets=[list(t) for t in op.targets], deadline=deadline)
 
@@ -201,7 +204,7 @@ def _invalidate(a: Applier, scope: BatchScope, op: O.Invalidate) -> tuple[bool, 
     raw = a.store.get(scope.txn, "txns", key)
     done = False
     if raw is not None:
-        state, deadline, chunks, _ = keys.STATE.unpack(raw)
+        state, deadline, chunks, _ = keys.STATE.unpack_from(raw)
         if state == TxnState.OPENED and deadline <= scope.now:
             a.delete_chunks(scope.txn, info, op.partition, op.txn_id, chunks)
             a.put_state(scope, key, TxnState.INVALID, 0, 0, 0)
@@ -291,7 +294,7 @@ def _compact(a: Applier, scope: BatchScope, op: O.Compact) -> tuple[int, O.Compa
             k = as_bytes(cur.key())
             if k[: keys.PART_LEN] != prefix or k >= end:
                 break
-            txn_state, _, chunks, items = keys.STATE.unpack(a.store.unseal("txns", k, as_bytes(cur.value())))
+            txn_state, _, chunks, items = keys.STATE.unpack_from(a.store.unseal("txns", k, as_bytes(cur.value())))
             txn_id = keys.txn_id_of(k)
             if txn_state == TxnState.CHECKPOINTED and items:
                 for consumer, offset in readers.items():

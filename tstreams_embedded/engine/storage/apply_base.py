@@ -129,15 +129,16 @@ class Applier:
         return info
 
     def open_state(self, scope: BatchScope, info: StreamInfo, partition: int, txn_id: Any
-                    ) -> tuple[bytes, tuple[int, int, int, int]]:
-        """Return (key, state tuple) of an open, unexpired transaction or raise."""
+                    ) -> tuple[bytes, tuple[int, int, int, int], bytes]:
+        """Return (key, state tuple, producer name as stored: UTF-8, b"" if not known) of an
+        open, unexpired transaction or raise."""
         check_txn_id(txn_id)
         key = keys.txn_key(info.id, partition, txn_id)
         raw = self.store.get(scope.txn, "txns", key)
         where = f"transaction {txn_id} in {info.name!r} partition {partition}"
         if raw is None:
             raise errors.TransactionNotFound(f"{where} does not exist")
-        state = keys.STATE.unpack(raw)
+        state = keys.STATE.unpack_from(raw)
         if state[0] == TxnState.INVALID:  # expired, and a reader already passed over it
             raise errors.TransactionExpired(f"{where} expired (its producer stopped keeping it alive)")
         if state[0] != TxnState.OPENED:
@@ -146,7 +147,7 @@ class Applier:
             raise errors.TransactionExpired(
                 f"{where} expired {scope.now - state[1]} ms ago (its producer stopped keeping it alive)"
             )
-        return key, state
+        return key, state, bytes(raw[keys.STATE_LEN:])
 
     def delete_chunks(self, txn: lmdb.Transaction, info: StreamInfo, partition: int, txn_id: int,
                        chunks: int) -> None:
@@ -196,8 +197,10 @@ class Applier:
         return O.ChunkRef(info.id, partition, txn_id, index, items)
 
     def put_state(self, scope: BatchScope, key: bytes, state: TxnState, deadline: int, chunks: int,
-                   items: int) -> None:
-        self.store.put(scope.txn, "txns", key, keys.STATE.pack(state, deadline, chunks, items))
+                   items: int, producer: bytes = b"") -> None:
+        """Write a transaction's state record; an open one keeps its ``producer`` name (UTF-8)."""
+        record = keys.STATE.pack(state, deadline, chunks, items)
+        self.store.put(scope.txn, "txns", key, record + producer if producer else record)
 
     def cancel(self, scope: BatchScope, stream: Any, partition: Any, txn_id: Any, *, strict: bool,
                stream_id: Any = None) -> bool:
@@ -211,7 +214,7 @@ class Applier:
                     f"transaction {txn_id} does not exist in {info.name!r} partition {partition}"
                 )
             return False
-        state, deadline, chunks, _ = keys.STATE.unpack(raw)
+        state, deadline, chunks, _ = keys.STATE.unpack_from(raw)
         if state != TxnState.OPENED:
             if strict:
                 raise errors.TransactionFinished(

@@ -813,7 +813,7 @@ class Core:
             if cost >= self.COMPACTION_STEP:  # delete what is below this one, then go on
                 steps.append((O.Compact(info.name, partition, keys.txn_id_of(k), info.id), cost))
                 cost = 0
-            cost += 1 + keys.STATE.unpack(self.store.unseal("txns", k, v))[2]
+            cost += 1 + keys.STATE.unpack_from(self.store.unseal("txns", k, v))[2]
         if cost:
             steps.append((O.Compact(info.name, partition, floor, info.id), cost))
         return steps

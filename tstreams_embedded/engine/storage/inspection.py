@@ -41,7 +41,8 @@ def describe_partition(txn: lmdb.Transaction, store: Store, info: StreamInfo, pa
             if key[: keys.PART_LEN] != prefix:
                 break
             size += len(k) + len(v)
-            state, deadline, _, n = keys.STATE.unpack(store.unseal("txns", key, as_bytes(v)))
+            record = store.unseal("txns", key, as_bytes(v))
+            state, deadline, _, n = keys.STATE.unpack_from(record)
             tid = keys.txn_id_of(key)
             if state == CHECKPOINTED:
                 if tid >= floor:
@@ -56,7 +57,7 @@ def describe_partition(txn: lmdb.Transaction, store: Store, info: StreamInfo, pa
             elif state == OPENED:
                 open_count += 1
                 if len(open_txns) < MAX_OPEN_LISTED:
-                    open_txns.append(OpenTxn(tid, deadline, n))
+                    open_txns.append(OpenTxn(tid, deadline, n, keys.producer_of(record)))
     size += _range_bytes(txn.cursor(db=store.data), prefix)
     return PartitionInfo(partition, last_id, first, head, checkpointed, items, expired, open_txns, open_count, size)
 
@@ -80,7 +81,7 @@ def first_open_at(txn: lmdb.Transaction, store: Store, info: StreamInfo, partiti
             tid = keys.txn_id_of(key)
             if tid >= below:
                 break
-            state, stamp, _, _ = keys.STATE.unpack(store.unseal("txns", key, as_bytes(v)))
+            state, stamp, _, _ = keys.STATE.unpack_from(store.unseal("txns", key, as_bytes(v)))
             if state == OPENED or (state == CHECKPOINTED and stamp >= ms):
                 return tid
     return 0

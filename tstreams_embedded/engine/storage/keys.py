@@ -6,7 +6,8 @@ All integers are big-endian so that LMDB's byte order equals numeric order:
   (:mod:`.directory`)
 * ``streams``: stream name (UTF-8) -> msgpack ``[id, partitions, ttl, description, created_ms]``
 * ``parts``: stream id u64 | partition u32 -> last allocated txn id u64
-* ``txns``: stream id u64 | partition u32 | txn id u64 -> :data:`STATE` record
+* ``txns``: stream id u64 | partition u32 | txn id u64 -> :data:`STATE` record (+ the producer's
+  name while open, if known)
 * ``data``: stream id u64 | partition u32 | txn id u64 | chunk u32 -> sealed msgpack array of ``bytes``
   items (checksum prefix, :mod:`.chunks`)
 * ``offsets``: stream id u64 | consumer name (UTF-8) | 0x00 | partition u32 -> txn id u64
@@ -34,8 +35,17 @@ _U32 = struct.Struct(">I")
 
 # Transaction state record: state u8, time_ms i64, chunks u32, items u32. time_ms is the deadline
 # of an open transaction and the time a checkpointed one was checkpointed (engine clock, epoch
-# ms; 0 in records written before it was kept: unknown). See inspection.first_open_at.
+# ms; 0 in records written before it was kept: unknown). See inspection.first_open_at. An open
+# transaction's record may be followed by its producer's name (UTF-8, Open.producer; absent in
+# records written before it was kept, or when not given): read the fixed part with
+# STATE.unpack_from, the name with producer_of. A finished transaction's record has no name.
 STATE = struct.Struct("<BqII")
+STATE_LEN = STATE.size
+
+
+def producer_of(record: bytes | memoryview) -> str | None:
+    """The producer name stored after a transaction state record, or None if there is none."""
+    return bytes(record[STATE_LEN:]).decode("utf-8", "replace") if len(record) > STATE_LEN else None
 
 PART_LEN = _PART.size
 TXN_LEN = _TXN.size

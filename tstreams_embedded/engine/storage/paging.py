@@ -108,7 +108,7 @@ def _load(core: PagedSource, stream: str, partition: int, sid: int, tid: int, ch
         raw = store.get(txn, "txns", keys.txn_key(sid, partition, tid))
         if raw is None:
             return False
-        state, _, chunks, _ = keys.STATE.unpack(raw)
+        state, _, chunks, _ = keys.STATE.unpack_from(raw)
         if state != _CHECKPOINTED:
             return False
         if chunk == 0 and item == 0:
@@ -174,7 +174,7 @@ def last(core: PagedSource, stream: str, partition: int, cursor: Any, cap: int) 
             ok = c.last()
         while ok:
             k = as_bytes(c.key())
-            state = keys.STATE.unpack(store.unseal("txns", k, as_bytes(c.value())))[0]  # also the last one
+            state = keys.STATE.unpack_from(store.unseal("txns", k, as_bytes(c.value())))[0]  # also the last one
             if k[: keys.PART_LEN] != prefix:
                 break
             tid = keys.txn_id_of(k)

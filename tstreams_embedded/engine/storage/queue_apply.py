@@ -399,7 +399,7 @@ def _items(a: Applier, scope: BatchScope, info: StreamInfo, partition: int, txn_
     raw = a.store.get(scope.txn, "txns", keys.txn_key(info.id, partition, txn_id))
     if raw is None or txn_id < ttl_floor(info, scope.now):
         return None
-    state, _, chunks, _ = keys.STATE.unpack(raw)
+    state, _, chunks, _ = keys.STATE.unpack_from(raw)
     if state != TxnState.CHECKPOINTED:
         return None
     return load_items(scope.txn, a.store, info, partition, txn_id, chunks)

@@ -71,7 +71,7 @@ def transaction_payloads(txn: lmdb.Transaction, store: Store, info: StreamInfo, 
         raw = store.get(txn, "txns", keys.txn_key(info.id, partition, txn_id))
         if raw is None:
             raise DataCorrupted("its transaction record is missing")
-        chunks = keys.STATE.unpack(raw)[2]
+        chunks = keys.STATE.unpack_from(raw)[2]
         return [payload_of(_chunk(txn, store, info, partition, txn_id, c), store.legacy_chunks)
                 for c in range(chunks)]
     except DataCorrupted as exc:
@@ -203,7 +203,7 @@ def get_one(txn: lmdb.Transaction, store: Store, stream: str, partition: int, tx
     raw = store.get(txn, "txns", keys.txn_key(info.id, partition, txn_id))
     if raw is None:
         return None
-    state, _, chunks, _ = keys.STATE.unpack(raw)
+    state, _, chunks, _ = keys.STATE.unpack_from(raw)
     if state != TxnState.CHECKPOINTED or txn_id < ttl_floor(info, now):
         return None
     return TxnData(stream, partition, txn_id, load_items(txn, store, info, partition, txn_id, chunks), info.id)
@@ -222,7 +222,7 @@ def last_checkpointed(txn: lmdb.Transaction, store: Store, stream: str, partitio
     elif not cur.last():
         return None
     for k, v in entries(cur.iterprev()):
-        state, _, chunks, _ = keys.STATE.unpack(store.unseal("txns", k, v))  # also the entry that ends the scan
+        state, _, chunks, _ = keys.STATE.unpack_from(store.unseal("txns", k, v))  # also the entry that ends the scan
         if k[: keys.PART_LEN] != prefix:
             return None
         tid = keys.txn_id_of(k)
