@@ -157,3 +157,92 @@ def test_the_check_catches_a_thread_in_the_protocol(tmp_path: Path):
     modules = engine_modules()
     modules[f"{ENGINE}.protocol.schedules"] = module
     assert thread_users(modules, "protocol") == [f"{ENGINE}.protocol.schedules"]
+
+
+#: The rooms of the package (its sub-packages and top-level modules; "" is the package's
+#: face, ``tstreams_embedded/__init__.py``), bottom to top: a room imports only rooms listed
+#: before it, so every arrow runs down (what ``farm-studio look`` draws). ``listening``
+#: (the ``--http`` helpers) sits below the console and the servers that serve it;
+#: ``connecting`` (``ts.connect``) above the network layer and the cluster it picks from;
+#: the library's rooms that open engines import ``engine.embedded`` or ``connecting``,
+#: never the face.
+ROOMS: tuple[str, ...] = (
+    "errors", "policies", "retry", "ids", "serde", "listening",
+    "engine", "streams", "tools", "console", "net", "cluster", "connecting",
+    "commands", "aio", "spark",
+    "",  # the face: ts.open, ts.connect, the public names
+    "quickstart", "testing", "cli", "demo", "clidocs",
+)
+PACKAGE_DIR = ENGINE_DIR.parent
+
+
+def package_modules() -> dict[str, Path]:
+    """Every module of the package by dotted name."""
+    out = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE_DIR).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join([PACKAGE, *parts])] = path
+    return out
+
+
+def room_of(module: str) -> str:
+    """The room of a module of the package: its first name under the package ("" for the face)."""
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def rooms_imported(module: str, path: Path) -> set[str]:
+    """The rooms a module imports; ``from tstreams_embedded import errors`` is the room
+    ``errors``, ``import tstreams_embedded`` or ``from tstreams_embedded import connect`` the face."""
+    rooms = set(ROOMS)
+    out = set()
+    for name in imported_modules(module, path):
+        parts = name.split(".")
+        if parts[0] != PACKAGE:
+            continue
+        if len(parts) == 1:
+            continue  # ``from tstreams_embedded import x`` also yields tstreams_embedded.x: judged there
+        out.add(parts[1] if parts[1] in rooms and parts[1] else "")
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import) and any(alias.name == PACKAGE for alias in node.names):
+            out.add("")
+    return out
+
+
+def room_violations(modules: dict[str, Path]) -> list[str]:
+    """One line per import of a room that is not below the importing module's room."""
+    rank = {room: i for i, room in enumerate(ROOMS)}
+    problems = []
+    for module, path in modules.items():
+        room = room_of(module)
+        for target in sorted(rooms_imported(module, path)):
+            if target != room and rank[target] > rank[room]:
+                problems.append(f"{module} ({room or 'the face'}) imports {target or 'the face'}, which is above it")
+    return problems
+
+
+def test_every_room_of_the_package_is_in_the_order():
+    strays = sorted({room_of(m) for m in package_modules()} - set(ROOMS))
+    assert not strays, f"rooms of the package outside ROOMS of tests/test_layers.py: {strays}"
+
+
+def test_every_arrow_between_rooms_runs_down():
+    problems = room_violations(package_modules())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_check_catches_an_arrow_back_up(tmp_path: Path):
+    """The check itself: the console importing the network layer's serve module, a library
+    room and the face importing above them (what ``tstreams console`` and ``ts.connect`` did)."""
+    cli = tmp_path / "cli.py"
+    cli.write_text("from ..net.serve import listen_http\n")
+    driver = tmp_path / "driver.py"
+    driver.write_text("import tstreams_embedded as ts\n")
+    face = tmp_path / "__init__.py"
+    face.write_text("def connect():\n    from .net import connect\n")
+    modules = {f"{PACKAGE}.console.cli": cli, f"{PACKAGE}.streams.driver": driver, PACKAGE: face}
+    assert room_violations(modules) == [
+        f"{PACKAGE}.console.cli (console) imports net, which is above it",
+        f"{PACKAGE}.streams.driver (streams) imports the face, which is above it",
+    ]

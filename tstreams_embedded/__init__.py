@@ -10,6 +10,7 @@ messaging, embedded in your process on LMDB.
 from __future__ import annotations
 
 from . import errors
+from .connecting import connect
 from .engine.api.batch import Batch
 from .engine.api.consumer import Consumer, Transaction
 from .engine.api.engine import Engine
@@ -21,21 +22,6 @@ from .engine.embedded import open_engine as open  # noqa: A001 - the public name
 from .engine.protocol.backend import StreamInfo
 from .ids import txn_id_at, txn_time
 from .policies import CancelIfOpened, CheckpointIfOpened, EnqueueIfOpened, ErrorIfOpened, Policy
-
-
-def connect(endpoint: str, **options):  # noqa: ANN201 - returns Engine
-    """Connect to a ``tstreams serve`` endpoint; returns an :class:`Engine` with the same API.
-
-    ``zk://h1:2181,h2:2181/path`` connects to a replicated cluster and follows its leader
-    (see ``docs/CLUSTER.md``)."""
-    if isinstance(endpoint, str) and endpoint.startswith("zk://"):
-        from .cluster.client import connect_cluster
-
-        return connect_cluster(endpoint, **options)
-    from .net import connect as _connect
-
-    return _connect(endpoint, **options)
-
 
 __version__ = "0.1.0"
 

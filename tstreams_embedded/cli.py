@@ -16,13 +16,13 @@ import click
 import tstreams_embedded as ts
 
 from . import errors
+from .commands.backups import archive, backup, restore
+from .commands.queues import queues
+from .commands.schedules import schedules
+from .commands.streams import consume, consumers, produce, streams_describe
+from .commands.target import Target, creating_target_options, target_options
 from .quickstart import quickstart
-from .tools.backups import archive, backup, restore
-from .tools.commands import consume, consumers, produce, streams_describe
 from .tools.output import Output, ms_time
-from .tools.queues import queues
-from .tools.schedules import schedules
-from .tools.target import Target, creating_target_options, target_options
 
 
 class OneLineError(click.ClickException):

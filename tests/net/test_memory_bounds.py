@@ -25,10 +25,11 @@ from zmq.utils.monitor import recv_monitor_message
 import tstreams_embedded as ts
 from tstreams_embedded import errors
 from tstreams_embedded.engine.protocol import ops as O
+from tstreams_embedded.listening import exposed_binds
 from tstreams_embedded.net import framing
 from tstreams_embedded.net.auth import generate_keys
 from tstreams_embedded.net.client import encode_submit
-from tstreams_embedded.net.serve import exposed_binds, server_options
+from tstreams_embedded.net.serve import server_options
 from tstreams_embedded.net.server import DEFAULT_MAX_SERVER_BYTES
 from tstreams_embedded.testing import ServeProcess, eventually
 

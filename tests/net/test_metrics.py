@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tstreams_embedded import errors
 from tstreams_embedded.ids import txn_millis
-from tstreams_embedded.net.serve import parse_http
+from tstreams_embedded.listening import parse_http
 from tstreams_embedded.testing import ServeProcess, free_port
 
 pytestmark = pytest.mark.timeout(120)

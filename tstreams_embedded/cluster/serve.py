@@ -25,18 +25,12 @@ from tornado.web import Application, RequestHandler
 
 from .. import errors
 from ..engine.storage.core import Core
+from ..listening import listen_http, parse_http
 from ..net.auth import load_peer_keys
 from ..net.handlers import DEFAULT_PAGE_BYTES, backend_registry
 from ..net.metrics import metrics_route
 from ..net.registry import STREAM, Handler, Registry
-from ..net.serve import (
-    listen_http,
-    parse_http,
-    return_large_blocks,
-    run_until_signal,
-    server_options,
-    start_security,
-)
+from ..net.serve import return_large_blocks, run_until_signal, server_options, start_security
 from ..net.server import Server
 from ..net.session import Session
 from ..net.stats import ServerStats

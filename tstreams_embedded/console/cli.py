@@ -13,8 +13,9 @@ from typing import Any
 
 import click
 
+from ..engine.embedded import open_engine
 from ..engine.storage.core import Core
-from ..net.serve import exposed_binds, listen_http, parse_http
+from ..listening import exposed_binds, listen_http, parse_http
 from ..tools.params import seconds
 
 DEFAULT_HTTP = "127.0.0.1:8080"
@@ -33,8 +34,6 @@ def console(data: str, http: str, http_token: str | None, sample_interval: float
     """Serve the read-only web console of the engine in DATA until SIGTERM or SIGINT."""
     from tornado.web import Application
 
-    import tstreams_embedded as ts
-
     host, port = parse_http(http)
     if http_token is None and exposed_binds([f"tcp://{host}:{port}"]):
         raise click.UsageError(f"--http {http} is reachable from other machines: give --http-token "
@@ -44,7 +43,7 @@ def console(data: str, http: str, http_token: str | None, sample_interval: float
     from .web import start_console
 
     # it only reads: it neither compacts nor fires due schedules (the application does)
-    with ts.open(data, compaction_interval=None, create=False, fire_schedules=False) as engine:
+    with open_engine(data, compaction_interval=None, create=False, fire_schedules=False) as engine:
         core = engine.backend
         assert isinstance(core, Core)  # an embedded engine's backend
         routes, stop = start_console(core, http_token, sample_interval)

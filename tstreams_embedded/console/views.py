@@ -22,8 +22,7 @@ from ..ids import txn_millis
 from ..tools import report
 from ..tools.formats import RecordSerdes, decode_item, record_serdes
 from ..tools.output import id_time
-from ..tools.queues import queue_summary
-from ..tools.schedules import schedule_row
+from ..tools.report import queue_summary, schedule_row
 from .appmetrics import ask_members
 from .groups import queue_groups
 from .partitions import PARTITION_READ_CAP, describe_bounded

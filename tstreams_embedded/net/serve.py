@@ -20,7 +20,8 @@ from tornado.ioloop import IOLoop
 from zmq.auth.thread import ThreadAuthenticator
 
 from ..engine.protocol.validate import check_interval
-from ..errors import BindFailed, InvalidArgument
+from ..errors import InvalidArgument
+from ..listening import exposed_binds, listen_http, parse_http
 from . import framing
 from .auth import PeerKeys, load_server_curve, start_authenticator
 from .endpoints import check_endpoints
@@ -29,23 +30,6 @@ from .registry import Registry
 from .server import Server, ServerOptions
 
 log = logging.getLogger(__name__)
-
-_LOCAL_HOSTS = ("localhost", "[::1]", "::1")
-
-
-def exposed_binds(binds: Sequence[str]) -> list[str]:
-    """The ``tcp://`` endpoints of ``binds`` that are reachable from other machines (any
-    host but loopback: ``0.0.0.0``, ``*``, an interface name or address)."""
-    out = []
-    for b in binds:
-        if not b.startswith("tcp://"):
-            continue  # ipc://, inproc:// stay on this machine
-        host = b[len("tcp://"):].rsplit(":", 1)[0]
-        if host.startswith("127.") or host in _LOCAL_HOSTS:
-            continue
-        out.append(b)
-    return out
-
 
 def return_large_blocks(threshold: int = 64 * 1024) -> None:
     """glibc: serve blocks of ``threshold`` bytes or more with their own mappings, returned
@@ -63,23 +47,6 @@ def return_large_blocks(threshold: int = 64 * 1024) -> None:
     except (OSError, AttributeError):
         return
     mallopt(-3, threshold)  # M_MMAP_THRESHOLD (fixed: no dynamic adjustment)
-
-
-
-def parse_http(http: str) -> tuple[str, int]:
-    """``host:port`` of an ``--http`` option, or :class:`InvalidArgument`."""
-    host, _, port = http.rpartition(":") if isinstance(http, str) else ("", "", "")
-    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InvalidArgument(f"--http takes host:port, got {http!r}")
-    return host, int(port)
-
-
-def listen_http(app: Any, host: str, port: int) -> None:
-    """``app.listen(port, host)`` (a Tornado application), or :class:`BindFailed`."""
-    try:
-        app.listen(port, host)
-    except OSError as exc:
-        raise BindFailed(f"cannot listen for HTTP on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def metrics_app(core: Any, server: Server, extra_routes: Sequence[Any] = ()) -> Any:

@@ -15,6 +15,8 @@ import os
 import threading
 from typing import Any
 
+from ..connecting import connect
+from ..engine.embedded import open_engine
 from ..errors import InvalidArgument
 from .options import Target
 
@@ -31,8 +33,6 @@ def engine_for(target: Target) -> Any:
         engine = _engines.get(key)
         if engine is not None:
             return engine
-        import tstreams_embedded as ts
-
         if kind == "path":
             if not os.path.isdir(where):
                 raise InvalidArgument(
@@ -40,11 +40,8 @@ def engine_for(target: Target) -> Any:
                     "Spark executors must see the same local directory (local mode / shared host), "
                     "otherwise use option 'endpoint'"
                 )
-            engine = ts.open(where)
+            engine = open_engine(where)
         else:
-            connect = getattr(ts, "connect", None)
-            if connect is None:
-                raise InvalidArgument("option 'endpoint' needs the network layer (ts.connect), which is missing")
             try:
                 engine = connect(where, timeout=target.timeout)
             except TypeError:

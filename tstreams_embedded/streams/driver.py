@@ -20,9 +20,8 @@ import shutil
 import tempfile
 from typing import Any
 
-import tstreams_embedded as ts
-
 from .. import errors
+from ..engine.embedded import open_engine
 from ..engine.protocol import ops as O
 from .app import App
 from .records import (
@@ -65,7 +64,7 @@ class TestDriver:
             raise errors.InvalidArgument(f"wall_clock_ms must be epoch ms as an int in [{MIN_TIMESTAMP}, "
                                          f"{MAX_TIMESTAMP}], got {wall_clock_ms!r:.40}")
         self._dir = tempfile.mkdtemp(prefix="tstreams-driver-", dir=directory)
-        self.engine = ts.open(self._dir, durability="async", compaction_interval=None, keepalive_interval=None)
+        self.engine = open_engine(self._dir, durability="async", compaction_interval=None, keepalive_interval=None)
         self.topology = topology
         self._wall = wall_clock_ms
         self._read: dict[tuple[str, int], int] = {}

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..connecting import connect as connect_engine
 from .ports import LOOPBACK, free_port
 from .processes import ManagedProcess
 
@@ -90,7 +91,4 @@ class ServeProcess(ManagedProcess):
 
     def connect(self, **options: Any) -> Engine:
         """``tstreams_embedded.connect(self.endpoint, **options)``."""
-        from tstreams_embedded import connect
-
-        engine: Engine = connect(self.endpoint, **options)
-        return engine
+        return connect_engine(self.endpoint, **options)

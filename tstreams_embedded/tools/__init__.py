@@ -1,7 +1,12 @@
-"""Operator tooling behind the ``tstreams`` command line: inspect streams, read and follow
-them, write items by hand, and inspect, move and delete named consumers.
+"""What the ``tstreams`` command line and the web console show, and how: the rows of the
+reports (:mod:`.report`: describe, lag, reset and delete on the Backend; the rows of queues
+and schedules), positions (:mod:`.positions`), item formats (:mod:`.formats`), tables and
+JSON lines (:mod:`.output`), hand-written items (:mod:`.produce`), ``--follow``'s waiter
+(:mod:`.waiting`) and the number options (:mod:`.params`).
 
-Every command works on a data directory (``--data``, embedded) or on a server or cluster
-(``--connect``), through the :class:`~tstreams_embedded.engine.protocol.backend.Backend` protocol
-only. The click commands are in :mod:`.commands`; the modules under it hold the logic.
+Everything here works through the
+:class:`~tstreams_embedded.engine.protocol.backend.Backend` protocol only and opens no
+engine: the click commands that open one (``--data`` or ``--connect``) are in
+:mod:`tstreams_embedded.commands`, above the network layer and the cluster; the console
+(:mod:`tstreams_embedded.console`) sits below them and uses these rows too.
 """

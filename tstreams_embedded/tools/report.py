@@ -16,10 +16,11 @@ from typing import Any
 
 from .. import errors
 from ..engine.protocol import ops as O
-from ..engine.protocol.backend import MAX_DESCRIBED_PARTITIONS, Backend, PartitionInfo, StreamInfo
+from ..engine.protocol.backend import MAX_DESCRIBED_PARTITIONS, Backend, PartitionInfo, QueueStatus, StreamInfo
+from ..engine.protocol.schedules import ScheduleInfo
 from ..engine.protocol.validate import check_name, check_partition
 from ..ids import txn_millis
-from .output import id_time
+from .output import duration, id_time, ms_time
 from .positions import Position, skips_ahead, stable_offset
 
 
@@ -198,3 +199,20 @@ def delete_consumer(backend: Backend, info: StreamInfo, consumer: str) -> int:
     if not removed:
         raise errors.ConsumerNotFound(f"consumer {consumer!r} has no stored offsets on stream {info.name!r}")
     return int(removed)
+
+
+def queue_summary(status: QueueStatus, now_ms: int) -> dict[str, Any]:
+    """The row of ``tstreams queues describe --json`` (also the web console's)."""
+    oldest = status.oldest_unsettled_ms
+    return {"stream": status.stream, "group": status.group, "pending": sum((status.pending or {}).values()),
+            "in_flight": status.in_flight, "waiting": status.waiting, **status.counters,
+            "oldest_unsettled_age_ms": None if oldest is None else max(0, now_ms - oldest),
+            "next_redelivery": None if status.next_due_ms is None else ms_time(status.next_due_ms),
+            **status.settings}
+
+
+def schedule_row(s: ScheduleInfo, now_ms: int) -> dict[str, Any]:
+    """The row of ``tstreams schedules list --json`` (also the web console's)."""
+    return {"id": s.id, "stream": s.stream, "partition": s.partition, "items": s.items, "due_ms": s.due_ms,
+            "due": ms_time(s.due_ms), "in": duration(s.due_ms - now_ms) if s.due_ms >= now_ms
+            else "-" + (duration(now_ms - s.due_ms) or ""), "created": ms_time(s.created_ms)}

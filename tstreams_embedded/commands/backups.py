@@ -11,7 +11,7 @@ import click
 
 from .. import errors
 from ..engine.operator import backup as B
-from .output import Output, ms_time
+from ..tools.output import Output, ms_time
 from .target import Target, target_options
 
 

@@ -18,8 +18,10 @@ from typing import Any, TypeVar
 
 import click
 
+from ..connecting import connect
 from ..engine.api.engine import Engine
-from .params import MAX_TIMEOUT, seconds
+from ..engine.embedded import open_engine
+from ..tools.params import MAX_TIMEOUT, seconds
 
 F = TypeVar("F", bound=Callable[..., Any])
 SCHEMES = ("tcp://", "ipc://", "inproc://", "zk://")
@@ -41,10 +43,8 @@ class Target:
 
     def open(self) -> Engine:
         """An engine handle on the target (close it when done)."""
-        import tstreams_embedded as ts
-
         if self.data is not None:
-            return ts.open(self.data, compaction_interval=None, create=self.create)
+            return open_engine(self.data, compaction_interval=None, create=self.create)
         assert self.connect is not None
         if self.connect.startswith("zk://"):
             # kazoo logs every failed connection attempt; the command reports one line instead
@@ -52,8 +52,7 @@ class Target:
         options: dict[str, Any] = {"timeout": self.timeout}
         if self.curve_dir is not None:
             options["curve_dir"] = self.curve_dir
-        engine: Engine = ts.connect(self.connect, **options)
-        return engine
+        return connect(self.connect, **options)
 
 
 def _options(create: bool) -> Callable[[F], F]:

@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 import msgpack
 
 from .. import errors
 from ..engine.api.group import CheckpointGroup
-from ..engine.protocol.backend import QueueStatus
-from .output import Output, duration, ms_time
+from ..tools.output import Output, duration
+from ..tools.report import queue_summary
 from .target import Target, target_options
 
 #: the consumer name under which ``requeue-dead-letters`` reads a dead-letter stream
@@ -21,16 +19,6 @@ REQUEUE_CONSUMER = "tstreams-requeue:{stream}:{group}"
 @click.group("queues")
 def queues() -> None:
     """Inspect work queue groups (``engine.work_queue``) and requeue their dead letters."""
-
-
-def queue_summary(status: QueueStatus, now_ms: int) -> dict[str, Any]:
-    """The row of ``tstreams queues describe --json`` (also the web console's)."""
-    oldest = status.oldest_unsettled_ms
-    return {"stream": status.stream, "group": status.group, "pending": sum((status.pending or {}).values()),
-            "in_flight": status.in_flight, "waiting": status.waiting, **status.counters,
-            "oldest_unsettled_age_ms": None if oldest is None else max(0, now_ms - oldest),
-            "next_redelivery": None if status.next_due_ms is None else ms_time(status.next_due_ms),
-            **status.settings}
 
 
 @queues.command("describe")

@@ -2,7 +2,7 @@
 the ``consumers`` group (``list``, ``describe``, ``reset``, ``delete``).
 
 Each takes ``--data DIR`` or ``--connect URL`` (:mod:`.target`), prints tables by default and
-JSON lines with ``--json`` (:mod:`.output`). Errors of the engine (an unknown stream or
+JSON lines with ``--json`` (:mod:`tstreams_embedded.tools.output`). Errors of the engine (an unknown stream or
 consumer, a partition out of range, …) become one-line messages with a non-zero exit status
 in :class:`tstreams_embedded.cli.Main`.
 """
@@ -18,8 +18,8 @@ import click
 from ..engine.api.consumer import Transaction
 from ..engine.protocol.validate import check_partition
 from ..ids import ID_MULTIPLIER
-from . import report
-from .formats import (
+from ..tools import report
+from ..tools.formats import (
     INPUT_FORMATS,
     OUTPUT_FORMATS,
     RECORD_SERDES,
@@ -29,12 +29,12 @@ from .formats import (
     record_serdes,
     to_json,
 )
-from .output import Output, duration, id_time, ms_time, output_failed, silence_stdout, size
-from .positions import Position, PositionType
-from .produce import produce as produce_items
-from .produce import read_items
+from ..tools.output import Output, duration, id_time, ms_time, output_failed, silence_stdout, size
+from ..tools.positions import Position, PositionType
+from ..tools.produce import produce as produce_items
+from ..tools.produce import read_items
+from ..tools.waiting import CommitWaiter
 from .target import Target, target_options
-from .waiting import CommitWaiter
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: The consumer name ``consume`` reads under without ``--group`` (it never stores offsets then).

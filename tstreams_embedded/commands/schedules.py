@@ -3,25 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from ..engine.protocol.schedules import ScheduleInfo
-from .output import Output, duration, ms_time
+from ..tools.output import Output
+from ..tools.report import schedule_row
 from .target import Target, target_options
 
 
 @click.group()
 def schedules() -> None:
     """List and cancel scheduled deliveries (engine.schedule)."""
-
-
-def schedule_row(s: ScheduleInfo, now_ms: int) -> dict[str, Any]:
-    """The row of ``tstreams schedules list --json`` (also the web console's)."""
-    return {"id": s.id, "stream": s.stream, "partition": s.partition, "items": s.items, "due_ms": s.due_ms,
-            "due": ms_time(s.due_ms), "in": duration(s.due_ms - now_ms) if s.due_ms >= now_ms
-            else "-" + (duration(now_ms - s.due_ms) or ""), "created": ms_time(s.created_ms)}
 
 
 @schedules.command("list")
