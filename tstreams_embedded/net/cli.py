@@ -52,7 +52,8 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 @click.option("--rcvhwm", type=click.IntRange(min=1), default=ServerOptions.rcvhwm, show_default=True,
               help="Messages ZeroMQ queues per connection while the server is busy (ZMQ_RCVHWM; a count: each "
                    "connection can make ZeroMQ hold about (rcvhwm + 2) x --max-msg-size).")
-@click.option("--piece-timeout", type=seconds(0, 3600, min_open=True), default=ServerOptions.piece_timeout, show_default=True,
+@click.option("--piece-timeout", type=seconds(0, 3600, min_open=True), default=ServerOptions.piece_timeout,
+              show_default=True,
               help="Seconds a request arriving in pieces may wait for its next piece; then it is dropped and "
                    "its buffers freed.")
 @click.option("--max-reply-bytes", type=_BYTES, default=DEFAULT_PAGE_BYTES, show_default=True,
