@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tstreams_embedded import errors
 from tstreams_embedded.ids import txn_millis
 from tstreams_embedded.listening import parse_http
-from tstreams_embedded.testing import ServeProcess, free_port
+from tstreams_embedded.testing import ServeProcess, eventually, free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,6 +54,34 @@ def test_single_node_metrics_follow_traffic(tmp_path: Path) -> None:
         assert after[("tstreams_consumer_lag_transactions", lag)] == 3
         assert after[("tstreams_consumer_offset_timestamp_seconds", lag)] == txn_millis(ids[0]) / 1000
         assert not any(name.startswith("tstreams_cluster") for name, _ in after)  # no cluster here
+        engine.close()
+
+
+def test_items_expired_unread_are_counted_per_consumer(tmp_path: Path) -> None:
+    """Issue 19 item 23: input TTL deleted before a consumer read it shows in ``/metrics`` per
+    stream, consumer and partition (a counter), as in ``tstreams consumers describe``."""
+    port = free_port()
+    with ServeProcess(tmp_path / "data", tmp_path, extra_args=["--http", f"127.0.0.1:{port}"]) as server:
+        engine = server.connect(timeout=10)
+        engine.create_stream("s", partitions=2, ttl=1)
+        producer = engine.producer("s")
+        first = producer.instant([b"a", b"b"], partition=0)
+        producer.instant([b"c", b"d", b"e"], partition=0)
+        slow = engine.consumer("s", "slow")
+        assert slow.get_transaction(0).id == first
+        slow.checkpoint()
+
+        def gone() -> bool:
+            engine.compact()
+            return all(p.checkpointed == 0 and p.expired == 0 for p in engine.backend.describe_partitions("s"))
+
+        eventually(gone, timeout=30, interval=0.2)
+        labels = {"stream": "s", "consumer": "slow"}
+        after = scrape(port)
+        assert after[("tstreams_consumer_expired_unread_items_total",
+                      frozenset({**labels, "partition": "0"}.items()))] == 3
+        assert after[("tstreams_consumer_expired_unread_items_total",
+                      frozenset({**labels, "partition": "1"}.items()))] == 0
         engine.close()
 
 

@@ -91,6 +91,10 @@ def overview_metrics(ov: Overview) -> Iterable[Metric]:
     lag_s = GaugeMetricFamily("tstreams_consumer_lag_seconds",
                               "time between a consumer's offset and its partition's head (from the IDs)",
                               labels=["stream", "consumer", "partition"])
+    expired = CounterMetricFamily("tstreams_consumer_expired_unread_items",
+                                  "items the stream's TTL deleted before the consumer read them (issue 19: "
+                                  "TTL deletes by age, whoever has or has not read)",
+                                  labels=["stream", "consumer", "partition"])
     for s in ov.streams:
         for p, head in enumerate(s.heads):
             heads.add_metric([s.name, str(p)], id_seconds(head))
@@ -98,6 +102,7 @@ def overview_metrics(ov: Overview) -> Iterable[Metric]:
             labels = [s.name, c.consumer, str(c.partition)]
             offsets.add_metric(labels, id_seconds(c.offset))
             lag_s.add_metric(labels, c.lag_seconds)
+            expired.add_metric(labels, c.expired_unread)
             if c.lag_txns is not None:
                 lag_txns.add_metric(labels, c.lag_txns)
     yield GaugeMetricFamily("tstreams_streams_listed", "streams listed in these metrics", value=len(ov.streams))
@@ -107,6 +112,7 @@ def overview_metrics(ov: Overview) -> Iterable[Metric]:
     yield offsets
     yield lag_txns
     yield lag_s
+    yield expired
 
 
 def id_seconds(txn_id: int) -> float:

@@ -26,7 +26,7 @@ import lmdb
 
 from ...ids import ID_MULTIPLIER
 from ..protocol.ops import TxnState
-from ..storage import keys
+from ..storage import expiry, keys
 from ..storage.catalog import stream_of
 from ..storage.store import Store, entries
 
@@ -54,6 +54,7 @@ class ConsumerLag:
     offset: int  # the last checkpointed transaction ID
     lag_txns: int | None  # checkpointed transactions after it (capped; None: not counted)
     lag_seconds: float  # the partition head's time minus the offset's time (>= 0)
+    expired_unread: int = 0  # items TTL compaction deleted before it read them (:mod:`..storage.expiry`)
 
 
 @dataclass
@@ -126,8 +127,10 @@ def _consumers(txn: lmdb.Transaction, store: Store, stream_id: int, s: StreamOve
         offset = keys.U64.unpack(store.unseal("offsets", k, v))[0]
         head = s.heads[partition]
         lag_s = max(0, head // ID_MULTIPLIER - offset // ID_MULTIPLIER) / 1000.0
+        raw = store.get(txn, "meta", expiry.PREFIX + k)
         s.consumers.append(ConsumerLag(name, partition, offset, count_after(txn, store, stream_id, partition,
-                                                                             offset, limits.count_cap, budget), lag_s))
+                                                                             offset, limits.count_cap, budget), lag_s,
+                                       keys.U64.unpack(raw)[0] if raw else 0))
     return rows, False
 
 
