@@ -30,6 +30,10 @@ def test_cluster_suite_tiny(tmp_path) -> None:
     assert 0 < failover["failover_p50_s"] <= failover["failover_max_s"]
     ours = [g for g in loaded["goals"] if g["scenario"] in ("replicated_produce", "failover")]
     assert len(ours) == sum(g.scenario in ("replicated_produce", "failover") for g in CLUSTER_GOALS) >= 4
-    assert all(g["value"] is not None and g["value"] > 0 for g in ours), ours
+    # CPU figures are read from psutil in 10 ms ticks: the tiny run's few items may cost a
+    # follower (or the one-node baseline) no whole tick, so those ratios may be 0 or undefined here
+    timed = [g for g in ours if "CPU" not in g["goal"]]
+    assert len(timed) >= 4 and all(g["value"] is not None and g["value"] > 0 for g in timed), \
+        [(g["goal"], g["value"]) for g in ours]
     assert "kill → first acknowledged write p50" in (tmp_path / "out" / "cluster.md").read_text()
     assert "cluster" in SUITES
