@@ -342,7 +342,8 @@ class OursStreams(StreamJob):
             result = job.result()
             return Outcome(n_records, result["seconds"], result["latencies_ns"], stored=len(result["latencies_ns"]),
                            expected=n_records, extra={"job_peak_rss_mb": job.peak_rss_bytes / 2**20,
-                                                      "start_seconds": result["start_seconds"]})
+                                                      "start_seconds": result["start_seconds"],
+                                                      "load_1m": os.getloadavg()[0]})
         if producer != "other-process":
             raise ValueError(f"producer must be 'same-process' or 'other-process', not {producer!r}")
         with self.open_engine() as engine:
@@ -353,7 +354,8 @@ class OursStreams(StreamJob):
                                                   BASE_MS, SIZE_MS)
             finally:
                 server.stop()
-            extra = {"job_peak_rss_mb": server.peak_rss_bytes / 2**20, "start_seconds": server.ready_seconds}
+            extra = {"job_peak_rss_mb": server.peak_rss_bytes / 2**20, "start_seconds": server.ready_seconds,
+                     "load_1m": os.getloadavg()[0]}
         return Outcome(n_records, seconds, latencies, stored=len(latencies), expected=n_records, extra=extra)
 
     # recovery --------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ JSON line as value, 1,000 per transaction), written before the timed run.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ class _TableJoin:
         checked = check(self.expected, self.read_join_output(output), self.label)
         return Outcome(items=n_events, seconds=job.wall_seconds, stored=checked, expected=len(self.expected),
                        extra={"job_peak_rss_mb": job.peak_rss_bytes / 2**20, "table_rows": n_rows,
+                              "job_cpu_seconds": job.cpu_seconds, "load_1m": os.getloadavg()[0],
                               "job_process_seconds": job.result().get("process_seconds")})
 
 
