@@ -238,10 +238,11 @@ class Task:
         self.epoch = 0
         self.fence: O.CheckLease | None = None
         self.metrics = TaskMetrics(app.prometheus, partition)
+        #: whether transactions go through the nodes as batches (see the module docstring); set
+        #: before the nodes' ``init``: a node may keep state in memory only while batched
+        self.batched = not any(isinstance(node, ProcessorNode) for node in self.nodes.values())
         for node in self.nodes.values():
             node.init(self)
-        #: whether transactions go through the nodes as batches (see the module docstring)
-        self.batched = not any(isinstance(node, ProcessorNode) for node in self.nodes.values())
         #: the transaction being processed as a batch: (source node, partition, transaction)
         self._batch_source: tuple[N.SourceNode, int, TxnData] | None = None
 

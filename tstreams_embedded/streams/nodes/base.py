@@ -38,6 +38,9 @@ class TaskContext(Protocol):
     application_id: str
     partition: int
     backend: Backend  # read-only use: global tables
+    #: records go through the nodes as batches: no Processor API node is in the topology, so
+    #: no user code reads a store between two records of a node (state may stay in memory)
+    batched: bool
 
     def store(self, name: str) -> KeyValueStore: ...
 

@@ -68,6 +68,9 @@ class WindowAggregateNode(Node):
         self.updates = [c for c in self.children if not isinstance(c, SuppressNode)]
         self.finals = [c for c in self.children if isinstance(c, SuppressNode)]
         self.store = ctx.store(self.store_name)
+        #: whether aggregates may stay in memory until the commit (:meth:`_set`): not when a
+        #: Processor API node could read the store between records
+        self.keep_local = ctx.batched
         self.raw = ctx.store(self.raw_store_name) if self.raw_store_name is not None else None
         if self.raw is not None:
             self.slices = RecordSlices(self.raw, self.windows.size_ms)  # type: ignore[attr-defined]
@@ -171,8 +174,9 @@ class WindowAggregateNode(Node):
 
     def _set(self, wk: bytes, value: Any) -> None:
         """Set the aggregate of window ``wk``: in memory until the commit when it is
-        immutable, else into the store at once (StoreKeyTooLong for a key too long)."""
-        if len(wk) > state.MAX_STORE_KEY or type(value) not in _IMMUTABLE:
+        immutable and the task is batched (no Processor API node reads stores), else into
+        the store at once (StoreKeyTooLong for a key too long)."""
+        if len(wk) > state.MAX_STORE_KEY or type(value) not in _IMMUTABLE or not self.keep_local:
             self._local.pop(wk, None)
             self.store.put_raw(wk, value)
         else:
